@@ -1,0 +1,129 @@
+"""What the Kubernetes objects of one Squall job say about it. Pure.
+
+The reconcile function lists Jobs and pods once, groups them by job id, and asks
+`observe` for each job; the answer is turned into a state transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from squall.jobs import JobStatus, Reason
+from squall.manifests import JOB_ID, REPLICA_INDEX, REPLICA_TYPE
+
+IMAGE_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"})
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The state the cluster implies, with the reason code and how many retries were used."""
+
+    status: JobStatus | None  # None: no Kubernetes objects at all
+    reason: str
+    message: str = ""
+    retries_used: int = 0
+    running_replicas: int = 0
+
+
+def job_id_of(obj: dict[str, Any]) -> str | None:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    value = labels.get(JOB_ID)
+    return value if isinstance(value, str) else None
+
+
+def _conditions(k8s_job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        c.get("type", ""): c
+        for c in (k8s_job.get("status", {}).get("conditions") or [])
+        if c.get("status") == "True"
+    }
+
+
+def _is_primary(k8s_job: dict[str, Any], *, has_chief: bool) -> bool:
+    labels = k8s_job.get("metadata", {}).get("labels") or {}
+    kind = labels.get(REPLICA_TYPE)
+    if has_chief:
+        return kind == "chief"
+    return kind == "worker" and labels.get(REPLICA_INDEX) == "0"
+
+
+def _waiting_reason(pod: dict[str, Any]) -> str | None:
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in IMAGE_ERRORS:
+            return str(waiting["reason"])
+    return None
+
+
+def _is_running(pod: dict[str, Any]) -> bool:
+    return pod.get("status", {}).get("phase") == "Running" and not pod.get("metadata", {}).get(
+        "deletionTimestamp"
+    )
+
+
+def observe(
+    *, expected_replicas: int, k8s_jobs: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]]
+) -> Observation:
+    """Derive a job's state from its replica Jobs and their pods.
+
+    Success: the chief's Job completes, else worker 0's. Failure: any replica Job
+    fails. Running: every replica has a running pod (or its Job completed).
+    """
+    if not k8s_jobs:
+        return Observation(status=None, reason=Reason.OBJECTS_MISSING)
+    has_chief = any(
+        (j.get("metadata", {}).get("labels") or {}).get(REPLICA_TYPE) == "chief" for j in k8s_jobs
+    )
+    retries_used = sum(int(j.get("status", {}).get("failed") or 0) for j in k8s_jobs)
+
+    for k8s_job in k8s_jobs:
+        failed = _conditions(k8s_job).get("Failed")
+        if failed:
+            reason = str(failed.get("reason") or Reason.BACKOFF_LIMIT_EXCEEDED)
+            if reason == "PodFailurePolicy":
+                reason = Reason.APPLICATION_ERROR
+            elif reason == "BackoffLimitExceeded" and retries_used:
+                reason = Reason.RETRIES_EXHAUSTED
+            return Observation(
+                status=JobStatus.FAILED,
+                reason=reason,
+                message=f"{k8s_job['metadata']['name']}: {failed.get('message', '')}".strip(),
+                retries_used=retries_used,
+            )
+    primary = [j for j in k8s_jobs if _is_primary(j, has_chief=has_chief)]
+    if primary and "Complete" in _conditions(primary[0]):
+        return Observation(status=JobStatus.SUCCEEDED, reason=Reason.COMPLETED, retries_used=retries_used)
+
+    for pod in pods:
+        waiting = _waiting_reason(pod)
+        if waiting:
+            name = pod.get("metadata", {}).get("name", "?")
+            return Observation(
+                status=JobStatus.QUEUED,
+                reason=Reason.IMAGE_PULL_BACK_OFF,
+                message=f"{name}: {waiting}",
+                retries_used=retries_used,
+            )
+
+    completed = sum(1 for j in k8s_jobs if "Complete" in _conditions(j))
+    running = completed + sum(1 for p in pods if _is_running(p))
+    if len(k8s_jobs) < expected_replicas:
+        return Observation(
+            status=JobStatus.QUEUED,
+            reason=Reason.OBJECTS_MISSING,
+            message=f"{len(k8s_jobs)} of {expected_replicas} replica Jobs exist",
+            retries_used=retries_used,
+            running_replicas=running,
+        )
+    if running >= expected_replicas:
+        return Observation(
+            status=JobStatus.RUNNING, reason=Reason.STARTED, retries_used=retries_used, running_replicas=running
+        )
+    return Observation(
+        status=JobStatus.QUEUED,
+        reason=Reason.WAITING_FOR_CAPACITY,
+        retries_used=retries_used,
+        running_replicas=running,
+    )

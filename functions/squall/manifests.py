@@ -1,0 +1,236 @@
+"""JobSpec -> Kubernetes manifests. Pure: the same spec and id always render the same objects.
+
+One batch/v1 Job per replica, named ``<job-id>-<type>-<index>``, and for distributed
+jobs one headless Service per replica with the same name, so each replica is
+reachable at ``<name>.<namespace>.svc:2222`` as TF_CONFIG says.
+
+Retries: ``backoffLimit`` is the spec's ``retries`` and a pod failure policy fails
+the Job at once on an application error (non-zero exit), so only infrastructure
+loss (a pod disrupted by a drain, a spot reclaim, a lost node) consumes retries.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from squall.spec import TF_PORT, JobSpec, Replica, format_parameter
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+JOB_ID = "squall.io/job-id"
+REPLICA_TYPE = "squall.io/replica-type"
+REPLICA_INDEX = "squall.io/replica-index"
+TEAM = "squall.io/team"
+NODE_GROUP = "squall.io/node-group"
+CAPACITY_TYPE = "squall.io/capacity-type"
+REGION = "topology.kubernetes.io/region"
+GPU = "nvidia.com/gpu"
+CONTAINER = "trainer"
+
+DEFAULT_TTL_AFTER_FINISHED = timedelta(hours=1)
+
+
+def object_name(job_id: str, replica: Replica) -> str:
+    return f"{job_id}-{replica.type}-{replica.index}"
+
+
+def job_labels(job_id: str) -> dict[str, str]:
+    return {MANAGED_BY: "squall", JOB_ID: job_id}
+
+
+def job_selector(job_id: str) -> str:
+    """Label selector for every object of one job."""
+    return f"{MANAGED_BY}=squall,{JOB_ID}={job_id}"
+
+
+def tf_config(spec: JobSpec, *, job_id: str, namespace: str, replica: Replica) -> str:
+    """TF_CONFIG in the Kubeflow TFJob format, compact JSON with sorted roles."""
+    cluster: dict[str, list[str]] = {}
+    for other in spec.replica_list():
+        cluster.setdefault(other.type, []).append(
+            f"{object_name(job_id, other)}.{namespace}.svc:{TF_PORT}"
+        )
+    config = {
+        "cluster": dict(sorted(cluster.items())),
+        "task": {"type": replica.type, "index": replica.index},
+        "environment": "cloud",
+    }
+    return json.dumps(config, separators=(",", ":"))
+
+
+def render(
+    spec: JobSpec,
+    *,
+    job_id: str,
+    namespace: str,
+    ttl_after_finished: timedelta = DEFAULT_TTL_AFTER_FINISHED,
+) -> list[dict[str, Any]]:
+    """Every object Squall creates for one job: Jobs first, then Services."""
+    replicas = spec.replica_list()
+    distributed = len(replicas) > 1
+    jobs = [
+        _job(
+            spec,
+            job_id=job_id,
+            namespace=namespace,
+            replica=replica,
+            distributed=distributed,
+            ttl_after_finished=ttl_after_finished,
+        )
+        for replica in replicas
+    ]
+    services = (
+        [_service(job_id=job_id, namespace=namespace, replica=r) for r in replicas]
+        if distributed
+        else []
+    )
+    return jobs + services
+
+
+def _metadata(*, name: str, namespace: str, job_id: str, spec: JobSpec, replica: Replica) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": job_labels(job_id)
+        | {REPLICA_TYPE: replica.type, REPLICA_INDEX: str(replica.index), TEAM: spec.team},
+    }
+
+
+def _job(
+    spec: JobSpec,
+    *,
+    job_id: str,
+    namespace: str,
+    replica: Replica,
+    distributed: bool,
+    ttl_after_finished: timedelta,
+) -> dict[str, Any]:
+    name = object_name(job_id, replica)
+    metadata = _metadata(name=name, namespace=namespace, job_id=job_id, spec=spec, replica=replica)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [_container(spec, job_id=job_id, namespace=namespace, replica=replica, distributed=distributed)],
+    }
+    if replica.resources.gpu > 0:
+        pod_spec["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    affinity = _affinity(spec, job_id=job_id, distributed=distributed)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": spec.retries,
+            "activeDeadlineSeconds": int(spec.runtime_limit.total_seconds()),
+            "ttlSecondsAfterFinished": int(ttl_after_finished.total_seconds()),
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": [0]},
+                    },
+                    {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                ]
+            },
+            "template": {"metadata": {"labels": metadata["labels"]}, "spec": pod_spec},
+        },
+    }
+
+
+def _container(
+    spec: JobSpec, *, job_id: str, namespace: str, replica: Replica, distributed: bool
+) -> dict[str, Any]:
+    env = [
+        {"name": "SQUALL_JOB_ID", "value": job_id},
+        {"name": "SQUALL_REPLICA_TYPE", "value": replica.type},
+        {"name": "SQUALL_REPLICA_INDEX", "value": str(replica.index)},
+    ]
+    if distributed:
+        env.append(
+            {"name": "TF_CONFIG", "value": tf_config(spec, job_id=job_id, namespace=namespace, replica=replica)}
+        )
+    if spec.checkpoint_uri:
+        env.append({"name": "SQUALL_CHECKPOINT_URI", "value": spec.checkpoint_uri})
+    if spec.output_uri:
+        env.append({"name": "SQUALL_OUTPUT_URI", "value": spec.output_uri})
+    for key, value in (spec.trial_parameters or {}).items():
+        env.append({"name": f"SQUALL_PARAM_{key.upper()}", "value": format_parameter(value)})
+    env.extend({"name": k, "value": v} for k, v in sorted(spec.env.items()))
+
+    resources = replica.resources
+    requests: dict[str, str] = {"cpu": resources.cpu, "memory": resources.memory}
+    limits: dict[str, str] = {"memory": resources.memory}
+    if resources.gpu > 0:
+        # Extended resources cannot be overcommitted: requests must equal limits.
+        requests[GPU] = limits[GPU] = str(resources.gpu)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "env": env,
+        "resources": {"requests": requests, "limits": limits},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    if distributed:
+        container["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT, "protocol": "TCP"}]
+    return container
+
+
+def _affinity(spec: JobSpec, *, job_id: str, distributed: bool) -> dict[str, Any]:
+    expressions: list[dict[str, Any]] = []
+    placement = spec.placement
+    if placement.regions:
+        expressions.append({"key": REGION, "operator": "In", "values": list(placement.regions)})
+    if placement.node_groups:
+        expressions.append({"key": NODE_GROUP, "operator": "In", "values": list(placement.node_groups)})
+    if placement.spot == "required":
+        expressions.append({"key": CAPACITY_TYPE, "operator": "In", "values": ["spot"]})
+    elif placement.spot == "never":
+        expressions.append({"key": CAPACITY_TYPE, "operator": "NotIn", "values": ["spot"]})
+    affinity: dict[str, Any] = {}
+    if expressions:
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        }
+    if distributed:
+        # All replicas of one job in one region (the cluster spans regions).
+        affinity["podAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {JOB_ID: job_id}},
+                    "topologyKey": REGION,
+                }
+            ]
+        }
+    return affinity
+
+
+def _service(*, job_id: str, namespace: str, replica: Replica) -> dict[str, Any]:
+    name = object_name(job_id, replica)
+    labels = job_labels(job_id) | {REPLICA_TYPE: replica.type, REPLICA_INDEX: str(replica.index)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "clusterIP": "None",
+            # Peers must resolve before the pod is Ready, or TF's gRPC setup stalls.
+            "publishNotReadyAddresses": True,
+            "selector": labels,
+            "ports": [{"name": "tfjob-port", "port": TF_PORT, "targetPort": TF_PORT, "protocol": "TCP"}],
+        },
+    }

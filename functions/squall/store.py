@@ -1,0 +1,269 @@
+"""DynamoDB adapter for jobs and their events: one table, several item kinds.
+
+Keys (the CDK table construct defines the same):
+- job:    pk=JOB#<id>  sk=META             gsi1pk=STATUS#<status>  gsi1sk=<submittedAt>#<id>
+- event:  pk=JOB#<id>  sk=EVENT#<version>  (version zero-padded, so events sort in order)
+
+A job and its event are written in one transaction whose conditions make a
+duplicate create or a stale update fail as a whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any, TypeVar
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import BotoCoreError, ClientError
+
+from squall.errors import (
+    ConflictError,
+    DuplicateJobError,
+    PermanentError,
+    RetryableError,
+    SquallError,
+)
+from squall.jobs import Job, JobEvent, JobStatus
+
+T = TypeVar("T")
+
+RETRYABLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionInProgressException",
+        "LimitExceededException",
+    }
+)
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def to_item(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _serializer.serialize(v) for k, v in values.items() if v is not None}
+
+
+def from_item(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deserializer.deserialize(v) for k, v in item.items()}
+
+
+def translate(what: str, exc: ClientError | BotoCoreError) -> SquallError:
+    """Squall's error for a botocore one: throttling, 5xx and transport are retryable."""
+    if isinstance(exc, BotoCoreError):
+        return RetryableError(f"{what}: {exc}")
+    code = exc.response.get("Error", {}).get("Code", "")
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if code in RETRYABLE_CODES or status >= 500:
+        return RetryableError(f"{what}: {code}")
+    return PermanentError(f"{what}: {code}: {exc}")
+
+
+def call_dynamodb(what: str, fn: Callable[[], T]) -> T:
+    """Run one DynamoDB call, translating its errors into Squall's."""
+    try:
+        return fn()
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(what, exc) from exc
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _dt(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def job_key(job_id: str) -> dict[str, Any]:
+    return to_item({"pk": f"JOB#{job_id}", "sk": "META"})
+
+
+def job_to_item(job: Job) -> dict[str, Any]:
+    return to_item(
+        {
+            "pk": f"JOB#{job.id}",
+            "sk": "META",
+            "kind": "job",
+            "gsi1pk": f"STATUS#{job.status.value}",
+            "gsi1sk": f"{_iso(job.submitted_at)}#{job.id}",
+            "id": job.id,
+            "name": job.name,
+            "team": job.team,
+            "namespace": job.namespace,
+            "status": job.status.value,
+            "reason": job.reason,
+            "submittedAt": _iso(job.submitted_at),
+            "updatedAt": _iso(job.updated_at),
+            "startedAt": _iso(job.started_at),
+            "finishedAt": _iso(job.finished_at),
+            "version": job.version,
+            "spec": json.dumps(job.spec, separators=(",", ":")) if job.spec else None,
+            "errors": json.dumps(list(job.errors)) if job.errors else None,
+            "parentId": job.parent_id,
+            "trialIds": list(job.trial_ids) or None,
+            "messageId": job.message_id,
+            "gpus": job.gpus,
+            "replicas": job.replicas,
+            "retriesUsed": job.retries_used,
+            "maxRetries": job.max_retries,
+        }
+    )
+
+
+def job_from_item(item: dict[str, Any]) -> Job:
+    v = from_item(item)
+    return Job(
+        id=v["id"],
+        name=v["name"],
+        team=v["team"],
+        namespace=v["namespace"],
+        status=JobStatus(v["status"]),
+        reason=v["reason"],
+        submitted_at=datetime.fromisoformat(v["submittedAt"]),
+        updated_at=datetime.fromisoformat(v["updatedAt"]),
+        started_at=_dt(v.get("startedAt")),
+        finished_at=_dt(v.get("finishedAt")),
+        version=int(v["version"]),
+        spec=json.loads(v["spec"]) if v.get("spec") else {},
+        errors=tuple(json.loads(v["errors"])) if v.get("errors") else (),
+        parent_id=v.get("parentId"),
+        trial_ids=tuple(v.get("trialIds") or ()),
+        message_id=v.get("messageId"),
+        gpus=int(v.get("gpus", 0)),
+        replicas=int(v.get("replicas", 0)),
+        retries_used=int(v.get("retriesUsed", 0)),
+        max_retries=int(v.get("maxRetries", 0)),
+    )
+
+
+def event_to_item(event: JobEvent) -> dict[str, Any]:
+    return to_item(
+        {
+            "pk": f"JOB#{event.job_id}",
+            "sk": f"EVENT#{event.version:08d}",
+            "kind": "event",
+            "at": _iso(event.at),
+            "status": event.status.value,
+            "previous": event.previous.value if event.previous else None,
+            "reason": event.reason,
+            "message": event.message or None,
+        }
+    )
+
+
+def event_from_item(item: dict[str, Any]) -> JobEvent:
+    v = from_item(item)
+    return JobEvent(
+        job_id=v["pk"].removeprefix("JOB#"),
+        version=int(v["sk"].removeprefix("EVENT#")),
+        at=datetime.fromisoformat(v["at"]),
+        status=JobStatus(v["status"]),
+        previous=JobStatus(v["previous"]) if v.get("previous") else None,
+        reason=v["reason"],
+        message=v.get("message", ""),
+    )
+
+
+def _conditional_failure(exc: ClientError) -> bool:
+    error = exc.response.get("Error", {})
+    if error.get("Code") == "ConditionalCheckFailedException":
+        return True
+    reasons = exc.response.get("CancellationReasons") or []
+    return error.get("Code") == "TransactionCanceledException" and any(
+        r.get("Code") == "ConditionalCheckFailed" for r in reasons
+    )
+
+
+class DynamoJobStore:
+    """JobStore on one DynamoDB table (see the module docstring for the keys)."""
+
+    def __init__(self, client: Any, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+    def create(self, job: Job, event: JobEvent) -> None:
+        self._write(job, event, condition="attribute_not_exists(pk)", values=None, what="create")
+
+    def save(self, job: Job, event: JobEvent) -> None:
+        self._write(
+            job,
+            event,
+            condition="version = :expected",
+            values={":expected": {"N": str(job.version - 1)}},
+            what="save",
+        )
+
+    def _write(
+        self, job: Job, event: JobEvent, *, condition: str, values: dict[str, Any] | None, what: str
+    ) -> None:
+        put_job: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": job_to_item(job),
+            "ConditionExpression": condition,
+        }
+        if values:
+            put_job["ExpressionAttributeValues"] = values
+        put_event = {
+            "TableName": self._table,
+            "Item": event_to_item(event),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+        try:
+            self._client.transact_write_items(TransactItems=[{"Put": put_job}, {"Put": put_event}])
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                if what == "create":
+                    raise DuplicateJobError(job.id) from exc
+                raise ConflictError(f"job {job.id} changed since version {job.version - 1}") from exc
+            raise translate(f"{what} job {job.id}", exc) from exc
+        except BotoCoreError as exc:
+            raise translate(f"{what} job {job.id}", exc) from exc
+
+    def get(self, job_id: str) -> Job | None:
+        response = call_dynamodb(
+            f"get job {job_id}",
+            lambda: self._client.get_item(TableName=self._table, Key=job_key(job_id), ConsistentRead=True),
+        )
+        item = response.get("Item")
+        return job_from_item(item) if item else None
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        items = self._query(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues=to_item({":pk": f"JOB#{job_id}", ":prefix": "EVENT#"}),
+            ConsistentRead=True,
+        )
+        return [event_from_item(i) for i in items]
+
+    def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
+        items = self._query(
+            IndexName="status-index",
+            KeyConditionExpression="gsi1pk = :status",
+            ExpressionAttributeValues=to_item({":status": f"STATUS#{status.value}"}),
+            limit=limit,
+        )
+        return [job_from_item(i) for i in items]
+
+    def _query(self, *, limit: int | None = None, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        seen = 0
+        start: dict[str, Any] | None = None
+        while True:
+            page_args = dict(kwargs, TableName=self._table)
+            if start:
+                page_args["ExclusiveStartKey"] = start
+            page = call_dynamodb("query", lambda: self._client.query(**page_args))
+            for item in page.get("Items", []):
+                yield item
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+

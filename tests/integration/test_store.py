@@ -1,0 +1,100 @@
+"""DynamoJobStore against moto: conditional writes keep jobs single and events whole."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from squall.errors import ConflictError, DuplicateJobError, PermanentError, RetryableError
+from squall.jobs import JobStatus, Reason, new_job, note, transition
+from squall.local.aws import create_table
+from squall.store import DynamoJobStore
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(aws_credentials: None) -> Iterator[DynamoJobStore]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-west-2")
+        create_table(client, "jobs")
+        yield DynamoJobStore(client, "jobs")
+
+
+def queued(job_id: str = "j-1", at: datetime = T0, **fields: Any):
+    return new_job(job_id=job_id, name="j", team="research", namespace="team-research", at=at, **fields)
+
+
+def test_create_then_read_back_everything(store: DynamoJobStore) -> None:
+    job, event = queued(spec={"name": "j", "resources": {"gpu": 1}}, gpus=1, replicas=1, max_retries=2, message_id="m-1")
+    store.create(job, event)
+    assert store.get("j-1") == job
+    assert store.events("j-1") == [event]
+
+
+def test_a_second_create_with_the_same_id_fails_and_changes_nothing(store: DynamoJobStore) -> None:
+    job, event = queued(message_id="m-1")
+    store.create(job, event)
+    other, other_event = queued(message_id="m-2", at=T0 + timedelta(minutes=1))
+    with pytest.raises(DuplicateJobError):
+        store.create(other, other_event)
+    assert store.get("j-1") == job and len(store.events("j-1")) == 1
+
+
+def test_a_stale_update_loses_and_keeps_the_winner_and_its_event(store: DynamoJobStore) -> None:
+    job, event = queued()
+    store.create(job, event)
+    winner = transition(job, to=JobStatus.RUNNING, reason=Reason.STARTED, at=T0 + timedelta(minutes=1))
+    loser = transition(job, to=JobStatus.CANCELLED, reason=Reason.CANCEL_REQUESTED, at=T0 + timedelta(minutes=1))
+    store.save(*winner)
+    with pytest.raises(ConflictError):
+        store.save(*loser)
+    assert store.get("j-1").status is JobStatus.RUNNING
+    assert [e.reason for e in store.events("j-1")] == [Reason.SUBMITTED, Reason.STARTED]
+
+
+def test_events_come_back_in_order_across_many_notes(store: DynamoJobStore) -> None:
+    job, event = queued()
+    store.create(job, event)
+    for i in range(12):
+        job, event = note(job, reason=f"ScalingUp:g{i}", at=T0 + timedelta(seconds=i))
+        store.save(job, event)
+    assert [e.version for e in store.events("j-1")] == list(range(1, 14))
+
+
+def test_status_index_lists_oldest_first(store: DynamoJobStore) -> None:
+    for i in (3, 1, 2):
+        store.create(*queued(f"j-{i}", at=T0 + timedelta(minutes=i)))
+    running, event = transition(store.get("j-2"), to=JobStatus.RUNNING, reason="Started", at=T0)
+    store.save(running, event)
+    assert [j.id for j in store.list_by_status(JobStatus.QUEUED)] == ["j-1", "j-3"]
+    assert [j.id for j in store.list_by_status(JobStatus.RUNNING)] == ["j-2"]
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [
+        ("ProvisionedThroughputExceededException", 400, RetryableError),
+        ("ThrottlingException", 400, RetryableError),
+        ("InternalServerError", 500, RetryableError),
+        ("ValidationException", 400, PermanentError),
+        ("ResourceNotFoundException", 400, PermanentError),
+    ],
+)
+def test_dynamodb_errors_become_squall_errors(code: str, status: int, expected: type[Exception], aws_credentials: None) -> None:
+    client = boto3.client("dynamodb", region_name="us-west-2")
+    store = DynamoJobStore(client, "jobs")
+    with Stubber(client) as stub:
+        stub.add_client_error("get_item", service_error_code=code, http_status_code=status)
+        stub.add_client_error("transact_write_items", service_error_code=code, http_status_code=status)
+        with pytest.raises(expected) as caught:
+            store.get("j-1")
+        assert caught.value.__cause__ is not None
+        with pytest.raises(expected):
+            store.create(*queued())
