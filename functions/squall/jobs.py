@@ -67,6 +67,7 @@ class Reason(StrEnum):
     CLUSTER_REFUSED = "ClusterRefused"
     CANCEL_REQUESTED = "CancelRequested"
     TRIALS_FINISHED = "TrialsFinished"
+    GANG_RELEASED = "GangReleased"
 
 
 def is_terminal(status: JobStatus) -> bool:

@@ -81,6 +81,9 @@ def observe(
     for k8s_job in k8s_jobs:
         failed = _conditions(k8s_job).get("Failed")
         if failed:
+            # The pod that failed the Job was not re-run: it is no retry.
+            if int(k8s_job.get("status", {}).get("failed") or 0) > 0:
+                retries_used -= 1
             reason = str(failed.get("reason") or Reason.BACKOFF_LIMIT_EXCEEDED)
             if reason == "PodFailurePolicy":
                 reason = Reason.APPLICATION_ERROR

@@ -129,12 +129,14 @@ def _job(
             "activeDeadlineSeconds": int(spec.runtime_limit.total_seconds()),
             "ttlSecondsAfterFinished": int(ttl_after_finished.total_seconds()),
             "podFailurePolicy": {
+                # The first matching rule wins: a pod evicted by a drain exits non-zero
+                # (143 after SIGTERM), so the disruption rule must come first.
                 "rules": [
+                    {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                     {
                         "action": "FailJob",
                         "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": [0]},
                     },
-                    {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 ]
             },
             "template": {"metadata": {"labels": metadata["labels"]}, "spec": pod_spec},
@@ -207,13 +209,19 @@ def _affinity(spec: JobSpec, *, job_id: str, distributed: bool) -> dict[str, Any
             }
         }
     if distributed:
-        # All replicas of one job in one region (the cluster spans regions).
+        # All replicas of one job in one region (the cluster spans regions). The
+        # region follows the GPU replicas: CPU-only replicas (parameter servers)
+        # may only join a region where a GPU replica is bound already, so they
+        # cannot take free CPU room in a region that has no GPUs left and pin the
+        # whole gang there. The first GPU replica matches its own term and so may
+        # go anywhere, as kube-scheduler allows for the first pod of a group.
+        selector: dict[str, Any] = {"matchLabels": {JOB_ID: job_id}}
+        leaders = sorted({r.type for r in spec.replica_list() if r.resources.gpu > 0})
+        if leaders and len(leaders) < len({r.type for r in spec.replica_list()}):
+            selector["matchExpressions"] = [{"key": REPLICA_TYPE, "operator": "In", "values": leaders}]
         affinity["podAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "labelSelector": {"matchLabels": {JOB_ID: job_id}},
-                    "topologyKey": REGION,
-                }
+                {"labelSelector": selector, "topologyKey": REGION}
             ]
         }
     return affinity

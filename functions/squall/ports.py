@@ -10,10 +10,11 @@ plain dicts in the API's JSON shape (camelCase keys), exactly what
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from squall.jobs import Job, JobEvent, JobStatus
+from squall.planner import GroupHealth
 
 KubeObject = dict[str, Any]
 
@@ -108,3 +109,19 @@ class JobStore(Protocol):
     def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
         """Jobs in one state, oldest submission first."""
         ...
+
+
+class ScaleState(Protocol):
+    """The autoscaler's lease, group health and decision log (DynamoDB in AWS)."""
+
+    def acquire_lease(self, *, name: str, holder: str, now: datetime, duration: timedelta) -> bool: ...
+
+    def release_lease(self, *, name: str, holder: str) -> None: ...
+
+    def load_health(self) -> dict[str, GroupHealth]: ...
+
+    def save_health(self, group: str, health: GroupHealth) -> None: ...
+
+    def record_decision(
+        self, *, at: datetime, trigger: str, dry_run: bool, plan: dict[str, Any], acted: dict[str, Any]
+    ) -> str: ...

@@ -10,6 +10,7 @@ duplicate create or a stale update fail as a whole.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -250,6 +251,25 @@ class DynamoJobStore:
         )
         return [job_from_item(i) for i in items]
 
+    def list_all(self, *, limit: int = 100_000) -> list[Job]:
+        """Every job, in no particular order: one scan, for tools and small tables."""
+        jobs: list[Job] = []
+        start: dict[str, Any] | None = None
+        while len(jobs) < limit:
+            args: dict[str, Any] = {
+                "TableName": self._table,
+                "FilterExpression": "kind = :kind",
+                "ExpressionAttributeValues": to_item({":kind": "job"}),
+            }
+            if start:
+                args["ExclusiveStartKey"] = start
+            page = call_dynamodb("scan jobs", functools.partial(self._client.scan, **args))
+            jobs.extend(job_from_item(item) for item in page.get("Items", []))
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                break
+        return jobs[:limit]
+
     def _query(self, *, limit: int | None = None, **kwargs: Any) -> Iterator[dict[str, Any]]:
         seen = 0
         start: dict[str, Any] | None = None
@@ -257,7 +277,7 @@ class DynamoJobStore:
             page_args = dict(kwargs, TableName=self._table)
             if start:
                 page_args["ExclusiveStartKey"] = start
-            page = call_dynamodb("query", lambda: self._client.query(**page_args))
+            page = call_dynamodb("query", functools.partial(self._client.query, **page_args))
             for item in page.get("Items", []):
                 yield item
                 seen += 1

@@ -79,6 +79,24 @@ def test_gpu_requests_tolerations_and_limits_from_the_spec() -> None:
     assert chief["spec"]["ttlSecondsAfterFinished"] == 3600
 
 
+def test_disruptions_count_as_retries_before_exit_codes_fail_the_job() -> None:
+    # Kubernetes applies the first matching rule; an evicted trainer exits 143.
+    rules = render(parse(), job_id="m", namespace="n")[0]["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[1]["action"] == "FailJob"
+
+
+def test_cpu_only_replicas_follow_the_gpu_replicas_region() -> None:
+    objects = {o["metadata"]["name"]: o for o in render(parse(**DISTRIBUTED), job_id="mnist", namespace="n") if o["kind"] == "Job"}
+    for name in ("mnist-ps-0", "mnist-chief-0", "mnist-worker-1"):
+        term = objects[name]["spec"]["template"]["spec"]["affinity"]["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ][0]
+        assert term["labelSelector"]["matchExpressions"] == [
+            {"key": "squall.io/replica-type", "operator": "In", "values": ["chief", "worker"]}
+        ]
+
+
 def test_single_pod_job_has_no_tf_config_and_no_service() -> None:
     objects = render(parse(), job_id="solo-1", namespace="team-a")
     assert [o["kind"] for o in objects] == ["Job"]

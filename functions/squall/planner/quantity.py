@@ -52,9 +52,7 @@ def parse_quantity(value: str | int | float) -> Decimal:
             raise ValueError(f"invalid quantity {value!r}: not a finite number")
         return _within_range(Decimal(repr(value)), value)
     if not isinstance(value, str):
-        raise ValueError(
-            f"invalid quantity {value!r} ({type(value).__name__}): expected {_EXAMPLES}"
-        )
+        raise ValueError(f"invalid quantity {value!r} ({type(value).__name__}): expected {_EXAMPLES}")
     text = value.strip()
     if not text:
         raise ValueError(f"invalid quantity {value!r}: empty, expected {_EXAMPLES}")

@@ -1,0 +1,305 @@
+"""The `squall` command.
+
+Offline: `validate`, `render`, `plan`, `demo`. Against AWS (whatever endpoint the
+environment points boto3 at — the local one in the demo): `submit`, `status`,
+`list`, `describe`, `cancel`. Exit codes: 0 ok, 1 not found or failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from squall.jobs import JobStatus
+from squall.spec import JobSpec, SpecError, derive_job_id, expand_sweep, parse_spec
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---- configuration: environment, then ./cdk.json context, then local defaults ----
+
+
+def _context() -> dict[str, Any]:
+    path = Path("cdk.json")
+    if not path.exists():
+        return {}
+    try:
+        return dict(json.loads(path.read_text()).get("context", {}))
+    except (json.JSONDecodeError, AttributeError):
+        return {}
+
+
+def configured_teams() -> dict[str, str]:
+    if "SQUALL_TEAMS" in os.environ:
+        return dict(json.loads(os.environ["SQUALL_TEAMS"]))
+    teams = _context().get("teams")
+    if isinstance(teams, dict) and teams:
+        return {str(k): str(v) for k, v in teams.items()}
+    from squall.local.runtime import DEFAULT_TEAMS
+
+    return dict(DEFAULT_TEAMS)
+
+
+def configured_registries() -> list[str]:
+    if "SQUALL_ALLOWED_REGISTRIES" in os.environ:
+        return list(json.loads(os.environ["SQUALL_ALLOWED_REGISTRIES"]))
+    registries = _context().get("allowedRegistries")
+    if isinstance(registries, list) and registries:
+        return [str(r) for r in registries]
+    from squall.local.runtime import DEFAULT_REGISTRIES
+
+    return list(DEFAULT_REGISTRIES)
+
+
+def load_document(path: str) -> Any:
+    """A YAML or JSON file (`-` for standard input)."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CliError(f"{path}: not valid YAML or JSON: {exc}") from exc
+
+
+def load_spec(path: str) -> tuple[JobSpec, Any]:
+    data = load_document(path)
+    try:
+        return parse_spec(data, teams=configured_teams(), registries=configured_registries()), data
+    except SpecError as exc:
+        lines = [f"{path}: invalid job spec ({len(exc.issues)} errors)"]
+        lines += [f"  {issue.field}: {issue.message}" for issue in exc.issues]
+        raise CliError("\n".join(lines)) from exc
+
+
+# ---- offline commands ----
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    spec, _ = load_spec(args.file)
+    print(f"{args.file}: valid ({len(spec.replica_list())} replicas, {spec.total_gpus()} GPUs)")
+    return EXIT_OK
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from squall import manifests
+
+    spec, _ = load_spec(args.file)
+    job_id = args.id or spec.id or derive_job_id(spec, message_id="render")
+    namespace = configured_teams()[spec.team]
+    trials = expand_sweep(spec, job_id=job_id) or [(job_id, spec)]
+    objects = [m for tid, s in trials for m in manifests.render(s, job_id=tid, namespace=namespace)]
+    if args.json:
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
+    else:
+        print(yaml.safe_dump_all(objects, sort_keys=False), end="")
+    return EXIT_OK
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from squall.planner.offline import plan_offline
+
+    now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
+    if now.tzinfo is None:
+        raise CliError("--now needs a timezone, e.g. 2026-01-05T09:00:00Z")
+    try:
+        result = plan_offline(
+            nodes_doc=load_document(args.nodes),
+            pods_doc=load_document(args.pods),
+            groups_doc=load_document(args.groups),
+            now=now,
+        )
+    except ValueError as exc:
+        raise CliError(f"plan: {exc}") from exc
+    print(json.dumps(result, indent=None if args.json else 2))
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from squall.local.demo import run_demo
+
+    result = run_demo(as_json=args.json)
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+# ---- commands against the deployment ----
+
+
+def _store() -> Any:
+    import boto3
+
+    from squall.store import DynamoJobStore
+
+    table = os.environ.get("SQUALL_TABLE_NAME")
+    if not table:
+        raise CliError("SQUALL_TABLE_NAME is not set: point it at the deployment's jobs table")
+    return DynamoJobStore(boto3.client("dynamodb"), table)
+
+
+def _send(body: dict[str, Any]) -> str:
+    import boto3
+
+    queue = os.environ.get("SQUALL_JOBS_QUEUE_URL")
+    if not queue:
+        raise CliError("SQUALL_JOBS_QUEUE_URL is not set: point it at the deployment's jobs queue")
+    response = boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+    return str(response["MessageId"])
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    spec, data = load_spec(args.file)
+    message_id = _send(data)
+    job_id = spec.id or derive_job_id(spec, message_id=message_id)
+    print(json.dumps({"jobId": job_id, "messageId": message_id}) if args.json else f"submitted {job_id}")
+    return EXIT_OK
+
+
+def _job_dict(job: Any) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "name": job.name,
+        "team": job.team,
+        "status": job.status.value,
+        "reason": job.reason,
+        "submittedAt": job.submitted_at.isoformat(),
+        "startedAt": job.started_at.isoformat() if job.started_at else None,
+        "finishedAt": job.finished_at.isoformat() if job.finished_at else None,
+        "gpus": job.gpus,
+        "retries": f"{job.retries_used}/{job.max_retries}",
+        "parentId": job.parent_id,
+        "trials": list(job.trial_ids),
+        "errors": list(job.errors),
+    }
+
+
+def _get(job_id: str) -> Any:
+    job = _store().get(job_id)
+    if job is None:
+        raise CliError(f"no job {job_id}", code=EXIT_FAILED)
+    return job
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    job = _get(args.id)
+    print(json.dumps(_job_dict(job)) if args.json else f"{job.id} {job.status.value} {job.reason}")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    store = _store()
+    statuses = [JobStatus(args.status)] if args.status else list(JobStatus)
+    jobs = [j for s in statuses for j in store.list_by_status(s, limit=args.limit)]
+    if args.json:
+        print(json.dumps([_job_dict(j) for j in jobs]))
+    else:
+        for job in jobs:
+            print(f"{job.id:<50} {job.status.value:<10} {job.reason}")
+    return EXIT_OK
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    job = _get(args.id)
+    events = _store().events(args.id)
+    if args.json:
+        body = _job_dict(job) | {
+            "events": [
+                {"at": e.at.isoformat(), "status": e.status.value, "reason": e.reason, "message": e.message}
+                for e in events
+            ]
+        }
+        print(json.dumps(body))
+        return EXIT_OK
+    print(f"{job.id}  {job.status.value}  ({job.reason})")
+    print(f"  team {job.team}, namespace {job.namespace or '-'}, {job.gpus} GPUs, retries {job.retries_used}/{job.max_retries}")
+    for error in job.errors:
+        print(f"  error {error['field']}: {error['message']}")
+    for event in events:
+        message = f"  {event.message}" if event.message else ""
+        print(f"  {event.at.isoformat()}  {event.status.value:<10} {event.reason}{message}")
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    _get(args.id)
+    _send({"action": "cancel", "id": args.id, "reason": args.reason})
+    print(f"cancel requested for {args.id}")
+    return EXIT_OK
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="squall", description="Bursty GPU training on Kubernetes in AWS")
+    sub = root.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check a job spec (YAML or JSON)")
+    p.add_argument("file")
+    p.set_defaults(run=cmd_validate)
+
+    p = sub.add_parser("render", help="print the Kubernetes manifests for a job spec")
+    p.add_argument("file")
+    p.add_argument("--id", help="job id to render with (default: the spec's id)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_render)
+
+    p = sub.add_parser("plan", help="run the capacity planner offline on kubectl output")
+    p.add_argument("--nodes", required=True, help="kubectl get nodes -o json")
+    p.add_argument("--pods", required=True, help="kubectl get pods -A -o json")
+    p.add_argument("--groups", required=True, help="node groups with their live state (YAML)")
+    p.add_argument("--now", help="ISO 8601 time to plan at (default: now)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_plan)
+
+    p = sub.add_parser("demo", help="run Squall locally on its embedded default")
+    p.add_argument("--json", action="store_true", help="end with one JSON summary line")
+    p.set_defaults(run=cmd_demo)
+
+    p = sub.add_parser("submit", help="send a job spec to the jobs queue")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_submit)
+
+    for name, func, text in (("status", cmd_status, "a job's state"), ("describe", cmd_describe, "a job's history")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("id")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(run=func)
+
+    p = sub.add_parser("list", help="list jobs")
+    p.add_argument("--status", choices=[s.value for s in JobStatus])
+    p.add_argument("--limit", type=int, default=1000)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_list)
+
+    p = sub.add_parser("cancel", help="cancel a job")
+    p.add_argument("id")
+    p.add_argument("--reason", default="cancelled with squall cancel")
+    p.set_defaults(run=cmd_cancel)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except CliError as exc:
+        print(f"squall: {exc}", file=sys.stderr)
+        return exc.code
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""KubernetesCluster: the `Cluster` port on the official ``kubernetes`` client.
+
+Responses are read raw (``_preload_content=False``) and decoded with ``json``:
+the dicts are exactly what the API server sent, camelCase and lossless. The
+client's model round trip (deserialize, then ``sanitize_for_serialization``)
+would drop fields newer than the client, and deserializing thousands of pods
+into models is the slowest part of a list on a large cluster.
+
+Every call carries a (connect, read) timeout, so a hung API server costs a
+Lambda seconds, not its whole time budget; every third-party exception leaves
+as a `squall.errors` type, chained, with a message naming what was being done.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+import pydantic
+import urllib3
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, V1Eviction, V1Job, V1ObjectMeta, V1Service
+from kubernetes.client.exceptions import ApiException, OpenApiException
+
+from squall.errors import NotFoundError, PermanentError, RetryableError, SquallError
+from squall.manifests import JOB_ID, MANAGED_BY, job_selector
+from squall.ports import Cluster, KubeObject
+
+DEFAULT_REQUEST_TIMEOUT: Final = (3.0, 15.0)  # seconds: (connect, read)
+DEFAULT_PAGE_SIZE: Final = 500
+STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+
+# Transient answers: throttled (429), server trouble (5xx), the server's own timeout
+# (408, 504), an expired continue token or resourceVersion (410: a fresh list works).
+_RETRYABLE_STATUSES: Final = frozenset({408, 410, 429})
+_MESSAGE_LIMIT: Final = 300
+
+_Response = tuple[int, Any]
+
+
+class KubernetesCluster:
+    """The `squall.ports.Cluster` port over a ``kubernetes.client.ApiClient``.
+
+    The composition root builds the ApiClient (host, TLS, bearer token) and owns
+    it; this adapter only issues requests through it.
+    """
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        /,
+        *,
+        request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self._batch = BatchV1Api(api_client)
+        self._core = CoreV1Api(api_client)
+        self._timeout = request_timeout
+        self._page_size = page_size
+
+    # ==== writes =====================================================================
+
+    def create(self, manifest: KubeObject) -> bool:
+        kind = manifest.get("kind")
+        metadata = manifest.get("metadata") or {}
+        namespace, name = metadata.get("namespace"), metadata.get("name")
+        doing = f"create {kind} {namespace}/{name}"
+        if not namespace or not name:
+            raise PermanentError(f"{doing}: metadata.name and metadata.namespace are required")
+        with _translated(doing):
+            if (manifest.get("apiVersion"), kind) == ("batch/v1", "Job"):
+                create: Callable[..., Any] = self._batch.create_namespaced_job
+                body: Any = V1Job.model_validate(manifest)
+            elif (manifest.get("apiVersion"), kind) == ("v1", "Service"):
+                create = self._core.create_namespaced_service
+                body = V1Service.model_validate(manifest)
+            else:
+                raise PermanentError(f"{doing}: only batch/v1 Jobs and v1 Services are created")
+        status, _ = self._call(
+            doing, create, tolerate={409}, namespace=namespace, body=body, _headers=_json_body()
+        )
+        return status != 409
+
+    def delete_job_objects(self, *, namespace: str, job_id: str) -> int:
+        selector = job_selector(job_id)
+        jobs = self._list(
+            f"list Jobs of job {job_id} in {namespace}",
+            self._batch.list_namespaced_job,
+            namespace=namespace,
+            label_selector=selector,
+        )
+        services = self._list(
+            f"list Services of job {job_id} in {namespace}",
+            self._core.list_namespaced_service,
+            namespace=namespace,
+            label_selector=selector,
+        )
+        deleted = 0
+        for job in jobs:
+            name = job["metadata"]["name"]
+            status, _ = self._call(
+                f"delete Job {namespace}/{name}",
+                self._batch.delete_namespaced_job,
+                tolerate={404},
+                name=name,
+                namespace=namespace,
+                propagation_policy="Background",  # the Job's pods go too
+            )
+            deleted += status != 404
+        for service in services:
+            name = service["metadata"]["name"]
+            status, _ = self._call(
+                f"delete Service {namespace}/{name}",
+                self._core.delete_namespaced_service,
+                tolerate={404},
+                name=name,
+                namespace=namespace,
+            )
+            deleted += status != 404
+        return deleted
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        _, node = self._call(
+            f"patch Node {name}",
+            self._core.patch_node,
+            name=name,
+            body=dict(patch),
+            _content_type=STRATEGIC_MERGE_PATCH,
+        )
+        return _with_type(node, api_version="v1", kind="Node")
+
+    def evict(self, *, namespace: str, name: str) -> bool:
+        eviction = V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=V1ObjectMeta(name=name, namespace=namespace),
+        )
+        status, _ = self._call(
+            f"evict Pod {namespace}/{name}",
+            self._core.create_namespaced_pod_eviction,
+            tolerate={404, 429},
+            name=name,
+            namespace=namespace,
+            body=eviction,
+            _headers=_json_body(),
+        )
+        # 404: the pod is gone already; 429: a PodDisruptionBudget says not now.
+        return status != 429
+
+    # ==== reads ======================================================================
+
+    def list_jobs(self, *, namespace: str | None = None, job_id: str | None = None) -> list[KubeObject]:
+        selector = job_selector(job_id) if job_id is not None else f"{MANAGED_BY}=squall"
+        doing = f"list Jobs{_scope(namespace=namespace, job_id=job_id)}"
+        if namespace is None:
+            jobs = self._list(doing, self._batch.list_job_for_all_namespaces, label_selector=selector)
+        else:
+            jobs = self._list(
+                doing, self._batch.list_namespaced_job, namespace=namespace, label_selector=selector
+            )
+        return [_with_type(job, api_version="batch/v1", kind="Job") for job in jobs]
+
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        job_id: str | None = None,
+        node_name: str | None = None,
+    ) -> list[KubeObject]:
+        selectors: dict[str, str] = {}
+        if job_id is not None:
+            selectors["label_selector"] = f"{JOB_ID}={job_id}"
+        if node_name is not None:
+            selectors["field_selector"] = f"spec.nodeName={node_name}"
+        doing = f"list Pods{_scope(namespace=namespace, job_id=job_id, node_name=node_name)}"
+        if namespace is None:
+            pods = self._list(doing, self._core.list_pod_for_all_namespaces, **selectors)
+        else:
+            pods = self._list(doing, self._core.list_namespaced_pod, namespace=namespace, **selectors)
+        return [_with_type(pod, api_version="v1", kind="Pod") for pod in pods]
+
+    def list_nodes(self) -> list[KubeObject]:
+        nodes = self._list("list Nodes", self._core.list_node)
+        return [_with_type(node, api_version="v1", kind="Node") for node in nodes]
+
+    def get_node(self, name: str) -> KubeObject | None:
+        status, node = self._call(f"get Node {name}", self._core.read_node, tolerate={404}, name=name)
+        return None if status == 404 else _with_type(node, api_version="v1", kind="Node")
+
+    # ==== plumbing ===================================================================
+
+    def _list(self, doing: str, method: Callable[..., Any], /, **kwargs: Any) -> list[KubeObject]:
+        """Every item of a list, page by page (``limit`` + ``continue``)."""
+        items: list[KubeObject] = []
+        token: str | None = None
+        while True:
+            _, page = self._call(doing, method, limit=self._page_size, _continue=token, **kwargs)
+            if not isinstance(page, dict):
+                raise RetryableError(f"{doing}: the API server answered with no list")
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items
+
+    def _call(
+        self,
+        doing: str,
+        method: Callable[..., Any],
+        /,
+        *,
+        tolerate: Collection[int] = (),
+        **kwargs: Any,
+    ) -> _Response:
+        """One API request: (HTTP status, decoded JSON body).
+
+        A status in `tolerate` comes back as (status, None) instead of an error.
+        """
+        with _translated(doing):
+            try:
+                response = method(**kwargs, _preload_content=False, _request_timeout=self._timeout)
+            except ApiException as exc:
+                if exc.status in tolerate:
+                    return exc.status, None
+                raise
+            try:
+                data = response.data
+            finally:
+                response.release_conn()
+            return response.status, json.loads(data) if data else None
+
+
+@contextmanager
+def _translated(doing: str) -> Iterator[None]:
+    """Turn every client, transport and decoding failure into a Squall error."""
+    try:
+        yield
+    except SquallError:
+        raise
+    except ApiException as exc:
+        raise _status_error(doing, exc) from exc
+    except (OpenApiException, pydantic.ValidationError) as exc:
+        # The request could not even be built: a manifest the API's schema rejects.
+        raise PermanentError(f"{doing}: invalid request: {_shorten(str(exc))}") from exc
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
+        # Refused, reset, timed out, TLS trouble: the API server may answer next time.
+        cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason else exc
+        raise RetryableError(f"{doing}: {type(cause).__name__}: {_shorten(str(cause))}") from exc
+    except ValueError as exc:  # a body that is not JSON: a proxy's error page, a cut stream
+        raise RetryableError(f"{doing}: unreadable response: {_shorten(str(exc))}") from exc
+
+
+def _json_body() -> dict[str, str]:
+    # The generated client sends POST bodies without a Content-Type. A fresh dict
+    # each time: the client adds its own headers (the bearer token too) to it.
+    return {"Content-Type": "application/json"}
+
+
+def _status_error(doing: str, exc: ApiException) -> SquallError:
+    status = exc.status or 0
+    message = f"{doing}: {status} {exc.reason or ''}".rstrip()
+    detail = _status_message(exc.body)
+    if detail:
+        message = f"{message}: {detail}"
+    if status == 0:
+        # The client raises status 0 for TLS failures (transport) and for requests
+        # it cannot encode (ours to fix).
+        if "SSLError" in str(exc.reason):
+            return RetryableError(message)
+        return PermanentError(message)
+    if status == 404:
+        return NotFoundError(message)
+    if status in _RETRYABLE_STATUSES or status >= 500:
+        return RetryableError(message)
+    return PermanentError(message)
+
+
+def _status_message(body: object) -> str:
+    """The ``message`` of a Kubernetes Status body, else the body's start."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    if not isinstance(body, str) or not body.strip():
+        return ""
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return _shorten(body)
+    if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
+        return _shorten(decoded["message"])
+    return _shorten(body)
+
+
+def _shorten(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
+
+
+def _scope(*, namespace: str | None, job_id: str | None = None, node_name: str | None = None) -> str:
+    parts = [
+        f"in {namespace}" if namespace is not None else "in all namespaces",
+        f"of job {job_id}" if job_id is not None else "",
+        f"on node {node_name}" if node_name is not None else "",
+    ]
+    return "".join(f" {part}" for part in parts if part)
+
+
+def _with_type(obj: Any, *, api_version: str, kind: str) -> KubeObject:
+    """Items of a list come without apiVersion/kind; kubectl -o json prints them, so do we."""
+    if not isinstance(obj, dict):
+        raise RetryableError(f"expected a {kind} object from the API server, got {type(obj).__name__}")
+    obj.setdefault("apiVersion", api_version)
+    obj.setdefault("kind", kind)
+    return obj
+
+
+if TYPE_CHECKING:
+
+    def _held_to_the_port(cluster: KubernetesCluster) -> Cluster:
+        return cluster  # mypy fails here when the adapter drifts from the Cluster protocol

@@ -1,0 +1,38 @@
+"""EventBridge adapter: scale-check requests as custom events on the Squall bus."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from squall.errors import RetryableError
+from squall.store import translate
+
+SOURCE = "squall.jobs"
+SCALE_CHECK_REQUESTED = "Scale Check Requested"
+MAX_JOB_IDS = 50  # keep the event far below EventBridge's 256 KB entry limit
+
+
+class EventBridgeScaleRequests:
+    def __init__(self, client: Any, *, bus_name: str) -> None:
+        self._client = client
+        self._bus = bus_name
+
+    def request_scale_check(self, *, reason: str, job_ids: Sequence[str] = ()) -> None:
+        detail = {"reason": reason, "jobIds": list(job_ids)[:MAX_JOB_IDS], "jobCount": len(job_ids)}
+        entry = {
+            "Source": SOURCE,
+            "DetailType": SCALE_CHECK_REQUESTED,
+            "Detail": json.dumps(detail),
+            "EventBusName": self._bus,
+        }
+        try:
+            response = self._client.put_events(Entries=[entry])
+        except (ClientError, BotoCoreError) as exc:
+            raise translate("request scale check", exc) from exc
+        if response.get("FailedEntryCount"):
+            code = response["Entries"][0].get("ErrorCode", "unknown")
+            raise RetryableError(f"request scale check: {code}")

@@ -1,0 +1,498 @@
+"""The Fleet port, and the AutoScalingFleet adapter over EC2 Auto Scaling (boto3).
+
+The port is what the scale and lifecycle services need from the node groups of
+every configured region: observe them (groups, instances, recent scaling
+activities) and act on them (desired capacity, terminate one instance with
+decrement, scale-in protection, lifecycle hook completion and heartbeats).
+Observations are plain frozen dataclasses, so the planner can take them without
+knowing that AWS exists.
+
+The adapter does I/O and nothing else. Every botocore exception is translated
+into a Squall error (chained with ``raise ... from exc``): throttling, contention
+and transport failures are retryable, everything else is permanent, with two
+refinements callers rely on: ``NotFoundError`` for an instance or group Auto
+Scaling does not know (any more), and ``LifecycleActionGone`` when a lifecycle
+action has already been completed or has timed out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
+
+from squall.errors import NotFoundError, PermanentError, RetryableError
+
+__all__ = [
+    "TERMINAL_ACTIVITY_STATUSES",
+    "AutoScalingFleet",
+    "Fleet",
+    "FleetGroup",
+    "FleetInstance",
+    "GroupRef",
+    "LifecycleActionGone",
+    "LifecycleResult",
+    "ScalingActivity",
+]
+
+LifecycleResult = Literal["CONTINUE", "ABANDON"]
+
+# Auto Scaling reports many in-progress codes (PreInService, MidLifecycleAction,
+# WaitingForSpotInstanceId, ...); only these three mean the activity is over.
+TERMINAL_ACTIVITY_STATUSES = frozenset({"Successful", "Failed", "Cancelled"})
+
+
+class LifecycleActionGone(PermanentError):
+    """The lifecycle action is no longer pending: already completed, or timed out.
+
+    Auto Scaling answers ``ValidationError: No active Lifecycle Action found ...``
+    for both; callers treat it as "already completed" (at-least-once delivery
+    makes a second completion normal).
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """An Auto Scaling group, by name, in one region."""
+
+    name: str
+    region: str
+
+
+@dataclass(frozen=True, slots=True)
+class FleetInstance:
+    """One instance of a group, as Auto Scaling sees it.
+
+    ``lifecycle_state`` is Auto Scaling's own word (``Pending:Wait``, ``InService``,
+    ``Terminating:Wait``, ``Warmed:Running``, ...), kept as a string on purpose:
+    AWS adds states, and an unknown one must never break an observation.
+    ``launch_time`` is None unless the adapter was given EC2 clients.
+    """
+
+    instance_id: str
+    group: str
+    region: str
+    lifecycle_state: str
+    health_status: str
+    launch_time: datetime | None
+    protected_from_scale_in: bool
+    availability_zone: str
+
+    @property
+    def ref(self) -> GroupRef:
+        return GroupRef(name=self.group, region=self.region)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGroup:
+    """One Auto Scaling group: its sizes, its instances and its tags."""
+
+    name: str
+    region: str
+    desired: int
+    min_size: int
+    max_size: int
+    instances: tuple[FleetInstance, ...] = ()
+    tags: dict[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def ref(self) -> GroupRef:
+        return GroupRef(name=self.name, region=self.region)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingActivity:
+    """One scaling activity of a group (a launch or a termination attempt).
+
+    ``status_message`` carries AWS's own words on failure, e.g. "We currently do
+    not have sufficient p3.2xlarge capacity in the Availability Zone you
+    requested (us-west-2a). ..."; the planner backs a group off on those.
+    """
+
+    activity_id: str
+    group: str
+    region: str
+    status_code: str
+    status_message: str
+    description: str
+    start_time: datetime
+    end_time: datetime | None
+    cause: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.status_code in TERMINAL_ACTIVITY_STATUSES
+
+    @property
+    def failed(self) -> bool:
+        return self.status_code == "Failed"
+
+
+class Fleet(Protocol):
+    """The node groups of every configured region."""
+
+    def describe_groups(self, refs: Sequence[GroupRef]) -> list[FleetGroup]:
+        """The groups asked for, in the order asked; groups that do not exist are omitted."""
+        ...
+
+    def recent_activities(
+        self, refs: Sequence[GroupRef], *, since: datetime
+    ) -> list[ScalingActivity]:
+        """Scaling activities of these groups that started at or after ``since``.
+
+        Newest first within each group, groups in the order asked. A naive
+        ``since`` is taken as UTC, as Auto Scaling does.
+        """
+        ...
+
+    def set_desired_capacity(self, *, ref: GroupRef, desired: int) -> None:
+        """Set the group's desired capacity now, ignoring cooldowns."""
+        ...
+
+    def terminate_instance(self, *, region: str, instance_id: str, decrement: bool = True) -> None:
+        """Terminate this instance; with ``decrement`` the group does not replace it.
+
+        Raises NotFoundError when the instance is not (any more) in a group.
+        """
+        ...
+
+    def set_scale_in_protection(
+        self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool
+    ) -> None:
+        """Protect these instances of the group from scale-in, or lift the protection."""
+        ...
+
+    def complete_lifecycle_action(
+        self,
+        *,
+        ref: GroupRef,
+        hook_name: str,
+        instance_id: str,
+        token: str | None,
+        result: LifecycleResult,
+    ) -> None:
+        """Let a launch or termination waiting on ``hook_name`` go on (or abandon it).
+
+        Raises LifecycleActionGone when the action is no longer pending.
+        """
+        ...
+
+    def record_lifecycle_heartbeat(
+        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None
+    ) -> None:
+        """Extend the hook's timeout for this instance (a long drain).
+
+        Raises LifecycleActionGone when the action is no longer pending.
+        """
+        ...
+
+
+# --- the adapter -------------------------------------------------------------------
+
+# DescribeAutoScalingGroups takes 50 names by default and up to 100 when MaxRecords
+# says so; DescribeScalingActivities returns at most 100 a page; SetInstanceProtection
+# takes at most 50 instance ids.
+_GROUP_NAMES_PER_CALL = 100
+_ACTIVITIES_PER_PAGE = 100
+_PROTECTION_IDS_PER_CALL = 50
+# EC2 DescribeInstances: values of one filter per call, and a page.
+_EC2_IDS_PER_CALL = 200
+_EC2_PAGE_SIZE = 1000
+
+_RETRYABLE_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "SlowDown",
+        "ResourceContention",
+        "ScalingActivityInProgress",
+        "InternalFailure",
+        "InternalError",
+        "ServiceUnavailable",
+        "Unavailable",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+    }
+)
+_NOT_FOUND_CODES = frozenset({"InvalidInstanceID.NotFound"})
+_NOT_FOUND_WORDS = ("not found", "is not part of auto scaling group")
+_LIFECYCLE_GONE_WORDS = "no active lifecycle action found"
+
+_T = TypeVar("_T")
+
+
+class AutoScalingFleet:
+    """Fleet over the EC2 Auto Scaling API of every region, one client per region.
+
+    ``clients`` maps a region name to a boto3 ``autoscaling`` client (the
+    composition root creates and caches them). ``ec2_clients``, when given, maps
+    a region to a boto3 ``ec2`` client and is used only to fill in instances'
+    launch times, which Auto Scaling does not report (one DescribeInstances call
+    per region and 200 instances).
+    """
+
+    def __init__(
+        self,
+        clients: Callable[[str], Any],
+        *,
+        ec2_clients: Callable[[str], Any] | None = None,
+    ) -> None:
+        self._clients = clients
+        self._ec2_clients = ec2_clients
+
+    # observe ---------------------------------------------------------------------
+
+    def describe_groups(self, refs: Sequence[GroupRef]) -> list[FleetGroup]:
+        found: dict[GroupRef, FleetGroup] = {}
+        for region, names in _names_by_region(refs).items():
+            for batch in _chunks(names, _GROUP_NAMES_PER_CALL):
+                with _translated("DescribeAutoScalingGroups", region=region):
+                    paginator = self._clients(region).get_paginator("describe_auto_scaling_groups")
+                    pages = paginator.paginate(
+                        AutoScalingGroupNames=batch,
+                        PaginationConfig={"PageSize": _GROUP_NAMES_PER_CALL},
+                    )
+                    for page in pages:
+                        for raw in page.get("AutoScalingGroups", []):
+                            group = _group(raw, region=region)
+                            found[group.ref] = group
+        if self._ec2_clients is not None:
+            found = self._with_launch_times(found)
+        return [found[ref] for ref in dict.fromkeys(refs) if ref in found]
+
+    def recent_activities(
+        self, refs: Sequence[GroupRef], *, since: datetime
+    ) -> list[ScalingActivity]:
+        since = _aware(since)
+        activities: list[ScalingActivity] = []
+        for ref in dict.fromkeys(refs):
+            with _translated("DescribeScalingActivities", region=ref.region):
+                paginator = self._clients(ref.region).get_paginator("describe_scaling_activities")
+                pages = paginator.paginate(
+                    AutoScalingGroupName=ref.name,
+                    PaginationConfig={"PageSize": _ACTIVITIES_PER_PAGE},
+                )
+                activities.extend(_activities_since(pages, ref=ref, since=since))
+        return activities
+
+    # act -------------------------------------------------------------------------
+
+    def set_desired_capacity(self, *, ref: GroupRef, desired: int) -> None:
+        if desired < 0:
+            raise PermanentError(f"desired capacity of {ref.name} cannot be {desired}")
+        with _translated("SetDesiredCapacity", region=ref.region):
+            self._clients(ref.region).set_desired_capacity(
+                AutoScalingGroupName=ref.name,
+                DesiredCapacity=desired,
+                HonorCooldown=False,
+            )
+
+    def terminate_instance(self, *, region: str, instance_id: str, decrement: bool = True) -> None:
+        with _translated("TerminateInstanceInAutoScalingGroup", region=region):
+            self._clients(region).terminate_instance_in_auto_scaling_group(
+                InstanceId=instance_id,
+                ShouldDecrementDesiredCapacity=decrement,
+            )
+
+    def set_scale_in_protection(
+        self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool
+    ) -> None:
+        for batch in _chunks(list(dict.fromkeys(instance_ids)), _PROTECTION_IDS_PER_CALL):
+            with _translated("SetInstanceProtection", region=ref.region):
+                self._clients(ref.region).set_instance_protection(
+                    AutoScalingGroupName=ref.name,
+                    InstanceIds=batch,
+                    ProtectedFromScaleIn=protected,
+                )
+
+    def complete_lifecycle_action(
+        self,
+        *,
+        ref: GroupRef,
+        hook_name: str,
+        instance_id: str,
+        token: str | None,
+        result: LifecycleResult,
+    ) -> None:
+        params = _lifecycle_params(
+            ref=ref, hook_name=hook_name, instance_id=instance_id, token=token
+        )
+        with _translated("CompleteLifecycleAction", region=ref.region):
+            self._clients(ref.region).complete_lifecycle_action(
+                **params, LifecycleActionResult=result
+            )
+
+    def record_lifecycle_heartbeat(
+        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None
+    ) -> None:
+        params = _lifecycle_params(
+            ref=ref, hook_name=hook_name, instance_id=instance_id, token=token
+        )
+        with _translated("RecordLifecycleActionHeartbeat", region=ref.region):
+            self._clients(ref.region).record_lifecycle_action_heartbeat(**params)
+
+    # launch times ----------------------------------------------------------------
+
+    def _with_launch_times(self, groups: dict[GroupRef, FleetGroup]) -> dict[GroupRef, FleetGroup]:
+        assert self._ec2_clients is not None
+        ids_by_region: dict[str, list[str]] = {}
+        for group in groups.values():
+            ids_by_region.setdefault(group.region, []).extend(
+                instance.instance_id for instance in group.instances
+            )
+        launch_times: dict[str, datetime] = {}
+        for region, ids in ids_by_region.items():
+            for batch in _chunks(ids, _EC2_IDS_PER_CALL):
+                with _translated("DescribeInstances", region=region):
+                    paginator = self._ec2_clients(region).get_paginator("describe_instances")
+                    # A filter, not InstanceIds: an id EC2 no longer knows must not
+                    # fail the whole observation.
+                    pages = paginator.paginate(
+                        Filters=[{"Name": "instance-id", "Values": batch}],
+                        PaginationConfig={"PageSize": _EC2_PAGE_SIZE},
+                    )
+                    for page in pages:
+                        for reservation in page.get("Reservations", []):
+                            for raw in reservation.get("Instances", []):
+                                if raw.get("LaunchTime") is not None:
+                                    launch_times[raw["InstanceId"]] = raw["LaunchTime"]
+        return {
+            ref: replace(
+                group,
+                instances=tuple(
+                    replace(instance, launch_time=launch_times.get(instance.instance_id))
+                    for instance in group.instances
+                ),
+            )
+            for ref, group in groups.items()
+        }
+
+
+# --- helpers -----------------------------------------------------------------------
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _names_by_region(refs: Sequence[GroupRef]) -> dict[str, list[str]]:
+    names: dict[str, dict[str, None]] = {}
+    for ref in refs:
+        names.setdefault(ref.region, {})[ref.name] = None
+    return {region: list(by_name) for region, by_name in names.items()}
+
+
+def _chunks(items: list[_T], size: int) -> Iterator[list[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _group(raw: dict[str, Any], *, region: str) -> FleetGroup:
+    name = raw["AutoScalingGroupName"]
+    return FleetGroup(
+        name=name,
+        region=region,
+        desired=int(raw["DesiredCapacity"]),
+        min_size=int(raw["MinSize"]),
+        max_size=int(raw["MaxSize"]),
+        instances=tuple(
+            FleetInstance(
+                instance_id=instance["InstanceId"],
+                group=name,
+                region=region,
+                lifecycle_state=str(instance.get("LifecycleState", "")),
+                health_status=str(instance.get("HealthStatus", "")),
+                launch_time=None,
+                protected_from_scale_in=bool(instance.get("ProtectedFromScaleIn", False)),
+                availability_zone=str(instance.get("AvailabilityZone", "")),
+            )
+            for instance in raw.get("Instances", [])
+        ),
+        tags={tag["Key"]: tag.get("Value", "") for tag in raw.get("Tags", [])},
+    )
+
+
+def _activities_since(pages: Any, *, ref: GroupRef, since: datetime) -> Iterator[ScalingActivity]:
+    """Activities started at or after ``since``, reading no more pages than needed.
+
+    Auto Scaling lists activities still in progress first, then the others by
+    start time, newest first: so the first finished activity older than ``since``
+    ends the search, while an old one still in progress is only skipped.
+    """
+    for page in pages:
+        for raw in page.get("Activities", []):
+            activity = _activity(raw, ref=ref)
+            if activity.start_time >= since:
+                yield activity
+            elif activity.finished:
+                return
+
+
+def _activity(raw: dict[str, Any], *, ref: GroupRef) -> ScalingActivity:
+    return ScalingActivity(
+        activity_id=raw["ActivityId"],
+        group=raw.get("AutoScalingGroupName", ref.name),
+        region=ref.region,
+        status_code=str(raw.get("StatusCode", "")),
+        status_message=str(raw.get("StatusMessage", "")),
+        description=str(raw.get("Description", "")),
+        start_time=raw["StartTime"],
+        end_time=raw.get("EndTime"),
+        cause=str(raw.get("Cause", "")),
+    )
+
+
+def _lifecycle_params(
+    *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None
+) -> dict[str, str]:
+    params = {
+        "AutoScalingGroupName": ref.name,
+        "LifecycleHookName": hook_name,
+        "InstanceId": instance_id,
+    }
+    if token:
+        params["LifecycleActionToken"] = token
+    return params
+
+
+@contextmanager
+def _translated(operation: str, *, region: str) -> Iterator[None]:
+    """Turn any botocore exception raised inside into a Squall error, chained."""
+    try:
+        yield
+    except ClientError as exc:
+        raise _client_error(exc, operation=operation, region=region) from exc
+    except (ConnectionError, HTTPClientError) as exc:
+        raise RetryableError(f"{operation} in {region}: {exc}") from exc
+    except BotoCoreError as exc:
+        raise PermanentError(f"{operation} in {region}: {exc}") from exc
+
+
+def _client_error(
+    exc: ClientError, *, operation: str, region: str
+) -> RetryableError | PermanentError:
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    message = str(error.get("Message", ""))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    text = f"{operation} in {region}: {code}: {message}"
+    lowered = message.lower()
+    if code in _RETRYABLE_CODES or status >= 500:
+        return RetryableError(text)
+    if _LIFECYCLE_GONE_WORDS in lowered:
+        return LifecycleActionGone(text)
+    if code in _NOT_FOUND_CODES or (
+        code == "ValidationError" and any(words in lowered for words in _NOT_FOUND_WORDS)
+    ):
+        return NotFoundError(text)
+    return PermanentError(text)

@@ -1,0 +1,1 @@
+"""Lambda entry points. Each parses its event, calls one service, and returns."""

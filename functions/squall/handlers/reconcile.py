@@ -1,0 +1,37 @@
+"""Schedule -> reconcile every active job with the cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from squall.runtime import services
+from squall.telemetry import NAMESPACE, SERVICE
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+tracer = Tracer(service=SERVICE)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    report = services(metrics).reconciler.run()
+    logger.info(
+        "reconciled",
+        transitions=dict(report.transitions),
+        retries=report.retries,
+        recreated=len(report.recreated),
+        cleaned=len(report.cleaned),
+        errors=len(report.errors),
+    )
+    return {
+        "transitions": dict(report.transitions),
+        "retries": report.retries,
+        "recreated": report.recreated,
+        "cleaned": report.cleaned,
+        "errors": report.errors,
+    }

@@ -1,0 +1,43 @@
+"""Schedule, scale-check requests and launch-unsuccessful events -> one scale check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from squall.runtime import services
+from squall.telemetry import NAMESPACE, SERVICE
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+tracer = Tracer(service=SERVICE)
+
+
+def trigger_of(event: dict[str, Any]) -> str:
+    """What asked for this check, for the decision record."""
+    detail_type = str(event.get("detail-type", ""))
+    detail = event.get("detail") or {}
+    if detail_type == "Scheduled Event":
+        return "schedule"
+    if detail_type == "Scale Check Requested":
+        return f"requested:{detail.get('reason', '')}"
+    if detail_type == "EC2 Instance Launch Unsuccessful":
+        return f"launch-unsuccessful:{detail.get('AutoScalingGroupName', '')}"
+    return f"other:{detail_type or 'unknown'}"
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    result = services(metrics).scaler.check(trigger=trigger_of(event))
+    return {
+        "acted": result.acted,
+        "plan": result.plan,
+        "done": result.done,
+        "skipped": result.skipped,
+        "errors": result.errors,
+        "fallbacks": result.fallbacks,
+    }

@@ -1,0 +1,1 @@
+"""The embedded default: local AWS endpoint, simulated cluster and capacity, virtual clock, demo."""

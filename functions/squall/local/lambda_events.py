@@ -1,0 +1,101 @@
+"""Events in exactly the shape AWS hands them to Lambda, for the local runtime.
+
+The local runtime feeds the same handlers Lambda runs; these builders produce the
+event documents the SQS event source mapping and EventBridge would deliver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+ACCOUNT = "123456789012"
+
+
+def sqs_event(messages: Sequence[Mapping[str, Any]], *, queue_arn: str, region: str) -> dict[str, Any]:
+    """An SQS batch event from `receive_message` results (with Attributes=All)."""
+    records = []
+    for message in messages:
+        attributes = dict(message.get("Attributes") or {})
+        records.append(
+            {
+                "messageId": message["MessageId"],
+                "receiptHandle": message["ReceiptHandle"],
+                "body": message["Body"],
+                "attributes": {
+                    "ApproximateReceiveCount": attributes.get("ApproximateReceiveCount", "1"),
+                    "SentTimestamp": attributes.get("SentTimestamp", "0"),
+                    "SenderId": attributes.get("SenderId", ACCOUNT),
+                    "ApproximateFirstReceiveTimestamp": attributes.get(
+                        "ApproximateFirstReceiveTimestamp", "0"
+                    ),
+                },
+                "messageAttributes": {},
+                "md5OfBody": message.get("MD5OfBody") or hashlib.md5(message["Body"].encode()).hexdigest(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": region,
+            }
+        )
+    return {"Records": records}
+
+
+def eventbridge_event(
+    *, source: str, detail_type: str, detail: Mapping[str, Any], at: datetime, region: str,
+    resources: Sequence[str] = (),
+) -> dict[str, Any]:
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": detail_type,
+        "source": source,
+        "account": ACCOUNT,
+        "time": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": list(resources),
+        "detail": dict(detail),
+    }
+
+
+def scheduled_event(*, rule: str, at: datetime, region: str) -> dict[str, Any]:
+    return eventbridge_event(
+        source="aws.events",
+        detail_type="Scheduled Event",
+        detail={},
+        at=at,
+        region=region,
+        resources=[f"arn:aws:events:{region}:{ACCOUNT}:rule/{rule}"],
+    )
+
+
+@dataclass
+class LocalContext:
+    """The parts of Lambda's context object that powertools reads."""
+
+    function_name: str
+    memory_limit_in_mb: int = 512
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    region: str = "us-west-2"
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:{self.region}:{ACCOUNT}:function:{self.function_name}"
+
+    @property
+    def function_version(self) -> str:
+        return "$LATEST"
+
+    @property
+    def log_group_name(self) -> str:
+        return f"/aws/lambda/{self.function_name}"
+
+    @property
+    def log_stream_name(self) -> str:
+        return "local"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000

@@ -1,0 +1,224 @@
+"""The cluster as the planner sees it: which node is whose, what runs where, what is booting.
+
+Joins nodes to group instances (by instance id), sums what bound pods request on each
+node, and sorts every instance into ready, booting (in-flight), timed out or gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+
+from squall.planner.model import REGION_LABEL, GroupInstance, Node, NodeGroup, Pod, Policy, Vector
+
+PENDING_STATES = frozenset({"Pending", "Pending:Wait", "Pending:Proceed"})
+IN_SERVICE = "InService"
+# States in which an instance is leaving (or out of) the group's serving capacity.
+GONE_STATES = frozenset(
+    {
+        "Terminating",
+        "Terminating:Wait",
+        "Terminating:Proceed",
+        "Terminated",
+        "Detaching",
+        "Detached",
+        "EnteringStandby",
+        "Standby",
+    }
+)
+_LEGACY_REGION_LABEL = "failure-domain.beta.kubernetes.io/region"
+
+
+class InstanceStatus(Enum):
+    READY = "ready"  # a Ready node with its GPUs allocatable
+    BOOTING = "booting"  # launched, not ready yet, within the provision timeout
+    TIMED_OUT = "timed-out"  # still not ready past the provision timeout
+    GONE = "gone"  # terminating, detached, in standby or a warm pool
+
+
+def is_gone_state(state: str) -> bool:
+    return state in GONE_STATES or state.startswith("Warmed:")
+
+
+def is_known_state(state: str) -> bool:
+    return state in PENDING_STATES or state == IN_SERVICE or is_gone_state(state)
+
+
+@dataclass(slots=True, kw_only=True)
+class NodeView:
+    node: Node
+    group: NodeGroup | None
+    instance: GroupInstance | None
+    used: Vector
+    busy: bool
+    idle_since: datetime | None
+    region: str
+
+    @property
+    def gpus_ready(self) -> bool:
+        """A GPU node is only ready once the device plugin advertises its GPUs."""
+        return self.group is None or self.group.allocatable.gpu == 0 or self.node.allocatable.gpu > 0
+
+    @property
+    def serving(self) -> bool:
+        return self.node.ready and self.gpus_ready
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceView:
+    instance: GroupInstance
+    node: NodeView | None
+    status: InstanceStatus
+
+    @property
+    def known_state(self) -> bool:
+        return is_known_state(self.instance.lifecycle_state)
+
+
+@dataclass(slots=True, kw_only=True)
+class GroupView:
+    group: NodeGroup
+    instances: list[InstanceView] = field(default_factory=list)
+
+    @property
+    def live_count(self) -> int:
+        """Instances that hold a place in the group's desired capacity."""
+        return sum(1 for i in self.instances if i.status is not InstanceStatus.GONE)
+
+    @property
+    def missing_count(self) -> int:
+        """Desired capacity that no instance exists for yet (being launched, or failing to)."""
+        return max(0, self.group.desired - self.live_count)
+
+    @property
+    def size(self) -> int:
+        return max(self.group.desired, self.live_count)
+
+    def ready_since_launch(self, since: datetime) -> bool:
+        """Did an instance launched after `since` come up fine? (evidence of recovery)"""
+        return any(
+            i.status is InstanceStatus.READY and i.instance.launch_time > since for i in self.instances
+        )
+
+
+@dataclass(slots=True, kw_only=True)
+class Inventory:
+    nodes: list[NodeView]
+    groups: dict[str, GroupView]
+    pending: list[Pod]
+    # Where a job's replicas already run: its pending replicas must join them.
+    job_regions: dict[str, str]
+
+
+def build_inventory(
+    *,
+    nodes: Sequence[Node],
+    pods: Iterable[Pod],
+    groups: Sequence[NodeGroup],
+    policy: Policy,
+    now: datetime,
+) -> Inventory:
+    group_views = _group_views(groups)
+    owners = {
+        instance.instance_id: (view, instance)
+        for view in group_views.values()
+        for instance in view.group.instances
+    }
+    usage = _NodeUsage.of(pods)
+    node_views: list[NodeView] = []
+    views_by_instance: dict[str, NodeView] = {}
+    for node in nodes:
+        view, instance = owners.get(node.instance_id or "", (None, None))
+        group = view.group if view is not None else None
+        node_view = NodeView(
+            node=node,
+            group=group,
+            instance=instance,
+            used=usage.used.get(node.name, (0, 0, 0, 0)),
+            busy=node.name in usage.busy,
+            idle_since=_latest(node.ready_since, usage.last_finished.get(node.name)),
+            region=group.region if group is not None else _label_region(node.labels),
+        )
+        node_views.append(node_view)
+        if instance is not None:
+            views_by_instance[instance.instance_id] = node_view
+    for group_view in group_views.values():
+        for instance in group_view.group.instances:
+            joined = views_by_instance.get(instance.instance_id)
+            status = _instance_status(instance, joined, policy=policy, now=now)
+            group_view.instances.append(InstanceView(instance=instance, node=joined, status=status))
+    regions_by_node = {v.node.name: v.region for v in node_views}
+    job_regions = {
+        job: regions_by_node[node_name]
+        for job, node_name in usage.job_nodes.items()
+        if node_name in regions_by_node
+    }
+    return Inventory(nodes=node_views, groups=group_views, pending=usage.pending, job_regions=job_regions)
+
+
+def _group_views(groups: Sequence[NodeGroup]) -> dict[str, GroupView]:
+    views: dict[str, GroupView] = {}
+    for group in groups:
+        if group.name in views:
+            raise ValueError(f"node group {group.name!r} is declared twice")
+        views[group.name] = GroupView(group=group)
+    return views
+
+
+def _instance_status(
+    instance: GroupInstance, node: NodeView | None, *, policy: Policy, now: datetime
+) -> InstanceStatus:
+    if is_gone_state(instance.lifecycle_state):
+        return InstanceStatus.GONE
+    if node is not None and node.serving:
+        return InstanceStatus.READY
+    if now - instance.launch_time < policy.provision_timeout:
+        return InstanceStatus.BOOTING
+    return InstanceStatus.TIMED_OUT
+
+
+@dataclass(slots=True, kw_only=True)
+class _NodeUsage:
+    used: dict[str, Vector]
+    busy: set[str]
+    last_finished: dict[str, datetime]
+    job_nodes: dict[str, str]
+    pending: list[Pod]
+
+    @classmethod
+    def of(cls, pods: Iterable[Pod]) -> _NodeUsage:
+        usage = cls(used={}, busy=set(), last_finished={}, job_nodes={}, pending=[])
+        for pod in pods:
+            if pod.is_pending:
+                usage.pending.append(pod)
+            elif pod.node_name is not None:
+                usage.add_bound(pod, pod.node_name)
+        return usage
+
+    def add_bound(self, pod: Pod, node_name: str) -> None:
+        previous = self.last_finished.get(node_name)
+        if pod.finished_at is not None and (previous is None or pod.finished_at > previous):
+            self.last_finished[node_name] = pod.finished_at
+        if not pod.is_active:
+            return
+        cpu, memory, gpu, pods = self.used.get(node_name, (0, 0, 0, 0))
+        requests = pod.requests
+        self.used[node_name] = (cpu + requests.cpu, memory + requests.memory, gpu + requests.gpu, pods + 1)
+        if pod.is_workload:
+            self.busy.add(node_name)
+        if pod.job_id is not None:
+            self.job_nodes.setdefault(pod.job_id, node_name)
+
+
+def _latest(first: datetime | None, second: datetime | None) -> datetime | None:
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return max(first, second)
+
+
+def _label_region(labels: Mapping[str, str]) -> str:
+    return labels.get(REGION_LABEL) or labels.get(_LEGACY_REGION_LABEL) or ""

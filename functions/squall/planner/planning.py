@@ -1,0 +1,260 @@
+"""plan(): from what the cluster and the groups look like now, to what to change.
+
+Order of business, each step with its reasons:
+1. Group health: new launch failures or provision timeouts back a group off, and the
+   desired capacity it cannot fulfil is given back.
+2. Pending pods fill existing room: ready nodes, then nodes Squall cordoned (to be
+   uncordoned), then nodes not up yet (booting, or desired but not launched yet), so
+   that a burst is never launched twice.
+3. The rest is packed onto new nodes of the preferred groups; a job stays in one region.
+4. Nodes that never came up in time, and empty nodes idle long enough, are removed.
+
+See packing.py for how pods are packed, and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from squall.planner.demand import Demand, Gang, PodShape, build_demand
+from squall.planner.fit import blocking_taints
+from squall.planner.health import GroupAssessment, assess_group
+from squall.planner.inventory import GroupView, InstanceStatus, Inventory, NodeView, build_inventory
+from squall.planner.model import (
+    GroupHealth,
+    Node,
+    NodeGroup,
+    Plan,
+    Pod,
+    Policy,
+    ScaleUp,
+    Uncordon,
+    Unschedulable,
+    Vector,
+    require_aware,
+)
+from squall.planner.packing import GroupOption, Packer, Room, RoomKind, names
+from squall.planner.scaledown import ScaleDownContext, idle_nodes, timed_out_instances
+
+_LISTED_SHAPES = 4
+
+
+def plan(
+    *,
+    nodes: Sequence[Node],
+    pods: Iterable[Pod],
+    groups: Sequence[NodeGroup],
+    health: Mapping[str, GroupHealth],
+    policy: Policy,
+    now: datetime,
+) -> Plan:
+    """Decide scale-ups, uncordons, scale-downs and backoffs. Pure: no I/O, no clock."""
+    require_aware("now", now)
+    inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
+    assessments = {
+        name: assess_group(view, previous=health.get(name, GroupHealth()), policy=policy, now=now)
+        for name, view in inventory.groups.items()
+    }
+    demand = build_demand(inventory.pending, job_regions=inventory.job_regions)
+    packer, unschedulable = _pack(inventory, assessments, demand)
+    scale_ups = [
+        _scale_up(option, inventory.groups[option.name]) for option in packer.options if option.new_nodes
+    ]
+    sizes = {
+        name: a.give_back.to_desired if a.give_back else inventory.groups[name].group.desired
+        for name, a in assessments.items()
+    }
+    scale_downs = timed_out_instances(inventory.groups.values(), sizes=sizes, policy=policy)
+    scale_downs += idle_nodes(
+        inventory,
+        ScaleDownContext(
+            policy=policy,
+            now=now,
+            sizes=sizes,
+            absorbing=frozenset(room.name for room in packer.rooms if room.placed),
+            growing=frozenset(s.group for s in scale_ups),
+        ),
+    )
+    return Plan(
+        scale_ups=tuple(sorted(scale_ups, key=lambda s: s.group)),
+        uncordons=tuple(_uncordons(packer.rooms)),
+        scale_downs=tuple(scale_downs),
+        unschedulable=tuple(sorted(unschedulable, key=lambda u: u.pod)),
+        backoffs=tuple(a.change for _, a in sorted(assessments.items()) if a.change is not None),
+        give_backs=tuple(a.give_back for _, a in sorted(assessments.items()) if a.give_back is not None),
+    )
+
+
+# --- existing room ---------------------------------------------------------------------
+
+
+def _rooms(inventory: Inventory) -> list[Room]:
+    """Free room on nodes that are up: ready ones, and ready ones Squall cordoned."""
+    statuses = {
+        i.instance.instance_id: i.status for view in inventory.groups.values() for i in view.instances
+    }
+    rooms: list[Room] = []
+    for view in inventory.nodes:
+        status = statuses.get(view.instance.instance_id) if view.instance is not None else None
+        room = _room(view, status)
+        if room is not None:
+            rooms.append(room)
+    return rooms
+
+
+def _room(view: NodeView, status: InstanceStatus | None) -> Room | None:
+    node = view.node
+    if view.group is not None and status is not InstanceStatus.READY:
+        return None  # booting (counted with its group), timed out, or on its way out
+    if not node.ready or (node.unschedulable and not node.cordoned_by_squall):
+        return None
+    kind = RoomKind.CORDONED if node.unschedulable else RoomKind.READY
+    return Room(
+        kind=kind,
+        name=node.name,
+        group=view.group.name if view.group is not None else None,
+        region=view.region,
+        free=_free(node.allocatable.vector(), view.used),
+        labels=node.labels,
+        taints=blocking_taints(node.taints, ignore_transient=kind is RoomKind.CORDONED),
+    )
+
+
+def _add_nodes_not_up_yet(option: GroupOption, view: GroupView, *, in_backoff: bool) -> None:
+    """Booting instances, and desired capacity not launched yet, as nodes of the template.
+
+    A backed-off group's unlaunched capacity is given back, so it counts for nothing.
+    """
+    template = view.group.allocatable.vector()
+    for instance in view.instances:
+        if instance.status is InstanceStatus.BOOTING:
+            used = instance.node.used if instance.node is not None else (0, 0, 0, 0)
+            option.add_booting(_free(template, used))
+    if not in_backoff:
+        for _ in range(view.missing_count):
+            option.add_booting(template)
+
+
+def _free(allocatable: Vector, used: Vector) -> Vector:
+    return (
+        max(0, allocatable[0] - used[0]),
+        max(0, allocatable[1] - used[1]),
+        max(0, allocatable[2] - used[2]),
+        max(0, allocatable[3] - used[3]),
+    )
+
+
+# --- new nodes -------------------------------------------------------------------------
+
+
+def _pack(
+    inventory: Inventory, assessments: Mapping[str, GroupAssessment], demand: Demand
+) -> tuple[Packer, list[Unschedulable]]:
+    """Pack with nodes not up yet filled in preferred-group order, else the reverse; keep the better.
+
+    The second try only runs when the first launches nodes while some are still booting.
+    """
+    best: tuple[tuple[int, int], Packer, list[Unschedulable]] | None = None
+    for preferred_bins_first in (True, False):
+        options = [_group_option(view, assessments[name]) for name, view in inventory.groups.items()]
+        for option in options:
+            _add_nodes_not_up_yet(
+                option, inventory.groups[option.name], in_backoff=assessments[option.name].in_backoff
+            )
+        packer = Packer(
+            rooms=_rooms(inventory),
+            options=options,
+            shapes=_shapes(demand),
+            preferred_bins_first=preferred_bins_first,
+        )
+        unschedulable = _place(packer, demand)
+        new_nodes = sum(option.new_nodes for option in options)
+        cost = (len(unschedulable), new_nodes)
+        if best is None or cost < best[0]:
+            best = (cost, packer, unschedulable)
+        if new_nodes == 0 or not any(option.booting for option in options):
+            break
+    assert best is not None
+    return best[1], best[2]
+
+
+def _group_option(view: GroupView, assessment: GroupAssessment) -> GroupOption:
+    group = view.group
+    blocked = None
+    if assessment.in_backoff and assessment.health.backoff_until is not None:
+        blocked = (
+            f"in backoff until {assessment.health.backoff_until.isoformat()} ({assessment.health.reason})"
+        )
+    return GroupOption(
+        group=group,
+        capacity=group.allocatable.vector(),
+        labels=group.template_labels(),
+        taints=blocking_taints(group.taints, ignore_transient=True),
+        headroom=max(0, group.max_size - view.size),
+        blocked=blocked,
+    )
+
+
+def _shapes(demand: Demand) -> list[PodShape]:
+    shapes = list(demand.free)
+    for gang in demand.gangs:
+        shapes.extend(gang.pods_by_shape)
+    return shapes
+
+
+def _place(packer: Packer, demand: Demand) -> list[Unschedulable]:
+    """Gangs first (they are the hardest to place), then free pods, largest shape first."""
+    unschedulable: list[Unschedulable] = []
+    for gang in sorted(demand.gangs, key=_gang_order):
+        reason = packer.place_gang(gang)
+        if reason is not None:
+            unschedulable.extend(Unschedulable(pod=pod.key, reason=reason) for pod in gang.pods())
+    placements = packer.place_free({shape: len(pods) for shape, pods in demand.free.items()})
+    for shape, (placed, skipped) in placements.items():
+        pods = demand.free[shape]
+        if placed < len(pods):
+            reason = packer.no_room_reason(shape, skipped)
+            unschedulable.extend(Unschedulable(pod=pod.key, reason=reason) for pod in pods[placed:])
+    return unschedulable
+
+
+def _gang_order(gang: Gang) -> tuple[int, int, int, str]:
+    gpus = sum(shape.request[2] * len(pods) for shape, pods in gang.pods_by_shape.items())
+    return (-gang.priority, -gpus, -gang.size, gang.job_id)
+
+
+def _scale_up(option: GroupOption, view: GroupView) -> ScaleUp:
+    group = option.group
+    pods = sum(option.placed.values())
+    by_count = sorted(option.placed.items(), key=lambda item: (-item[1], item[0].describe()))
+    listed = ", ".join(f"{count}x ({shape.describe()})" for shape, count in by_count[:_LISTED_SHAPES])
+    if len(by_count) > _LISTED_SHAPES:
+        listed += f" (+{len(by_count) - _LISTED_SHAPES} more shapes)"
+    beyond = f" beyond the {option.booting} on their way" if option.booting else ""
+    reasons = [
+        f"{pods} pending pod(s) need {option.new_nodes} new {group.instance_type} node(s){beyond}: {listed}"
+    ]
+    if option.gangs:
+        reasons.append(f"keeps job(s) {names(sorted(option.gangs))} together in {group.region}")
+    reasons.extend(f"spilled over from {name}: {why}" for name, why in option.spilled_from.items())
+    return ScaleUp(
+        group=group.name,
+        from_desired=group.desired,
+        to_desired=view.size + option.new_nodes,
+        reasons=tuple(reasons),
+    )
+
+
+def _uncordons(rooms: Iterable[Room]) -> list[Uncordon]:
+    return [
+        Uncordon(
+            node=room.name,
+            reasons=(
+                f"cordoned by Squall; {room.placed} pending pod(s) fit on it, "
+                "so it is uncordoned before anything is launched",
+            ),
+        )
+        for room in rooms
+        if room.kind is RoomKind.CORDONED and room.placed
+    ]

@@ -1,0 +1,148 @@
+"""Composition root: builds the services once per process from the settings.
+
+Handlers call `services()`; in Lambda the first call reads the environment,
+creates the boto3 clients and the Kubernetes client, and wires the services. The
+local runtime and the tests hand in their own `Services` with `install()` — the
+same handler code then runs against the local endpoint and the simulated cluster.
+This module and the adapters are the only places that import boto3 or kubernetes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+from squall.fleet import Fleet
+from squall.planner import Policy
+from squall.planner.offline import parse_groups
+from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleRequests, ScaleState
+from squall.service.intake import Intake, IntakeConfig
+from squall.service.reconcile import Reconciler
+from squall.service.scale import ScaleConfig, Scaler
+from squall.settings import PolicySettings, Settings
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    clock: Clock
+    store: JobStore
+    cluster: Cluster
+    metrics: MetricsSink
+    scale_requests: ScaleRequests
+    fleet: Fleet | None = None
+    scale_state: ScaleState | None = None
+
+    @property
+    def scaler(self) -> Scaler:
+        if self.fleet is None or self.scale_state is None:
+            raise RuntimeError("this runtime has no fleet: the scale function needs one")
+        groups, _ = parse_groups(self.settings.node_groups)
+        return Scaler(
+            state=self.scale_state,
+            cluster=self.cluster,
+            fleet=self.fleet,
+            clock=self.clock,
+            metrics=self.metrics,
+            config=ScaleConfig(
+                groups=groups, policy=planner_policy(self.settings.policy), dry_run=self.settings.dry_run
+            ),
+            store=self.store,
+        )
+
+    @property
+    def intake(self) -> Intake:
+        return _intake(self)
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return Reconciler(
+            store=self.store, cluster=self.cluster, clock=self.clock, metrics=self.metrics, intake=self.intake
+        )
+
+
+def _intake(services: Services) -> Intake:
+    settings = services.settings
+    return Intake(
+        store=services.store,
+        cluster=services.cluster,
+        clock=services.clock,
+        metrics=services.metrics,
+        config=IntakeConfig(
+            teams=settings.teams,
+            registries=settings.allowed_registries,
+            ttl_after_finished=settings.policy.job_ttl_after_finished,
+        ),
+    )
+
+
+def planner_policy(settings: PolicySettings) -> Policy:
+    return Policy(
+        provision_timeout=settings.provision_timeout,
+        idle_threshold=settings.idle_threshold,
+        boot_grace=settings.boot_grace,
+        max_scale_down_fraction=settings.max_scale_down_fraction,
+        backoff_base=settings.backoff_base,
+        backoff_max=settings.backoff_max,
+    )
+
+
+_installed: Services | None = None
+
+
+def install(services: Services | None) -> None:
+    """Use these services instead of building them from the environment (None resets)."""
+    global _installed
+    _installed = services
+
+
+def services(metrics: Any | None = None) -> Services:
+    """The process's services; `metrics` is the handler's powertools Metrics object."""
+    if _installed is not None:
+        return _installed
+    return _from_environment(metrics)
+
+
+@cache
+def _from_environment(metrics: Any | None) -> Services:
+    import boto3
+
+    from squall.cluster import KubernetesCluster
+    from squall.eks_auth import api_client_for
+    from squall.events import EventBridgeScaleRequests
+    from squall.fleet import AutoScalingFleet
+    from squall.state import DynamoScaleState
+    from squall.store import DynamoJobStore
+    from squall.telemetry import PowertoolsMetrics, RecordingMetrics
+
+    settings = Settings()  # values come from the SQUALL_* variables
+    session = boto3.session.Session()
+    clock = SystemClock()
+    dynamodb = session.client("dynamodb")
+    clients: dict[tuple[str, str], Any] = {}
+
+    def regional(service: str, region: str) -> Any:
+        if (service, region) not in clients:
+            clients[(service, region)] = session.client(service, region_name=region)
+        return clients[(service, region)]
+
+    return Services(
+        settings=settings,
+        clock=clock,
+        store=DynamoJobStore(dynamodb, settings.table_name),
+        cluster=KubernetesCluster(api_client_for(settings.cluster, session=session)),
+        metrics=PowertoolsMetrics(metrics) if metrics is not None else RecordingMetrics(clock),
+        scale_requests=EventBridgeScaleRequests(session.client("events"), bus_name=settings.event_bus_name),
+        fleet=AutoScalingFleet(
+            lambda region: regional("autoscaling", region),
+            ec2_clients=lambda region: regional("ec2", region),
+        ),
+        scale_state=DynamoScaleState(dynamodb, settings.table_name),
+    )

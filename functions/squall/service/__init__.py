@@ -1,0 +1,1 @@
+"""Application services: the logic each handler calls, over the ports only."""

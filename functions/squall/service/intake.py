@@ -1,0 +1,277 @@
+"""Intake: one queue message in, one job recorded, its Kubernetes objects created.
+
+Order matters for "nothing lost, nothing twice": the job record is written first
+under a condition (so a second delivery finds it), then the objects are created
+with deterministic names (so creating them again is harmless), then a scale check
+is requested. A redelivery of the same message after a crash half way re-runs the
+idempotent steps; a different message reusing a client id is reported as a
+duplicate and creates nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from squall import manifests
+from squall.errors import ConflictError, DuplicateJobError, PermanentError
+from squall.jobs import Job, JobStatus, Reason, is_terminal, new_job, transition
+from squall.ports import Clock, Cluster, JobStore, MetricsSink
+from squall.spec import CancelCommand, JobSpec, SpecError, derive_job_id, expand_sweep, parse_message
+from squall.telemetry import SERVICE, Metric
+
+logger = Logger(service=SERVICE, child=True)
+
+MAX_RECORDED_BODY = 32 * 1024  # a rejected body is kept for the user, within DynamoDB's item limit
+CONFLICT_RETRIES = 5
+
+
+class MalformedMessage(PermanentError):
+    """A body that is not JSON at all: it goes to the dead-letter queue, not to the job table."""
+
+
+class Outcome(StrEnum):
+    CREATED = "created"
+    REDELIVERED = "redelivered"
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    NOT_FOUND = "not-found"
+    ALREADY_FINISHED = "already-finished"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class IntakeResult:
+    outcome: Outcome
+    job_id: str
+    errors: tuple[dict[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class IntakeConfig:
+    teams: Mapping[str, str]  # team -> namespace
+    registries: Sequence[str]
+    ttl_after_finished: timedelta = manifests.DEFAULT_TTL_AFTER_FINISHED
+
+
+@dataclass
+class Intake:
+    store: JobStore
+    cluster: Cluster
+    clock: Clock
+    metrics: MetricsSink
+    config: IntakeConfig
+    # jobs whose objects were created in this batch and now wait for capacity
+    waiting: list[str] = field(default_factory=list)
+
+    def handle(self, *, body: str, message_id: str) -> IntakeResult:
+        """Process one queue message. Raises RetryableError when it should be redelivered."""
+        try:
+            data = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise MalformedMessage(f"message {message_id} is not JSON: {exc.msg}") from exc
+        try:
+            message = parse_message(
+                data, teams=list(self.config.teams), registries=self.config.registries
+            )
+        except SpecError as exc:
+            return self._reject(data=data, body=body, message_id=message_id, error=exc)
+        if isinstance(message, CancelCommand):
+            return self.cancel(job_id=message.id, reason=message.reason)
+        return self._submit(message, message_id=message_id)
+
+    # ---- submit --------------------------------------------------------
+
+    def _submit(self, spec: JobSpec, *, message_id: str) -> IntakeResult:
+        job_id = derive_job_id(spec, message_id=message_id)
+        trials = expand_sweep(spec, job_id=job_id)
+        job, event = new_job(
+            job_id=job_id,
+            name=spec.name,
+            team=spec.team,
+            namespace=self.config.teams[spec.team],
+            at=self.clock.now(),
+            reason=Reason.SWEEP_SUBMITTED if trials else Reason.SUBMITTED,
+            message=f"{len(trials)} trials" if trials else "",
+            spec=spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            message_id=message_id,
+            trial_ids=tuple(t for t, _ in trials),
+            gpus=0 if trials else spec.total_gpus(),
+            replicas=0 if trials else len(spec.replica_list()),
+            max_retries=spec.retries,
+        )
+        try:
+            self.store.create(job, event)
+        except DuplicateJobError:
+            existing = self.store.get(job_id)
+            if existing is None or existing.message_id != message_id:
+                logger.info(
+                    "duplicate job id",
+                    job_id=job_id, message_id=message_id,
+                )
+                self.metrics.add(Metric.JOBS_DUPLICATE, 1)
+                return IntakeResult(outcome=Outcome.DUPLICATE, job_id=job_id)
+            # Our own earlier delivery: finish what it may have left half done.
+            self._start(existing, spec=spec, trials=trials)
+            return IntakeResult(outcome=Outcome.REDELIVERED, job_id=job_id)
+        self.metrics.add(Metric.JOBS_SUBMITTED, 1)
+        try:
+            self._start(job, spec=spec, trials=trials)
+        except PermanentError as exc:
+            # The cluster refused the objects (a missing namespace, an admission
+            # webhook): retrying cannot help, so the job fails with the reason.
+            self._fail_unstartable(job, exc)
+            return IntakeResult(outcome=Outcome.FAILED, job_id=job_id)
+        logger.info("job submitted", job_id=job_id, team=spec.team, gpus=job.gpus)
+        return IntakeResult(outcome=Outcome.CREATED, job_id=job_id)
+
+    def _fail_unstartable(self, job: Job, exc: PermanentError) -> None:
+        logger.warning("cluster refused job objects", job_id=job.id, error=str(exc))
+        self.cluster.delete_job_objects(namespace=job.namespace, job_id=job.id)
+        update_job(
+            self.store,
+            job,
+            lambda current: None
+            if is_terminal(current.status)
+            else transition(
+                current,
+                to=JobStatus.FAILED,
+                reason=Reason.CLUSTER_REFUSED,
+                at=self.clock.now(),
+                message=str(exc)[:2000],
+            ),
+        )
+        self.metrics.add(Metric.JOBS_FAILED, 1)
+
+    def _start(self, job: Job, *, spec: JobSpec, trials: list[tuple[str, JobSpec]]) -> None:
+        if not trials:
+            if not is_terminal(job.status):
+                self.create_objects(job_id=job.id, spec=spec, namespace=job.namespace)
+            return
+        parallelism = spec.sweep.parallelism if spec.sweep else len(trials)
+        for number, (trial_id, trial_spec) in enumerate(trials):
+            start_now = number < parallelism
+            trial, trial_event = new_job(
+                job_id=trial_id,
+                name=trial_spec.name,
+                team=trial_spec.team,
+                namespace=job.namespace,
+                at=self.clock.now(),
+                reason=Reason.SUBMITTED if start_now else Reason.WAITING_FOR_TRIAL_SLOT,
+                message=f"trial {number + 1}/{len(trials)} of {job.id}",
+                spec=trial_spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+                message_id=job.message_id,
+                parent_id=job.id,
+                gpus=trial_spec.total_gpus(),
+                replicas=len(trial_spec.replica_list()),
+                max_retries=trial_spec.retries,
+            )
+            try:
+                self.store.create(trial, trial_event)
+            except DuplicateJobError:
+                existing = self.store.get(trial_id)
+                if existing is None or existing.reason == Reason.WAITING_FOR_TRIAL_SLOT:
+                    continue
+                start_now = not is_terminal(existing.status)
+            if start_now:
+                self.create_objects(job_id=trial_id, spec=trial_spec, namespace=job.namespace)
+
+    def create_objects(self, *, job_id: str, spec: JobSpec, namespace: str) -> None:
+        """Create every Kubernetes object of a job; those that exist already are kept."""
+        for manifest in manifests.render(
+            spec, job_id=job_id, namespace=namespace, ttl_after_finished=self.config.ttl_after_finished
+        ):
+            self.cluster.create(manifest)
+        self.waiting.append(job_id)
+
+    # ---- reject --------------------------------------------------------
+
+    def _reject(self, *, data: Any, body: str, message_id: str, error: SpecError) -> IntakeResult:
+        # A rejected spec never takes the client's id: a corrected resubmission must be free to use it.
+        job_id = "rejected-" + hashlib.sha256(message_id.encode()).hexdigest()[:12]
+        errors = tuple(issue.to_dict() for issue in error.issues)
+        name = data.get("name") if isinstance(data, dict) else None
+        team = data.get("team") if isinstance(data, dict) else None
+        job, event = new_job(
+            job_id=job_id,
+            name=name if isinstance(name, str) else "",
+            team=team if isinstance(team, str) else "",
+            namespace="",
+            at=self.clock.now(),
+            status=JobStatus.REJECTED,
+            reason=Reason.INVALID_SPEC,
+            message="; ".join(f"{e['field']}: {e['message']}" for e in errors)[:2000],
+            spec={"body": body[:MAX_RECORDED_BODY]},
+            errors=errors,
+            message_id=message_id,
+        )
+        try:
+            self.store.create(job, event)
+            self.metrics.add(Metric.JOBS_REJECTED, 1)
+        except DuplicateJobError:
+            pass  # the same message delivered again: it was rejected already
+        logger.info("job rejected", job_id=job_id, errors=list(errors))
+        return IntakeResult(outcome=Outcome.REJECTED, job_id=job_id, errors=errors)
+
+    # ---- cancel --------------------------------------------------------
+
+    def cancel(self, *, job_id: str, reason: str) -> IntakeResult:
+        job = self.store.get(job_id)
+        if job is None:
+            logger.info("cancel for unknown job", job_id=job_id)
+            return IntakeResult(outcome=Outcome.NOT_FOUND, job_id=job_id)
+        for trial_id in job.trial_ids:
+            self.cancel(job_id=trial_id, reason=f"sweep {job_id} cancelled")
+        if job.namespace:
+            self.cluster.delete_job_objects(namespace=job.namespace, job_id=job_id)
+        cancelled = update_job(
+            self.store,
+            job,
+            lambda current: transition(
+                current,
+                to=JobStatus.CANCELLED,
+                reason=Reason.CANCEL_REQUESTED,
+                at=self.clock.now(),
+                message=reason,
+            )
+            if not is_terminal(current.status)
+            else None,
+        )
+        if cancelled is None:
+            return IntakeResult(outcome=Outcome.ALREADY_FINISHED, job_id=job_id)
+        self.metrics.add(Metric.JOBS_CANCELLED, 1)
+        return IntakeResult(outcome=Outcome.CANCELLED, job_id=job_id)
+
+
+Change = Callable[[Job], "tuple[Job, Any] | None"]
+
+
+def update_job(store: JobStore, job: Job, change: Change) -> Job | None:
+    """Apply `change` to the latest version of a job, re-reading after a lost race.
+
+    `change` returns the new job and its event, or None when nothing is to be done
+    (it sees the freshest record each time). Returns the stored job, or None.
+    """
+    current: Job | None = job
+    for _ in range(CONFLICT_RETRIES):
+        if current is None:
+            return None
+        result = change(current)
+        if result is None:
+            return None
+        updated, event = result
+        try:
+            store.save(updated, event)
+            return updated
+        except ConflictError:
+            current = store.get(job.id)
+    raise ConflictError(f"job {job.id}: gave up after {CONFLICT_RETRIES} conflicting writes")
+

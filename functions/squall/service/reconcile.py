@@ -1,0 +1,237 @@
+"""Reconcile: bring every active job's record in line with what the cluster says.
+
+Runs on a schedule. One list of Squall's Kubernetes Jobs and one list of pods per
+run, grouped by job id, then one pure `observe` per job and at most one write per
+job that changed. Also starts waiting sweep trials, re-creates objects that went
+missing, and cleans up the objects of finished jobs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from squall.errors import InvalidTransitionError, PermanentError, RetryableError
+from squall.jobs import Job, JobStatus, Reason, is_terminal, note, reason_code, transition
+from squall.kubestatus import Observation, job_id_of, observe
+from squall.ports import Clock, Cluster, JobStore, MetricsSink
+from squall.service.intake import Intake, update_job
+from squall.spec import JobSpec
+from squall.telemetry import SERVICE, Metric
+
+logger = Logger(service=SERVICE, child=True)
+
+# Intake writes the record before the objects: give it time before calling them missing.
+CREATE_GRACE = timedelta(seconds=60)
+IMAGE_PULL_GRACE = timedelta(minutes=5)
+
+
+@dataclass
+class ReconcileReport:
+    transitions: Counter[str] = field(default_factory=Counter)
+    retries: int = 0
+    recreated: list[str] = field(default_factory=list)
+    cleaned: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Reconciler:
+    store: JobStore
+    cluster: Cluster
+    clock: Clock
+    metrics: MetricsSink
+    intake: Intake
+
+    def run(self) -> ReconcileReport:
+        report = ReconcileReport()
+        active = self.store.list_by_status(JobStatus.QUEUED) + self.store.list_by_status(
+            JobStatus.RUNNING
+        )
+        k8s_jobs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for obj in self.cluster.list_jobs():
+            if (job_id := job_id_of(obj)) is not None:
+                k8s_jobs[job_id].append(obj)
+        pods: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for pod in self.cluster.list_pods():
+            if (job_id := job_id_of(pod)) is not None:
+                pods[job_id].append(pod)
+
+        for job in active:
+            try:
+                if job.is_sweep:
+                    self._sweep(job, report)
+                elif job.reason != Reason.WAITING_FOR_TRIAL_SLOT:
+                    self._job(job, k8s_jobs=k8s_jobs.get(job.id, []), pods=pods.get(job.id, []), report=report)
+            except RetryableError as exc:
+                # One job's trouble must not stop the others; the next run tries again.
+                report.errors.append(f"{job.id}: {exc}")
+                logger.warning("reconcile failed for job", job_id=job.id, error=str(exc))
+        self._gauges()
+        return report
+
+    # ---- one job ---------------------------------------------------------
+
+    def _job(
+        self,
+        job: Job,
+        *,
+        k8s_jobs: list[dict[str, Any]],
+        pods: list[dict[str, Any]],
+        report: ReconcileReport,
+    ) -> None:
+        now = self.clock.now()
+        seen = observe(expected_replicas=max(job.replicas, 1), k8s_jobs=k8s_jobs, pods=pods)
+        if seen.status is None or seen.reason == Reason.OBJECTS_MISSING:
+            if now - job.updated_at >= CREATE_GRACE:
+                self._recreate(job, seen, report)
+            return
+        if seen.retries_used > job.retries_used and not is_terminal(seen.status):
+            self._record(
+                job,
+                to=seen.status,
+                reason=reason_code(Reason.NODE_LOST, f"retry {seen.retries_used}/{job.max_retries}"),
+                message="a pod was lost with its node; Kubernetes runs it again",
+                report=report,
+                retries_used=seen.retries_used,
+            )
+            self.metrics.add(Metric.JOB_RETRIES, seen.retries_used - job.retries_used)
+            report.retries += seen.retries_used - job.retries_used
+            return
+        if seen.reason == Reason.IMAGE_PULL_BACK_OFF:
+            if job.reason != Reason.IMAGE_PULL_BACK_OFF:
+                self._record(job, to=JobStatus.QUEUED, reason=seen.reason, message=seen.message, report=report)
+            elif now - job.updated_at >= IMAGE_PULL_GRACE:
+                self._record(job, to=JobStatus.FAILED, reason=seen.reason, message=seen.message, report=report)
+            return
+        if seen.status != job.status or (
+            seen.status is JobStatus.QUEUED and job.reason == Reason.IMAGE_PULL_BACK_OFF
+        ):
+            self._record(
+                job,
+                to=seen.status,
+                reason=seen.reason,
+                message=seen.message,
+                report=report,
+                retries_used=max(seen.retries_used, job.retries_used),
+            )
+
+    def _recreate(self, job: Job, seen: Observation, report: ReconcileReport) -> None:
+        """Objects went missing (deleted by hand, or a crash before creation): make them again."""
+        lost_while_running = job.status is JobStatus.RUNNING
+        used = job.retries_used + (1 if lost_while_running else 0)
+        if used > job.max_retries:
+            self._record(
+                job, to=JobStatus.FAILED, reason=Reason.RETRIES_EXHAUSTED, message=seen.message, report=report
+            )
+            return
+        try:
+            spec = JobSpec.model_validate(job.spec)
+            self.intake.create_objects(job_id=job.id, spec=spec, namespace=job.namespace)
+        except PermanentError as exc:
+            self._record(job, to=JobStatus.FAILED, reason=Reason.OBJECTS_MISSING, message=str(exc), report=report)
+            return
+        report.recreated.append(job.id)
+        reason = (
+            reason_code(Reason.NODE_LOST, f"retry {used}/{job.max_retries}")
+            if lost_while_running
+            else Reason.OBJECTS_MISSING
+        )
+        self._record(
+            job,
+            to=JobStatus.QUEUED,
+            reason=reason,
+            message=seen.message or "Kubernetes objects re-created",
+            report=report,
+            retries_used=used,
+        )
+
+    def _record(
+        self, job: Job, *, to: JobStatus, reason: str, message: str, report: ReconcileReport, **changes: Any
+    ) -> None:
+        now = self.clock.now()
+
+        def change(current: Job) -> tuple[Job, Any] | None:
+            if current.version != job.version and is_terminal(current.status):
+                return None
+            return transition(current, to=to, reason=reason, at=now, message=message, **changes)
+
+        try:
+            updated = update_job(self.store, job, change)
+        except InvalidTransitionError:
+            return
+        if updated is None:
+            return
+        report.transitions[to.value] += 1
+        if to is JobStatus.RUNNING and job.started_at is None and updated.started_at is not None:
+            wait = (updated.started_at - updated.submitted_at).total_seconds()
+            self.metrics.add(Metric.QUEUE_WAIT_SECONDS, wait, unit="Seconds")
+            self.metrics.add(Metric.JOBS_STARTED, 1)
+        if is_terminal(to):
+            self._finish(updated, report)
+
+    def _finish(self, job: Job, report: ReconcileReport) -> None:
+        if job.started_at is not None and job.finished_at is not None:
+            self.metrics.add(
+                Metric.RUN_SECONDS, (job.finished_at - job.started_at).total_seconds(), unit="Seconds"
+            )
+        self.metrics.add(Metric.JOBS_SUCCEEDED if job.status is JobStatus.SUCCEEDED else Metric.JOBS_FAILED, 1)
+        self.cluster.delete_job_objects(namespace=job.namespace, job_id=job.id)
+        report.cleaned.append(job.id)
+        logger.info("job finished", job_id=job.id, status=job.status.value, reason=job.reason)
+
+    # ---- sweeps ----------------------------------------------------------
+
+    def _sweep(self, parent: Job, report: ReconcileReport) -> None:
+        trials = [t for t in (self.store.get(tid) for tid in parent.trial_ids) if t is not None]
+        if trials and all(is_terminal(t.status) for t in trials):
+            succeeded = sum(1 for t in trials if t.status is JobStatus.SUCCEEDED)
+            self._record(
+                parent,
+                to=JobStatus.SUCCEEDED if succeeded else JobStatus.FAILED,
+                reason=Reason.TRIALS_FINISHED,
+                message=f"{succeeded}/{len(trials)} trials succeeded",
+                report=report,
+            )
+            return
+        spec = JobSpec.model_validate(parent.spec)
+        parallelism = spec.sweep.parallelism if spec.sweep else len(trials)
+        active = sum(
+            1 for t in trials if not is_terminal(t.status) and t.reason != Reason.WAITING_FOR_TRIAL_SLOT
+        )
+        for trial in trials:
+            if active >= parallelism:
+                break
+            if trial.status is JobStatus.QUEUED and trial.reason == Reason.WAITING_FOR_TRIAL_SLOT:
+                self.intake.create_objects(
+                    job_id=trial.id, spec=JobSpec.model_validate(trial.spec), namespace=trial.namespace
+                )
+                self._note(trial, reason=Reason.SUBMITTED, message="a trial slot opened")
+                active += 1
+        if parent.status is JobStatus.QUEUED and any(t.status is JobStatus.RUNNING for t in trials):
+            self._record(parent, to=JobStatus.RUNNING, reason=Reason.STARTED, message="", report=report)
+
+    def _note(self, job: Job, *, reason: str, message: str) -> None:
+        now = self.clock.now()
+        update_job(
+            self.store,
+            job,
+            lambda current: None
+            if is_terminal(current.status)
+            else note(current, reason=reason, at=now, message=message),
+        )
+
+    # ---- gauges ----------------------------------------------------------
+
+    def _gauges(self) -> None:
+        now = self.clock.now()
+        for status in (JobStatus.QUEUED, JobStatus.RUNNING):
+            jobs = self.store.list_by_status(status)
+            self.metrics.add(Metric.JOBS_IN_STATE, len(jobs), dimensions={"State": status.value})
+            if status is JobStatus.QUEUED:
+                oldest = min((j.submitted_at for j in jobs if not j.is_sweep), default=now)
+                self.metrics.add(Metric.OLDEST_QUEUED_SECONDS, (now - oldest).total_seconds(), unit="Seconds")

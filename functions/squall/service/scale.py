@@ -1,0 +1,372 @@
+"""The scale check: observe -> plan (pure) -> act -> record.
+
+One check at a time (a lease in DynamoDB), whatever invoked it: the schedule, a
+scale-check request from intake, or a launch-unsuccessful event. Acting follows
+the safety rules of DESIGN.md: uncordon before launching, never lower desired
+capacity to remove a node, re-check a node is still empty right before it goes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from squall.errors import NotFoundError, SquallError
+from squall.fleet import Fleet, FleetGroup, GroupRef
+from squall.jobs import Reason, is_terminal, note, reason_code
+from squall.planner import (
+    REGION_LABEL,
+    GroupHealth,
+    GroupInstance,
+    Node,
+    NodeGroup,
+    Plan,
+    Pod,
+    Policy,
+    ScalingFailure,
+    plan,
+)
+from squall.planner.kube import parse_nodes, parse_pods
+from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleState
+from squall.telemetry import SERVICE, Metric
+
+logger = Logger(service=SERVICE, child=True)
+
+LEASE = "scale"
+CORDON_ANNOTATION = "squall.io/cordoned-at"
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    groups: Sequence[NodeGroup]  # the configured templates; live state is observed
+    policy: Policy
+    dry_run: bool = False
+    lease_duration: timedelta = timedelta(minutes=2)
+
+
+@dataclass
+class ScaleResult:
+    acted: bool
+    plan: dict[str, Any] = field(default_factory=dict)
+    done: dict[str, list[Any]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)
+
+
+def cordon_patch(at: datetime) -> dict[str, Any]:
+    return {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: at.isoformat()}}}
+
+
+UNCORDON_PATCH: dict[str, Any] = {
+    "spec": {"unschedulable": False},
+    "metadata": {"annotations": {CORDON_ANNOTATION: None}},
+}
+
+
+@dataclass
+class Scaler:
+    state: ScaleState
+    cluster: Cluster
+    fleet: Fleet
+    clock: Clock
+    metrics: MetricsSink
+    config: ScaleConfig
+    store: JobStore | None = None  # for the reason codes on jobs; None: plan and act only
+    holder: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def check(self, *, trigger: str) -> ScaleResult:
+        now = self.clock.now()
+        if not self.state.acquire_lease(name=LEASE, holder=self.holder, now=now, duration=self.config.lease_duration):
+            logger.info("another scale check holds the lease", trigger=trigger)
+            return ScaleResult(acted=False, skipped=["lease held by another check"])
+        try:
+            return self._check(trigger=trigger, now=now)
+        finally:
+            self.state.release_lease(name=LEASE, holder=self.holder)
+
+    # ---- observe -----------------------------------------------------------
+
+    def _observe(
+        self, now: datetime
+    ) -> tuple[list[NodeGroup], dict[str, GroupHealth], list[Node], list[Pod]]:
+        by_name = {g.name: g for g in self.config.groups}
+        refs = [GroupRef(name=g.asg_name or g.name, region=g.region) for g in self.config.groups]
+        live = {(fg.region, fg.name): fg for fg in self.fleet.describe_groups(refs)}
+        since = now - self.config.policy.failure_window
+        failures: dict[tuple[str, str], list[ScalingFailure]] = {}
+        for activity in self.fleet.recent_activities(refs, since=since):
+            if activity.failed:
+                failures.setdefault((activity.region, activity.group), []).append(
+                    ScalingFailure(
+                        time=activity.end_time or activity.start_time,
+                        reason=activity.status_message or activity.description,
+                    )
+                )
+        groups = []
+        for ref in refs:
+            template = by_name[_config_name(self.config.groups, ref)]
+            observed = live.get((ref.region, ref.name))
+            if observed is None:
+                logger.warning("node group not found", group=template.name, region=ref.region)
+                continue
+            groups.append(_with_live_state(template, observed, failures.get((ref.region, ref.name), []), now))
+        nodes = parse_nodes(self.cluster.list_nodes())
+        pods = parse_pods(self.cluster.list_pods())
+        return groups, self.state.load_health(), nodes, pods
+
+    # ---- plan and act --------------------------------------------------------
+
+    def _check(self, *, trigger: str, now: datetime) -> ScaleResult:
+        groups, health, nodes, pods = self._observe(now)
+        decided = plan(nodes=nodes, pods=pods, groups=groups, health=health, policy=self.config.policy, now=now)
+        result = ScaleResult(acted=not self.config.dry_run, plan=decided.to_dict())
+        result.fallbacks = fallbacks(decided, groups=groups, health=health, now=now)
+        if not self.config.dry_run:
+            self._act(decided, groups=groups, nodes=nodes, pods=pods, now=now, result=result)
+        self._emit(decided, groups=groups, pods=pods, nodes=nodes, result=result, now=now)
+        self.state.record_decision(
+            at=now, trigger=trigger, dry_run=self.config.dry_run, plan=result.plan, acted=result.done
+        )
+        logger.info(
+            "scale check",
+            trigger=trigger,
+            dry_run=self.config.dry_run,
+            scale_ups=[f"{s.group}:{s.from_desired}->{s.to_desired}" for s in decided.scale_ups],
+            scale_downs=[d.instance for d in decided.scale_downs],
+            fallbacks=result.fallbacks,
+            errors=result.errors,
+        )
+        return result
+
+    def _act(
+        self,
+        decided: Plan,
+        *,
+        groups: Sequence[NodeGroup],
+        nodes: Sequence[Node],
+        pods: Sequence[Pod],
+        now: datetime,
+        result: ScaleResult,
+    ) -> None:
+        refs = {g.name: GroupRef(name=g.asg_name or g.name, region=g.region) for g in groups}
+        done = result.done
+        for change in decided.backoffs:
+            self._try(result, f"save health {change.group}", lambda c=change: self.state.save_health(c.group, c.health))
+        for uncordon in decided.uncordons:
+            if self._try(result, f"uncordon {uncordon.node}", lambda u=uncordon: self.cluster.patch_node(u.node, UNCORDON_PATCH)):
+                done.setdefault("uncordoned", []).append(uncordon.node)
+        for give_back in decided.give_backs:
+            ref = refs[give_back.group]
+            if self._try(
+                result,
+                f"give back {give_back.group}",
+                lambda r=ref, g=give_back: self.fleet.set_desired_capacity(ref=r, desired=g.to_desired),
+            ):
+                done.setdefault("givenBack", []).append({"group": give_back.group, "to": give_back.to_desired})
+        for scale_up in decided.scale_ups:
+            ref = refs[scale_up.group]
+            if self._try(
+                result,
+                f"scale up {scale_up.group}",
+                lambda r=ref, s=scale_up: self.fleet.set_desired_capacity(ref=r, desired=s.to_desired),
+            ):
+                done.setdefault("scaledUp", []).append({"group": scale_up.group, "to": scale_up.to_desired})
+        for scale_down in decided.scale_downs:
+            self._scale_down(scale_down.node, scale_down.instance, refs[scale_down.group], now=now, result=result)
+        for gang in stranded_gangs(decided, pods=pods, nodes=nodes):
+            self._release(gang, now=now, result=result)
+
+    def _release(self, gang: StrandedGang, *, now: datetime, result: ScaleResult) -> None:
+        """Let a gang start over: part of it is bound in a region that cannot take the rest.
+
+        Its Kubernetes objects go; the reconcile function finds them missing and
+        creates them again, and with no pod bound the whole gang is placed afresh.
+        Only gangs that are not running are released: some of their pods wait.
+        """
+        if not self._try(
+            result,
+            f"release {gang.job_id}",
+            lambda: self.cluster.delete_job_objects(namespace=gang.namespace, job_id=gang.job_id),
+        ):
+            return
+        result.done.setdefault("released", []).append({"job": gang.job_id, "region": gang.region})
+        self._note(gang.job_id, reason_code(Reason.GANG_RELEASED, gang.region), gang.why, now=now)
+
+    def _note(self, job_id: str, reason: str, message: str, *, now: datetime) -> None:
+        if self.store is None:
+            return
+        job = self.store.get(job_id)
+        if job is None or is_terminal(job.status):
+            return
+        from squall.service.intake import update_job
+
+        self._try(
+            ScaleResult(acted=True),
+            f"note {job_id}",
+            lambda: update_job(
+                self.store,
+                job,
+                lambda current: None
+                if is_terminal(current.status)
+                else note(current, reason=reason, at=now, message=message[:1000]),
+            ),
+        )
+
+    def _scale_down(self, node: str | None, instance: str, ref: GroupRef, *, now: datetime, result: ScaleResult) -> None:
+        if node is not None:
+            try:
+                self.cluster.patch_node(node, cordon_patch(now))
+            except NotFoundError:
+                node = None  # it went away since we looked; the instance may still be there
+            except SquallError as exc:
+                result.errors.append(f"cordon {node}: {exc}")
+                return
+        if node is not None and _has_workload(self.cluster.list_pods(node_name=node)):
+            # A pod was bound between observing and cordoning: this node is busy now.
+            self._try(result, f"uncordon {node}", lambda: self.cluster.patch_node(node, UNCORDON_PATCH))
+            result.skipped.append(f"{node}: became busy before termination")
+            return
+        try:
+            self.fleet.terminate_instance(region=ref.region, instance_id=instance, decrement=True)
+        except NotFoundError:
+            result.skipped.append(f"{instance}: already gone")
+            return
+        except SquallError as exc:
+            result.errors.append(f"terminate {instance}: {exc}")
+            return
+        result.done.setdefault("terminated", []).append({"instance": instance, "node": node, "group": ref.name})
+
+    def _try(self, result: ScaleResult, what: str, action: Any) -> bool:
+        """Run one action; a failure is recorded and the others still run."""
+        try:
+            action()
+        except SquallError as exc:
+            result.errors.append(f"{what}: {exc}")
+            logger.warning("scale action failed", action=what, error=str(exc))
+            return False
+        return True
+
+    # ---- metrics -------------------------------------------------------------
+
+    def _emit(
+        self,
+        decided: Plan,
+        *,
+        groups: Sequence[NodeGroup],
+        pods: Sequence[Any],
+        nodes: Sequence[Any],
+        result: ScaleResult,
+        now: datetime,
+    ) -> None:
+        pending = [p for p in pods if p.is_pending]
+        self.metrics.add(Metric.PENDING_PODS, len(pending))
+        self.metrics.add(Metric.PENDING_GPUS, sum(p.requests.gpu for p in pending))
+        ready_ids = {n.instance_id for n in nodes if n.ready and n.instance_id}
+        in_flight = 0
+        for group in groups:
+            in_service = sum(1 for i in group.instances if i.instance_id in ready_ids)
+            in_flight += sum(1 for i in group.instances if i.instance_id not in ready_ids)
+            dims = {"Group": group.name, "Region": group.region}
+            desired = next((s.to_desired for s in decided.scale_ups if s.group == group.name), group.desired)
+            self.metrics.add(Metric.DESIRED_CAPACITY, desired, dimensions=dims)
+            self.metrics.add(Metric.IN_SERVICE_CAPACITY, in_service, dimensions=dims)
+        self.metrics.add(Metric.IN_FLIGHT_NODES, in_flight)
+        self.metrics.add(Metric.SCALE_UPS, sum(s.to_desired - s.from_desired for s in decided.scale_ups))
+        self.metrics.add(Metric.SCALE_DOWNS, len(result.done.get("terminated", [])))
+        self.metrics.add(Metric.FALLBACKS, len(result.fallbacks))
+        self.metrics.add(Metric.UNSCHEDULABLE_PODS, len(decided.unschedulable))
+
+
+@dataclass(frozen=True)
+class StrandedGang:
+    job_id: str
+    namespace: str
+    region: str
+    why: str
+
+
+def stranded_gangs(decided: Plan, *, pods: Sequence[Pod], nodes: Sequence[Node]) -> list[StrandedGang]:
+    """Gangs with pods bound in a region the planner cannot fit the rest of them into.
+
+    Kubernetes binds a gang's pods one by one: a parameter server can take free
+    room in a region before the planner learns that the region has no GPUs left.
+    The required region affinity then holds the rest of the gang there for good.
+    """
+    reasons = {u.pod: u.reason for u in decided.unschedulable}
+    stuck: dict[str, str] = {}
+    for pod in pods:
+        if pod.job_id and pod.key in reasons:
+            stuck.setdefault(pod.job_id, reasons[pod.key])
+    region_of = {n.name: n.labels.get(REGION_LABEL, "") for n in nodes}
+    bound: dict[str, StrandedGang] = {}
+    for pod in pods:
+        if pod.job_id in stuck and pod.is_active and pod.is_workload and pod.job_id not in bound:
+            bound[pod.job_id] = StrandedGang(
+                job_id=pod.job_id,
+                namespace=pod.namespace,
+                region=region_of.get(pod.node_name or "", ""),
+                why=stuck[pod.job_id],
+            )
+    return [bound[job_id] for job_id in sorted(bound)]
+
+
+def fallbacks(
+    decided: Plan, *, groups: Sequence[NodeGroup], health: Mapping[str, GroupHealth], now: datetime
+) -> list[str]:
+    """`RegionFallback:<from>-><to>` for each scale-up that a backed-off preferred group forced elsewhere."""
+    backed_off = {b.group: b.health for b in decided.backoffs} | dict(health)
+    by_name = {g.name: g for g in groups}
+    found = []
+    for scale_up in decided.scale_ups:
+        target = by_name[scale_up.group]
+        preferred = [
+            g
+            for g in groups
+            if g.priority < target.priority
+            and g.region != target.region
+            and backed_off.get(g.name, GroupHealth()).in_backoff(now)
+        ]
+        if preferred:
+            origin = min(preferred, key=lambda g: g.priority)
+            found.append(f"RegionFallback:{origin.region}->{target.region}")
+    return found
+
+
+def _config_name(groups: Sequence[NodeGroup], ref: GroupRef) -> str:
+    return next(g.name for g in groups if (g.asg_name or g.name) == ref.name and g.region == ref.region)
+
+
+def _with_live_state(
+    template: NodeGroup, observed: FleetGroup, failures: list[ScalingFailure], now: datetime
+) -> NodeGroup:
+    instances = tuple(
+        GroupInstance(
+            instance_id=i.instance_id,
+            lifecycle_state=i.lifecycle_state,
+            # Without a launch time the instance counts from now: it is not timed out yet.
+            launch_time=i.launch_time or now,
+        )
+        for i in observed.instances
+    )
+    max_size = min(template.max_size, observed.max_size)
+    return dataclasses.replace(
+        template,
+        desired=observed.desired,
+        min_size=min(max(template.min_size, observed.min_size), max_size),
+        max_size=max_size,
+        instances=instances,
+        failures=tuple(failures),
+    )
+
+
+def _has_workload(pods: Sequence[dict[str, Any]]) -> bool:
+    return any(pod.is_workload and pod.is_active for pod in parse_pods(pods))
+
+

@@ -1,0 +1,165 @@
+"""DynamoDB adapter for the autoscaler's own state, in the jobs table.
+
+- lease:     pk=LEASE#<name>      sk=LEASE     holder, expiresAt (epoch s; also the TTL)
+- health:    pk=HEALTH            sk=<group>   backoffUntil, consecutiveFailures, lastFailureAt, reason
+- decision:  pk=DECISION#<date>   sk=<time>#<id>  trigger, dryRun, plan (JSON), expiresAt (TTL)
+
+The lease makes "two scale checks never act at once" hold even when the schedule
+and a scale-check request invoke the function together: whoever writes the lease
+item first (or after it expired) acts, the other one returns at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from squall.planner import GroupHealth
+from squall.store import call_dynamodb, from_item, to_item, translate
+
+DECISION_RETENTION = timedelta(days=14)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _dt(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+class DynamoScaleState:
+    def __init__(self, client: Any, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+    # ---- lease -------------------------------------------------------------
+
+    def acquire_lease(self, *, name: str, holder: str, now: datetime, duration: timedelta) -> bool:
+        """True when `holder` now holds the lease; False when someone else does."""
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=to_item(
+                    {
+                        "pk": f"LEASE#{name}",
+                        "sk": "LEASE",
+                        "holder": holder,
+                        "expiresAt": int((now + duration).timestamp()),
+                    }
+                ),
+                ConditionExpression="attribute_not_exists(pk) OR expiresAt < :now OR holder = :holder",
+                ExpressionAttributeValues=to_item({":now": int(now.timestamp()), ":holder": holder}),
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise translate(f"acquire lease {name}", exc) from exc
+        except BotoCoreError as exc:
+            raise translate(f"acquire lease {name}", exc) from exc
+        return True
+
+    def release_lease(self, *, name: str, holder: str) -> None:
+        try:
+            self._client.delete_item(
+                TableName=self._table,
+                Key=to_item({"pk": f"LEASE#{name}", "sk": "LEASE"}),
+                ConditionExpression="holder = :holder",
+                ExpressionAttributeValues=to_item({":holder": holder}),
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return  # it expired and someone else holds it now: nothing of ours to release
+            raise translate(f"release lease {name}", exc) from exc
+        except BotoCoreError as exc:
+            raise translate(f"release lease {name}", exc) from exc
+
+    # ---- group health -------------------------------------------------------
+
+    def load_health(self) -> dict[str, GroupHealth]:
+        health: dict[str, GroupHealth] = {}
+        start: dict[str, Any] | None = None
+        while True:
+            args: dict[str, Any] = {
+                "TableName": self._table,
+                "KeyConditionExpression": "pk = :pk",
+                "ExpressionAttributeValues": to_item({":pk": "HEALTH"}),
+                "ConsistentRead": True,
+            }
+            if start:
+                args["ExclusiveStartKey"] = start
+            page = call_dynamodb("load group health", functools.partial(self._client.query, **args))
+            for item in page.get("Items", []):
+                values = from_item(item)
+                health[values["sk"]] = GroupHealth(
+                    backoff_until=_dt(values.get("backoffUntil")),
+                    consecutive_failures=int(values.get("consecutiveFailures", 0)),
+                    last_failure_at=_dt(values.get("lastFailureAt")),
+                    reason=values.get("reason", ""),
+                )
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return health
+
+    def save_health(self, group: str, health: GroupHealth) -> None:
+        item = to_item(
+            {
+                "pk": "HEALTH",
+                "sk": group,
+                "backoffUntil": _iso(health.backoff_until),
+                "consecutiveFailures": health.consecutive_failures,
+                "lastFailureAt": _iso(health.last_failure_at),
+                "reason": health.reason or None,
+            }
+        )
+        call_dynamodb(f"save health of {group}", lambda: self._client.put_item(TableName=self._table, Item=item))
+
+    # ---- decisions ----------------------------------------------------------
+
+    def record_decision(
+        self, *, at: datetime, trigger: str, dry_run: bool, plan: dict[str, Any], acted: dict[str, Any]
+    ) -> str:
+        decision_id = uuid.uuid4().hex[:12]
+        item = to_item(
+            {
+                "pk": f"DECISION#{at.date().isoformat()}",
+                "sk": f"{_iso(at)}#{decision_id}",
+                "trigger": trigger,
+                "dryRun": dry_run,
+                "plan": json.dumps(plan, separators=(",", ":")),
+                "acted": json.dumps(acted, separators=(",", ":")),
+                "expiresAt": int((at + DECISION_RETENTION).timestamp()),
+            }
+        )
+        call_dynamodb("record decision", lambda: self._client.put_item(TableName=self._table, Item=item))
+        return decision_id
+
+    def decisions(self, *, day: datetime, limit: int = 100) -> list[dict[str, Any]]:
+        page = call_dynamodb(
+            "read decisions",
+            lambda: self._client.query(
+                TableName=self._table,
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues=to_item({":pk": f"DECISION#{day.date().isoformat()}"}),
+                ScanIndexForward=False,
+                Limit=limit,
+            ),
+        )
+        decisions = []
+        for item in page.get("Items", []):
+            values = from_item(item)
+            decisions.append(
+                {
+                    "at": values["sk"].split("#")[0],
+                    "trigger": values["trigger"],
+                    "dryRun": bool(values["dryRun"]),
+                    "plan": json.loads(values["plan"]),
+                    "acted": json.loads(values["acted"]),
+                }
+            )
+        return decisions

@@ -1,0 +1,79 @@
+"""Wiring for service tests: the DynamoDB store on moto, the simulated cluster, a virtual clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from squall.local.aws import create_table
+from squall.local.clock import VirtualClock
+from squall.local.cluster import SimulatedCluster
+from squall.service.intake import Intake, IntakeConfig
+from squall.service.reconcile import Reconciler
+from squall.store import DynamoJobStore
+from squall.telemetry import RecordingMetrics
+
+TEAMS = {"research": "team-research", "vision": "team-vision"}
+REGISTRIES = ["registry.example.com/squall"]
+IMAGE = "registry.example.com/squall/tf-trainer:1.0"
+
+GPU_NODE = {"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"}
+
+
+@dataclass
+class World:
+    clock: VirtualClock
+    store: DynamoJobStore
+    cluster: SimulatedCluster
+    metrics: RecordingMetrics
+    intake: Intake
+    reconciler: Reconciler
+
+    def new_intake(self) -> Intake:
+        """A fresh intake, as each Lambda invocation builds one."""
+        return Intake(
+            store=self.store,
+            cluster=self.cluster,
+            clock=self.clock,
+            metrics=self.metrics,
+            config=IntakeConfig(teams=TEAMS, registries=REGISTRIES),
+        )
+
+    def add_gpu_nodes(self, count: int = 2, region: str = "us-west-2") -> None:
+        for i in range(count):
+            self.cluster.add_node(
+                name=f"gpu-{region}-{i}",
+                allocatable=GPU_NODE,
+                labels={"topology.kubernetes.io/region": region},
+                taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+                provider_id=f"aws:///{region}a/i-{region[-1]}{i:016d}",
+            )
+
+    def run(self, minutes: int) -> None:
+        """Let the cluster run and reconcile every minute, as the schedule does."""
+        for _ in range(minutes):
+            self.clock.advance(timedelta(minutes=1))
+            self.cluster.advance()
+            self.reconciler.run()
+
+
+@pytest.fixture
+def world(aws_credentials: None) -> Iterator[World]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-west-2")
+        create_table(client, "jobs")
+        clock = VirtualClock()
+        store = DynamoJobStore(client, "jobs")
+        cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=3))
+        metrics = RecordingMetrics(clock)
+        intake = Intake(
+            store=store, cluster=cluster, clock=clock, metrics=metrics,
+            config=IntakeConfig(teams=TEAMS, registries=REGISTRIES),
+        )
+        reconciler = Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake)
+        yield World(clock, store, cluster, metrics, intake, reconciler)

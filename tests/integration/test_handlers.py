@@ -1,0 +1,95 @@
+"""The Lambda handlers with recorded AWS events: partial batch responses, thin wiring."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from squall import runtime
+from squall.handlers import reconcile, scale, submit
+from squall.jobs import JobStatus
+from squall.local.runtime import LocalScaleRequests
+from squall.settings import Settings
+from tests.conftest import load_event
+from tests.integration.conftest import REGISTRIES, TEAMS, World
+
+
+@pytest.fixture
+def installed(world: World) -> Iterator[LocalScaleRequests]:
+    requests = LocalScaleRequests(clock=world.clock)
+    runtime.install(
+        runtime.Services(
+            settings=Settings(table_name="jobs", teams=TEAMS, allowed_registries=REGISTRIES),
+            clock=world.clock,
+            store=world.store,
+            cluster=world.cluster,
+            metrics=world.metrics,
+            scale_requests=requests,
+        )
+    )
+    yield requests
+    runtime.install(None)
+
+
+def test_submit_reports_only_the_malformed_message_as_failed(
+    world: World, installed: LocalScaleRequests, lambda_context: Any
+) -> None:
+    # given a batch with a valid spec, a body that is not JSON and an invalid spec
+    event = load_event("sqs_jobs_batch")
+    # when
+    response = submit.handler(event, lambda_context)
+    # then only the malformed one comes back, to be retried and dead-lettered
+    assert response == {"batchItemFailures": [{"itemIdentifier": "2e1424d4-f796-459a-8184-9c92662be6da"}]}
+    assert len(world.store.list_by_status(JobStatus.QUEUED)) == 1
+    assert len(world.store.list_by_status(JobStatus.REJECTED)) == 1
+    # and one scale check is requested for the whole batch
+    assert len(installed.requests) == 1 and len(installed.requests[0][2]) == 1
+
+
+def test_submit_fails_only_the_message_that_hit_a_transient_error(
+    world: World, installed: LocalScaleRequests, lambda_context: Any
+) -> None:
+    from squall.errors import RetryableError
+
+    world.cluster.next_error = RetryableError("503 from the API server")
+    event = load_event("sqs_jobs_batch")
+    response = submit.handler(event, lambda_context)
+    failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+    assert failed == {"059f36b4-87a3-44ab-83d2-661975830a7d", "2e1424d4-f796-459a-8184-9c92662be6da"}
+
+
+def test_a_failing_scale_request_does_not_fail_the_batch(
+    world: World, installed: LocalScaleRequests, lambda_context: Any
+) -> None:
+    from squall.errors import RetryableError
+
+    def refuse(**_: Any) -> None:
+        raise RetryableError("PutEvents throttled")
+
+    installed.request_scale_check = refuse  # type: ignore[method-assign]
+    response = submit.handler(load_event("sqs_jobs_batch"), lambda_context)
+    assert len(response["batchItemFailures"]) == 1
+
+
+def test_reconcile_handler_reports_what_it_did(world: World, installed: LocalScaleRequests, lambda_context: Any) -> None:
+    submit.handler(load_event("sqs_jobs_batch"), lambda_context)
+    result = reconcile.handler(load_event("schedule_reconcile"), lambda_context)
+    assert result["errors"] == [] and result["transitions"] == {}
+
+
+@pytest.mark.parametrize(
+    ("event", "trigger"),
+    [
+        ({"detail-type": "Scheduled Event", "detail": {}}, "schedule"),
+        ({"detail-type": "Scale Check Requested", "detail": {"reason": "jobs submitted"}}, "requested:jobs submitted"),
+        (
+            {"detail-type": "EC2 Instance Launch Unsuccessful", "detail": {"AutoScalingGroupName": "p3-usw2"}},
+            "launch-unsuccessful:p3-usw2",
+        ),
+        ({"detail-type": "Something New"}, "other:Something New"),
+    ],
+)
+def test_scale_trigger_is_named_from_the_event(event: dict[str, Any], trigger: str) -> None:
+    assert scale.trigger_of(event) == trigger

@@ -1,0 +1,150 @@
+"""Intake against DynamoDB (moto) and the simulated cluster: nothing lost, nothing twice."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from squall.errors import ConflictError, PermanentError, RetryableError
+from squall.jobs import JobStatus, Reason
+from squall.service.intake import MalformedMessage, Outcome
+from tests.integration.conftest import IMAGE, World
+
+
+def spec(**overrides: Any) -> str:
+    return json.dumps({"name": "train", "team": "research", "image": IMAGE, "resources": {"gpu": 1}} | overrides)
+
+
+def test_a_spec_is_recorded_queued_with_its_objects(world: World) -> None:
+    result = world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    assert (result.outcome, result.job_id) == (Outcome.CREATED, "t-1")
+    job = world.store.get("t-1")
+    assert job is not None and job.status is JobStatus.QUEUED and job.gpus == 1
+    assert [j["metadata"]["name"] for j in world.cluster.list_jobs(job_id="t-1")] == ["t-1-worker-0"]
+    assert world.intake.waiting == ["t-1"]
+
+
+def test_a_duplicate_delivery_of_one_message_makes_one_job(world: World) -> None:
+    first = world.intake.handle(body=spec(), message_id="m-1")
+    again = world.new_intake().handle(body=spec(), message_id="m-1")
+    assert again.outcome is Outcome.REDELIVERED and again.job_id == first.job_id
+    assert len(world.store.list_by_status(JobStatus.QUEUED)) == 1
+    assert len(world.cluster.list_jobs()) == 1
+    assert len(world.store.events(first.job_id)) == 1
+
+
+def test_two_messages_with_the_same_client_id_make_one_job(world: World) -> None:
+    world.intake.handle(body=spec(id="mine", args=["--first"]), message_id="m-1")
+    second = world.intake.handle(body=spec(id="mine", args=["--second"]), message_id="m-2")
+    assert second.outcome is Outcome.DUPLICATE
+    job = world.store.get("mine")
+    assert job is not None and job.spec["args"] == ["--first"] and job.message_id == "m-1"
+    assert world.metrics.total("JobsDuplicate") == 1
+
+
+def test_an_invalid_spec_is_recorded_rejected_with_every_error(world: World) -> None:
+    body = json.dumps({"name": "Bad Name", "team": "nope", "image": "docker.io/x:1", "extra": 1})
+    result = world.intake.handle(body=body, message_id="m-1")
+    assert result.outcome is Outcome.REJECTED
+    job = world.store.get(result.job_id)
+    assert job is not None and job.status is JobStatus.REJECTED and job.reason == Reason.INVALID_SPEC
+    assert {e["field"] for e in job.errors} == {"name", "team", "image", "extra"}
+    assert job.spec["body"] == body, "the rejected body is kept for the user"
+    assert world.cluster.list_jobs() == []
+    # delivered again: still one record
+    world.new_intake().handle(body=body, message_id="m-1")
+    assert len(world.store.list_by_status(JobStatus.REJECTED)) == 1
+
+
+def test_a_rejected_spec_does_not_take_the_client_id(world: World) -> None:
+    world.intake.handle(body=spec(id="retry-me", resources={"gpu": -1}), message_id="m-1")
+    fixed = world.intake.handle(body=spec(id="retry-me"), message_id="m-2")
+    assert fixed.outcome is Outcome.CREATED
+
+
+@pytest.mark.parametrize("body", ["{not json", "", "\x00\x01", "[1, 2"])
+def test_a_body_that_is_not_json_is_a_malformed_message(world: World, body: str) -> None:
+    with pytest.raises(MalformedMessage, match="m-1"):
+        world.intake.handle(body=body, message_id="m-1")
+    assert world.store.list_by_status(JobStatus.REJECTED) == []
+
+
+@pytest.mark.parametrize("body", ['"just a string"', "42", "null", "[]"])
+def test_json_that_is_not_an_object_is_rejected_not_lost(world: World, body: str) -> None:
+    result = world.intake.handle(body=body, message_id="m-1")
+    assert result.outcome is Outcome.REJECTED
+    assert world.store.get(result.job_id) is not None
+
+
+def test_objects_that_exist_already_count_as_created(world: World) -> None:
+    from squall.manifests import render
+    from squall.spec import parse_spec
+
+    parsed = parse_spec(json.loads(spec(id="t-1")), teams=["research"], registries=["registry.example.com/squall"])
+    for manifest in render(parsed, job_id="t-1", namespace="team-research"):
+        world.cluster.create(manifest)  # as if an earlier attempt had made them (409 now)
+    assert world.intake.handle(body=spec(id="t-1"), message_id="m-1").outcome is Outcome.CREATED
+    assert len(world.cluster.list_jobs()) == 1
+
+
+@pytest.mark.parametrize("status", [429, 500])
+def test_a_transient_kubernetes_error_fails_the_message_and_the_redelivery_finishes_it(world: World, status: int) -> None:
+    world.cluster.next_error = RetryableError(f"create Job: {status}")
+    with pytest.raises(RetryableError):
+        world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    assert world.store.get("t-1") is not None, "recorded before the cluster was asked"
+    assert world.cluster.list_jobs() == []
+    again = world.new_intake().handle(body=spec(id="t-1"), message_id="m-1")
+    assert again.outcome is Outcome.REDELIVERED
+    assert len(world.cluster.list_jobs(job_id="t-1")) == 1
+    assert len(world.store.events("t-1")) == 1
+
+
+def test_a_permanent_kubernetes_refusal_fails_the_job_with_the_reason(world: World) -> None:
+    world.cluster.next_error = PermanentError("create Job team-research/t-1-worker-0: 403 Forbidden")
+    result = world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    assert result.outcome is Outcome.FAILED
+    job = world.store.get("t-1")
+    assert job is not None and job.status is JobStatus.FAILED and job.reason == Reason.CLUSTER_REFUSED
+    assert "403" in world.store.events("t-1")[-1].message
+
+
+def test_a_lost_race_on_cancel_rereads_and_wins_on_the_latest_version(world: World) -> None:
+    world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    original_save = world.store.save
+    calls = {"n": 0}
+
+    def save_losing_once(job: Any, event: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConflictError("someone else wrote first")
+        original_save(job, event)
+
+    world.store.save = save_losing_once  # type: ignore[method-assign]
+    assert world.intake.cancel(job_id="t-1", reason="user").outcome is Outcome.CANCELLED
+    assert calls["n"] == 2
+    assert world.store.get("t-1").status is JobStatus.CANCELLED  # type: ignore[union-attr]
+
+
+def test_cancel_deletes_objects_and_records_why(world: World) -> None:
+    world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    result = world.intake.handle(body=json.dumps({"action": "cancel", "id": "t-1", "reason": "wrong lr"}), message_id="m-2")
+    assert result.outcome is Outcome.CANCELLED
+    assert world.cluster.list_jobs() == []
+    events = world.store.events("t-1")
+    assert (events[-1].status, events[-1].reason, events[-1].message) == (JobStatus.CANCELLED, Reason.CANCEL_REQUESTED, "wrong lr")
+    assert world.intake.cancel(job_id="t-1", reason="again").outcome is Outcome.ALREADY_FINISHED
+    assert world.intake.cancel(job_id="nope", reason="x").outcome is Outcome.NOT_FOUND
+
+
+def test_a_sweep_records_parent_and_trials_and_starts_only_parallelism(world: World) -> None:
+    body = spec(id="sw", sweep={"parameters": {"lr": [0.1, 0.01, 0.001]}, "maxTrials": 3, "parallelism": 2})
+    world.intake.handle(body=body, message_id="m-1")
+    parent = world.store.get("sw")
+    assert parent is not None and parent.trial_ids == ("sw-t000", "sw-t001", "sw-t002")
+    trials = [world.store.get(t) for t in parent.trial_ids]
+    assert all(t is not None and t.parent_id == "sw" for t in trials)
+    assert [t.reason for t in trials if t] == [Reason.SUBMITTED, Reason.SUBMITTED, Reason.WAITING_FOR_TRIAL_SLOT]
+    assert {j["metadata"]["labels"]["squall.io/job-id"] for j in world.cluster.list_jobs()} == {"sw-t000", "sw-t001"}

@@ -1,0 +1,157 @@
+"""kubectl JSON (and the kubernetes client's sanitized dicts) into Node and Pod."""
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from squall.planner import NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration
+from squall.planner.kube import instance_id_from_provider_id, parse_nodes, parse_pods, parse_time
+
+DATA = Path(__file__).parent / "data"
+GI, MI, KI = 2**30, 2**20, 2**10
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name).read_text())
+
+
+def test_parses_kubectl_nodes() -> None:
+    # when
+    gpu_node, cordoned, booting, system = parse_nodes(load("nodes.json"))
+    # then
+    assert gpu_node.name == "ip-10-0-1-23.us-west-2.compute.internal"
+    assert gpu_node.instance_id == "i-0a1b2c3d4e5f60001"
+    assert (gpu_node.allocatable.cpu, gpu_node.allocatable.memory) == (7910, 59763108 * KI)
+    assert (gpu_node.allocatable.gpu, gpu_node.allocatable.pods) == (1, 58)
+    assert gpu_node.taints == (Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule"),)
+    assert gpu_node.labels["squall.io/accelerator"] == "v100"
+    assert gpu_node.ready and not gpu_node.unschedulable and not gpu_node.cordoned_by_squall
+    assert gpu_node.ready_since == datetime(2024, 5, 1, 9, 1, 10, tzinfo=UTC)
+    assert gpu_node.created_at == datetime(2024, 5, 1, 9, 0, 5, tzinfo=UTC)
+    assert cordoned.unschedulable and cordoned.cordoned_by_squall
+    assert not booting.ready and booting.allocatable.gpu == 0
+    assert system.instance_id == "i-0fffffffffffffff9" and system.allocatable.memory == 15 * GI
+
+
+def test_a_node_cordoned_by_someone_else_is_not_squalls_to_uncordon() -> None:
+    # given
+    node = load("nodes.json")["items"][0]
+    node["spec"]["unschedulable"] = True
+    # when
+    [parsed] = parse_nodes(node)
+    # then
+    assert parsed.unschedulable and not parsed.cordoned_by_squall
+
+
+def test_parses_kubectl_pods() -> None:
+    # when
+    worker, chief, plugin, proxy, finished, prep, going = parse_pods(load("pods.json"))
+    # then: a pending squall replica, GPU request defaulted from its limit
+    assert worker.key == "team-a/mnist-worker-0-x7k2p"
+    assert worker.is_pending and worker.job_id == "mnist-7f3a"
+    assert (worker.requests.cpu, worker.requests.memory, worker.requests.gpu) == (4000, 16 * GI, 1)
+    assert worker.node_selector == {"squall.io/accelerator": "v100"}
+    assert worker.required_affinity == (
+        NodeSelectorTerm(
+            match_expressions=(
+                NodeSelectorRequirement(
+                    key="topology.kubernetes.io/region", operator="In", values=("us-west-2", "us-east-1")
+                ),
+            )
+        ),
+    )
+    assert Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule") in worker.tolerations
+    # and: bound pods, DaemonSet and mirror pods, a finished one
+    assert (
+        chief.node_name == "ip-10-0-1-23.us-west-2.compute.internal" and chief.is_active and chief.is_workload
+    )
+    assert plugin.daemonset and not plugin.is_workload
+    assert proxy.mirror and not proxy.is_workload and proxy.requests.cpu == 100
+    assert finished.phase == "Succeeded" and not finished.is_active
+    assert finished.finished_at == datetime(2024, 5, 1, 11, 20, 12, tzinfo=UTC)
+    # and: init containers and sidecars and overhead, as the scheduler counts them
+    assert (prep.requests.cpu, prep.requests.memory) == (2250, 1248 * MI)
+    assert prep.priority == 1000
+    # and: a pod being deleted is not waiting for capacity
+    assert not going.is_pending
+
+
+def test_parses_single_objects_and_empty_lists() -> None:
+    # given
+    node = load("nodes.json")["items"][0]
+    # when / then
+    assert [n.name for n in parse_nodes(node)] == [node["metadata"]["name"]]
+    assert parse_pods({"kind": "PodList", "items": None}) == []
+    assert parse_pods([]) == []
+
+
+@pytest.mark.parametrize(
+    ("provider_id", "instance_id"),
+    [
+        ("aws:///us-west-2a/i-0abc123", "i-0abc123"),
+        ("aws:///us-west-2a/i-0abc123/", "i-0abc123"),
+        ("aws://us-west-2a/i-0abc123", "i-0abc123"),
+        ("kind://docker/kind/kind-worker", None),
+        ("aws:///us-west-2a/fargate-ip-10-0-0-1", None),
+        ("", None),
+    ],
+)
+def test_instance_id_comes_from_the_provider_id(provider_id: str, instance_id: str | None) -> None:
+    assert instance_id_from_provider_id(provider_id) == instance_id
+
+
+def test_bad_quantities_name_the_object_and_the_field() -> None:
+    # given
+    pod = load("pods.json")["items"][0]
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    node = load("nodes.json")["items"][0]
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "0.5"
+    # when / then
+    with pytest.raises(
+        ValueError,
+        match=r"pod team-a/mnist-worker-0-x7k2p: containers\[0\]\.resources\.cpu: invalid quantity 'lots'",
+    ):
+        parse_pods([pod])
+    with pytest.raises(
+        ValueError, match=r"node ip-10-0-1-23\S*: status\.allocatable\.nvidia\.com/gpu: .*whole number"
+    ):
+        parse_nodes([node])
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        42,
+        "nodes",
+        {"items": "x"},
+        {"items": [42]},
+        [{"metadata": {}}],
+        [{"metadata": {"name": "n"}, "spec": []}],
+    ],
+)
+def test_malformed_documents_raise_clear_value_errors(doc: Any) -> None:
+    with pytest.raises(ValueError):
+        parse_nodes(doc)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-05-01T12:00:00Z", datetime(2024, 5, 1, 12, tzinfo=UTC)),
+        ("2024-05-01T12:00:00.123456789Z", datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)),
+        ("2024-05-01T14:00:00+02:00", datetime(2024, 5, 1, 12, tzinfo=UTC)),
+        ("2024-05-01T12:00:00", datetime(2024, 5, 1, 12, tzinfo=UTC)),
+        (datetime(2024, 5, 1, 12), datetime(2024, 5, 1, 12, tzinfo=UTC)),
+        (None, None),
+    ],
+)
+def test_parses_times_as_kubernetes_and_aws_write_them(text: object, expected: datetime | None) -> None:
+    assert parse_time(text) == expected
+
+
+def test_rejects_what_is_not_a_time() -> None:
+    with pytest.raises(ValueError, match="invalid time 'yesterday'"):
+        parse_time("yesterday")
