@@ -133,7 +133,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from squall.local.demo import run_demo
 
-    result = run_demo(as_json=args.json)
+    result = run_demo(as_json=args.json, backend=args.backend)
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -264,7 +264,13 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_plan)
 
     p = sub.add_parser("demo", help="run Squall locally on its embedded default")
-    p.add_argument("--json", action="store_true", help="end with one JSON summary line")
+    p.add_argument("--json", action="store_true", help="print only the JSON summary")
+    p.add_argument(
+        "--backend",
+        choices=["moto", "memory"],
+        default="moto",
+        help="AWS state on moto's server (default) or in memory (much faster, no endpoint)",
+    )
     p.set_defaults(run=cmd_demo)
 
     p = sub.add_parser("submit", help="send a job spec to the jobs queue")

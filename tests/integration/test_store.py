@@ -14,13 +14,18 @@ from moto import mock_aws
 from squall.errors import ConflictError, DuplicateJobError, PermanentError, RetryableError
 from squall.jobs import JobStatus, Reason, new_job, note, transition
 from squall.local.aws import create_table
+from squall.local.memory import InMemoryJobStore
 from squall.store import DynamoJobStore
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def store(aws_credentials: None) -> Iterator[DynamoJobStore]:
+@pytest.fixture(params=["dynamodb", "memory"])
+def store(request: pytest.FixtureRequest, aws_credentials: None) -> Iterator[Any]:
+    """The DynamoDB adapter, and the in-memory store that replays use: one contract."""
+    if request.param == "memory":
+        yield InMemoryJobStore()
+        return
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-west-2")
         create_table(client, "jobs")
@@ -31,14 +36,14 @@ def queued(job_id: str = "j-1", at: datetime = T0, **fields: Any):
     return new_job(job_id=job_id, name="j", team="research", namespace="team-research", at=at, **fields)
 
 
-def test_create_then_read_back_everything(store: DynamoJobStore) -> None:
+def test_create_then_read_back_everything(store: Any) -> None:
     job, event = queued(spec={"name": "j", "resources": {"gpu": 1}}, gpus=1, replicas=1, max_retries=2, message_id="m-1")
     store.create(job, event)
     assert store.get("j-1") == job
     assert store.events("j-1") == [event]
 
 
-def test_a_second_create_with_the_same_id_fails_and_changes_nothing(store: DynamoJobStore) -> None:
+def test_a_second_create_with_the_same_id_fails_and_changes_nothing(store: Any) -> None:
     job, event = queued(message_id="m-1")
     store.create(job, event)
     other, other_event = queued(message_id="m-2", at=T0 + timedelta(minutes=1))
@@ -47,7 +52,7 @@ def test_a_second_create_with_the_same_id_fails_and_changes_nothing(store: Dynam
     assert store.get("j-1") == job and len(store.events("j-1")) == 1
 
 
-def test_a_stale_update_loses_and_keeps_the_winner_and_its_event(store: DynamoJobStore) -> None:
+def test_a_stale_update_loses_and_keeps_the_winner_and_its_event(store: Any) -> None:
     job, event = queued()
     store.create(job, event)
     winner = transition(job, to=JobStatus.RUNNING, reason=Reason.STARTED, at=T0 + timedelta(minutes=1))
@@ -59,7 +64,7 @@ def test_a_stale_update_loses_and_keeps_the_winner_and_its_event(store: DynamoJo
     assert [e.reason for e in store.events("j-1")] == [Reason.SUBMITTED, Reason.STARTED]
 
 
-def test_events_come_back_in_order_across_many_notes(store: DynamoJobStore) -> None:
+def test_events_come_back_in_order_across_many_notes(store: Any) -> None:
     job, event = queued()
     store.create(job, event)
     for i in range(12):
@@ -68,7 +73,13 @@ def test_events_come_back_in_order_across_many_notes(store: DynamoJobStore) -> N
     assert [e.version for e in store.events("j-1")] == list(range(1, 14))
 
 
-def test_status_index_lists_oldest_first(store: DynamoJobStore) -> None:
+def test_list_all_returns_every_job(store: Any) -> None:
+    for i in range(3):
+        store.create(*queued(f"j-{i}"))
+    assert sorted(j.id for j in store.list_all()) == ["j-0", "j-1", "j-2"]
+
+
+def test_status_index_lists_oldest_first(store: Any) -> None:
     for i in (3, 1, 2):
         store.create(*queued(f"j-{i}", at=T0 + timedelta(minutes=i)))
     running, event = transition(store.get("j-2"), to=JobStatus.RUNNING, reason="Started", at=T0)

@@ -104,7 +104,7 @@ class DemoResult:
     ok: bool
 
 
-def run_demo(*, out: TextIO = sys.stdout, as_json: bool = False) -> DemoResult:
+def run_demo(*, out: TextIO = sys.stdout, as_json: bool = False, backend: str = "moto") -> DemoResult:
     started = time.monotonic()
     clock = VirtualClock()
     cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=3))
@@ -124,8 +124,10 @@ def run_demo(*, out: TextIO = sys.stdout, as_json: bool = False) -> DemoResult:
         capacity=CAPACITY,
         policy=PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M"}),
         log_level=logging.CRITICAL,
+        backend=backend,
     ) as local:
-        say(f"  local AWS endpoint {local.resources.endpoint}")
+        if local.backend.resources is not None:
+            say(f"  local AWS endpoint {local.resources.endpoint}")
         view = ProgressView(say)
         # A researcher iterating on one GPU: one job, then the next when it is done.
         local.send(single_gpu_job(1))

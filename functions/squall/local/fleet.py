@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from squall.fleet import AutoScalingFleet, FleetGroup, FleetInstance, GroupRef, ScalingActivity
+from squall.fleet import FleetGroup, FleetInstance, GroupRef, ScalingActivity
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.manifests import CAPACITY_TYPE, NODE_GROUP
@@ -57,7 +57,7 @@ class _Tracked:
 class LocalFleet:
     """Fleet port for the local runtime: the real adapter on moto, plus simulated capacity."""
 
-    adapter: AutoScalingFleet
+    adapter: Any  # AutoScalingFleet on moto, or InMemoryAutoScaling
     clock: VirtualClock
     cluster: SimulatedCluster
     groups: Sequence[NodeGroup]

@@ -9,6 +9,7 @@ jobs: that is the handlers' code, unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import warnings
@@ -22,11 +23,22 @@ from typing import Any
 from squall import runtime
 from squall.fleet import AutoScalingFleet
 from squall.jobs import Job, JobEvent, is_terminal
-from squall.local.aws import REGION, LocalResources, client, create_groups, create_resources, local_endpoint
+from squall.local.aws import (
+    MAX_RECEIVE_COUNT,
+    REGION,
+    LocalResources,
+    client,
+    create_groups,
+    create_resources,
+    local_endpoint,
+)
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.fleet import LocalFleet, RegionCapacity
 from squall.local.lambda_events import LocalContext, eventbridge_event, scheduled_event, sqs_event
+from squall.local.memory import InMemoryAutoScaling, InMemoryJobStore, InMemoryScaleState
+from squall.local.queues import LocalQueue, MemoryQueue, SqsQueue
+from squall.planner import NodeGroup
 from squall.planner.offline import parse_groups
 from squall.settings import PolicySettings, Settings
 from squall.state import DynamoScaleState
@@ -64,38 +76,85 @@ class DeliveryStats:
     redelivered: int = 0
 
 
+@dataclass
+class Backend:
+    """Where the local runtime keeps its AWS state: moto's server, or memory for big replays."""
+
+    name: str
+    store: Any  # JobStore
+    scale_state: Any  # ScaleState
+    queue: LocalQueue
+    autoscaling: Any  # what LocalFleet drives: AutoScalingFleet on moto, or InMemoryAutoScaling
+    create_groups: Callable[[list[NodeGroup]], None]
+    resources: LocalResources | None = None
+
+
+def moto_backend(endpoint: str) -> Backend:
+    resources = create_resources(endpoint)
+    dynamodb = client("dynamodb", endpoint)
+    regional: dict[str, Any] = {}
+
+    def autoscaling_client(region: str) -> Any:
+        if region not in regional:
+            regional[region] = client("autoscaling", endpoint, region=region)
+        return regional[region]
+
+    return Backend(
+        name="moto",
+        store=DynamoJobStore(dynamodb, resources.table_name),
+        scale_state=DynamoScaleState(dynamodb, resources.table_name),
+        queue=SqsQueue(
+            client("sqs", endpoint), url=resources.jobs_queue_url, dead_letter_url=resources.dead_letter_queue_url
+        ),
+        autoscaling=AutoScalingFleet(autoscaling_client),
+        create_groups=lambda groups: create_groups(endpoint, groups),
+        resources=resources,
+    )
+
+
+def memory_backend() -> Backend:
+    autoscaling = InMemoryAutoScaling()
+
+    def create(groups: list[NodeGroup]) -> None:
+        for g in groups:
+            autoscaling.create_group(
+                name=g.asg_name or g.name, region=g.region, min_size=g.min_size, max_size=g.max_size, desired=g.desired
+            )
+
+    return Backend(
+        name="memory",
+        store=InMemoryJobStore(),
+        scale_state=InMemoryScaleState(),
+        queue=MemoryQueue(max_receive_count=MAX_RECEIVE_COUNT),
+        autoscaling=autoscaling,
+        create_groups=create,
+    )
+
+
 class LocalRuntime:
     def __init__(
         self,
         *,
-        resources: LocalResources,
+        backend: Backend,
         clock: VirtualClock,
         cluster: SimulatedCluster,
         settings: Settings,
         capacity: Mapping[str, RegionCapacity] | None = None,
     ) -> None:
-        self.resources = resources
+        self.backend = backend
         self.clock = clock
         self.cluster = cluster
         self.settings = settings
         self.metrics = RecordingMetrics(clock)
         self.scale_requests = LocalScaleRequests(clock=clock)
-        self.sqs = client("sqs", resources.endpoint)
-        dynamodb = client("dynamodb", resources.endpoint)
-        self.store = DynamoJobStore(dynamodb, resources.table_name)
+        self.queue = backend.queue
+        self.store = backend.store
         self.fleet: LocalFleet | None = None
         if settings.node_groups:
             groups, _ = parse_groups(settings.node_groups)
-            create_groups(resources.endpoint, groups)
-            regional: dict[tuple[str, str], Any] = {}
-
-            def regional_client(service: str, region: str) -> Any:
-                if (service, region) not in regional:
-                    regional[(service, region)] = client(service, resources.endpoint, region=region)
-                return regional[(service, region)]
-
+            backend.create_groups(groups)
             self.fleet = LocalFleet(
-                adapter=AutoScalingFleet(lambda region: regional_client("autoscaling", region)),
+                adapter=backend.autoscaling,
                 clock=clock,
                 cluster=cluster,
                 groups=groups,
@@ -109,19 +168,22 @@ class LocalRuntime:
             metrics=self.metrics,
             scale_requests=self.scale_requests,
             fleet=self.fleet,
-            scale_state=DynamoScaleState(dynamodb, resources.table_name),
+            scale_state=backend.scale_state,
         )
         self.scale_results: list[dict[str, Any]] = []
         self.deliveries = DeliveryStats()
         # message ids that SQS will hand over twice (at-least-once delivery, on purpose)
         self.deliver_twice: set[str] = set()
-        self._queue_arn = self.sqs.get_queue_attributes(
-            QueueUrl=resources.jobs_queue_url, AttributeNames=["QueueArn"]
-        )["Attributes"]["QueueArn"]
         self.schedules: list[Schedule] = []
         self.add_schedule(timedelta(minutes=1), self.invoke_reconcile)
         if self.fleet is not None:
             self.add_schedule(timedelta(minutes=1), self.invoke_scale)
+
+    @property
+    def resources(self) -> LocalResources:
+        if self.backend.resources is None:
+            raise RuntimeError("the memory backend has no AWS endpoint")
+        return self.backend.resources
 
     # ---- set-up ------------------------------------------------------------
 
@@ -138,8 +200,9 @@ class LocalRuntime:
         node_groups: list[dict[str, Any]] | None = None,
         capacity: Mapping[str, RegionCapacity] | None = None,
         log_level: int = logging.WARNING,
+        backend: str = "moto",
     ) -> Iterator[LocalRuntime]:
-        """Start the embedded endpoint, create the resources, install the services."""
+        """Start the embedded endpoint (or the memory backend), install the services."""
         clock = clock or VirtualClock()
         cluster = cluster or SimulatedCluster(clock=clock)
         # The functions log every job at INFO, as they should in CloudWatch; here the
@@ -150,19 +213,25 @@ class LocalRuntime:
             if name == SERVICE or name.startswith(f"{SERVICE}."):
                 logging.getLogger(name).setLevel(log_level)
         warnings.filterwarnings("ignore", message="No application metrics to publish")
-        with local_endpoint() as endpoint:
-            resources = create_resources(endpoint)
+        with contextlib.ExitStack() as stack:
+            if backend == "moto":
+                chosen = moto_backend(stack.enter_context(local_endpoint()))
+            elif backend == "memory":
+                chosen = memory_backend()
+            else:
+                raise ValueError(f"unknown backend {backend!r}: use 'moto' or 'memory'")
+            resources = chosen.resources
             settings = Settings(
-                table_name=resources.table_name,
-                jobs_queue_url=resources.jobs_queue_url,
-                drain_queue_url=resources.drain_queue_url,
+                table_name=resources.table_name if resources else "memory",
+                jobs_queue_url=resources.jobs_queue_url if resources else "",
+                drain_queue_url=resources.drain_queue_url if resources else "",
                 teams=dict(teams or DEFAULT_TEAMS),
                 allowed_registries=list(registries or DEFAULT_REGISTRIES),
                 regions=sorted({g["region"] for g in node_groups or []} | {REGION}),
                 node_groups=list(node_groups or []),
                 policy=policy or PolicySettings(),
             )
-            local = cls(resources=resources, clock=clock, cluster=cluster, settings=settings, capacity=capacity)
+            local = cls(backend=chosen, clock=clock, cluster=cluster, settings=settings, capacity=capacity)
             runtime.install(local.services)
             try:
                 yield local
@@ -176,8 +245,7 @@ class LocalRuntime:
 
     def send(self, body: Mapping[str, Any] | str) -> str:
         """Drop a message on the jobs queue, as `squall submit` or a user's SendMessage does."""
-        text = body if isinstance(body, str) else json.dumps(body)
-        return str(self.sqs.send_message(QueueUrl=self.resources.jobs_queue_url, MessageBody=text)["MessageId"])
+        return self.queue.send(body if isinstance(body, str) else json.dumps(body))
 
     def deliver(self) -> int:
         """Hand every visible message to the submit handler in batches of up to 10."""
@@ -185,15 +253,10 @@ class LocalRuntime:
 
         handled = 0
         while True:
-            messages = self.sqs.receive_message(
-                QueueUrl=self.resources.jobs_queue_url,
-                MaxNumberOfMessages=SQS_BATCH_SIZE,
-                AttributeNames=["All"],
-                WaitTimeSeconds=0,
-            ).get("Messages", [])
+            messages = self.queue.receive(SQS_BATCH_SIZE)
             if not messages:
                 return handled
-            event = sqs_event(messages, queue_arn=self._queue_arn, region=REGION)
+            event = sqs_event(messages, queue_arn=self.queue.arn, region=REGION)
             response = submit.handler(event, LocalContext(function_name="squall-submit"))
             self.deliveries.batches += 1
             self.deliveries.messages += len(messages)
@@ -204,23 +267,15 @@ class LocalRuntime:
                 # The same records again, as an at-least-once queue may deliver them.
                 self.deliver_twice.difference_update(m["MessageId"] for m in twice)
                 submit.handler(
-                    sqs_event(twice, queue_arn=self._queue_arn, region=REGION),
+                    sqs_event(twice, queue_arn=self.queue.arn, region=REGION),
                     LocalContext(function_name="squall-submit"),
                 )
                 self.deliveries.redelivered += len(twice)
-            done = [m for m in messages if m["MessageId"] not in failed]
-            if done:
-                self.sqs.delete_message_batch(
-                    QueueUrl=self.resources.jobs_queue_url,
-                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
-                )
+            self.queue.delete([m["ReceiptHandle"] for m in messages if m["MessageId"] not in failed])
             handled += len(messages)
 
     def dead_letters(self) -> list[dict[str, Any]]:
-        response = self.sqs.receive_message(
-            QueueUrl=self.resources.dead_letter_queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0
-        )
-        return list(response.get("Messages", []))
+        return self.queue.dead_letters()
 
     # ---- schedules ---------------------------------------------------------
 

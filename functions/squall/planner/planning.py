@@ -151,32 +151,38 @@ def _free(allocatable: Vector, used: Vector) -> Vector:
 def _pack(
     inventory: Inventory, assessments: Mapping[str, GroupAssessment], demand: Demand
 ) -> tuple[Packer, list[Unschedulable]]:
-    """Pack with nodes not up yet filled in preferred-group order, else the reverse; keep the better.
+    """Pack filling nodes not up yet in the shapes' preferred-group order, then, if that
+    launches anything while nodes are booting, in the reverse order; keep the better."""
+    first = _pack_once(inventory, assessments, demand, preferred_bins_first=True)
+    packer = first[0]
+    if not any(o.new_nodes for o in packer.options) or not any(o.booting for o in packer.options):
+        return first
+    second = _pack_once(inventory, assessments, demand, preferred_bins_first=False)
+    return second if _launch_cost(*second) < _launch_cost(*first) else first
 
-    The second try only runs when the first launches nodes while some are still booting.
-    """
-    best: tuple[tuple[int, int], Packer, list[Unschedulable]] | None = None
-    for preferred_bins_first in (True, False):
-        options = [_group_option(view, assessments[name]) for name, view in inventory.groups.items()]
-        for option in options:
-            _add_nodes_not_up_yet(
-                option, inventory.groups[option.name], in_backoff=assessments[option.name].in_backoff
-            )
-        packer = Packer(
-            rooms=_rooms(inventory),
-            options=options,
-            shapes=_shapes(demand),
-            preferred_bins_first=preferred_bins_first,
-        )
-        unschedulable = _place(packer, demand)
-        new_nodes = sum(option.new_nodes for option in options)
-        cost = (len(unschedulable), new_nodes)
-        if best is None or cost < best[0]:
-            best = (cost, packer, unschedulable)
-        if new_nodes == 0 or not any(option.booting for option in options):
-            break
-    assert best is not None
-    return best[1], best[2]
+
+def _pack_once(
+    inventory: Inventory,
+    assessments: Mapping[str, GroupAssessment],
+    demand: Demand,
+    *,
+    preferred_bins_first: bool,
+) -> tuple[Packer, list[Unschedulable]]:
+    options = [_group_option(view, assessments[name]) for name, view in inventory.groups.items()]
+    for option in options:
+        in_backoff = assessments[option.name].in_backoff
+        _add_nodes_not_up_yet(option, inventory.groups[option.name], in_backoff=in_backoff)
+    packer = Packer(
+        rooms=_rooms(inventory),
+        options=options,
+        shapes=_shapes(demand),
+        preferred_bins_first=preferred_bins_first,
+    )
+    return packer, _place(packer, demand)
+
+
+def _launch_cost(packer: Packer, unschedulable: list[Unschedulable]) -> tuple[int, int]:
+    return (len(unschedulable), sum(option.new_nodes for option in packer.options))
 
 
 def _group_option(view: GroupView, assessment: GroupAssessment) -> GroupOption:

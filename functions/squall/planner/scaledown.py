@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from squall.planner.inventory import IN_SERVICE, GroupView, InstanceStatus, Inventory, NodeView
-from squall.planner.model import Policy, ScaleDown
+from squall.planner.model import GroupInstance, NodeGroup, Policy, ScaleDown
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,31 +63,34 @@ def timed_out_instances(
 
 def idle_nodes(inventory: Inventory, context: ScaleDownContext) -> list[ScaleDown]:
     """Empty nodes idle past the threshold, longest idle first, a bounded number per check."""
-    serving = [view for view in inventory.nodes if _serving_group_node(view)]
+    serving = _serving_group_nodes(inventory)
     limit = _removal_limit(len(serving), context.policy.max_scale_down_fraction)
     candidates = sorted(
-        (view for view in serving if _removable(view, context)),
-        key=lambda view: (view.idle_since, view.node.name),
+        (
+            (idle_since, member)
+            for member in serving
+            if (idle_since := _removable_since(member, context)) is not None
+        ),
+        key=lambda candidate: (candidate[0], candidate[1].view.node.name),
     )
     sizes = dict(context.sizes)
     removals: list[ScaleDown] = []
-    for view in candidates:
+    for idle_since, member in candidates:
+        group = member.group
+        size = sizes[group.name]
         if len(removals) >= limit:
             break
-        assert view.group is not None and view.instance is not None and view.idle_since is not None
-        group = view.group
-        size = sizes[group.name]
         if size - 1 < group.min_size:
             continue
         sizes[group.name] = size - 1
         removals.append(
             ScaleDown(
-                node=view.node.name,
-                instance=view.instance.instance_id,
+                node=member.view.node.name,
+                instance=member.instance.instance_id,
                 group=group.name,
                 reasons=(
                     "empty: nothing but DaemonSet/mirror pods",
-                    f"idle for {_duration(context.now - view.idle_since)} "
+                    f"idle for {_duration(context.now - idle_since)} "
                     f"(threshold {_duration(context.policy.idle_threshold)})",
                     f"{group.name} goes from {size} to {size - 1} (min size {group.min_size})",
                 ),
@@ -96,26 +99,38 @@ def idle_nodes(inventory: Inventory, context: ScaleDownContext) -> list[ScaleDow
     return removals
 
 
-def _serving_group_node(view: NodeView) -> bool:
-    return (
-        view.group is not None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _GroupNode:
+    view: NodeView
+    group: NodeGroup
+    instance: GroupInstance
+
+
+def _serving_group_nodes(inventory: Inventory) -> list[_GroupNode]:
+    """Ready nodes of in-service group instances: the only ones ever removed when idle."""
+    return [
+        _GroupNode(view=view, group=view.group, instance=view.instance)
+        for view in inventory.nodes
+        if view.group is not None
         and view.instance is not None
         and view.instance.lifecycle_state == IN_SERVICE
         and view.serving
-    )
+    ]
 
 
-def _removable(view: NodeView, context: ScaleDownContext) -> bool:
-    node = view.node
-    assert view.group is not None and view.instance is not None
-    if view.busy or node.name in context.absorbing or view.group.name in context.growing:
-        return False
+def _removable_since(member: _GroupNode, context: ScaleDownContext) -> datetime | None:
+    """Since when the node has been idle, if it may be removed now; else None."""
+    view, node = member.view, member.view.node
+    if view.busy or node.name in context.absorbing or member.group.name in context.growing:
+        return None
     if node.unschedulable and not node.cordoned_by_squall:
-        return False  # someone else cordoned it: theirs to decide
+        return None  # someone else cordoned it: theirs to decide
     if view.idle_since is None or context.now - view.idle_since < context.policy.idle_threshold:
-        return False
-    born = max(t for t in (view.instance.launch_time, node.created_at) if t is not None)
-    return context.now - born >= context.policy.boot_grace
+        return None
+    born = max(t for t in (member.instance.launch_time, node.created_at) if t is not None)
+    if context.now - born < context.policy.boot_grace:
+        return None
+    return view.idle_since
 
 
 def _removal_limit(serving_nodes: int, fraction: float) -> int:

@@ -398,3 +398,30 @@ def test_full_existing_nodes_that_fit_are_named_in_the_reason() -> None:
     # then
     [entry] = result.unschedulable
     assert entry.reason.startswith("the existing nodes it fits are full, and it fits no node group")
+
+
+def test_cpu_heavy_and_memory_heavy_pods_share_new_nodes() -> None:
+    # given: 8 cpu-heavy and 8 memory-heavy pods; at least 4 nodes hold them all (memory)
+    cpus = group(gpu=False, allocatable=resources("32", "128Gi", 0, 110))
+    pods = pending_pods(8, "compute", cpu="8", memory="8Gi") + pending_pods(8, "cache", cpu="2", memory="56Gi")
+    # when
+    result = run_plan(groups=[cpus], pods=pods)
+    # then: two of each per node; one shape per node would take 6
+    assert scale_ups(result) == {"p3-usw2": (0, 4)}
+
+
+def test_a_burst_that_spilled_during_a_backoff_waits_for_its_nodes_when_the_backoff_ends() -> None:
+    # given: west was backed off, so the last check launched in east
+    west = group("west", region="us-west-2", priority=10)
+    east = group("east", region="us-east-1", priority=20)
+    health = {"west": GroupHealth(backoff_until=NOW + timedelta(minutes=5), consecutive_failures=1)}
+    loose = pending_pods(3, gpu=1)
+    gang = pending_pods(2, "g", gpu=1, job="g")
+    first = run_plan(groups=[west, east], pods=loose + gang, health=health)
+    launched = [instance(f"i-{n}", "Pending", ago(minutes=1)) for n in range(5)]
+    booting_east = replace(east, desired=5, instances=tuple(launched))
+    # when: the backoff is over, east's nodes are still booting
+    later = run_plan(groups=[west, booting_east], pods=loose + gang, now=NOW + timedelta(minutes=6))
+    # then
+    assert scale_ups(first) == {"east": (0, 5)}
+    assert later.scale_ups == ()

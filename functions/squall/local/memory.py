@@ -1,0 +1,192 @@
+"""In-memory stand-ins for DynamoDB and Auto Scaling, for replays too large for moto.
+
+`squall simulate` replays thousands of jobs; moto answers every DynamoDB query by
+scanning the whole table, so a long replay would spend its time there. These keep
+the same contracts as the DynamoDB adapters (conditional create, versioned save,
+the status index oldest first, the lease) and as Auto Scaling (desired capacity
+launches and terminates instances), and the services cannot tell the difference.
+The demo and the scenarios use moto; only trace replay uses these.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from squall.errors import ConflictError, DuplicateJobError, NotFoundError, PermanentError
+from squall.fleet import FleetGroup, FleetInstance, GroupRef
+from squall.jobs import Job, JobEvent, JobStatus
+from squall.planner import GroupHealth
+
+
+class InMemoryJobStore:
+    """JobStore with DynamoDB's conditions, in memory."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._events: dict[str, list[JobEvent]] = {}
+        # status -> sorted [(submitted_at, id)], like the status index
+        self._index: dict[JobStatus, list[tuple[datetime, str]]] = {s: [] for s in JobStatus}
+
+    def create(self, job: Job, event: JobEvent) -> None:
+        if job.id in self._jobs:
+            raise DuplicateJobError(job.id)
+        self._jobs[job.id] = job
+        self._events[job.id] = [event]
+        bisect.insort(self._index[job.status], (job.submitted_at, job.id))
+
+    def save(self, job: Job, event: JobEvent) -> None:
+        stored = self._jobs.get(job.id)
+        if stored is None or stored.version != job.version - 1:
+            raise ConflictError(f"job {job.id} changed since version {job.version - 1}")
+        if stored.status is not job.status:
+            self._index[stored.status].remove((stored.submitted_at, stored.id))
+            bisect.insort(self._index[job.status], (job.submitted_at, job.id))
+        self._jobs[job.id] = job
+        self._events[job.id].append(event)
+
+    def get(self, job_id: str) -> Job | None:
+        return self._jobs.get(job_id)
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        return list(self._events.get(job_id, []))
+
+    def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
+        return [self._jobs[job_id] for _, job_id in self._index[status][:limit]]
+
+    def list_all(self, *, limit: int = 100_000) -> list[Job]:
+        return list(itertools.islice(self._jobs.values(), limit))
+
+
+class InMemoryScaleState:
+    """ScaleState in memory: the lease, group health and the decision log."""
+
+    def __init__(self) -> None:
+        self._lease: tuple[str, datetime] | None = None
+        self._health: dict[str, GroupHealth] = {}
+        self.decisions: list[dict[str, Any]] = []
+
+    def acquire_lease(self, *, name: str, holder: str, now: datetime, duration: timedelta) -> bool:
+        if self._lease and self._lease[0] != holder and self._lease[1] > now:
+            return False
+        self._lease = (holder, now + duration)
+        return True
+
+    def release_lease(self, *, name: str, holder: str) -> None:
+        if self._lease and self._lease[0] == holder:
+            self._lease = None
+
+    def load_health(self) -> dict[str, GroupHealth]:
+        return dict(self._health)
+
+    def save_health(self, group: str, health: GroupHealth) -> None:
+        self._health[group] = health
+
+    def record_decision(
+        self, *, at: datetime, trigger: str, dry_run: bool, plan: dict[str, Any], acted: dict[str, Any]
+    ) -> str:
+        self.decisions.append({"at": at, "trigger": trigger, "dryRun": dry_run, "plan": plan, "acted": acted})
+        return str(len(self.decisions))
+
+
+@dataclass
+class _Group:
+    name: str
+    region: str
+    min_size: int
+    max_size: int
+    desired: int = 0
+    instances: list[FleetInstance] = field(default_factory=list)
+
+
+class InMemoryAutoScaling:
+    """Auto Scaling groups in memory: desired capacity launches and terminates instances.
+
+    Only what LocalFleet asks of its adapter; launches are instant (the capacity
+    model and boot times live in LocalFleet, as they do on top of moto).
+    """
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, str], _Group] = {}
+        self._ids = itertools.count(1)
+
+    def create_group(self, *, name: str, region: str, min_size: int, max_size: int, desired: int = 0) -> None:
+        group = _Group(name=name, region=region, min_size=min_size, max_size=max_size)
+        self._groups[(region, name)] = group
+        self._resize(group, max(min_size, desired))
+
+    def describe_groups(self, refs: Sequence[GroupRef]) -> list[FleetGroup]:
+        found = []
+        for ref in refs:
+            group = self._groups.get((ref.region, ref.name))
+            if group is not None:
+                found.append(
+                    FleetGroup(
+                        name=group.name,
+                        region=group.region,
+                        desired=group.desired,
+                        min_size=group.min_size,
+                        max_size=group.max_size,
+                        instances=tuple(group.instances),
+                    )
+                )
+        return found
+
+    def set_desired_capacity(self, *, ref: GroupRef, desired: int) -> None:
+        group = self._group(ref)
+        if not group.min_size <= desired <= group.max_size:
+            raise PermanentError(
+                f"New SetDesiredCapacity value {desired} is outside {group.min_size}..{group.max_size}"
+            )
+        self._resize(group, desired)
+
+    def terminate_instance(self, *, region: str, instance_id: str, decrement: bool = True) -> None:
+        for group in self._groups.values():
+            for instance in group.instances:
+                if instance.instance_id == instance_id and group.region == region:
+                    group.instances.remove(instance)
+                    if decrement:
+                        group.desired -= 1
+                    else:
+                        self._resize(group, group.desired)
+                    return
+        raise NotFoundError(f"Instance Id not found - No managed instance found for instance ID: {instance_id}")
+
+    def set_scale_in_protection(self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool) -> None:
+        group = self._group(ref)
+        wanted = set(instance_ids)
+        group.instances = [
+            replace(i, protected_from_scale_in=protected) if i.instance_id in wanted else i
+            for i in group.instances
+        ]
+
+    def _group(self, ref: GroupRef) -> _Group:
+        group = self._groups.get((ref.region, ref.name))
+        if group is None:
+            raise NotFoundError(f"no Auto Scaling group {ref.name} in {ref.region}")
+        return group
+
+    def _resize(self, group: _Group, desired: int) -> None:
+        group.desired = desired
+        while len(group.instances) < desired:
+            number = next(self._ids)
+            group.instances.append(
+                FleetInstance(
+                    instance_id=f"i-{number:017x}",
+                    group=group.name,
+                    region=group.region,
+                    lifecycle_state="InService",
+                    health_status="Healthy",
+                    launch_time=None,
+                    protected_from_scale_in=False,
+                    availability_zone=f"{group.region}{'abc'[number % 3]}",
+                )
+            )
+        # Like Auto Scaling's default policy, the newest instances go first here;
+        # Squall itself never lowers desired capacity to remove a node.
+        while len(group.instances) > desired:
+            group.instances.pop()
