@@ -29,6 +29,7 @@ GPU = "nvidia.com/gpu"
 CONTAINER = "trainer"
 
 DEFAULT_TTL_AFTER_FINISHED = timedelta(hours=1)
+SIGTERM_EXIT = 143  # 128 + SIGTERM: how a trainer stopped for a drain exits
 
 
 def object_name(job_id: str, replica: Replica) -> str:
@@ -130,9 +131,15 @@ def _job(
             "ttlSecondsAfterFinished": int(ttl_after_finished.total_seconds()),
             "podFailurePolicy": {
                 # The first matching rule wins: a pod evicted by a drain exits non-zero
-                # (143 after SIGTERM), so the disruption rule must come first.
+                # (143 after SIGTERM), so the disruption rule must come first. The other
+                # replicas of a drained job stop with 143 too (the trainer saves a
+                # checkpoint and exits on SIGTERM or a lost peer): also a retry.
                 "rules": [
                     {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    {
+                        "action": "Count",
+                        "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": [SIGTERM_EXIT]},
+                    },
                     {
                         "action": "FailJob",
                         "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": [0]},

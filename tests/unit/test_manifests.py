@@ -83,7 +83,8 @@ def test_disruptions_count_as_retries_before_exit_codes_fail_the_job() -> None:
     # Kubernetes applies the first matching rule; an evicted trainer exits 143.
     rules = render(parse(), job_id="m", namespace="n")[0]["spec"]["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    assert rules[1]["action"] == "FailJob"
+    assert rules[1] == {"action": "Count", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]}}
+    assert rules[2]["action"] == "FailJob"
 
 
 def test_cpu_only_replicas_follow_the_gpu_replicas_region() -> None:

@@ -13,15 +13,18 @@ has booted. Launch times are virtual (first seen on the virtual clock).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from squall.fleet import FleetGroup, FleetInstance, GroupRef, ScalingActivity
+from squall.errors import RetryableError
+from squall.fleet import FleetGroup, FleetInstance, GroupRef, LifecycleActionGone, ScalingActivity
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
+from squall.local.lambda_events import eventbridge_event
 from squall.manifests import CAPACITY_TYPE, NODE_GROUP
 from squall.planner import NodeGroup
 from squall.planner.quantity import format_cpu, format_memory
@@ -42,6 +45,26 @@ class RegionCapacity:
     boot_time: timedelta = timedelta(minutes=3)
 
 
+@dataclass(frozen=True)
+class LifecycleHooks:
+    """Squall's hooks on every managed group, as the capacity stack creates them."""
+
+    launch: str = "squall-launch"
+    terminate: str = "squall-terminate"
+    heartbeat_timeout: timedelta = timedelta(minutes=10)
+    # EC2 takes a reclaimed spot instance two minutes after its notice, hook or not.
+    spot_notice: timedelta = timedelta(minutes=2)
+
+
+@dataclass
+class _Hook:
+    name: str
+    token: str
+    deadline: datetime
+    default_result: str  # what Auto Scaling does when the hook times out
+    hard_deadline: datetime | None = None  # a spot reclaim does not wait for anyone
+
+
 @dataclass
 class _Tracked:
     instance_id: str
@@ -51,6 +74,19 @@ class _Tracked:
     first_seen: datetime
     launched: bool  # within capacity: will boot into a node
     node: str | None = None
+    state: str = "InService"  # Auto Scaling's lifecycle state, as describe reports it
+    hook: _Hook | None = None
+    decrement: bool = True  # for a termination waiting on its hook
+    joins: bool = True  # False: the instance boots but its node never registers
+
+
+@dataclass
+class HookStats:
+    launch_hooks: int = 0
+    terminate_hooks: int = 0
+    completed: int = 0
+    timed_out: int = 0
+    abandoned: int = 0
 
 
 @dataclass
@@ -69,10 +105,20 @@ class LocalFleet:
     # moto's groups change only when Squall calls them: between calls a cached
     # observation is exact, and it spares a round trip on every simulation step.
     _observed: list[FleetGroup] | None = None
+    _throttled_calls: int = 0
+    terminated_busy: list[str] = field(default_factory=list)  # nodes that went with work on them
+    # None: groups without lifecycle hooks (instances go at once, as moto does)
+    hooks: LifecycleHooks | None = None
+    # EventBridge events the hooks produce, for the runtime to deliver to the lifecycle function
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+    stats: HookStats = field(default_factory=HookStats)
+    _broken_joins: dict[tuple[str, str], int] = field(default_factory=dict)
+    _tokens: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     # ---- the Fleet port ------------------------------------------------------
 
     def describe_groups(self, refs: Sequence[GroupRef]) -> list[FleetGroup]:
+        self._maybe_throttle("DescribeAutoScalingGroups")
         wanted = {(r.region, r.name) for r in refs}
         return [self._visible(g) for g in self._all_groups() if (g.region, g.name) in wanted]
 
@@ -84,10 +130,12 @@ class LocalFleet:
         return self._observed
 
     def recent_activities(self, refs: Sequence[GroupRef], *, since: datetime) -> list[ScalingActivity]:
+        self._maybe_throttle("DescribeScalingActivities")
         wanted = {(r.region, r.name) for r in refs}
         return [a for a in self.failures if (a.region, a.group) in wanted and a.start_time >= since]
 
     def set_desired_capacity(self, *, ref: GroupRef, desired: int) -> None:
+        self._maybe_throttle("SetDesiredCapacity")
         observed = [g for g in self._all_groups() if (g.region, g.name) == (ref.region, ref.name)]
         self._observed = None
         if observed and desired < observed[0].desired:
@@ -107,33 +155,213 @@ class LocalFleet:
         self.adapter.set_desired_capacity(ref=ref, desired=desired)
 
     def terminate_instance(self, *, region: str, instance_id: str, decrement: bool = True) -> None:
+        self._maybe_throttle("TerminateInstanceInAutoScalingGroup")
+        tracked = self.tracked.get(instance_id)
+        if self.hooks is not None and tracked is not None and tracked.region == region:
+            if not tracked.state.startswith("Terminating"):
+                self._start_terminate_hook(tracked, decrement=decrement)
+            return
         self._observed = None
         self.adapter.terminate_instance(region=region, instance_id=instance_id, decrement=decrement)
 
     def set_scale_in_protection(self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool) -> None:
         self.adapter.set_scale_in_protection(ref=ref, instance_ids=instance_ids, protected=protected)
 
-    def complete_lifecycle_action(self, **kwargs: Any) -> None:
-        raise NotImplementedError("lifecycle hooks arrive with the lifecycle runtime")
+    def complete_lifecycle_action(
+        self,
+        *,
+        ref: GroupRef,
+        hook_name: str,
+        instance_id: str,
+        token: str | None = None,
+        result: str = "CONTINUE",
+    ) -> None:
+        self._maybe_throttle("CompleteLifecycleAction")
+        tracked = self._waiting(ref=ref, hook_name=hook_name, instance_id=instance_id, token=token)
+        self.stats.completed += 1
+        self._finish_hook(tracked, result=result)
 
-    def record_lifecycle_heartbeat(self, **kwargs: Any) -> None:
-        raise NotImplementedError("lifecycle hooks arrive with the lifecycle runtime")
+    def record_lifecycle_heartbeat(
+        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None = None
+    ) -> None:
+        self._maybe_throttle("RecordLifecycleActionHeartbeat")
+        tracked = self._waiting(ref=ref, hook_name=hook_name, instance_id=instance_id, token=token)
+        assert tracked.hook is not None and self.hooks is not None
+        tracked.hook.deadline = self.clock.now() + self.hooks.heartbeat_timeout
+
+    def _waiting(self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None) -> _Tracked:
+        """The instance's open lifecycle action, or LifecycleActionGone as AWS answers."""
+        tracked = self.tracked.get(instance_id)
+        hook = tracked.hook if tracked is not None else None
+        if (
+            tracked is None
+            or hook is None
+            or tracked.group != ref.name
+            or tracked.region != ref.region
+            or hook.name != hook_name
+            or (token is not None and token != hook.token)
+        ):
+            raise LifecycleActionGone(
+                f"No active Lifecycle Action found with instance ID {instance_id} (hook {hook_name})"
+            )
+        return tracked
+
+    def hook_stats(self) -> dict[str, int]:
+        """Counts for the simulator's summary: drains started, hooks completed, hooks left open."""
+        open_now = sum(1 for t in self.tracked.values() if t.hook is not None)
+        return {
+            "drains": self.stats.terminate_hooks,
+            "hooksCompleted": self.stats.completed,
+            "hooksLeftOpen": open_now + self.stats.timed_out,
+        }
+
+    # ---- lifecycle hooks ---------------------------------------------------------
+
+    def _event(self, tracked: _Tracked, *, transition: str) -> dict[str, Any]:
+        assert tracked.hook is not None
+        launching = transition == "autoscaling:EC2_INSTANCE_LAUNCHING"
+        return eventbridge_event(
+            source="aws.autoscaling",
+            detail_type=f"EC2 Instance-{'launch' if launching else 'terminate'} Lifecycle Action",
+            detail={
+                "LifecycleActionToken": tracked.hook.token,
+                "AutoScalingGroupName": tracked.group,
+                "LifecycleHookName": tracked.hook.name,
+                "EC2InstanceId": tracked.instance_id,
+                "LifecycleTransition": transition,
+                "NotificationMetadata": "",
+                "Origin": "EC2" if launching else "AutoScalingGroup",
+                "Destination": "AutoScalingGroup" if launching else "EC2",
+            },
+            at=self.clock.now(),
+            region=tracked.region,
+            resources=[f"arn:aws:autoscaling:{tracked.region}:123456789012:autoScalingGroup:sim:autoScalingGroupName/{tracked.group}"],
+        )
+
+    def _new_hook(self, name: str, *, default_result: str) -> _Hook:
+        assert self.hooks is not None
+        return _Hook(
+            name=name,
+            token=f"00000000-0000-4000-8000-{next(self._tokens):012d}",
+            deadline=self.clock.now() + self.hooks.heartbeat_timeout,
+            default_result=default_result,
+        )
+
+    def _start_launch_hook(self, tracked: _Tracked) -> None:
+        assert self.hooks is not None
+        tracked.state = "Pending:Wait"
+        tracked.hook = self._new_hook(self.hooks.launch, default_result="ABANDON")
+        self.stats.launch_hooks += 1
+        self.outbox.append(self._event(tracked, transition="autoscaling:EC2_INSTANCE_LAUNCHING"))
+
+    def _start_terminate_hook(self, tracked: _Tracked, *, decrement: bool, hard_after: timedelta | None = None) -> None:
+        assert self.hooks is not None
+        tracked.state = "Terminating:Wait"
+        tracked.decrement = decrement
+        tracked.hook = self._new_hook(self.hooks.terminate, default_result="CONTINUE")
+        if hard_after is not None:
+            tracked.hook.hard_deadline = self.clock.now() + hard_after
+        self.stats.terminate_hooks += 1
+        self.outbox.append(self._event(tracked, transition="autoscaling:EC2_INSTANCE_TERMINATING"))
+
+    def _finish_hook(self, tracked: _Tracked, *, result: str) -> None:
+        hook, tracked.hook = tracked.hook, None
+        if tracked.state == "Pending:Wait":
+            if result == "CONTINUE":
+                tracked.state = "InService"
+                return
+            # ABANDON on launch: Auto Scaling terminates it and launches a replacement.
+            self.stats.abandoned += 1
+            tracked.state = "Terminating:Proceed"
+            self._observed = None
+            self.adapter.terminate_instance(region=tracked.region, instance_id=tracked.instance_id, decrement=False)
+            return
+        if hook is not None and tracked.state == "Terminating:Wait":
+            tracked.state = "Terminating:Proceed"
+            self._observed = None
+            self.adapter.terminate_instance(
+                region=tracked.region, instance_id=tracked.instance_id, decrement=tracked.decrement
+            )
+
+    def _expire_hooks(self, now: datetime) -> None:
+        for tracked in list(self.tracked.values()):
+            hook = tracked.hook
+            if hook is None:
+                continue
+            if hook.hard_deadline is not None and now >= hook.hard_deadline:
+                self._finish_hook(tracked, result="CONTINUE")  # EC2 takes it now
+            elif now >= hook.deadline:
+                # Nobody completed the action in time: Auto Scaling applies the default.
+                self.stats.timed_out += 1
+                self._finish_hook(tracked, result=hook.default_result)
+
+    # ---- faults and capacity ---------------------------------------------------
+
+    def set_capacity(self, *, region: str, instance_type: str, instances: int) -> None:
+        """How many instances of a type the region can run from now on (0: a region outage).
+
+        Instances already running keep running; launches beyond the limit fail.
+        """
+        current = self._capacity(region)
+        self.capacity = dict(self.capacity) | {
+            region: RegionCapacity(
+                instances=dict(current.instances) | {instance_type: instances}, boot_time=current.boot_time
+            )
+        }
+
+    def reclaim(self, instance_id: str) -> None:
+        """EC2 takes an instance back (a spot reclaim): the group replaces it.
+
+        With hooks the terminate hook runs, but EC2 takes the instance when the
+        two-minute notice is up, whether the drain is done or not.
+        """
+        tracked = self.tracked.get(instance_id)
+        if tracked is None:
+            raise KeyError(f"no instance {instance_id} in the simulated fleet")
+        if self.hooks is not None:
+            if not tracked.state.startswith("Terminating"):
+                self._start_terminate_hook(tracked, decrement=False, hard_after=self.hooks.spot_notice)
+            return
+        self._observed = None
+        self.adapter.terminate_instance(region=tracked.region, instance_id=instance_id, decrement=False)
+
+    def break_joins(self, *, region: str, instance_type: str, count: int) -> None:
+        """The next `count` instances of a type in a region boot but never join the cluster."""
+        self._broken_joins[(region, instance_type)] = count
+
+    def throttle(self, calls: int) -> None:
+        """The next `calls` Auto Scaling calls from Squall are throttled, as AWS does under load."""
+        self._throttled_calls = calls
+
+    def _maybe_throttle(self, operation: str) -> None:
+        if self._throttled_calls > 0:
+            self._throttled_calls -= 1
+            raise RetryableError(f"{operation}: Throttling: Rate exceeded")
+
+    def instance_of(self, node: str) -> str | None:
+        return next((t.instance_id for t in self.tracked.values() if t.node == node), None)
+
+    def running_nodes(self) -> dict[str, tuple[str, str]]:
+        """Node name -> (group, region) of every instance that joined."""
+        return {t.node: (t.group, t.region) for t in self.tracked.values() if t.node is not None}
 
     # ---- the simulation ------------------------------------------------------
 
     def advance(self) -> None:
         """Turn booted instances into nodes and remove the nodes of terminated instances."""
-        alive = {i.instance_id for g in self._all_groups() for i in g.instances}
         now = self.clock.now()
+        self._expire_hooks(now)
+        alive = {i.instance_id for g in self._all_groups() for i in g.instances}
         for instance_id, tracked in list(self.tracked.items()):
             if instance_id not in alive:
                 if tracked.node is not None:
-                    self.cluster.remove_node(tracked.node, reason="instance terminated")
+                    if self.cluster.remove_node(tracked.node, reason="instance terminated"):
+                        self.terminated_busy.append(tracked.node)
                     self.nodes_removed += 1
                 del self.tracked[instance_id]
                 continue
             boot = self._capacity(tracked.region).boot_time
-            if tracked.launched and tracked.node is None and now - tracked.first_seen >= boot:
+            if tracked.launched and tracked.joins and tracked.node is None and now - tracked.first_seen >= boot:
                 self._join(tracked)
 
     def _track(self, observed: Sequence[FleetGroup]) -> None:
@@ -161,12 +389,24 @@ class LocalFleet:
                     first_seen=now,
                     launched=launched,
                 )
+                tracked = self.tracked[instance.instance_id]
                 if not launched:
                     self.failures.append(_insufficient_capacity(instance, template, now))
+                    continue
+                broken = self._broken_joins.get(key, 0)
+                if broken:
+                    tracked.joins = False
+                    self._broken_joins[key] = broken - 1
+                if self.hooks is not None:
+                    self._start_launch_hook(tracked)
 
     def _visible(self, group: FleetGroup) -> FleetGroup:
         instances = tuple(
-            dataclasses.replace(i, launch_time=self.tracked[i.instance_id].first_seen)
+            dataclasses.replace(
+                i,
+                launch_time=self.tracked[i.instance_id].first_seen,
+                lifecycle_state=self.tracked[i.instance_id].state,
+            )
             for i in group.instances
             if self.tracked[i.instance_id].launched
         )

@@ -1,0 +1,164 @@
+"""The simulated fleet: capacity, boot, lifecycle hooks with timeouts and heartbeats, faults."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from squall.errors import RetryableError
+from squall.fleet import GroupRef, LifecycleActionGone
+from squall.local.clock import VirtualClock
+from squall.local.cluster import SimulatedCluster
+from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
+from squall.local.memory import InMemoryAutoScaling
+from squall.planner import NodeGroup, Resources
+
+GROUP = NodeGroup(
+    name="p3-usw2",
+    region="us-west-2",
+    instance_type="p3.8xlarge",
+    allocatable=Resources(cpu=31_850, memory=228 * 2**30, gpu=4, pods=58),
+    max_size=10,
+    asg_name="squall-p3-usw2",
+)
+REF = GroupRef(name="squall-p3-usw2", region="us-west-2")
+
+
+def make_fleet(*, hooks: bool = False, capacity: int = 2) -> tuple[LocalFleet, VirtualClock, SimulatedCluster]:
+    clock = VirtualClock()
+    cluster = SimulatedCluster(clock=clock)
+    autoscaling = InMemoryAutoScaling()
+    autoscaling.create_group(name=GROUP.asg_name, region=GROUP.region, min_size=0, max_size=10)
+    fleet = LocalFleet(
+        adapter=autoscaling,
+        clock=clock,
+        cluster=cluster,
+        groups=[GROUP],
+        capacity={"us-west-2": RegionCapacity(instances={"p3.8xlarge": capacity}, boot_time=timedelta(minutes=3))},
+        hooks=LifecycleHooks() if hooks else None,
+    )
+    return fleet, clock, cluster
+
+
+def test_instances_beyond_capacity_fail_as_aws_words_it_and_never_appear() -> None:
+    fleet, _, _ = make_fleet(capacity=2)
+    fleet.set_desired_capacity(ref=REF, desired=3)
+    group = fleet.describe_groups([REF])[0]
+    assert group.desired == 3 and len(group.instances) == 2
+    failures = fleet.recent_activities([REF], since=fleet.clock.start)
+    assert len(failures) == 1 and failures[0].failed
+    assert "do not have sufficient p3.8xlarge capacity" in failures[0].status_message
+
+
+def test_a_launched_instance_becomes_a_node_after_its_boot_time() -> None:
+    fleet, clock, cluster = make_fleet()
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    fleet.advance()
+    clock.advance(timedelta(minutes=2))
+    fleet.advance()
+    assert cluster.list_nodes() == []
+    clock.advance(timedelta(minutes=1))
+    fleet.advance()
+    (node,) = cluster.list_nodes()
+    instance = fleet.describe_groups([REF])[0].instances[0].instance_id
+    assert node["spec"]["providerID"].endswith(instance)
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+
+
+def test_launch_hook_holds_the_instance_until_continue() -> None:
+    fleet, _, _ = make_fleet(hooks=True)
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    fleet.advance()
+    (event,) = fleet.outbox
+    assert event["detail-type"] == "EC2 Instance-launch Lifecycle Action"
+    instance = event["detail"]["EC2InstanceId"]
+    assert fleet.describe_groups([REF])[0].instances[0].lifecycle_state == "Pending:Wait"
+    fleet.complete_lifecycle_action(
+        ref=REF, hook_name="squall-launch", instance_id=instance, token=event["detail"]["LifecycleActionToken"], result="CONTINUE"
+    )
+    assert fleet.describe_groups([REF])[0].instances[0].lifecycle_state == "InService"
+    with pytest.raises(LifecycleActionGone):
+        fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, result="CONTINUE")
+
+
+def test_an_expired_launch_hook_abandons_and_the_group_replaces_the_instance() -> None:
+    fleet, clock, _ = make_fleet(hooks=True)
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    fleet.advance()
+    first = fleet.outbox[0]["detail"]["EC2InstanceId"]
+    clock.advance(timedelta(minutes=11))
+    fleet.advance()
+    instances = [i.instance_id for i in fleet.describe_groups([REF])[0].instances]
+    assert first not in instances and len(instances) == 1
+    assert fleet.stats.timed_out == 1
+    # the expired hook and the replacement's hook, still waiting, both count as open
+    assert fleet.hook_stats()["hooksLeftOpen"] == 2
+
+
+def test_terminate_waits_for_the_hook_and_heartbeats_extend_it() -> None:
+    fleet, clock, cluster = make_fleet(hooks=True)
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    fleet.advance()
+    launch = fleet.outbox.pop()["detail"]
+    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=launch["EC2InstanceId"], result="CONTINUE")
+    clock.advance(timedelta(minutes=3))
+    fleet.advance()
+    fleet.terminate_instance(region="us-west-2", instance_id=launch["EC2InstanceId"], decrement=True)
+    terminate = fleet.outbox.pop()
+    assert terminate["detail"]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    for _ in range(3):
+        clock.advance(timedelta(minutes=8))
+        fleet.record_lifecycle_heartbeat(
+            ref=REF, hook_name="squall-terminate", instance_id=launch["EC2InstanceId"],
+            token=terminate["detail"]["LifecycleActionToken"],
+        )
+        fleet.advance()
+        assert len(cluster.list_nodes()) == 1, "the node stays while its drain is going on"
+    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-terminate", instance_id=launch["EC2InstanceId"], result="CONTINUE")
+    fleet.advance()
+    assert cluster.list_nodes() == [] and fleet.describe_groups([REF])[0].desired == 0
+    assert fleet.hook_stats() == {"drains": 1, "hooksCompleted": 2, "hooksLeftOpen": 0}
+
+
+def test_a_wrong_token_is_refused() -> None:
+    fleet, _, _ = make_fleet(hooks=True)
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    fleet.advance()
+    instance = fleet.outbox[0]["detail"]["EC2InstanceId"]
+    with pytest.raises(LifecycleActionGone):
+        fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, token="stale", result="CONTINUE")
+
+
+def test_a_spot_reclaim_takes_the_instance_after_two_minutes_whatever_the_hook() -> None:
+    fleet, clock, cluster = make_fleet(hooks=True)
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    fleet.advance()
+    instance = fleet.outbox.pop()["detail"]["EC2InstanceId"]
+    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, result="CONTINUE")
+    clock.advance(timedelta(minutes=3))
+    fleet.advance()
+    fleet.reclaim(instance)
+    assert fleet.outbox.pop()["detail-type"] == "EC2 Instance-terminate Lifecycle Action"
+    clock.advance(timedelta(minutes=2))
+    fleet.advance()
+    assert instance not in [i.instance_id for i in fleet.describe_groups([REF])[0].instances]
+    assert fleet.describe_groups([REF])[0].desired == 1, "the group replaces a reclaimed instance"
+
+
+def test_throttling_and_region_outage_and_broken_joins() -> None:
+    fleet, clock, cluster = make_fleet(capacity=5)
+    fleet.throttle(1)
+    with pytest.raises(RetryableError, match="Rate exceeded"):
+        fleet.describe_groups([REF])
+    assert fleet.describe_groups([REF])[0].desired == 0
+    fleet.set_capacity(region="us-west-2", instance_type="p3.8xlarge", instances=0)
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    assert fleet.describe_groups([REF])[0].instances == ()
+    fleet.set_capacity(region="us-west-2", instance_type="p3.8xlarge", instances=5)
+    fleet.break_joins(region="us-west-2", instance_type="p3.8xlarge", count=1)
+    fleet.set_desired_capacity(ref=REF, desired=0)
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    clock.advance(timedelta(minutes=10))
+    fleet.advance()
+    assert len(fleet.describe_groups([REF])[0].instances) == 1 and cluster.list_nodes() == []
