@@ -1,0 +1,250 @@
+"""The scale check against the simulated fleet and cluster: act safely, record why, never twice."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from squall.errors import NotFoundError, RetryableError
+from squall.fleet import GroupRef
+from squall.jobs import JobStatus
+from squall.local.aws import create_table
+from squall.local.clock import VirtualClock
+from squall.local.cluster import SimulatedCluster
+from squall.local.fleet import LocalFleet, RegionCapacity
+from squall.local.memory import InMemoryAutoScaling, InMemoryJobStore, InMemoryScaleState
+from squall.planner import GroupHealth, Policy
+from squall.planner.offline import parse_groups
+from squall.service.intake import Intake, IntakeConfig
+from squall.service.scale import ScaleConfig, Scaler
+from squall.state import DynamoScaleState
+from squall.telemetry import RecordingMetrics
+
+P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
+GROUPS = [
+    {"name": "p3-usw2", "region": "us-west-2", "instanceType": "p3.8xlarge", "allocatable": P3,
+     "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}], "priority": 10, "maxSize": 4},
+    {"name": "p3-use1", "region": "us-east-1", "instanceType": "p3.8xlarge", "allocatable": P3,
+     "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}], "priority": 20, "maxSize": 8},
+]
+USW2 = GroupRef(name="p3-usw2", region="us-west-2")
+USE1 = GroupRef(name="p3-use1", region="us-east-1")
+
+
+@dataclass
+class Rig:
+    clock: VirtualClock
+    cluster: SimulatedCluster
+    fleet: LocalFleet
+    state: InMemoryScaleState
+    store: InMemoryJobStore
+    metrics: RecordingMetrics
+    intake: Intake
+
+    def scaler(self, *, dry_run: bool = False, holder: str = "a") -> Scaler:
+        groups, _ = parse_groups(GROUPS)
+        return Scaler(
+            state=self.state,
+            cluster=self.cluster,
+            fleet=self.fleet,
+            clock=self.clock,
+            metrics=self.metrics,
+            config=ScaleConfig(
+                groups=groups,
+                policy=Policy(idle_threshold=timedelta(minutes=5), boot_grace=timedelta(minutes=2)),
+                dry_run=dry_run,
+            ),
+            store=self.store,
+            holder=holder,
+        )
+
+    def submit(self, job_id: str, gpus: int = 1, **extra: Any) -> None:
+        body = {"name": "t", "id": job_id, "team": "research", "image": "registry.example.com/squall/t:1",
+                "resources": {"cpu": "4", "memory": "16Gi", "gpu": gpus}} | extra
+        self.intake.handle(body=json.dumps(body), message_id=f"m-{job_id}")
+
+    def run(self, minutes: int) -> None:
+        for _ in range(minutes * 6):
+            self.clock.advance(timedelta(seconds=10))
+            self.fleet.advance()
+            self.cluster.advance()
+
+
+@pytest.fixture
+def rig() -> Rig:
+    clock = VirtualClock()
+    cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=5))
+    autoscaling = InMemoryAutoScaling()
+    groups, _ = parse_groups(GROUPS)
+    for g in groups:
+        autoscaling.create_group(name=g.name, region=g.region, min_size=0, max_size=g.max_size)
+    fleet = LocalFleet(
+        adapter=autoscaling, clock=clock, cluster=cluster, groups=groups,
+        capacity={"us-west-2": RegionCapacity(instances={"p3.8xlarge": 1})},
+    )
+    store = InMemoryJobStore()
+    metrics = RecordingMetrics(clock)
+    intake = Intake(store=store, cluster=cluster, clock=clock, metrics=metrics,
+                    config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]))
+    return Rig(clock, cluster, fleet, InMemoryScaleState(), store, metrics, intake)
+
+
+def test_a_pending_gpu_pod_scales_the_preferred_group_once(rig: Rig) -> None:
+    rig.submit("j-1")
+    first = rig.scaler().check(trigger="requested:jobs submitted")
+    assert first.done["scaledUp"] == [{"group": "p3-usw2", "to": 1}]
+    # the instance is booting: the next check counts it and asks for nothing more
+    second = rig.scaler().check(trigger="schedule")
+    assert "scaledUp" not in second.done
+    assert rig.fleet.describe_groups([USW2])[0].desired == 1
+    assert rig.state.decisions[0]["trigger"] == "requested:jobs submitted"
+
+
+def test_dry_run_records_the_plan_and_changes_nothing(rig: Rig) -> None:
+    rig.submit("j-1")
+    result = rig.scaler(dry_run=True).check(trigger="schedule")
+    assert result.plan["scaleUp"][0]["group"] == "p3-usw2" and result.done == {}
+    assert rig.fleet.describe_groups([USW2])[0].desired == 0
+    assert rig.state.decisions[0]["dryRun"] is True
+
+
+def test_a_check_that_finds_the_lease_taken_does_nothing(rig: Rig) -> None:
+    rig.submit("j-1")
+    assert rig.state.acquire_lease(name="scale", holder="other", now=rig.clock.now(), duration=timedelta(minutes=2))
+    result = rig.scaler(holder="me").check(trigger="schedule")
+    assert result.acted is False and result.skipped == ["lease held by another check"]
+    assert rig.fleet.describe_groups([USW2])[0].desired == 0
+
+
+def test_insufficient_capacity_backs_off_and_falls_back_to_the_other_region(rig: Rig) -> None:
+    for i in range(8):  # 8 GPUs: two p3.8xlarge, but us-west-2 has room for one
+        rig.submit(f"j-{i}")
+    rig.scaler().check(trigger="schedule")
+    result = rig.scaler().check(trigger="schedule")
+    assert {"group": "p3-usw2", "to": 1} in result.done["givenBack"]
+    assert result.done["scaledUp"] == [{"group": "p3-use1", "to": 1}]
+    assert result.fallbacks == ["RegionFallback:us-west-2->us-east-1"]
+    assert rig.state.load_health()["p3-usw2"].in_backoff(rig.clock.now())
+    rig.run(minutes=4)
+    assert sum(1 for p in rig.cluster.list_pods() if p["status"]["phase"] == "Running") == 8
+
+
+def test_idle_nodes_go_one_check_at_a_time_and_busy_ones_never(rig: Rig) -> None:
+    rig.submit("short")
+    rig.cluster.set_behaviour("short", run_for=timedelta(minutes=1))
+    rig.scaler().check(trigger="schedule")
+    rig.run(minutes=4)
+    assert len(rig.cluster.list_nodes()) == 1
+    rig.run(minutes=6)  # the job is done and the node idle past the threshold
+    result = rig.scaler().check(trigger="schedule")
+    assert len(result.done["terminated"]) == 1
+    rig.run(minutes=1)
+    assert rig.cluster.list_nodes() == [] and rig.fleet.describe_groups([USW2])[0].desired == 0
+
+
+def test_a_node_that_became_busy_before_termination_is_kept(rig: Rig) -> None:
+    rig.submit("short")
+    rig.cluster.set_behaviour("short", run_for=timedelta(minutes=1))
+    rig.scaler().check(trigger="schedule")
+    rig.run(minutes=10)
+    scaler = rig.scaler()
+    real_list = rig.cluster.list_pods
+
+    def pod_arrives(**kwargs: Any) -> list[dict[str, Any]]:
+        # a pod bound between observing and cordoning
+        if kwargs.get("node_name"):
+            return [{"metadata": {"name": "late", "namespace": "x"}, "spec": {"nodeName": kwargs["node_name"], "containers": []},
+                     "status": {"phase": "Running"}}]
+        return real_list(**kwargs)
+
+    rig.cluster.list_pods = pod_arrives  # type: ignore[method-assign]
+    result = scaler.check(trigger="schedule")
+    assert "terminated" not in result.done and "became busy" in result.skipped[0]
+    node = rig.cluster.list_nodes()[0]
+    assert not node["spec"].get("unschedulable"), "uncordoned again"
+
+
+def test_a_node_that_vanished_before_the_cordon_still_lets_the_instance_go(rig: Rig) -> None:
+    rig.submit("short")
+    rig.cluster.set_behaviour("short", run_for=timedelta(minutes=1))
+    rig.scaler().check(trigger="schedule")
+    rig.run(minutes=10)
+    rig.cluster.fail_calls("patch_node", NotFoundError("node gone"), times=1)
+    result = rig.scaler().check(trigger="schedule")
+    assert result.done["terminated"][0]["node"] is None
+
+
+def test_aws_throttling_is_recorded_and_nothing_crashes(rig: Rig) -> None:
+    rig.submit("j-1")
+    rig.fleet.throttle(1)
+    with pytest.raises(RetryableError):
+        rig.scaler().check(trigger="schedule")  # observing failed: the invocation is retried
+    assert rig.state.acquire_lease(name="scale", holder="z", now=rig.clock.now(), duration=timedelta(seconds=1)), (
+        "the lease was released"
+    )
+    rig.state.release_lease(name="scale", holder="z")
+    rig.fleet._throttled_calls = 0
+    scaler = rig.scaler()
+    original = rig.fleet.set_desired_capacity
+
+    def throttled(**kwargs: Any) -> None:
+        raise RetryableError("SetDesiredCapacity: Throttling: Rate exceeded")
+
+    rig.fleet.set_desired_capacity = throttled  # type: ignore[method-assign]
+    result = scaler.check(trigger="schedule")
+    assert "Rate exceeded" in result.errors[0] and "scaledUp" not in result.done
+    rig.fleet.set_desired_capacity = original  # type: ignore[method-assign]
+    assert rig.scaler().check(trigger="schedule").done["scaledUp"] == [{"group": "p3-usw2", "to": 1}]
+
+
+def test_a_stranded_gang_is_released_and_says_why(rig: Rig) -> None:
+    # given a gang with one pod bound in us-west-2, which cannot take the rest (max size)
+    rig.cluster.add_node(
+        name="usw2-unmanaged", allocatable={"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"},
+        labels={"topology.kubernetes.io/region": "us-west-2"}, taints=[], provider_id="aws:///us-west-2a/i-unmanaged",
+    )
+    rig.submit("gang", gpus=4, replicas={"worker": {"count": 10}})
+    rig.cluster.advance()
+    rig.state.save_health("p3-usw2", GroupHealth(backoff_until=rig.clock.now() + timedelta(hours=1), consecutive_failures=3))
+    rig.state.save_health("p3-use1", GroupHealth(backoff_until=rig.clock.now() + timedelta(hours=1), consecutive_failures=3))
+    # when
+    result = rig.scaler().check(trigger="schedule")
+    # then
+    assert result.done["released"] == [{"job": "gang", "region": "us-west-2"}]
+    assert rig.cluster.list_jobs(job_id="gang") == []
+    assert rig.store.events("gang")[-1].reason == "GangReleased:us-west-2"
+    assert rig.store.get("gang").status is JobStatus.QUEUED  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def dynamo_state(aws_credentials: None) -> Iterator[DynamoScaleState]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-west-2")
+        create_table(client, "jobs")
+        yield DynamoScaleState(client, "jobs")
+
+
+def test_the_dynamodb_lease_admits_one_holder_until_it_expires(dynamo_state: DynamoScaleState) -> None:
+    now = VirtualClock().now()
+    assert dynamo_state.acquire_lease(name="scale", holder="a", now=now, duration=timedelta(minutes=2))
+    assert not dynamo_state.acquire_lease(name="scale", holder="b", now=now, duration=timedelta(minutes=2))
+    assert dynamo_state.acquire_lease(name="scale", holder="b", now=now + timedelta(minutes=3), duration=timedelta(minutes=2))
+    dynamo_state.release_lease(name="scale", holder="a")  # a lost it: releasing must not free b's lease
+    assert not dynamo_state.acquire_lease(name="scale", holder="c", now=now + timedelta(minutes=3), duration=timedelta(minutes=2))
+
+
+def test_group_health_and_decisions_round_trip(dynamo_state: DynamoScaleState) -> None:
+    now = VirtualClock().now()
+    health = GroupHealth(backoff_until=now + timedelta(minutes=5), consecutive_failures=2, last_failure_at=now, reason="ICE")
+    dynamo_state.save_health("p3-usw2", health)
+    assert dynamo_state.load_health() == {"p3-usw2": health}
+    dynamo_state.record_decision(at=now, trigger="schedule", dry_run=False, plan={"scaleUp": []}, acted={"x": [1]})
+    (decision,) = dynamo_state.decisions(day=now)
+    assert decision["trigger"] == "schedule" and decision["acted"] == {"x": [1]}
