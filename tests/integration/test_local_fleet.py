@@ -131,7 +131,7 @@ def test_a_wrong_token_is_refused() -> None:
 
 
 def test_a_spot_reclaim_takes_the_instance_after_two_minutes_whatever_the_hook() -> None:
-    fleet, clock, cluster = make_fleet(hooks=True)
+    fleet, clock, _ = make_fleet(hooks=True)
     fleet.set_desired_capacity(ref=REF, desired=1)
     fleet.advance()
     instance = fleet.outbox.pop()["detail"]["EC2InstanceId"]
