@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 EPOCH = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -31,3 +32,24 @@ class VirtualClock:
     @property
     def elapsed(self) -> timedelta:
         return self._now - self.start
+
+
+class WallClock(VirtualClock):
+    """Real time, for measuring reaction: `advance` sleeps instead of jumping."""
+
+    def __init__(self) -> None:
+        super().__init__(datetime.now(UTC))
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def advance(self, delta: timedelta) -> datetime:
+        time.sleep(max(delta.total_seconds(), 0.0))
+        return self.now()
+
+    def advance_to(self, moment: datetime) -> datetime:
+        return self.advance(moment - self.now())
+
+    @property
+    def elapsed(self) -> timedelta:
+        return self.now() - self.start
