@@ -1,0 +1,504 @@
+"""The Squall dashboard and its alarms, described once as plain data.
+
+Two renderers read this description: the CDK monitoring construct
+(``stacks/monitoring.py``) turns it into a CloudWatch dashboard and alarms, and
+the local runtime draws the same graphs from the metrics it recorded. Keeping the
+description here, free of any AWS or plotting library, is what makes the local
+dashboard show exactly what operators see in CloudWatch.
+
+The description depends on the deployment only through names (functions, queues,
+node groups), which the caller passes in as a ``Deployment``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from squall.jobs import JobStatus
+from squall.telemetry import NAMESPACE, SERVICE, Metric
+
+__all__ = [
+    "DASHBOARD_COLUMNS",
+    "LAMBDA_NAMESPACE",
+    "SQS_NAMESPACE",
+    "Alarm",
+    "Comparison",
+    "Dashboard",
+    "Deployment",
+    "Graph",
+    "GroupRef",
+    "MetricRef",
+    "MissingData",
+    "Monitoring",
+    "Section",
+    "Stat",
+    "Text",
+    "Thresholds",
+    "Widget",
+    "describe",
+    "squall",
+    "validate",
+]
+
+LAMBDA_NAMESPACE = "AWS/Lambda"
+SQS_NAMESPACE = "AWS/SQS"
+DASHBOARD_COLUMNS = 24  # CloudWatch dashboards are 24 units wide
+
+
+class Stat(StrEnum):
+    SUM = "Sum"
+    AVERAGE = "Average"
+    MAXIMUM = "Maximum"
+    MINIMUM = "Minimum"
+    P50 = "p50"
+    P90 = "p90"
+    P99 = "p99"
+
+
+class Comparison(StrEnum):
+    GREATER_THAN_OR_EQUAL = "GreaterThanOrEqualToThreshold"
+    GREATER_THAN = "GreaterThanThreshold"
+    LESS_THAN = "LessThanThreshold"
+    LESS_THAN_OR_EQUAL = "LessThanOrEqualToThreshold"
+
+
+class MissingData(StrEnum):
+    NOT_BREACHING = "notBreaching"
+    BREACHING = "breaching"
+    IGNORE = "ignore"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class MetricRef:
+    """One metric series: where it lives, how it is aggregated, what it is called."""
+
+    namespace: str
+    name: str
+    dimensions: tuple[tuple[str, str], ...] = ()
+    stat: Stat = Stat.SUM
+    period_seconds: int = 60
+    label: str = ""
+
+    @property
+    def dimension_map(self) -> dict[str, str]:
+        return dict(self.dimensions)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A line graph; ``right`` series use a second axis (durations next to counts)."""
+
+    title: str
+    left: tuple[MetricRef, ...]
+    right: tuple[MetricRef, ...] = ()
+    left_label: str = ""
+    right_label: str = ""
+    stacked: bool = False
+    width: int = 12
+    height: int = 6
+
+    @property
+    def metrics(self) -> tuple[MetricRef, ...]:
+        return self.left + self.right
+
+
+@dataclass(frozen=True)
+class Text:
+    markdown: str
+    width: int = DASHBOARD_COLUMNS
+    height: int = 1
+
+    @property
+    def metrics(self) -> tuple[MetricRef, ...]:
+        return ()
+
+
+Widget = Graph | Text
+
+
+@dataclass(frozen=True)
+class Section:
+    """A titled band of widgets, laid out left to right and wrapped at 24 columns."""
+
+    title: str
+    widgets: tuple[Widget, ...]
+
+    def rows(self) -> list[list[Widget]]:
+        """The section's rows, title first: the layout both renderers use."""
+        rows: list[list[Widget]] = [[Text(f"## {self.title}")]]
+        row: list[Widget] = []
+        used = 0
+        for widget in self.widgets:
+            if row and used + widget.width > DASHBOARD_COLUMNS:
+                rows.append(row)
+                row, used = [], 0
+            row.append(widget)
+            used += widget.width
+        if row:
+            rows.append(row)
+        return rows
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    name: str
+    sections: tuple[Section, ...]
+
+    def rows(self) -> list[list[Widget]]:
+        return [row for section in self.sections for row in section.rows()]
+
+    def metrics(self) -> Iterator[MetricRef]:
+        for section in self.sections:
+            for widget in section.widgets:
+                yield from widget.metrics
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """An alarm on one metric; ``name`` is unique within the deployment."""
+
+    name: str
+    description: str
+    metric: MetricRef
+    threshold: float
+    comparison: Comparison = Comparison.GREATER_THAN_OR_EQUAL
+    evaluation_periods: int = 1
+    datapoints_to_alarm: int = 1
+    missing_data: MissingData = MissingData.NOT_BREACHING
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    dashboard: Dashboard
+    alarms: tuple[Alarm, ...]
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """A node group as the scale function reports it: dimensions Group and Region."""
+
+    name: str
+    region: str
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The names the description needs; the CDK app and the local runtime each supply theirs."""
+
+    prefix: str
+    functions: Mapping[str, str]  # handler ("submit", "scale", ...) -> function name
+    jobs_queue: str
+    drain_queue: str
+    dead_letter_queues: tuple[str, ...]
+    groups: tuple[GroupRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Alarm thresholds (cdk.json context ``alarms``)."""
+
+    oldest_queued_job_seconds: int = 900
+    fallbacks: int = 3
+    fallback_window_minutes: int = 15
+    scale_errors_minutes: int = 3  # minutes with errors, out of the last five
+    drains_past_deadline: int = 1
+
+
+# -- metric helpers ---------------------------------------------------------------
+
+
+def squall(
+    metric: Metric,
+    stat: Stat = Stat.SUM,
+    *,
+    label: str = "",
+    period_seconds: int = 60,
+    **dimensions: str,
+) -> MetricRef:
+    """A Squall metric; powertools adds ``service`` to every metric it emits."""
+    dims = (("service", SERVICE), *sorted(dimensions.items()))
+    return MetricRef(NAMESPACE, str(metric), dims, stat, period_seconds, label or str(metric))
+
+
+def _lambda(name: str, function_name: str, stat: Stat, label: str) -> MetricRef:
+    return MetricRef(LAMBDA_NAMESPACE, name, (("FunctionName", function_name),), stat, 60, label)
+
+
+def _sqs(name: str, queue_name: str, stat: Stat, label: str = "") -> MetricRef:
+    return MetricRef(SQS_NAMESPACE, name, (("QueueName", queue_name),), stat, 60, label or queue_name)
+
+
+# -- the description ----------------------------------------------------------------
+
+
+def describe(deployment: Deployment, thresholds: Thresholds | None = None) -> Monitoring:
+    thresholds = thresholds or Thresholds()
+    dashboard = Dashboard(
+        name=deployment.prefix,
+        sections=(
+            _intake(deployment),
+            _capacity(deployment),
+            _groups(deployment.groups),
+            _drains(),
+            _functions(deployment.functions),
+        ),
+    )
+    return Monitoring(dashboard=dashboard, alarms=_alarms(deployment, thresholds))
+
+
+def _intake(deployment: Deployment) -> Section:
+    queues = (deployment.jobs_queue, deployment.drain_queue, *deployment.dead_letter_queues)
+    return Section(
+        "Jobs",
+        (
+            Graph(
+                "Queue depth and age of oldest message",
+                left=tuple(_sqs("ApproximateNumberOfMessagesVisible", q, Stat.MAXIMUM) for q in queues),
+                right=(
+                    _sqs(
+                        "ApproximateAgeOfOldestMessage",
+                        deployment.jobs_queue,
+                        Stat.MAXIMUM,
+                        f"age {deployment.jobs_queue}",
+                    ),
+                ),
+                left_label="messages",
+                right_label="seconds",
+                width=8,
+            ),
+            Graph(
+                "Jobs by state",
+                left=tuple(
+                    squall(Metric.JOBS_IN_STATE, Stat.MAXIMUM, label=state, State=state)
+                    for state in (JobStatus.QUEUED, JobStatus.RUNNING)
+                ),
+                left_label="jobs",
+                stacked=True,
+                width=8,
+            ),
+            Graph(
+                "Job outcomes",
+                left=(
+                    squall(Metric.JOBS_SUBMITTED),
+                    squall(Metric.JOBS_REJECTED),
+                    squall(Metric.JOBS_SUCCEEDED),
+                    squall(Metric.JOBS_FAILED),
+                    squall(Metric.JOBS_CANCELLED),
+                    squall(Metric.JOB_RETRIES),
+                ),
+                left_label="jobs / minute",
+                width=8,
+            ),
+            Graph(
+                "Queue wait (submitted to running)",
+                left=(
+                    squall(Metric.QUEUE_WAIT_SECONDS, Stat.P50, label="p50"),
+                    squall(Metric.QUEUE_WAIT_SECONDS, Stat.P90, label="p90"),
+                ),
+                right=(squall(Metric.OLDEST_QUEUED_SECONDS, Stat.MAXIMUM, label="oldest queued job"),),
+                left_label="seconds",
+                right_label="seconds",
+                width=24,
+            ),
+        ),
+    )
+
+
+def _capacity(deployment: Deployment) -> Section:
+    return Section(
+        "Capacity",
+        (
+            Graph(
+                "Pending GPUs and in-flight nodes",
+                left=(squall(Metric.PENDING_GPUS, Stat.MAXIMUM),),
+                right=(
+                    squall(Metric.IN_FLIGHT_NODES, Stat.MAXIMUM),
+                    squall(Metric.PENDING_PODS, Stat.MAXIMUM),
+                ),
+                left_label="GPUs",
+                right_label="nodes / pods",
+                width=12,
+            ),
+            Graph(
+                "Scale-ups, region fallbacks, scale-downs",
+                left=(
+                    squall(Metric.SCALE_UPS),
+                    squall(Metric.FALLBACKS),
+                    squall(Metric.SCALE_DOWNS),
+                    squall(Metric.UNSCHEDULABLE_PODS, Stat.MAXIMUM),
+                ),
+                left_label="count / minute",
+                width=12,
+            ),
+        ),
+    )
+
+
+def _groups(groups: Sequence[GroupRef]) -> Section:
+    widgets: list[Widget] = [
+        Graph(
+            f"{group.name} ({group.region}): desired vs in service",
+            left=(
+                squall(
+                    Metric.DESIRED_CAPACITY,
+                    Stat.MAXIMUM,
+                    label="desired",
+                    Group=group.name,
+                    Region=group.region,
+                ),
+                squall(
+                    Metric.IN_SERVICE_CAPACITY,
+                    Stat.MAXIMUM,
+                    label="in service",
+                    Group=group.name,
+                    Region=group.region,
+                ),
+            ),
+            left_label="instances",
+            width=8,
+        )
+        for group in sorted(groups, key=lambda g: (g.region, g.name))
+    ]
+    if not widgets:
+        widgets = [Text("No node groups are configured.", height=2)]
+    return Section("Node groups", tuple(widgets))
+
+
+def _drains() -> Section:
+    return Section(
+        "Lifecycle and drains",
+        (
+            Graph(
+                "Drains",
+                left=(
+                    squall(Metric.DRAINS_STARTED),
+                    squall(Metric.DRAINS_COMPLETED),
+                    squall(Metric.DRAINS_PAST_DEADLINE),
+                ),
+                left_label="drains / minute",
+                width=8,
+            ),
+            Graph(
+                "Drain duration",
+                left=(
+                    squall(Metric.DRAIN_SECONDS, Stat.P50, label="p50"),
+                    squall(Metric.DRAIN_SECONDS, Stat.P90, label="p90"),
+                    squall(Metric.DRAIN_SECONDS, Stat.MAXIMUM, label="max"),
+                ),
+                left_label="seconds",
+                width=8,
+            ),
+            Graph(
+                "Lifecycle hooks",
+                left=(squall(Metric.HOOKS_COMPLETED), squall(Metric.LAUNCHES_ABANDONED)),
+                left_label="hooks / minute",
+                width=8,
+            ),
+        ),
+    )
+
+
+def _functions(functions: Mapping[str, str]) -> Section:
+    names = [functions[handler] for handler in sorted(functions)]
+    return Section(
+        "Functions",
+        (
+            Graph(
+                "Errors and throttles",
+                left=tuple(_lambda("Errors", n, Stat.SUM, f"{n} errors") for n in names),
+                right=tuple(_lambda("Throttles", n, Stat.SUM, f"{n} throttles") for n in names),
+                left_label="errors",
+                right_label="throttles",
+                width=12,
+            ),
+            Graph(
+                "Duration p90",
+                left=tuple(_lambda("Duration", n, Stat.P90, n) for n in names),
+                left_label="milliseconds",
+                width=12,
+            ),
+        ),
+    )
+
+
+def _alarms(deployment: Deployment, thresholds: Thresholds) -> tuple[Alarm, ...]:
+    prefix = deployment.prefix
+    dead_letters = tuple(
+        Alarm(
+            name=f"{prefix}-dead-letters-{queue}",
+            description=(
+                f"Messages in {queue}: they failed processing repeatedly. Read one, fix the "
+                "cause, then redrive the queue to its source."
+            ),
+            metric=_sqs("ApproximateNumberOfMessagesVisible", queue, Stat.MAXIMUM),
+            threshold=1,
+        )
+        for queue in deployment.dead_letter_queues
+    )
+    window = thresholds.fallback_window_minutes * 60
+    scale_function = deployment.functions["scale"]
+    return (
+        *dead_letters,
+        Alarm(
+            name=f"{prefix}-oldest-queued-job",
+            description=(
+                f"A job has waited for capacity longer than {thresholds.oldest_queued_job_seconds} s "
+                "for three minutes in a row: check group health, quotas and backoff."
+            ),
+            metric=squall(Metric.OLDEST_QUEUED_SECONDS, Stat.MAXIMUM),
+            threshold=thresholds.oldest_queued_job_seconds,
+            comparison=Comparison.GREATER_THAN,
+            evaluation_periods=3,
+            datapoints_to_alarm=3,
+        ),
+        Alarm(
+            name=f"{prefix}-scale-errors",
+            description=(
+                f"The scale function ({scale_function}) failed in "
+                f"{thresholds.scale_errors_minutes} of the last 5 minutes: capacity is not "
+                "being managed. Read its logs."
+            ),
+            metric=_lambda("Errors", scale_function, Stat.SUM, "scale errors"),
+            threshold=1,
+            evaluation_periods=5,
+            datapoints_to_alarm=thresholds.scale_errors_minutes,
+        ),
+        Alarm(
+            name=f"{prefix}-repeated-fallbacks",
+            description=(
+                f"{thresholds.fallbacks} or more region fallbacks within "
+                f"{thresholds.fallback_window_minutes} minutes: a preferred region keeps "
+                "failing to launch GPUs."
+            ),
+            metric=squall(Metric.FALLBACKS, Stat.SUM, period_seconds=window),
+            threshold=thresholds.fallbacks,
+        ),
+        Alarm(
+            name=f"{prefix}-drains-past-deadline",
+            description=(
+                "A node was terminated before its pods finished draining (drain deadline "
+                "reached): jobs may have lost work."
+            ),
+            metric=squall(Metric.DRAINS_PAST_DEADLINE, Stat.SUM, period_seconds=300),
+            threshold=thresholds.drains_past_deadline,
+        ),
+    )
+
+
+def validate(monitoring: Monitoring) -> list[str]:
+    """Problems that would make a renderer fail or mislead; empty when all is well."""
+    problems: list[str] = []
+    names = [alarm.name for alarm in monitoring.alarms]
+    if len(set(names)) != len(names):
+        problems.append("alarm names are not unique")
+    for row in monitoring.dashboard.rows():
+        width = sum(widget.width for widget in row)
+        if width > DASHBOARD_COLUMNS:
+            problems.append(f"a row is {width} columns wide")
+    for metric in monitoring.dashboard.metrics():
+        if metric.period_seconds % 60:
+            problems.append(f"{metric.name}: period must be a multiple of 60 s")
+    return problems

@@ -1,0 +1,486 @@
+"""The deployment's settings, read from the CDK context (cdk.json) and checked once.
+
+Every setting has a default in cdk.json and a line of documentation in its
+``"//"`` entry. ``SquallConfig.from_context`` reports every problem at once, with
+the setting's path, before any construct is built: a typo in cdk.json fails
+``cdk synth`` with a sentence, not half-way through a deployment.
+
+Plain Python, no aws_cdk import: ``python -m stacks.cluster_access`` reads the
+same settings without starting jsii.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from squall.dashboard import Thresholds
+from squall.settings import PolicySettings
+from stacks import constants
+
+CDK_JSON = constants.REPO_ROOT / "cdk.json"
+
+# Every top-level setting Squall reads from the context. CDK's own keys (feature
+# flags "@aws-cdk/...", "aws:cdk:...") and "//" (the documentation) are not settings.
+SETTINGS = (
+    "prefix",
+    "account",
+    "homeRegion",
+    "regions",
+    "cluster",
+    "clusterAccess",
+    "vpc",
+    "teams",
+    "allowedRegistries",
+    "nodeGroups",
+    "capacity",
+    "policy",
+    "lifecycleHooks",
+    "dryRun",
+    "logLevel",
+    "logRetentionDays",
+    "alarms",
+)
+CLUSTER_ACCESS_MODES = ("accessEntry", "awsAuth")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+_ASG_NAME = re.compile(r"^[\w.+=@/-]{1,255}$")  # what an ARN's autoScalingGroupName can hold
+
+
+class ConfigError(ValueError):
+    """The context does not describe a deployable Squall; lists every problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid Squall settings in the CDK context:\n  - " + "\n  - ".join(problems))
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    endpoint: str
+    certificate_authority: str
+    region: str
+    service_cidr: str
+    kubernetes_version: str
+
+    def settings(self) -> dict[str, str]:
+        """SQUALL_CLUSTER, as functions/squall/settings.py ClusterSettings reads it."""
+        return {
+            "name": self.name,
+            "endpoint": self.endpoint,
+            "certificate_authority": self.certificate_authority,
+            "region": self.region,
+        }
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class NodeGroupConfig:
+    name: str
+    region: str
+    asg_name: str
+    instance_type: str
+    gpus: int
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    min_size: int
+    max_size: int
+    spot: bool
+    raw: Mapping[str, Any]  # passed through to the functions (SQUALL_NODE_GROUPS)
+
+
+@dataclass(frozen=True)
+class CapacityConfig:
+    """How Squall treats the GPU groups of one region."""
+
+    region: str
+    create_groups: bool
+    # False: the platform team adds Squall's hooks itself; no capacity stack.
+    manage_hooks: bool = True
+    subnet_ids: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+    root_volume_gib: int = constants.ROOT_VOLUME_GIB
+
+
+@dataclass(frozen=True)
+class VpcConfig:
+    vpc_id: str
+    subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AlarmConfig:
+    email: str
+    thresholds: Thresholds
+
+
+@dataclass(frozen=True)
+class SquallConfig:
+    prefix: str
+    account: str | None
+    home_region: str
+    regions: tuple[str, ...]
+    cluster: ClusterConfig
+    cluster_access: str
+    vpc: VpcConfig | None
+    teams: Mapping[str, str]
+    allowed_registries: tuple[str, ...]
+    node_groups: tuple[NodeGroupConfig, ...]
+    capacity: Mapping[str, CapacityConfig]
+    policy: Mapping[str, Any]  # as written in cdk.json (aliases), checked by PolicySettings
+    policy_settings: PolicySettings
+    launch_hook_name: str
+    terminate_hook_name: str
+    dry_run: bool
+    log_level: str
+    log_retention_days: int
+    alarms: AlarmConfig
+
+    @property
+    def remote_regions(self) -> tuple[str, ...]:
+        """Regions whose Auto Scaling events must be forwarded to the home region."""
+        return tuple(r for r in self.regions if r != self.home_region)
+
+    def groups_in(self, region: str) -> tuple[NodeGroupConfig, ...]:
+        return tuple(g for g in self.node_groups if g.region == region)
+
+    @property
+    def group_regions(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(g.region for g in self.node_groups))
+
+    @property
+    def capacity_regions(self) -> tuple[str, ...]:
+        """Regions that get a capacity stack (groups, or hooks on existing ones)."""
+        return tuple(r for r in self.group_regions if self.capacity[r].manage_hooks)
+
+    @property
+    def creates_groups(self) -> bool:
+        return any(c.create_groups for c in self.capacity.values())
+
+    @classmethod
+    def from_context(cls, context: Mapping[str, Any]) -> SquallConfig:
+        return _Reader(context).read()
+
+
+def load_cdk_json_context(path: Path = CDK_JSON) -> dict[str, Any]:
+    """The ``context`` object of cdk.json: the defaults every setting starts from."""
+    context = json.loads(path.read_text())["context"]
+    if not isinstance(context, dict):
+        raise ConfigError([f"{path.name}: 'context' must be an object"])
+    return context
+
+
+def setting_keys(context: Mapping[str, Any]) -> list[str]:
+    """Keys of the context that are Squall's (not CDK's own, not documentation)."""
+    return [k for k in context if not (k.startswith(("@", "//")) or ":" in k)]
+
+
+class _Reader:
+    """Reads the context, collecting problems instead of stopping at the first."""
+
+    def __init__(self, context: Mapping[str, Any]) -> None:
+        self.ctx = context
+        self.problems: list[str] = []
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(f"{path}: {message}")
+
+    # -- typed getters ---------------------------------------------------------
+
+    def get(
+        self,
+        path: str,
+        kind: type | tuple[type, ...],
+        default: Any = None,
+        *,
+        source: Mapping[str, Any] | None = None,
+    ) -> Any:
+        data = self.ctx if source is None else source
+        key = path.rsplit(".", 1)[-1]
+        value = data.get(key, default)
+        if value is None:
+            return default
+        # bool is an int in Python; a count written as `true` is a mistake.
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+            self.problem(path, f"expected {_kind_name(kind)}, got {json.dumps(value)}")
+            return default
+        return value
+
+    def strings(self, path: str, value: Any) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            self.problem(path, "expected a list of non-empty strings")
+            return ()
+        return tuple(value)
+
+    def ids(self, path: str, value: Any, kind: str) -> tuple[str, ...]:
+        """AWS resource ids such as subnet-0123456789abcdef0 (8 or 17 hex digits)."""
+        ids = self.strings(path, value)
+        pattern = re.compile(rf"^{kind}-([0-9a-f]{{8}}|[0-9a-f]{{17}})$")
+        for i, value_id in enumerate(ids):
+            if not pattern.match(value_id):
+                self.problem(f"{path}[{i}]", f"{json.dumps(value_id)} is not a {kind} id")
+        return ids
+
+    def region(self, path: str, value: Any) -> str:
+        if not isinstance(value, str) or not _REGION.match(value):
+            self.problem(path, f"{json.dumps(value)} is not an AWS region name")
+            return ""
+        return value
+
+    # -- sections --------------------------------------------------------------
+
+    def read(self) -> SquallConfig:
+        unknown = sorted(set(setting_keys(self.ctx)) - set(SETTINGS))
+        for key in unknown:
+            self.problem(key, f"unknown setting (known: {', '.join(SETTINGS)})")
+        prefix = self.get("prefix", str, "squall")
+        if not _NAME.match(prefix):
+            self.problem("prefix", "lower-case letters, digits and dashes, at most 31 characters")
+        home_region = self.region("homeRegion", self.ctx.get("homeRegion"))
+        regions = tuple(self.region(f"regions[{i}]", r) for i, r in enumerate(self.get("regions", list, [])))
+        if home_region and home_region not in regions:
+            regions = (home_region, *regions)
+        cluster = self.cluster(home_region)
+        cluster_access = self.get("clusterAccess", str, "accessEntry")
+        if cluster_access not in CLUSTER_ACCESS_MODES:
+            self.problem("clusterAccess", f"one of {', '.join(CLUSTER_ACCESS_MODES)}")
+        teams = self.get("teams", dict, {})
+        if not teams or not all(isinstance(v, str) and v for v in teams.values()):
+            self.problem("teams", "expected an object of team name -> Kubernetes namespace")
+        node_groups = self.node_groups(regions)
+        capacity = self.capacity(node_groups, cluster)
+        policy = self.get("policy", dict, {})
+        try:
+            policy_settings = PolicySettings.model_validate(policy)
+        except ValidationError as exc:
+            for error in exc.errors():
+                self.problem("policy." + ".".join(str(p) for p in error["loc"]), error["msg"])
+            policy_settings = PolicySettings()
+        hooks = self.get("lifecycleHooks", dict, {})
+        launch_hook = self.get("lifecycleHooks.launch", str, "squall-launch", source=hooks)
+        terminate_hook = self.get("lifecycleHooks.terminate", str, "squall-terminate", source=hooks)
+        if launch_hook == terminate_hook:
+            self.problem("lifecycleHooks", "launch and terminate hooks need different names")
+        log_level = self.get("logLevel", str, "INFO").upper()
+        if log_level not in LOG_LEVELS:
+            self.problem("logLevel", f"one of {', '.join(LOG_LEVELS)}")
+        account = self.get("account", str, "") or None
+        if account is not None and not re.fullmatch(r"\d{12}", account):
+            self.problem("account", "a 12-digit AWS account id, or empty to use the CLI's")
+        config = SquallConfig(
+            prefix=prefix,
+            account=account,
+            home_region=home_region,
+            regions=regions,
+            cluster=cluster,
+            cluster_access=cluster_access,
+            vpc=self.vpc(),
+            teams=dict(teams),
+            allowed_registries=self.strings("allowedRegistries", self.ctx.get("allowedRegistries")),
+            node_groups=node_groups,
+            capacity=capacity,
+            policy=dict(policy),
+            policy_settings=policy_settings,
+            launch_hook_name=launch_hook,
+            terminate_hook_name=terminate_hook,
+            dry_run=self.get("dryRun", bool, False),
+            log_level=log_level,
+            log_retention_days=self.get("logRetentionDays", int, constants.LOG_RETENTION_DAYS),
+            alarms=self.alarms(),
+        )
+        if self.problems:
+            raise ConfigError(self.problems)
+        return config
+
+    def cluster(self, home_region: str) -> ClusterConfig:
+        raw = self.get("cluster", dict, {})
+        cluster = ClusterConfig(
+            name=self.get("cluster.name", str, "", source=raw),
+            endpoint=self.get("cluster.endpoint", str, "", source=raw),
+            certificate_authority=self.get("cluster.certificateAuthority", str, "", source=raw),
+            region=self.get("cluster.region", str, home_region, source=raw),
+            service_cidr=self.get("cluster.serviceCidr", str, "10.100.0.0/16", source=raw),
+            kubernetes_version=self.get("cluster.kubernetesVersion", str, "1.31", source=raw),
+        )
+        if not cluster.name:
+            self.problem("cluster.name", "the EKS cluster's name is required")
+        if not cluster.endpoint.startswith("https://"):
+            self.problem("cluster.endpoint", "the cluster's API endpoint, https://...")
+        # Access entries live in the cluster's region, and so does the control plane:
+        # one stack can then grant its own roles access.
+        if home_region and cluster.region != home_region:
+            self.problem("cluster.region", f"must be the home region ({home_region})")
+        if not re.fullmatch(r"\d+\.\d+", cluster.kubernetes_version):
+            self.problem("cluster.kubernetesVersion", "a minor version such as 1.31")
+        return cluster
+
+    def node_groups(self, regions: tuple[str, ...]) -> tuple[NodeGroupConfig, ...]:
+        groups: list[NodeGroupConfig] = []
+        for i, raw in enumerate(self.get("nodeGroups", list, [])):
+            path = f"nodeGroups[{i}]"
+            if not isinstance(raw, dict):
+                self.problem(path, "expected an object")
+                continue
+            name = self.get(f"{path}.name", str, "", source=raw)
+            region = self.region(f"{path}.region", raw.get("region"))
+            asg_name = self.get(f"{path}.asgName", str, "", source=raw)
+            allocatable = self.get(f"{path}.allocatable", dict, {}, source=raw)
+            gpus = allocatable.get(constants.GPU_RESOURCE, 0)
+            labels = self.get(f"{path}.labels", dict, {}, source=raw)
+            taints = self.taints(f"{path}.taints", raw.get("taints"))
+            min_size = self.get(f"{path}.minSize", int, 0, source=raw)
+            max_size = self.get(f"{path}.maxSize", int, 0, source=raw)
+            if not _NAME.match(name):
+                self.problem(f"{path}.name", "lower-case letters, digits and dashes")
+            if not _ASG_NAME.match(asg_name):
+                self.problem(f"{path}.asgName", "the Auto Scaling group's name is required")
+            if region and region not in regions:
+                self.problem(f"{path}.region", f"{region} is not one of regions")
+            if not self.get(f"{path}.instanceType", str, "", source=raw):
+                self.problem(f"{path}.instanceType", "required")
+            if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+                self.problem(f"{path}.allocatable.{constants.GPU_RESOURCE}", "a whole number of GPUs")
+                gpus = 0
+            if not all(isinstance(v, str) for v in labels.values()):
+                self.problem(f"{path}.labels", "label values are strings")
+            if not 0 <= min_size <= max_size or max_size < 1:
+                self.problem(f"{path}", "needs 0 <= minSize <= maxSize and maxSize >= 1")
+            groups.append(
+                NodeGroupConfig(
+                    name=name,
+                    region=region,
+                    asg_name=asg_name,
+                    instance_type=raw.get("instanceType", ""),
+                    gpus=gpus,
+                    labels=dict(labels),
+                    taints=taints,
+                    min_size=min_size,
+                    max_size=max_size,
+                    spot=self.get(f"{path}.spot", bool, False, source=raw),
+                    raw=dict(raw),
+                )
+            )
+        for key in ("name", "asgName"):
+            values = [g.raw.get(key) for g in groups]
+            if len(set(values)) != len(values):
+                self.problem("nodeGroups", f"every group needs its own {key}")
+        if not groups:
+            self.problem("nodeGroups", "at least one node group is required")
+        return tuple(groups)
+
+    def taints(self, path: str, value: Any) -> tuple[Taint, ...]:
+        taints: list[Taint] = []
+        for i, raw in enumerate(value or []):
+            if not isinstance(raw, dict) or raw.get("effect") not in TAINT_EFFECTS or not raw.get("key"):
+                self.problem(
+                    f"{path}[{i}]",
+                    f"expected {{key, value, effect}} with effect one of {', '.join(TAINT_EFFECTS)}",
+                )
+                continue
+            taints.append(Taint(str(raw["key"]), str(raw.get("value", "")), raw["effect"]))
+        return tuple(taints)
+
+    def capacity(
+        self, groups: tuple[NodeGroupConfig, ...], cluster: ClusterConfig
+    ) -> dict[str, CapacityConfig]:
+        raw_all = self.get("capacity", dict, {})
+        group_regions = list(dict.fromkeys(g.region for g in groups if g.region))
+        for region in raw_all:
+            if region not in group_regions:
+                self.problem(f"capacity.{region}", "no node group is in this region")
+        capacity: dict[str, CapacityConfig] = {}
+        for region in group_regions:
+            path = f"capacity.{region}"
+            raw = raw_all.get(region) or {}
+            if not isinstance(raw, dict):
+                self.problem(path, "expected an object")
+                raw = {}
+            create = self.get(f"{path}.createGroups", bool, False, source=raw)
+            item = CapacityConfig(
+                region=region,
+                create_groups=create,
+                manage_hooks=self.get(f"{path}.manageHooks", bool, True, source=raw),
+                subnet_ids=self.ids(f"{path}.subnetIds", raw.get("subnetIds"), "subnet"),
+                security_group_ids=self.ids(f"{path}.securityGroupIds", raw.get("securityGroupIds"), "sg"),
+                root_volume_gib=self.get(f"{path}.rootVolumeGiB", int, constants.ROOT_VOLUME_GIB, source=raw),
+            )
+            if create and not item.manage_hooks:
+                self.problem(f"{path}.manageHooks", "groups Squall creates always carry its hooks")
+            if create:
+                if not item.subnet_ids:
+                    self.problem(f"{path}.subnetIds", "required to create groups in this region")
+                if not item.security_group_ids:
+                    self.problem(
+                        f"{path}.securityGroupIds",
+                        "required to create groups (the cluster's node security group)",
+                    )
+                if not cluster.certificate_authority:
+                    self.problem(
+                        "cluster.certificateAuthority",
+                        f"required for the nodes of the groups created in {region}",
+                    )
+            capacity[region] = item
+        return capacity
+
+    def vpc(self) -> VpcConfig | None:
+        raw = self.get("vpc", dict, None)
+        if not raw:
+            return None
+        vpc = VpcConfig(
+            vpc_id=self.get("vpc.vpcId", str, "", source=raw),
+            subnet_ids=self.ids("vpc.subnetIds", raw.get("subnetIds"), "subnet"),
+            security_group_ids=self.ids("vpc.securityGroupIds", raw.get("securityGroupIds"), "sg"),
+        )
+        self.ids("vpc.vpcId", [vpc.vpc_id], "vpc")
+        if not vpc.subnet_ids:
+            self.problem("vpc.subnetIds", "private subnets that route to the cluster endpoint")
+        return vpc
+
+    def alarms(self) -> AlarmConfig:
+        raw = self.get("alarms", dict, {})
+        defaults = Thresholds()
+        thresholds = Thresholds(
+            oldest_queued_job_seconds=self.get(
+                "alarms.oldestQueuedJobSeconds", int, defaults.oldest_queued_job_seconds, source=raw
+            ),
+            fallbacks=self.get("alarms.fallbacks", int, defaults.fallbacks, source=raw),
+            fallback_window_minutes=self.get(
+                "alarms.fallbackWindowMinutes", int, defaults.fallback_window_minutes, source=raw
+            ),
+            scale_errors_minutes=self.get(
+                "alarms.scaleErrorMinutes", int, defaults.scale_errors_minutes, source=raw
+            ),
+            drains_past_deadline=self.get(
+                "alarms.drainsPastDeadline", int, defaults.drains_past_deadline, source=raw
+            ),
+        )
+        if not 1 <= thresholds.scale_errors_minutes <= 5:
+            self.problem("alarms.scaleErrorMinutes", "between 1 and 5")
+        return AlarmConfig(email=self.get("alarms.email", str, "", source=raw), thresholds=thresholds)
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "a whole number", bool: "true or false", list: "a list", dict: "an object"}
+    return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))

@@ -1,0 +1,210 @@
+"""The Squall stacks. Each only composes constructs; ``build`` creates them all.
+
+<prefix>-control-plane          home region  queues, table, functions, triggers,
+                                             cluster access (and the GPU node role)
+<prefix>-forwarding-<region>    each other region with groups: its Auto Scaling
+                                             events to the home region's bus
+<prefix>-capacity-<region>      each region with groups: the GPU groups, or only
+                                             the lifecycle hooks on existing ones
+<prefix>-monitoring             home region  dashboard, alarms, alarm topic
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from squall import dashboard
+from stacks import constants
+from stacks.capacity import GpuGroups
+from stacks.cluster_access import FunctionAccessEntries, NodeIdentity
+from stacks.config import SquallConfig
+from stacks.forwarding import EventForwarding
+from stacks.functions import SquallFunctions
+from stacks.lifecycle import HookSettings, LifecycleHooks
+from stacks.monitoring import Monitoring
+from stacks.queues import JobQueues
+from stacks.table import JobTable
+from stacks.triggers import Triggers
+
+
+def environment(config: SquallConfig, region: str) -> cdk.Environment:
+    account = config.account or os.environ.get("CDK_DEFAULT_ACCOUNT")
+    return cdk.Environment(account=account, region=region)
+
+
+class ControlPlaneStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: SquallConfig, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        submit_spec = constants.FUNCTIONS[constants.SUBMIT]
+        drain_spec = constants.FUNCTIONS[constants.DRAIN]
+        self.queues = JobQueues(
+            self,
+            "Queues",
+            prefix=config.prefix,
+            submit_timeout=cdk.Duration.seconds(submit_spec.timeout_seconds),
+            drain_timeout=cdk.Duration.seconds(drain_spec.timeout_seconds),
+        )
+        self.table = JobTable(self, "Jobs", prefix=config.prefix).table
+        self.functions = SquallFunctions(
+            self, "Functions", config=config, table=self.table, queues=self.queues
+        )
+        Triggers(
+            self,
+            "Triggers",
+            functions=self.functions.by_handler,
+            queues=self.queues,
+            group_names=[g.asg_name for g in config.node_groups],
+        )
+        access_entries = config.cluster_access == "accessEntry"
+        if access_entries:
+            FunctionAccessEntries(
+                self, "ClusterAccess", cluster_name=config.cluster.name, roles=self.functions.roles
+            )
+        if config.creates_groups:
+            NodeIdentity(
+                self,
+                "GpuNodes",
+                role_name=constants.node_role_name(config.prefix, config.home_region),
+                cluster_name=config.cluster.name if access_entries else None,
+            )
+
+        cdk.CfnOutput(self, "JobsQueueUrl", value=self.queues.jobs.queue_url)
+        cdk.CfnOutput(self, "TableName", value=self.table.table_name)
+        for handler, role in self.functions.roles.items():
+            cdk.CfnOutput(self, f"{handler.capitalize()}RoleArn", value=role.role_arn)
+        if self.functions.security_group is not None:
+            cdk.CfnOutput(
+                self,
+                "FunctionsSecurityGroupId",
+                value=self.functions.security_group.security_group_id,
+                description="Allow HTTPS from this group on the cluster's security group",
+            )
+
+
+class ForwardingStack(cdk.Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: SquallConfig, region: str, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        EventForwarding(
+            self,
+            "AutoScalingEvents",
+            home_region=config.home_region,
+            group_names=[g.asg_name for g in config.groups_in(region)],
+        )
+
+
+class CapacityStack(cdk.Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: SquallConfig, region: str, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        groups = config.groups_in(region)
+        hooks = HookSettings.from_config(config)
+        capacity = config.capacity[region]
+        if capacity.create_groups:
+            GpuGroups(
+                self,
+                "GpuGroups",
+                prefix=config.prefix,
+                cluster=config.cluster,
+                capacity=capacity,
+                groups=groups,
+                hooks=hooks,
+                instance_profile_name=constants.node_role_name(config.prefix, config.home_region),
+            )
+        else:
+            LifecycleHooks(self, "LifecycleHooks", group_names=[g.asg_name for g in groups], settings=hooks)
+
+
+class MonitoringStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: SquallConfig, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        Monitoring(
+            self,
+            "Monitoring",
+            description=dashboard.describe(monitoring_deployment(config), config.alarms.thresholds),
+            topic_name=f"{config.prefix}-alarms",
+            alarm_email=config.alarms.email,
+        )
+
+
+def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:
+    """The names the dashboard description needs, derived like the stacks derive them."""
+    jobs = constants.jobs_queue_name(config.prefix)
+    drain = constants.drain_queue_name(config.prefix)
+    return dashboard.Deployment(
+        prefix=config.prefix,
+        functions={h: constants.function_name(config.prefix, h) for h in constants.FUNCTIONS},
+        jobs_queue=jobs,
+        drain_queue=drain,
+        dead_letter_queues=(
+            constants.dead_letter_queue_name(jobs),
+            constants.dead_letter_queue_name(drain),
+        ),
+        groups=tuple(dashboard.GroupRef(g.name, g.region) for g in config.node_groups),
+    )
+
+
+@dataclass
+class SquallStacks:
+    control_plane: ControlPlaneStack
+    monitoring: MonitoringStack
+    forwarding: dict[str, ForwardingStack] = field(default_factory=dict)
+    capacity: dict[str, CapacityStack] = field(default_factory=dict)
+
+    def all(self) -> list[cdk.Stack]:
+        return [self.control_plane, *self.forwarding.values(), *self.capacity.values(), self.monitoring]
+
+
+def build(app: cdk.App, config: SquallConfig) -> SquallStacks:
+    prefix = config.prefix
+    home = environment(config, config.home_region)
+    control_plane = ControlPlaneStack(
+        app,
+        f"{prefix}-control-plane",
+        config=config,
+        env=home,
+        description="Squall control plane: jobs queue, job table, functions, triggers, cluster access",
+    )
+    # Names, not references: the dashboard needs no cross-stack export, and the
+    # control plane stays free to replace a resource.
+    monitoring = MonitoringStack(
+        app, f"{prefix}-monitoring", config=config, env=home, description="Squall dashboard and alarms"
+    )
+    monitoring.add_stack_dependency(control_plane)
+    stacks = SquallStacks(control_plane=control_plane, monitoring=monitoring)
+    for region in config.remote_regions:
+        if not config.groups_in(region):
+            continue
+        stacks.forwarding[region] = ForwardingStack(
+            app,
+            f"{prefix}-forwarding-{region}",
+            config=config,
+            region=region,
+            env=environment(config, region),
+            description=f"Squall: forwards Auto Scaling events of {region} to {config.home_region}",
+        )
+    for region in config.capacity_regions:
+        capacity = CapacityStack(
+            app,
+            f"{prefix}-capacity-{region}",
+            config=config,
+            region=region,
+            env=environment(config, region),
+            description=f"Squall GPU capacity in {region}",
+        )
+        # Created groups launch with the node instance profile of the control plane;
+        # and hooks fire events that only the deployed control plane can answer.
+        capacity.add_stack_dependency(control_plane)
+        if region in stacks.forwarding:
+            capacity.add_stack_dependency(stacks.forwarding[region])
+        stacks.capacity[region] = capacity
+    for stack in stacks.all():
+        cdk.Tags.of(stack).add("squall:deployment", prefix)
+    return stacks

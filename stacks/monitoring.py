@@ -1,0 +1,120 @@
+"""CloudWatch dashboard and alarms, translated from squall.dashboard's description.
+
+Nothing about what is graphed or alarmed is decided here: this construct only
+maps the plain description (functions/squall/dashboard.py) onto CloudWatch, so
+the local runtime's dashboard and this one cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from cdk_nag import NagPackSuppression, NagSuppressions
+from constructs import Construct
+
+from squall import dashboard as spec
+
+COMPARISONS = {
+    spec.Comparison.GREATER_THAN_OR_EQUAL: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+    spec.Comparison.GREATER_THAN: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+    spec.Comparison.LESS_THAN: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+    spec.Comparison.LESS_THAN_OR_EQUAL: cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
+}
+MISSING_DATA = {
+    spec.MissingData.NOT_BREACHING: cloudwatch.TreatMissingData.NOT_BREACHING,
+    spec.MissingData.BREACHING: cloudwatch.TreatMissingData.BREACHING,
+    spec.MissingData.IGNORE: cloudwatch.TreatMissingData.IGNORE,
+    spec.MissingData.MISSING: cloudwatch.TreatMissingData.MISSING,
+}
+
+
+def metric(ref: spec.MetricRef, *, labelled: bool = True) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace=ref.namespace,
+        metric_name=ref.name,
+        dimensions_map=ref.dimension_map,
+        statistic=str(ref.stat),
+        period=cdk.Duration.seconds(ref.period_seconds),
+        # A label turns an alarm's metric into a metric-math query; graphs only.
+        label=(ref.label or None) if labelled else None,
+    )
+
+
+def widget(item: spec.Widget) -> cloudwatch.IWidget:
+    if isinstance(item, spec.Text):
+        return cloudwatch.TextWidget(markdown=item.markdown, width=item.width, height=item.height)
+    return cloudwatch.GraphWidget(
+        title=item.title,
+        left=[metric(m) for m in item.left],
+        right=[metric(m) for m in item.right],
+        left_y_axis=cloudwatch.YAxisProps(label=item.left_label, min=0, show_units=False),
+        right_y_axis=cloudwatch.YAxisProps(label=item.right_label, min=0, show_units=False),
+        stacked=item.stacked,
+        width=item.width,
+        height=item.height,
+    )
+
+
+class Monitoring(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        description: spec.Monitoring,
+        topic_name: str,
+        alarm_email: str = "",
+    ) -> None:
+        super().__init__(scope, construct_id)
+        problems = spec.validate(description)
+        if problems:
+            raise ValueError("invalid monitoring description: " + "; ".join(problems))
+
+        self.topic = sns.Topic(
+            self, "AlarmTopic", topic_name=topic_name, display_name="Squall alarms", enforce_ssl=True
+        )
+        NagSuppressions.add_resource_suppressions(
+            self.topic,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-SNS2",
+                    reason=(
+                        "Alarm notifications carry alarm names and metric values only. "
+                        "Encrypting them would need a customer-managed KMS key whose policy "
+                        "lets CloudWatch publish; the AWS managed SNS key does not."
+                    ),
+                )
+            ],
+        )
+        if alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+
+        self.dashboard = cloudwatch.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=description.dashboard.name,
+            default_interval=cdk.Duration.hours(3),
+            widgets=[[widget(item) for item in row] for row in description.dashboard.rows()],
+        )
+
+        action = actions.SnsAction(self.topic)
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        for alarm in description.alarms:
+            created = cloudwatch.Alarm(
+                self,
+                alarm.name,
+                alarm_name=alarm.name,
+                alarm_description=alarm.description,
+                metric=metric(alarm.metric, labelled=False),
+                threshold=alarm.threshold,
+                comparison_operator=COMPARISONS[alarm.comparison],
+                evaluation_periods=alarm.evaluation_periods,
+                datapoints_to_alarm=alarm.datapoints_to_alarm,
+                treat_missing_data=MISSING_DATA[alarm.missing_data],
+            )
+            created.add_alarm_action(action)
+            created.add_ok_action(action)
+            self.alarms[alarm.name] = created

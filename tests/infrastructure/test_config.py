@@ -1,0 +1,148 @@
+"""cdk.json settings: documented, defaulted, and checked with clear errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from stacks import constants
+from stacks.config import CDK_JSON, SETTINGS, ConfigError, SquallConfig, load_cdk_json_context, setting_keys
+from stacks.lifecycle import HookSettings
+
+
+@pytest.fixture
+def context() -> dict[str, Any]:
+    return copy.deepcopy(load_cdk_json_context())
+
+
+def test_cdk_json_documents_every_setting_and_nothing_else(context: dict[str, Any]) -> None:
+    documented = set(context["//"]) - {"about"}
+    assert documented == set(SETTINGS)
+    assert set(setting_keys(context)) == set(SETTINGS)
+    assert all(len(text.split()) >= 5 for text in context["//"].values())
+
+
+def test_cdk_json_runs_the_app_from_the_project_environment() -> None:
+    assert json.loads(CDK_JSON.read_text())["app"] == ".venv/bin/python app.py"
+
+
+def test_defaults_describe_a_deployable_squall(context: dict[str, Any]) -> None:
+    config = SquallConfig.from_context(context)
+    assert config.prefix == "squall"
+    assert config.home_region == "us-west-2"
+    assert config.remote_regions == ("us-east-1",)
+    assert [g.asg_name for g in config.groups_in("us-east-1")] == ["squall-p3-use1"]
+    assert config.creates_groups is False
+    assert config.cluster_access == "accessEntry"
+    assert config.vpc is None
+    assert config.policy_settings.provision_timeout.total_seconds() == 600
+
+
+def test_every_problem_is_reported_at_once_with_its_setting(context: dict[str, Any]) -> None:
+    # given a context with several mistakes
+    context["nodegroups"] = []  # a typo of nodeGroups
+    context["homeRegion"] = "Oregon"
+    context["nodeGroups"][0]["region"] = "eu-west-1"
+    context["nodeGroups"][1]["maxSize"] = 0
+    context["capacity"]["us-east-1"] = {"createGroups": True}
+    context["policy"]["provisionTimeout"] = "soon"
+    context["clusterAccess"] = "kubeconfig"
+    # when it is read
+    with pytest.raises(ConfigError) as caught:
+        SquallConfig.from_context(context)
+    # then each mistake is named by its path
+    text = str(caught.value)
+    for path in (
+        "nodegroups: unknown setting",
+        "homeRegion:",
+        "nodeGroups[0].region: eu-west-1 is not one of regions",
+        "nodeGroups[1]: needs 0 <= minSize <= maxSize",
+        "capacity.us-east-1.subnetIds: required",
+        "capacity.us-east-1.securityGroupIds: required",
+        "cluster.certificateAuthority: required",
+        "policy.provisionTimeout",
+        "clusterAccess: one of accessEntry, awsAuth",
+    ):
+        assert path in text
+
+
+def test_ids_and_types_are_checked(context: dict[str, Any]) -> None:
+    context["vpc"] = {"vpcId": "my-vpc", "subnetIds": ["subnet-12"]}
+    context["dryRun"] = "yes"
+    context["nodeGroups"][0]["minSize"] = True
+    with pytest.raises(ConfigError) as caught:
+        SquallConfig.from_context(context)
+    problems = caught.value.problems
+    assert 'vpc.vpcId[0]: "my-vpc" is not a vpc id' in problems
+    assert 'vpc.subnetIds[0]: "subnet-12" is not a subnet id' in problems
+    assert 'dryRun: expected true or false, got "yes"' in problems
+    assert "nodeGroups[0].minSize: expected a whole number, got true" in problems
+
+
+def test_the_cluster_must_be_in_the_home_region(context: dict[str, Any]) -> None:
+    context["cluster"]["region"] = "us-east-1"
+    with pytest.raises(ConfigError, match=r"cluster.region: must be the home region \(us-west-2\)"):
+        SquallConfig.from_context(context)
+
+
+def test_hook_timeouts_follow_the_policy(context: dict[str, Any]) -> None:
+    context["policy"]["provisionTimeout"] = "PT15M"
+    context["policy"]["drainStepDelay"] = "PT2M"
+    hooks = HookSettings.from_config(SquallConfig.from_context(context))
+    assert hooks.launch_timeout_seconds == 900
+    assert hooks.terminate_heartbeat_seconds == 480
+    context["policy"]["provisionTimeout"] = "PT3H"
+    with pytest.raises(ValueError, match="30-7200"):
+        HookSettings.from_config(SquallConfig.from_context(context))
+
+
+def test_environment_too_large_for_lambda_is_refused_at_synthesis(context: dict[str, Any]) -> None:
+    from stacks.functions import environment_size, function_environment
+
+    stand_ins: dict[str, Any] = {
+        "table": SimpleNamespace(table_name="squall-jobs"),
+        "queues": SimpleNamespace(
+            jobs=SimpleNamespace(queue_url="https://sqs/jobs"),
+            drain=SimpleNamespace(queue_url="https://sqs/drain"),
+        ),
+    }
+    environment = function_environment(SquallConfig.from_context(context), **stand_ins)
+    assert environment_size(environment) < constants.LAMBDA_ENVIRONMENT_LIMIT_BYTES
+    # given many large node groups
+    context["nodeGroups"] = [
+        {**group, "name": f"{group['name']}-{i}", "asgName": f"{group['asgName']}-{i}"}
+        for group in context["nodeGroups"]
+        for i in range(6)
+    ]
+    with pytest.raises(ValueError, match="Lambda allows 4096"):
+        function_environment(SquallConfig.from_context(context), **stand_ins)
+
+
+def test_a_region_can_leave_its_hooks_to_the_platform_team(context: dict[str, Any]) -> None:
+    context["capacity"]["us-east-1"] = {"manageHooks": False}
+    config = SquallConfig.from_context(context)
+    assert config.capacity_regions == ("us-west-2",)
+    context["capacity"]["us-east-1"] = {"manageHooks": False, "createGroups": True}
+    with pytest.raises(ConfigError, match="manageHooks: groups Squall creates always carry its hooks"):
+        SquallConfig.from_context(context)
+
+
+@pytest.mark.slow
+def test_stacks_per_region_follow_the_settings(context: dict[str, Any]) -> None:
+    import aws_cdk as cdk
+
+    from stacks.deployment import build
+
+    context["capacity"]["us-east-1"] = {"manageHooks": False}
+    app = cdk.App(context={"aws:cdk:bundling-stacks": []})  # never pip in a test
+    stacks = build(app, SquallConfig.from_context(context))
+    assert [s.stack_name for s in stacks.all()] == [
+        "squall-control-plane",
+        "squall-forwarding-us-east-1",
+        "squall-capacity-us-west-2",
+        "squall-monitoring",
+    ]

@@ -1,0 +1,533 @@
+"""The control-plane stack: queues, table, functions, triggers, cluster access."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Capture, Match, Template
+
+from stacks import constants
+
+from .helpers import (
+    actions_of,
+    function_statements,
+    logical_id,
+    resources,
+    statements_with,
+)
+from .scenario import HOME, PRIVATE_SUBNETS, Synthesis
+
+pytestmark = pytest.mark.slow
+
+HANDLERS = {
+    "submit": "squall.handlers.submit.handler",
+    "scale": "squall.handlers.scale.handler",
+    "lifecycle": "squall.handlers.lifecycle.handler",
+    "drain": "squall.handlers.drain.handler",
+    "reconcile": "squall.handlers.reconcile.handler",
+}
+GROUP_NAMES = ["squall-p3-usw2", "squall-p3-use1", "squall-g5-use1-spot"]
+
+
+@pytest.fixture(scope="module")
+def template(full: Synthesis) -> Template:
+    return full.template(full.stacks.control_plane)
+
+
+@pytest.fixture(scope="module")
+def raw(template: Template) -> dict[str, Any]:
+    return dict(template.to_json())
+
+
+@pytest.fixture(scope="module")
+def fns(full: Synthesis) -> dict[str, Any]:
+    return full.stacks.control_plane.functions.by_handler
+
+
+def _ref(construct: Any) -> dict[str, str]:
+    return {"Ref": logical_id(construct)}
+
+
+def _arn(construct: Any) -> dict[str, list[str]]:
+    return {"Fn::GetAtt": [logical_id(construct), "Arn"]}
+
+
+# -- queues ---------------------------------------------------------------------------
+
+
+def test_jobs_queue_has_dead_letter_queue_redrive_and_encryption(full: Synthesis, template: Template) -> None:
+    queues = full.stacks.control_plane.queues
+    template.has_resource_properties(
+        "AWS::SQS::Queue",
+        {
+            "QueueName": "squall-jobs",
+            "SqsManagedSseEnabled": True,
+            "VisibilityTimeout": 6 * 60,  # 6 x the submit function's 60 s
+            "RedrivePolicy": {
+                "deadLetterTargetArn": _arn(queues.jobs_dead_letters),
+                "maxReceiveCount": constants.JOBS_MAX_RECEIVE_COUNT,
+            },
+        },
+    )
+    # The dead-letter queue takes redrives from its own source queue only.
+    template.has_resource_properties(
+        "AWS::SQS::Queue",
+        {
+            "QueueName": "squall-jobs-dlq",
+            "SqsManagedSseEnabled": True,
+            "MessageRetentionPeriod": 14 * 24 * 3600,
+            "RedriveAllowPolicy": {
+                "redrivePermission": "byQueue",
+                "sourceQueueArns": [
+                    {
+                        "Fn::Join": [
+                            "",
+                            Match.array_with([Match.string_like_regexp(":sqs:us-west-2:"), ":squall-jobs"]),
+                        ]
+                    }
+                ],
+            },
+        },
+    )
+
+
+def test_queues_refuse_unencrypted_transport(full: Synthesis, template: Template) -> None:
+    for queue in (
+        full.stacks.control_plane.queues.jobs,
+        *full.stacks.control_plane.queues.dead_letter_queues,
+    ):
+        template.has_resource_properties(
+            "AWS::SQS::QueuePolicy",
+            {
+                "Queues": [_ref(queue)],
+                "PolicyDocument": {
+                    "Statement": [
+                        Match.object_like(
+                            {
+                                "Effect": "Deny",
+                                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                            }
+                        )
+                    ]
+                },
+            },
+        )
+
+
+def test_drain_queue_visibility_covers_six_drain_timeouts(
+    full: Synthesis, raw: dict[str, Any], fns: dict[str, Any]
+) -> None:
+    drain_queue = raw["Resources"][logical_id(full.stacks.control_plane.queues.drain)]["Properties"]
+    drain_function = raw["Resources"][logical_id(fns["drain"])]["Properties"]
+    assert drain_queue["QueueName"] == "squall-drain"
+    assert drain_queue["VisibilityTimeout"] >= 6 * drain_function["Timeout"]
+    assert drain_queue["RedrivePolicy"]["maxReceiveCount"] == constants.DRAIN_MAX_RECEIVE_COUNT
+    # Per-message delays are the sender's: the queue itself must not delay.
+    assert "DelaySeconds" not in drain_queue
+
+
+# -- table ----------------------------------------------------------------------------
+
+
+def test_table_keys_index_ttl_and_protection(template: Template) -> None:
+    template.has_resource(
+        "AWS::DynamoDB::Table",
+        {
+            "DeletionPolicy": "Retain",
+            "Properties": {
+                "TableName": "squall-jobs",
+                "BillingMode": "PAY_PER_REQUEST",
+                "KeySchema": [
+                    {"AttributeName": "pk", "KeyType": "HASH"},
+                    {"AttributeName": "sk", "KeyType": "RANGE"},
+                ],
+                "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+                "SSESpecification": {"SSEEnabled": True},
+                "TimeToLiveSpecification": {"AttributeName": "expiresAt", "Enabled": True},
+                "DeletionProtectionEnabled": True,
+                "GlobalSecondaryIndexes": [
+                    {
+                        "IndexName": "status-index",
+                        "KeySchema": [
+                            {"AttributeName": "gsi1pk", "KeyType": "HASH"},
+                            {"AttributeName": "gsi1sk", "KeyType": "RANGE"},
+                        ],
+                        "Projection": {"ProjectionType": "ALL"},
+                    }
+                ],
+                "AttributeDefinitions": Match.array_with(
+                    [
+                        {"AttributeName": name, "AttributeType": "S"}
+                        for name in ("pk", "sk", "gsi1pk", "gsi1sk")
+                    ]
+                ),
+            },
+        },
+    )
+
+
+# -- functions ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("handler", sorted(HANDLERS))
+def test_each_function_runs_its_handler_on_the_shared_asset(
+    raw: dict[str, Any], fns: dict[str, Any], handler: str
+) -> None:
+    props = raw["Resources"][logical_id(fns[handler])]["Properties"]
+    assert props["FunctionName"] == f"squall-{handler}"
+    assert props["Handler"] == HANDLERS[handler]
+    assert props["Runtime"] in ("python3.11", "python3.12")
+    assert props["Architectures"] == ["arm64"]
+    assert props["TracingConfig"] == {"Mode": "Active"}
+    assert props["Role"] == {"Fn::GetAtt": [logical_id(fns[handler].role), "Arn"]}
+    log_group = raw["Resources"][props["LoggingConfig"]["LogGroup"]["Ref"]]
+    assert log_group["Properties"]["LogGroupName"] == f"/aws/lambda/squall-{handler}"
+    # One asset for all five functions.
+    codes = {
+        json.dumps(f["Properties"]["Code"], sort_keys=True)
+        for f in resources(raw, "AWS::Lambda::Function").values()
+    }
+    assert len(codes) == 1
+
+
+def test_only_the_scale_function_is_limited_to_one_concurrent_run(
+    raw: dict[str, Any], fns: dict[str, Any]
+) -> None:
+    concurrency = {
+        handler: raw["Resources"][logical_id(fn)]["Properties"].get("ReservedConcurrentExecutions")
+        for handler, fn in fns.items()
+    }
+    assert concurrency == {"submit": None, "scale": 1, "lifecycle": None, "drain": None, "reconcile": None}
+
+
+def test_stale_scheduled_invocations_are_dropped_not_retried(template: Template, fns: dict[str, Any]) -> None:
+    for handler in ("scale", "reconcile"):
+        template.has_resource_properties(
+            "AWS::Lambda::EventInvokeConfig",
+            {
+                "FunctionName": _ref(fns[handler]),
+                "MaximumEventAgeInSeconds": 120,
+                "MaximumRetryAttempts": 0,
+            },
+        )
+
+
+def test_function_logs_have_retention(template: Template) -> None:
+    for handler in HANDLERS:
+        template.has_resource_properties(
+            "AWS::Logs::LogGroup",
+            {"LogGroupName": f"/aws/lambda/squall-{handler}", "RetentionInDays": 30},
+        )
+
+
+def test_environment_is_what_the_functions_settings_read(
+    full: Synthesis, raw: dict[str, Any], fns: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from squall.settings import Settings
+
+    # given the environment of a function, with deploy-time references filled in
+    env = raw["Resources"][logical_id(fns["scale"])]["Properties"]["Environment"]["Variables"]
+    for key, value in env.items():
+        monkeypatch.setenv(key, value if isinstance(value, str) else f"resolved-{key.lower()}")
+    # when the function reads its settings
+    settings = Settings()
+    # then every value parses, and means what cdk.json said
+    assert settings.teams == {"research": "team-research"}
+    assert settings.regions == ["us-west-2", "us-east-1"]
+    assert [g["asgName"] for g in settings.node_groups] == GROUP_NAMES
+    assert settings.policy.provision_timeout.total_seconds() == 600
+    assert settings.cluster.name == "gpu-training"
+    assert settings.cluster.region == HOME
+    assert settings.event_bus_name == "default"
+    assert settings.launch_hook_name == "squall-launch"
+    assert settings.terminate_hook_name == "squall-terminate"
+    assert settings.dry_run is False
+    assert env["POWERTOOLS_SERVICE_NAME"] == "squall"
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == "Squall"
+    assert env["POWERTOOLS_LOG_LEVEL"] == "INFO"
+    queues = full.stacks.control_plane.queues
+    assert env["SQUALL_TABLE_NAME"] == _ref(full.stacks.control_plane.table)
+    assert env["SQUALL_JOBS_QUEUE_URL"] == _ref(queues.jobs)
+    assert env["SQUALL_DRAIN_QUEUE_URL"] == _ref(queues.drain)
+    # Every function gets the same environment.
+    assert all(
+        raw["Resources"][logical_id(fn)]["Properties"]["Environment"]["Variables"] == env
+        for fn in fns.values()
+    )
+
+
+def test_functions_run_in_the_configured_private_subnets(
+    template: Template, fns: dict[str, Any], full: Synthesis
+) -> None:
+    security_group = full.stacks.control_plane.functions.security_group
+    assert security_group is not None
+    for handler in fns:
+        template.has_resource_properties(
+            "AWS::Lambda::Function",
+            {
+                "FunctionName": f"squall-{handler}",
+                "VpcConfig": {
+                    "SubnetIds": list(PRIVATE_SUBNETS),
+                    "SecurityGroupIds": [{"Fn::GetAtt": [logical_id(security_group), "GroupId"]}],
+                },
+            },
+        )
+    template.has_output("FunctionsSecurityGroupId", Match.any_value())
+
+
+# -- triggers -------------------------------------------------------------------------
+
+
+def test_sqs_event_sources_report_partial_batch_failures(
+    full: Synthesis, template: Template, fns: dict[str, Any]
+) -> None:
+    queues = full.stacks.control_plane.queues
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "EventSourceArn": _arn(queues.jobs),
+            "FunctionName": _ref(fns["submit"]),
+            "BatchSize": 10,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            "ScalingConfig": {"MaximumConcurrency": constants.SUBMIT_MAX_CONCURRENCY},
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "EventSourceArn": _arn(queues.drain),
+            "FunctionName": _ref(fns["drain"]),
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        },
+    )
+    template.resource_count_is("AWS::Lambda::EventSourceMapping", 2)
+
+
+def _rules_targeting(raw: dict[str, Any], function: Any) -> list[dict[str, Any]]:
+    target = _arn(function)
+    return [
+        rule["Properties"]
+        for rule in resources(raw, "AWS::Events::Rule").values()
+        if any(t["Arn"] == target for t in rule["Properties"]["Targets"])
+    ]
+
+
+def test_scale_runs_every_minute_on_request_and_on_launch_failures(
+    raw: dict[str, Any], fns: dict[str, Any]
+) -> None:
+    rules = _rules_targeting(raw, fns["scale"])
+    schedules = [r["ScheduleExpression"] for r in rules if "ScheduleExpression" in r]
+    patterns = [r["EventPattern"] for r in rules if "EventPattern" in r]
+    assert schedules == ["rate(1 minute)"]
+    assert {"source": ["squall.jobs"], "detail-type": ["Scale Check Requested"]} in patterns
+    assert {
+        "source": ["aws.autoscaling"],
+        "detail-type": ["EC2 Instance Launch Unsuccessful"],
+        "detail": {"AutoScalingGroupName": GROUP_NAMES},
+    } in patterns
+    assert len(rules) == 3
+
+
+def test_scale_check_event_names_match_the_sender() -> None:
+    from squall import events
+
+    assert constants.SCALE_CHECK_SOURCE == events.SOURCE
+    assert constants.SCALE_CHECK_DETAIL_TYPE == events.SCALE_CHECK_REQUESTED
+
+
+def test_lifecycle_actions_of_managed_groups_reach_the_lifecycle_function(
+    raw: dict[str, Any], fns: dict[str, Any]
+) -> None:
+    (rule,) = _rules_targeting(raw, fns["lifecycle"])
+    assert rule["EventPattern"] == {
+        "source": ["aws.autoscaling"],
+        "detail-type": [
+            "EC2 Instance-launch Lifecycle Action",
+            "EC2 Instance-terminate Lifecycle Action",
+        ],
+        "detail": {"AutoScalingGroupName": GROUP_NAMES},
+    }
+    assert "EventBusName" not in rule  # the default bus, where Auto Scaling publishes
+
+
+def test_reconcile_runs_every_minute(raw: dict[str, Any], fns: dict[str, Any]) -> None:
+    rules = _rules_targeting(raw, fns["reconcile"])
+    assert [r.get("ScheduleExpression") for r in rules] == ["rate(1 minute)"]
+
+
+# -- least privilege ------------------------------------------------------------------
+
+
+def _group_arn(region: str, name: str) -> dict[str, Any]:
+    return {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                f":autoscaling:{region}:",
+                {"Ref": "AWS::AccountId"},
+                f":autoScalingGroup:*:autoScalingGroupName/{name}",
+            ],
+        ]
+    }
+
+
+GROUP_ARNS = [
+    _group_arn("us-west-2", "squall-p3-usw2"),
+    _group_arn("us-east-1", "squall-p3-use1"),
+    _group_arn("us-east-1", "squall-g5-use1-spot"),
+]
+
+
+def test_every_function_has_its_own_role_without_managed_policies(
+    raw: dict[str, Any], fns: dict[str, Any]
+) -> None:
+    roles = {logical_id(fn.role) for fn in fns.values()}
+    assert len(roles) == len(fns)
+    for role_id in roles:
+        props = raw["Resources"][role_id]["Properties"]
+        assert "ManagedPolicyArns" not in props
+        assert props["AssumeRolePolicyDocument"]["Statement"] == [
+            {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}
+        ]
+        assert props["RoleName"].startswith("squall-") and props["RoleName"].endswith(f"-{HOME}")
+
+
+def test_table_access_is_scoped_to_the_job_table(
+    full: Synthesis, raw: dict[str, Any], fns: dict[str, Any]
+) -> None:
+    table = full.stacks.control_plane.table
+    for fn in fns.values():
+        (statement,) = statements_with(function_statements(raw, fn), "dynamodb:PutItem")
+        assert statement["Resource"] == [
+            _arn(table),
+            {"Fn::Join": ["", [_arn(table), "/index/*"]]},
+        ]
+
+
+def test_scale_may_size_only_the_named_groups(raw: dict[str, Any], fns: dict[str, Any]) -> None:
+    statements = function_statements(raw, fns["scale"])
+    (sizing,) = statements_with(statements, "autoscaling:SetDesiredCapacity")
+    assert sorted(sizing["Action"]) == sorted(
+        [
+            "autoscaling:SetDesiredCapacity",
+            "autoscaling:TerminateInstanceInAutoScalingGroup",
+            "autoscaling:SetInstanceProtection",
+        ]
+    )
+    assert sizing["Resource"] == GROUP_ARNS
+    (describe,) = statements_with(statements, "autoscaling:DescribeAutoScalingGroups")
+    assert describe["Resource"] == "*"
+    assert describe["Condition"] == {"StringEquals": {"aws:RequestedRegion": ["us-west-2", "us-east-1"]}}
+    assert not any(a.startswith("sqs:") for a in actions_of(statements))
+
+
+def test_lifecycle_and_drain_answer_hooks_of_named_groups_only(
+    full: Synthesis, raw: dict[str, Any], fns: dict[str, Any]
+) -> None:
+    drain_queue = full.stacks.control_plane.queues.drain
+    for handler in ("lifecycle", "drain"):
+        statements = function_statements(raw, fns[handler])
+        (hooks,) = statements_with(statements, "autoscaling:CompleteLifecycleAction")
+        assert sorted(hooks["Action"]) == [
+            "autoscaling:CompleteLifecycleAction",
+            "autoscaling:RecordLifecycleActionHeartbeat",
+        ]
+        assert hooks["Resource"] == GROUP_ARNS
+        (activities,) = statements_with(statements, "autoscaling:DescribeScalingActivities")
+        assert activities["Action"] == "autoscaling:DescribeScalingActivities"
+        assert activities["Condition"] == {
+            "StringEquals": {"aws:RequestedRegion": ["us-west-2", "us-east-1"]}
+        }
+        assert "autoscaling:SetDesiredCapacity" not in actions_of(statements)
+        (send,) = statements_with(statements, "sqs:SendMessage")
+        assert send["Resource"] == _arn(drain_queue)
+        (put,) = statements_with(statements, "events:PutEvents")
+        assert put["Resource"] == {
+            "Fn::Join": [
+                "",
+                [
+                    "arn:",
+                    {"Ref": "AWS::Partition"},
+                    ":events:us-west-2:",
+                    {"Ref": "AWS::AccountId"},
+                    ":event-bus/default",
+                ],
+            ]
+        }
+    drain_receives = statements_with(function_statements(raw, fns["drain"]), "sqs:ReceiveMessage")
+    assert [s["Resource"] for s in drain_receives] == [_arn(drain_queue)]
+    assert "sqs:ReceiveMessage" not in actions_of(function_statements(raw, fns["lifecycle"]))
+
+
+def test_submit_consumes_jobs_and_reconcile_requeues_them(
+    full: Synthesis, raw: dict[str, Any], fns: dict[str, Any]
+) -> None:
+    jobs = full.stacks.control_plane.queues.jobs
+    submit = function_statements(raw, fns["submit"])
+    assert [s["Resource"] for s in statements_with(submit, "sqs:ReceiveMessage")] == [_arn(jobs)]
+    assert "sqs:SendMessage" not in actions_of(submit)
+    assert not any(a.startswith("autoscaling:") for a in actions_of(submit))
+    reconcile = function_statements(raw, fns["reconcile"])
+    assert [s["Resource"] for s in statements_with(reconcile, "sqs:SendMessage")] == [_arn(jobs)]
+    assert "sqs:ReceiveMessage" not in actions_of(reconcile)
+    assert not any(a.startswith(("autoscaling:", "events:")) for a in actions_of(reconcile))
+
+
+def test_functions_write_only_their_own_log_group(raw: dict[str, Any], fns: dict[str, Any]) -> None:
+    for handler, fn in fns.items():
+        (logs,) = statements_with(function_statements(raw, fn), "logs:PutLogEvents")
+        group_id = logs["Resource"]["Fn::GetAtt"][0]
+        assert raw["Resources"][group_id]["Properties"]["LogGroupName"] == f"/aws/lambda/squall-{handler}"
+
+
+# -- cluster access -------------------------------------------------------------------
+
+
+def test_each_function_role_has_an_access_entry_in_its_kubernetes_group(
+    template: Template, fns: dict[str, Any]
+) -> None:
+    for handler, fn in fns.items():
+        template.has_resource_properties(
+            "AWS::EKS::AccessEntry",
+            {
+                "ClusterName": "gpu-training",
+                "PrincipalArn": _arn(fn.role),
+                "Type": "STANDARD",
+                "KubernetesGroups": list(constants.KUBERNETES_GROUPS[handler]),
+                # RBAC is the whole grant: no EKS access policy on top.
+                "AccessPolicies": Match.absent(),
+            },
+        )
+
+
+def test_created_gpu_nodes_get_a_role_profile_and_node_access_entry(
+    template: Template, raw: dict[str, Any]
+) -> None:
+    role = Capture()
+    template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "RoleName": f"squall-gpu-node-{HOME}",
+            "AssumeRolePolicyDocument": {
+                "Statement": [Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}})]
+            },
+            "ManagedPolicyArns": role,
+        },
+    )
+    policies = {json.dumps(arn)[-60:] for arn in role.as_array()}
+    assert any("AmazonEKSWorkerNodePolicy" in p for p in policies)
+    template.has_resource_properties(
+        "AWS::IAM::InstanceProfile", {"InstanceProfileName": f"squall-gpu-node-{HOME}"}
+    )
+    template.has_resource_properties(
+        "AWS::EKS::AccessEntry", {"ClusterName": "gpu-training", "Type": "EC2_LINUX"}
+    )
+
+
+def test_outputs_name_the_queue_table_and_roles(template: Template) -> None:
+    for name in ("JobsQueueUrl", "TableName", *(f"{h.capitalize()}RoleArn" for h in HANDLERS)):
+        template.has_output(name, Match.any_value())

@@ -1,0 +1,262 @@
+"""The dashboard description (pure) and its CloudWatch translation."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from squall import dashboard
+from squall.jobs import JobStatus
+from squall.telemetry import NAMESPACE, Metric
+
+from .helpers import resources
+from .scenario import HOME, Synthesis
+
+DEPLOYMENT = dashboard.Deployment(
+    prefix="squall",
+    functions={h: f"squall-{h}" for h in ("submit", "scale", "lifecycle", "drain", "reconcile")},
+    jobs_queue="squall-jobs",
+    drain_queue="squall-drain",
+    dead_letter_queues=("squall-jobs-dlq", "squall-drain-dlq"),
+    groups=(dashboard.GroupRef("p3-usw2", "us-west-2"), dashboard.GroupRef("p3-use1", "us-east-1")),
+)
+
+
+@pytest.fixture(scope="module")
+def description() -> dashboard.Monitoring:
+    return dashboard.describe(DEPLOYMENT)
+
+
+# -- the description, without CDK -----------------------------------------------------
+
+
+def test_description_is_consistent(description: dashboard.Monitoring) -> None:
+    assert dashboard.validate(description) == []
+
+
+def test_squall_metrics_use_telemetry_names_and_the_service_dimension(
+    description: dashboard.Monitoring,
+) -> None:
+    known = {m.value for m in Metric}
+    squall_metrics = [m for m in description.dashboard.metrics() if m.namespace == NAMESPACE]
+    assert squall_metrics
+    for metric in squall_metrics:
+        assert metric.name in known
+        assert metric.dimension_map["service"] == "squall"
+
+
+def test_dashboard_shows_what_operators_need(description: dashboard.Monitoring) -> None:
+    names = {(m.namespace, m.name, m.stat) for m in description.dashboard.metrics()}
+    S = dashboard.Stat
+    expected = {
+        ("AWS/SQS", "ApproximateNumberOfMessagesVisible", S.MAXIMUM),  # queue depth
+        ("AWS/SQS", "ApproximateAgeOfOldestMessage", S.MAXIMUM),  # queue age
+        (NAMESPACE, Metric.JOBS_IN_STATE, S.MAXIMUM),
+        (NAMESPACE, Metric.QUEUE_WAIT_SECONDS, S.P50),
+        (NAMESPACE, Metric.QUEUE_WAIT_SECONDS, S.P90),
+        (NAMESPACE, Metric.PENDING_GPUS, S.MAXIMUM),
+        (NAMESPACE, Metric.IN_FLIGHT_NODES, S.MAXIMUM),
+        (NAMESPACE, Metric.DESIRED_CAPACITY, S.MAXIMUM),
+        (NAMESPACE, Metric.IN_SERVICE_CAPACITY, S.MAXIMUM),
+        (NAMESPACE, Metric.SCALE_UPS, S.SUM),
+        (NAMESPACE, Metric.FALLBACKS, S.SUM),
+        (NAMESPACE, Metric.SCALE_DOWNS, S.SUM),
+        (NAMESPACE, Metric.DRAINS_STARTED, S.SUM),
+        (NAMESPACE, Metric.DRAIN_SECONDS, S.P90),
+        ("AWS/Lambda", "Errors", S.SUM),
+        ("AWS/Lambda", "Throttles", S.SUM),
+        ("AWS/Lambda", "Duration", S.P90),
+    }
+    assert expected <= names
+
+
+def test_jobs_by_state_has_one_series_per_live_state(description: dashboard.Monitoring) -> None:
+    states = {
+        m.dimension_map["State"] for m in description.dashboard.metrics() if m.name == Metric.JOBS_IN_STATE
+    }
+    assert states == {JobStatus.QUEUED, JobStatus.RUNNING}
+
+
+def test_each_group_gets_desired_vs_in_service_by_group_and_region(description: dashboard.Monitoring) -> None:
+    for group in DEPLOYMENT.groups:
+        graphs = [
+            w
+            for s in description.dashboard.sections
+            for w in s.widgets
+            if isinstance(w, dashboard.Graph) and w.title.startswith(f"{group.name} ({group.region})")
+        ]
+        (graph,) = graphs
+        assert {m.name for m in graph.left} == {Metric.DESIRED_CAPACITY, Metric.IN_SERVICE_CAPACITY}
+        for metric in graph.left:
+            assert metric.dimension_map == {"service": "squall", "Group": group.name, "Region": group.region}
+
+
+def test_every_function_is_graphed(description: dashboard.Monitoring) -> None:
+    graphed = {
+        m.dimension_map["FunctionName"]
+        for m in description.dashboard.metrics()
+        if m.namespace == "AWS/Lambda"
+    }
+    assert graphed == set(DEPLOYMENT.functions.values())
+
+
+def test_alarms(description: dashboard.Monitoring) -> None:
+    alarms = {a.name: a for a in description.alarms}
+    assert sorted(alarms) == sorted(
+        [
+            "squall-dead-letters-squall-jobs-dlq",
+            "squall-dead-letters-squall-drain-dlq",
+            "squall-oldest-queued-job",
+            "squall-scale-errors",
+            "squall-repeated-fallbacks",
+            "squall-drains-past-deadline",
+        ]
+    )
+    dlq = alarms["squall-dead-letters-squall-jobs-dlq"]
+    assert (dlq.metric.name, dlq.metric.dimension_map, dlq.threshold) == (
+        "ApproximateNumberOfMessagesVisible",
+        {"QueueName": "squall-jobs-dlq"},
+        1,
+    )
+    oldest = alarms["squall-oldest-queued-job"]
+    assert (oldest.metric.name, oldest.threshold, oldest.comparison) == (
+        Metric.OLDEST_QUEUED_SECONDS,
+        900,
+        dashboard.Comparison.GREATER_THAN,
+    )
+    scale = alarms["squall-scale-errors"]
+    assert scale.metric.dimension_map == {"FunctionName": "squall-scale"}
+    fallbacks = alarms["squall-repeated-fallbacks"]
+    assert (fallbacks.metric.name, fallbacks.metric.period_seconds, fallbacks.threshold) == (
+        Metric.FALLBACKS,
+        15 * 60,
+        3,
+    )
+    assert alarms["squall-drains-past-deadline"].metric.name == Metric.DRAINS_PAST_DEADLINE
+
+
+def test_thresholds_come_from_the_settings() -> None:
+    custom = dashboard.describe(DEPLOYMENT, dashboard.Thresholds(oldest_queued_job_seconds=60, fallbacks=5))
+    alarms = {a.name: a for a in custom.alarms}
+    assert alarms["squall-oldest-queued-job"].threshold == 60
+    assert alarms["squall-repeated-fallbacks"].threshold == 5
+
+
+def test_rows_wrap_at_24_columns() -> None:
+    many = replace(DEPLOYMENT, groups=tuple(dashboard.GroupRef(f"g{i}", "us-west-2") for i in range(7)))
+    rows = dashboard.describe(many).dashboard.rows()
+    assert all(sum(w.width for w in row) <= 24 for row in rows)
+    group_rows = [row for row in rows if any(getattr(w, "title", "").startswith("g") for w in row)]
+    assert [len(row) for row in group_rows] == [3, 3, 1]
+
+
+# -- the CloudWatch translation -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def template(full: Synthesis) -> Template:
+    return full.template(full.stacks.monitoring)
+
+
+def _body(template: Template) -> dict[str, Any]:
+    (board,) = resources(dict(template.to_json()), "AWS::CloudWatch::Dashboard").values()
+    parts = board["Properties"]["DashboardBody"]["Fn::Join"][1]
+    return json.loads("".join(p if isinstance(p, str) else HOME for p in parts))
+
+
+@pytest.mark.slow
+def test_cloudwatch_dashboard_graphs_exactly_the_description(full: Synthesis, template: Template) -> None:
+    config_description = dashboard.describe(monitoring_deployment_of(full))
+    body = _body(template)
+    graphed = [
+        tuple(series[:2]) + tuple(series[2:-1]) + (series[-1]["stat"],)
+        for widget in body["widgets"]
+        if widget["type"] == "metric"
+        for series in widget["properties"]["metrics"]
+    ]
+    described = [
+        (m.namespace, m.name, *[x for kv in sorted(m.dimensions) for x in kv], str(m.stat))
+        for m in config_description.dashboard.metrics()
+    ]
+    assert sorted(graphed) == sorted(described)
+    titles = {w["properties"].get("title") for w in body["widgets"] if w["type"] == "metric"}
+    assert "p3-use1 (us-east-1): desired vs in service" in titles
+    assert "g5-use1-spot (us-east-1): desired vs in service" in titles
+    template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": "squall"})
+
+
+def monitoring_deployment_of(full: Synthesis) -> dashboard.Deployment:
+    from stacks.config import SquallConfig
+    from stacks.deployment import monitoring_deployment
+
+    return monitoring_deployment(SquallConfig.from_context(full.app.node.get_all_context()))
+
+
+@pytest.mark.slow
+def test_cloudwatch_alarms_notify_the_topic(template: Template) -> None:
+    topic = Match.object_like({"Ref": Match.string_like_regexp("AlarmTopic")})
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmName": "squall-scale-errors",
+            "Namespace": "AWS/Lambda",
+            "MetricName": "Errors",
+            "Dimensions": [{"Name": "FunctionName", "Value": "squall-scale"}],
+            "Statistic": "Sum",
+            "Threshold": 1,
+            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "EvaluationPeriods": 5,
+            "DatapointsToAlarm": 3,
+            "TreatMissingData": "notBreaching",
+            "AlarmActions": [topic],
+            "OKActions": [topic],
+        },
+    )
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmName": "squall-oldest-queued-job",
+            "Namespace": "Squall",
+            "MetricName": "OldestQueuedJobAgeSeconds",
+            "Dimensions": [{"Name": "service", "Value": "squall"}],
+            "Statistic": "Maximum",
+            "Threshold": 900,
+            "ComparisonOperator": "GreaterThanThreshold",
+        },
+    )
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmName": "squall-dead-letters-squall-drain-dlq",
+            "Namespace": "AWS/SQS",
+            "MetricName": "ApproximateNumberOfMessagesVisible",
+            "Threshold": 1,
+        },
+    )
+    template.resource_count_is("AWS::CloudWatch::Alarm", 6)
+
+
+@pytest.mark.slow
+def test_alarm_topic_requires_tls_and_mails_the_on_call(template: Template) -> None:
+    template.has_resource_properties("AWS::SNS::Topic", {"TopicName": "squall-alarms"})
+    template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "gpu-oncall@example.com"}
+    )
+    template.has_resource_properties(
+        "AWS::SNS::TopicPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+                        )
+                    ]
+                )
+            }
+        },
+    )

@@ -1,0 +1,116 @@
+"""The Kubernetes RBAC the functions need: valid, least privilege, bound to their groups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from stacks import constants
+from stacks.config import SquallConfig, load_cdk_json_context
+from stacks.rbac import aws_auth_map_roles, render_rbac
+from stacks.rbac.__main__ import main
+
+TEAMS = {"research": "team-research", "vision": "team-vision", "nlp": "team-research"}
+
+
+@pytest.fixture(scope="module")
+def manifests() -> list[dict[str, Any]]:
+    return render_rbac(TEAMS)
+
+
+def _by(manifests: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {
+        f"{m['metadata'].get('namespace', '')}/{m['metadata']['name']}": m
+        for m in manifests
+        if m["kind"] == kind
+    }
+
+
+def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_every_manifest_is_valid_kubernetes(manifests: list[dict[str, Any]]) -> None:
+    for manifest in manifests:
+        kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_no_wildcards_anywhere(manifests: list[dict[str, Any]]) -> None:
+    for role in _by(manifests, "ClusterRole").values():
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], role["metadata"]["name"]
+
+
+def test_capacity_group_reads_pods_cordons_nodes_and_evicts(manifests: list[dict[str, Any]]) -> None:
+    roles = _by(manifests, "ClusterRole")
+    assert _grants(roles["/squall-capacity"]) == {
+        ("", "nodes", "get"),
+        ("", "nodes", "list"),
+        ("", "nodes", "patch"),
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods/eviction", "create"),
+    }
+    binding = _by(manifests, "ClusterRoleBinding")["/squall-capacity"]
+    assert binding["subjects"] == [
+        {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Group",
+            "name": constants.KUBERNETES_CAPACITY_GROUP,
+        }
+    ]
+
+
+def test_jobs_group_writes_only_in_team_namespaces(manifests: list[dict[str, Any]]) -> None:
+    roles = _by(manifests, "ClusterRole")
+    write = _grants(roles["/squall-jobs-write"])
+    assert ("batch", "jobs", "create") in write and ("", "services", "create") in write
+    assert not any(resource in ("pods", "nodes", "secrets") for _, resource, _ in write)
+    # Writes are granted per namespace; only reads are cluster-wide.
+    cluster_bound = {b["roleRef"]["name"] for b in _by(manifests, "ClusterRoleBinding").values()}
+    assert "squall-jobs-write" not in cluster_bound
+    read = _grants(roles["/squall-jobs-read"])
+    assert {verb for _, _, verb in read} == {"get", "list"}
+    bindings = _by(manifests, "RoleBinding")
+    assert sorted(bindings) == ["team-research/squall-jobs-write", "team-vision/squall-jobs-write"]
+    for binding in bindings.values():
+        assert binding["roleRef"]["name"] == "squall-jobs-write"
+        assert binding["subjects"][0]["name"] == constants.KUBERNETES_JOBS_GROUP
+
+
+def test_every_group_a_function_is_mapped_to_is_bound(manifests: list[dict[str, Any]]) -> None:
+    bound = {
+        subject["name"]
+        for kind in ("ClusterRoleBinding", "RoleBinding")
+        for binding in _by(manifests, kind).values()
+        for subject in binding["subjects"]
+    }
+    mapped = {g for groups in constants.KUBERNETES_GROUPS.values() for g in groups}
+    assert mapped == bound
+
+
+def test_aws_auth_entries_name_the_fixed_role_names() -> None:
+    config = SquallConfig.from_context(load_cdk_json_context())
+    entries = {e["username"]: e for e in aws_auth_map_roles(config, "123456789012")}
+    assert entries["squall:scale"] == {
+        "rolearn": "arn:aws:iam::123456789012:role/squall-scale-us-west-2",
+        "username": "squall:scale",
+        "groups": ["squall-capacity"],
+    }
+    assert len(entries) == 5  # no node role: the default creates no groups
+
+
+def test_command_prints_manifests_for_kubectl(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    printed = capsys.readouterr().out
+    assert "kind: ClusterRole" in printed
+    assert "namespace: team-research" in printed
