@@ -8,6 +8,7 @@ need no notification target of their own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ class HookSettings:
                 lifecycle_transition=hook.transition,
                 heartbeat_timeout=hook.timeout_seconds,
                 default_result=hook.default_result,
+                notification_metadata=hook.metadata,
             )
             for hook in self.hooks()
         ]
@@ -97,6 +99,11 @@ class _Hook:
     timeout_seconds: int
     default_result: str
 
+    @property
+    def metadata(self) -> str:
+        """Handed to the lifecycle function with every event: when the hook will expire."""
+        return json.dumps({"heartbeatTimeout": self.timeout_seconds})
+
 
 class LifecycleHooks(Construct):
     """The hooks on groups that exist already (created by the platform team)."""
@@ -120,4 +127,5 @@ class LifecycleHooks(Construct):
                     lifecycle_transition=hook.transition,
                     heartbeat_timeout=hook.timeout_seconds,
                     default_result=hook.default_result,
+                    notification_metadata=hook.metadata,
                 )

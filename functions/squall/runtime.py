@@ -14,11 +14,15 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
+from squall.drain import DrainPolicy
+from squall.drain_queue import DrainQueue
+from squall.drain_store import DrainStore
 from squall.fleet import Fleet
 from squall.planner import Policy
 from squall.planner.offline import parse_groups
 from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleRequests, ScaleState
 from squall.service.intake import Intake, IntakeConfig
+from squall.service.lifecycle import LifecycleConfig, LifecycleService
 from squall.service.reconcile import Reconciler
 from squall.service.scale import ScaleConfig, Scaler
 from squall.settings import PolicySettings, Settings
@@ -39,6 +43,8 @@ class Services:
     scale_requests: ScaleRequests
     fleet: Fleet | None = None
     scale_state: ScaleState | None = None
+    drain_queue: DrainQueue | None = None
+    drain_store: DrainStore | None = None
 
     @property
     def scaler(self) -> Scaler:
@@ -60,6 +66,34 @@ class Services:
     @property
     def intake(self) -> Intake:
         return _intake(self)
+
+    @property
+    def lifecycle(self) -> LifecycleService:
+        if self.fleet is None or self.scale_state is None or self.drain_queue is None or self.drain_store is None:
+            raise RuntimeError("this runtime has no fleet or drain queue: the lifecycle functions need them")
+        groups, _ = parse_groups(self.settings.node_groups)
+        policy = self.settings.policy
+        return LifecycleService(
+            drains=self.drain_store,
+            queue=self.drain_queue,
+            cluster=self.cluster,
+            fleet=self.fleet,
+            jobs=self.store,
+            scale_state=self.scale_state,
+            clock=self.clock,
+            metrics=self.metrics,
+            config=LifecycleConfig(
+                groups=groups,
+                launch_hook_name=self.settings.launch_hook_name,
+                terminate_hook_name=self.settings.terminate_hook_name,
+                policy=DrainPolicy(
+                    deadline=policy.drain_deadline,
+                    provision_timeout=policy.provision_timeout,
+                    step_delay=policy.drain_step_delay,
+                ),
+                planner_policy=planner_policy(policy),
+            ),
+        )
 
     @property
     def reconciler(self) -> Reconciler:
@@ -115,6 +149,8 @@ def _from_environment(metrics: Any | None) -> Services:
     import boto3
 
     from squall.cluster import KubernetesCluster
+    from squall.drain_queue import SqsDrainQueue
+    from squall.drain_store import DynamoDrainStore
     from squall.eks_auth import api_client_for
     from squall.events import EventBridgeScaleRequests
     from squall.fleet import AutoScalingFleet
@@ -145,4 +181,8 @@ def _from_environment(metrics: Any | None) -> Services:
             ec2_clients=lambda region: regional("ec2", region),
         ),
         scale_state=DynamoScaleState(dynamodb, settings.table_name),
+        drain_queue=SqsDrainQueue(session.client("sqs"), queue_url=settings.drain_queue_url)
+        if settings.drain_queue_url
+        else None,
+        drain_store=DynamoDrainStore(dynamodb, settings.table_name),
     )

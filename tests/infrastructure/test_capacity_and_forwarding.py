@@ -59,6 +59,8 @@ def test_existing_groups_get_only_the_lifecycle_hooks(existing: Template) -> Non
             "LifecycleTransition": "autoscaling:EC2_INSTANCE_LAUNCHING",
             "HeartbeatTimeout": 600,  # policy.provisionTimeout
             "DefaultResult": "ABANDON",
+            # the lifecycle function reads the hook's timeout from every event
+            "NotificationMetadata": '{"heartbeatTimeout": 600}',
             "NotificationTargetARN": Match.absent(),  # EventBridge gets them anyway
         },
     )
@@ -70,6 +72,7 @@ def test_existing_groups_get_only_the_lifecycle_hooks(existing: Template) -> Non
             "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
             "HeartbeatTimeout": 300,
             "DefaultResult": "CONTINUE",
+            "NotificationMetadata": '{"heartbeatTimeout": 300}',
         },
     )
 

@@ -63,7 +63,10 @@ def test_a_launched_instance_becomes_a_node_after_its_boot_time() -> None:
     (node,) = cluster.list_nodes()
     instance = fleet.describe_groups([REF])[0].instances[0].instance_id
     assert node["spec"]["providerID"].endswith(instance)
-    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "0", "Ready before the device plugin runs"
+    clock.advance(timedelta(seconds=30))
+    fleet.advance()
+    assert cluster.list_nodes()[0]["status"]["allocatable"]["nvidia.com/gpu"] == "4"
 
 
 def test_launch_hook_holds_the_instance_until_continue() -> None:

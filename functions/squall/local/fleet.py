@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,18 @@ class RegionCapacity:
 
     instances: Mapping[str, int]  # instance type -> count; absent type: unlimited
     boot_time: timedelta = timedelta(minutes=3)
+    # A GPU node joins Ready first; its GPUs become allocatable once the device plugin runs.
+    gpu_plugin_delay: timedelta = timedelta(seconds=30)
+
+
+SPOT_CAUSE = (
+    "At {at} an instance was taken out of service in response to an EC2 Spot Instance "
+    "interruption notice."
+)
+SCALE_IN_CAUSE = (
+    "At {at} instance {instance} was taken out of service in response to a user request, "
+    "shrinking the capacity from {before} to {after}."
+)
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,8 @@ class LifecycleHooks:
 
     launch: str = "squall-launch"
     terminate: str = "squall-terminate"
-    heartbeat_timeout: timedelta = timedelta(minutes=10)
+    heartbeat_timeout: timedelta = timedelta(minutes=10)  # the terminate hook's
+    launch_timeout: timedelta = timedelta(minutes=10)  # the launch hook's: the provision timeout
     # EC2 takes a reclaimed spot instance two minutes after its notice, hook or not.
     spot_notice: timedelta = timedelta(minutes=2)
 
@@ -62,6 +76,7 @@ class _Hook:
     token: str
     deadline: datetime
     default_result: str  # what Auto Scaling does when the hook times out
+    timeout: timedelta  # a heartbeat restarts it
     hard_deadline: datetime | None = None  # a spot reclaim does not wait for anyone
 
 
@@ -78,6 +93,8 @@ class _Tracked:
     hook: _Hook | None = None
     decrement: bool = True  # for a termination waiting on its hook
     joins: bool = True  # False: the instance boots but its node never registers
+    joined_at: datetime | None = None
+    gpus_ready: bool = False
 
 
 @dataclass
@@ -99,6 +116,7 @@ class LocalFleet:
     groups: Sequence[NodeGroup]
     capacity: Mapping[str, RegionCapacity] = field(default_factory=dict)
     tracked: dict[str, _Tracked] = field(default_factory=dict)
+    # scaling activities: failed launches and terminations, oldest first
     failures: list[ScalingActivity] = field(default_factory=list)
     nodes_added: int = 0
     nodes_removed: int = 0
@@ -132,7 +150,8 @@ class LocalFleet:
     def recent_activities(self, refs: Sequence[GroupRef], *, since: datetime) -> list[ScalingActivity]:
         self._maybe_throttle("DescribeScalingActivities")
         wanted = {(r.region, r.name) for r in refs}
-        return [a for a in self.failures if (a.region, a.group) in wanted and a.start_time >= since]
+        # newest first, as Auto Scaling lists them
+        return [a for a in reversed(self.failures) if (a.region, a.group) in wanted and a.start_time >= since]
 
     def set_desired_capacity(self, *, ref: GroupRef, desired: int) -> None:
         self._maybe_throttle("SetDesiredCapacity")
@@ -157,6 +176,13 @@ class LocalFleet:
     def terminate_instance(self, *, region: str, instance_id: str, decrement: bool = True) -> None:
         self._maybe_throttle("TerminateInstanceInAutoScalingGroup")
         tracked = self.tracked.get(instance_id)
+        if tracked is not None and tracked.region == region and not tracked.state.startswith("Terminating"):
+            desired = next((g.desired for g in self._all_groups() if g.name == tracked.group), 0)
+            at = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+            self._record_termination(
+                tracked,
+                cause=SCALE_IN_CAUSE.format(at=at, instance=instance_id, before=desired, after=desired - int(decrement)),
+            )
         if self.hooks is not None and tracked is not None and tracked.region == region:
             if not tracked.state.startswith("Terminating"):
                 self._start_terminate_hook(tracked, decrement=decrement)
@@ -186,8 +212,8 @@ class LocalFleet:
     ) -> None:
         self._maybe_throttle("RecordLifecycleActionHeartbeat")
         tracked = self._waiting(ref=ref, hook_name=hook_name, instance_id=instance_id, token=token)
-        assert tracked.hook is not None and self.hooks is not None
-        tracked.hook.deadline = self.clock.now() + self.hooks.heartbeat_timeout
+        assert tracked.hook is not None
+        tracked.hook.deadline = self.clock.now() + tracked.hook.timeout
 
     def _waiting(self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None) -> _Tracked:
         """The instance's open lifecycle action, or LifecycleActionGone as AWS answers."""
@@ -229,7 +255,9 @@ class LocalFleet:
                 "LifecycleHookName": tracked.hook.name,
                 "EC2InstanceId": tracked.instance_id,
                 "LifecycleTransition": transition,
-                "NotificationMetadata": "",
+                "NotificationMetadata": json.dumps(
+                    {"heartbeatTimeout": int(tracked.hook.timeout.total_seconds())}
+                ),
                 "Origin": "EC2" if launching else "AutoScalingGroup",
                 "Destination": "AutoScalingGroup" if launching else "EC2",
             },
@@ -238,27 +266,45 @@ class LocalFleet:
             resources=[f"arn:aws:autoscaling:{tracked.region}:123456789012:autoScalingGroup:sim:autoScalingGroupName/{tracked.group}"],
         )
 
-    def _new_hook(self, name: str, *, default_result: str) -> _Hook:
-        assert self.hooks is not None
+    def _new_hook(self, name: str, *, default_result: str, timeout: timedelta) -> _Hook:
         return _Hook(
             name=name,
             token=f"00000000-0000-4000-8000-{next(self._tokens):012d}",
-            deadline=self.clock.now() + self.hooks.heartbeat_timeout,
+            deadline=self.clock.now() + timeout,
             default_result=default_result,
+            timeout=timeout,
         )
 
     def _start_launch_hook(self, tracked: _Tracked) -> None:
         assert self.hooks is not None
         tracked.state = "Pending:Wait"
-        tracked.hook = self._new_hook(self.hooks.launch, default_result="ABANDON")
+        tracked.hook = self._new_hook(self.hooks.launch, default_result="ABANDON", timeout=self.hooks.launch_timeout)
         self.stats.launch_hooks += 1
         self.outbox.append(self._event(tracked, transition="autoscaling:EC2_INSTANCE_LAUNCHING"))
+
+    def _record_termination(self, tracked: _Tracked, *, cause: str) -> None:
+        now = self.clock.now()
+        self.failures.append(
+            ScalingActivity(
+                activity_id=f"sim-terminate-{tracked.instance_id}",
+                group=tracked.group,
+                region=tracked.region,
+                status_code="InProgress",
+                status_message="",
+                description=f"Terminating EC2 instance: {tracked.instance_id}",
+                start_time=now,
+                end_time=None,
+                cause=cause,
+            )
+        )
 
     def _start_terminate_hook(self, tracked: _Tracked, *, decrement: bool, hard_after: timedelta | None = None) -> None:
         assert self.hooks is not None
         tracked.state = "Terminating:Wait"
         tracked.decrement = decrement
-        tracked.hook = self._new_hook(self.hooks.terminate, default_result="CONTINUE")
+        tracked.hook = self._new_hook(
+            self.hooks.terminate, default_result="CONTINUE", timeout=self.hooks.heartbeat_timeout
+        )
         if hard_after is not None:
             tracked.hook.hard_deadline = self.clock.now() + hard_after
         self.stats.terminate_hooks += 1
@@ -318,6 +364,7 @@ class LocalFleet:
         tracked = self.tracked.get(instance_id)
         if tracked is None:
             raise KeyError(f"no instance {instance_id} in the simulated fleet")
+        self._record_termination(tracked, cause=SPOT_CAUSE.format(at=self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")))
         if self.hooks is not None:
             if not tracked.state.startswith("Terminating"):
                 self._start_terminate_hook(tracked, decrement=False, hard_after=self.hooks.spot_notice)
@@ -363,6 +410,14 @@ class LocalFleet:
             boot = self._capacity(tracked.region).boot_time
             if tracked.launched and tracked.joins and tracked.node is None and now - tracked.first_seen >= boot:
                 self._join(tracked)
+            elif (
+                tracked.node is not None
+                and not tracked.gpus_ready
+                and tracked.joined_at is not None
+                and now - tracked.joined_at >= self._capacity(tracked.region).gpu_plugin_delay
+            ):
+                self.cluster.set_gpus_ready(tracked.node)
+                tracked.gpus_ready = True
 
     def _track(self, observed: Sequence[FleetGroup]) -> None:
         now = self.clock.now()
@@ -431,8 +486,11 @@ class LocalFleet:
             | {NODE_GROUP: template.name, CAPACITY_TYPE: "spot" if template.spot else "on-demand"},
             taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in template.taints],
             provider_id=f"aws:///{tracked.zone}/{tracked.instance_id}",
+            gpus_ready=allocatable.gpu == 0 or self._capacity(tracked.region).gpu_plugin_delay <= timedelta(0),
         )
         tracked.node = name
+        tracked.joined_at = self.clock.now()
+        tracked.gpus_ready = allocatable.gpu == 0
         self.nodes_added += 1
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from squall.drain import DrainRecord
 from squall.errors import ConflictError, DuplicateJobError, NotFoundError, PermanentError
 from squall.fleet import FleetGroup, FleetInstance, GroupRef
 from squall.jobs import Job, JobEvent, JobStatus
@@ -60,6 +61,27 @@ class InMemoryJobStore:
 
     def list_all(self, *, limit: int = 100_000) -> list[Job]:
         return list(itertools.islice(self._jobs.values(), limit))
+
+
+class InMemoryDrainStore:
+    """DrainStore in memory, with the same version conditions as the DynamoDB one."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, DrainRecord] = {}
+
+    def get(self, instance_id: str) -> DrainRecord | None:
+        return self._records.get(instance_id)
+
+    def create(self, record: DrainRecord) -> None:
+        if record.instance_id in self._records:
+            raise ConflictError(f"a drain record for {record.instance_id} exists already")
+        self._records[record.instance_id] = record
+
+    def save(self, record: DrainRecord) -> None:
+        stored = self._records.get(record.instance_id)
+        if stored is None or stored.version != record.version - 1:
+            raise ConflictError(f"drain {record.instance_id} changed since version {record.version - 1}")
+        self._records[record.instance_id] = record
 
 
 class InMemoryScaleState:

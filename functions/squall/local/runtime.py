@@ -21,6 +21,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from squall import runtime
+from squall.drain_queue import InMemoryDrainQueue
+from squall.drain_store import DynamoDrainStore
 from squall.fleet import AutoScalingFleet
 from squall.jobs import Job, JobEvent, is_terminal
 from squall.local.aws import (
@@ -34,9 +36,9 @@ from squall.local.aws import (
 )
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
-from squall.local.fleet import LocalFleet, RegionCapacity
+from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
 from squall.local.lambda_events import LocalContext, eventbridge_event, scheduled_event, sqs_event
-from squall.local.memory import InMemoryAutoScaling, InMemoryJobStore, InMemoryScaleState
+from squall.local.memory import InMemoryAutoScaling, InMemoryDrainStore, InMemoryJobStore, InMemoryScaleState
 from squall.local.queues import LocalQueue, MemoryQueue, SqsQueue
 from squall.planner import NodeGroup
 from squall.planner.offline import parse_groups
@@ -48,6 +50,7 @@ from squall.telemetry import SERVICE, RecordingMetrics
 DEFAULT_TEAMS = {"research": "team-research", "vision": "team-vision"}
 DEFAULT_REGISTRIES = ["registry.example.com/squall", "123456789012.dkr.ecr.us-west-2.amazonaws.com"]
 SQS_BATCH_SIZE = 10
+DRAIN_QUEUE_ARN = "arn:aws:sqs:us-west-2:123456789012:squall-drains"
 
 
 @dataclass
@@ -86,6 +89,7 @@ class Backend:
     queue: LocalQueue
     autoscaling: Any  # what LocalFleet drives: AutoScalingFleet on moto, or InMemoryAutoScaling
     create_groups: Callable[[list[NodeGroup]], None]
+    drain_store: Any  # DrainStore
     resources: LocalResources | None = None
 
 
@@ -108,6 +112,7 @@ def moto_backend(endpoint: str) -> Backend:
         ),
         autoscaling=AutoScalingFleet(autoscaling_client),
         create_groups=lambda groups: create_groups(endpoint, groups),
+        drain_store=DynamoDrainStore(dynamodb, resources.table_name),
         resources=resources,
     )
 
@@ -128,6 +133,7 @@ def memory_backend() -> Backend:
         queue=MemoryQueue(max_receive_count=MAX_RECEIVE_COUNT),
         autoscaling=autoscaling,
         create_groups=create,
+        drain_store=InMemoryDrainStore(),
     )
 
 
@@ -140,6 +146,7 @@ class LocalRuntime:
         cluster: SimulatedCluster,
         settings: Settings,
         capacity: Mapping[str, RegionCapacity] | None = None,
+        hooks: bool = True,
     ) -> None:
         self.backend = backend
         self.clock = clock
@@ -159,7 +166,17 @@ class LocalRuntime:
                 cluster=cluster,
                 groups=groups,
                 capacity=dict(capacity or {}),
+                # Squall's hooks, with the timeouts the capacity stack gives them
+                hooks=LifecycleHooks(
+                    launch=settings.launch_hook_name,
+                    terminate=settings.terminate_hook_name,
+                    heartbeat_timeout=max(timedelta(minutes=5), 4 * settings.policy.drain_step_delay),
+                    launch_timeout=settings.policy.provision_timeout,
+                )
+                if hooks
+                else None,
             )
+        self.drain_queue = InMemoryDrainQueue(clock)
         self.services = runtime.Services(
             settings=settings,
             clock=clock,
@@ -169,7 +186,10 @@ class LocalRuntime:
             scale_requests=self.scale_requests,
             fleet=self.fleet,
             scale_state=backend.scale_state,
+            drain_queue=self.drain_queue,
+            drain_store=backend.drain_store,
         )
+        self.lifecycle_results: list[dict[str, Any]] = []
         self.scale_results: list[dict[str, Any]] = []
         self.deliveries = DeliveryStats()
         # message ids that SQS will hand over twice (at-least-once delivery, on purpose)
@@ -207,7 +227,7 @@ class LocalRuntime:
         cluster = cluster or SimulatedCluster(clock=clock)
         # The functions log every job at INFO, as they should in CloudWatch; here the
         # caller shows progress itself. Metrics go to the recording sink instead of EMF.
-        from squall.handlers import reconcile, scale, submit  # noqa: F401  (their loggers exist now)
+        from squall.handlers import drain, lifecycle, reconcile, scale, submit  # noqa: F401  (loggers exist now)
 
         for name in list(logging.root.manager.loggerDict):
             if name == SERVICE or name.startswith(f"{SERVICE}."):
@@ -313,6 +333,39 @@ class LocalRuntime:
             self.scale_requests.requests.clear()
             self.invoke_scale(trigger=",".join(reasons))
 
+    def deliver_lifecycle_events(self) -> None:
+        """The hooks' events to the lifecycle function, as the EventBridge rule does."""
+        if self.fleet is None or not self.fleet.outbox:
+            return
+        from squall.handlers import lifecycle
+
+        events, self.fleet.outbox = self.fleet.outbox, []
+        for event in events:
+            result = lifecycle.handler(event, LocalContext(function_name="squall-lifecycle"))
+            self.lifecycle_results.append({"at": self.clock.now(), "event": event["detail-type"]} | result)
+
+    def deliver_drain_steps(self) -> None:
+        """Drain-queue messages that are due, in batches of 10, to the drain function.
+
+        A step the function reports as failed comes back after the visibility
+        timeout (30 s here), as SQS would deliver it again.
+        """
+        from squall.handlers import drain
+
+        due = self.drain_queue.take_due()
+        for start in range(0, len(due), SQS_BATCH_SIZE):
+            batch = due[start : start + SQS_BATCH_SIZE]
+            messages = [
+                {"MessageId": f"drain-{id(m)}-{i}", "ReceiptHandle": "local", "Body": m.body(), "Attributes": {}}
+                for i, m in enumerate(batch)
+            ]
+            event = sqs_event(messages, queue_arn=DRAIN_QUEUE_ARN, region=REGION)
+            response = drain.handler(event, LocalContext(function_name="squall-drain"))
+            failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+            for message, step in zip(messages, batch, strict=True):
+                if message["MessageId"] in failed:
+                    self.drain_queue.send_step(step, delay=timedelta(seconds=30))
+
     def run_due_schedules(self) -> None:
         now = self.clock.now()
         for schedule in self.schedules:
@@ -329,6 +382,8 @@ class LocalRuntime:
         if self.fleet is not None:
             self.fleet.advance()
         self.cluster.advance()
+        self.deliver_lifecycle_events()
+        self.deliver_drain_steps()
         self.run_due_schedules()
         self.clock.advance(delta)
         self.cluster.advance()

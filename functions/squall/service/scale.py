@@ -17,6 +17,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
+from squall.drain import TERMINATION_REASON_ANNOTATION
 from squall.errors import NotFoundError, SquallError
 from squall.fleet import Fleet, FleetGroup, GroupRef
 from squall.jobs import Reason, is_terminal, note, reason_code
@@ -60,13 +61,17 @@ class ScaleResult:
     fallbacks: list[str] = field(default_factory=list)
 
 
-def cordon_patch(at: datetime) -> dict[str, Any]:
-    return {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: at.isoformat()}}}
+def cordon_patch(at: datetime, *, reason: str | None = None) -> dict[str, Any]:
+    """Squall's cordon; with a reason, the drain names it on the jobs it moves (NodeLost:<reason>)."""
+    annotations = {CORDON_ANNOTATION: at.isoformat()}
+    if reason:
+        annotations[TERMINATION_REASON_ANNOTATION] = reason
+    return {"spec": {"unschedulable": True}, "metadata": {"annotations": annotations}}
 
 
 UNCORDON_PATCH: dict[str, Any] = {
     "spec": {"unschedulable": False},
-    "metadata": {"annotations": {CORDON_ANNOTATION: None}},
+    "metadata": {"annotations": {CORDON_ANNOTATION: None, TERMINATION_REASON_ANNOTATION: None}},
 }
 
 
@@ -222,7 +227,7 @@ class Scaler:
     def _scale_down(self, node: str | None, instance: str, ref: GroupRef, *, now: datetime, result: ScaleResult) -> None:
         if node is not None:
             try:
-                self.cluster.patch_node(node, cordon_patch(now))
+                self.cluster.patch_node(node, cordon_patch(now, reason="scale-in"))
             except NotFoundError:
                 node = None  # it went away since we looked; the instance may still be there
             except SquallError as exc:

@@ -1,0 +1,165 @@
+"""Drain records in the jobs table (DynamoDB), and the DrainStore port.
+
+- drain:  pk=DRAIN#<instance-id>  sk=DRAIN  kind=drain, the record's fields, version,
+          expiresAt (epoch seconds, the table's TTL attribute)
+
+One item per instance: a newer lifecycle action of the same instance replaces the
+older one (under the same version condition). Every write is conditional on the
+version the writer read, so a duplicated or out-of-order event, or two steps that
+run at once, can never both move a drain on: the loser gets ConflictError and stops.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from squall.drain import DrainRecord, Kind, Outcome
+from squall.errors import ConflictError
+from squall.store import call_dynamodb, from_item, to_item, translate
+
+# Finished drains stay readable this long (for `squall` and post-mortems), then TTL removes them.
+DRAIN_RETENTION = timedelta(days=7)
+
+
+class DrainStore(Protocol):
+    """Drain records, one per instance, written under a version condition."""
+
+    def get(self, instance_id: str) -> DrainRecord | None: ...
+
+    def create(self, record: DrainRecord) -> None:
+        """Store a first record for the instance; ConflictError when one exists."""
+        ...
+
+    def save(self, record: DrainRecord) -> None:
+        """Store ``record`` (version n) if the stored one is still version n - 1; else ConflictError."""
+        ...
+
+
+def drain_key(instance_id: str) -> dict[str, Any]:
+    return to_item({"pk": f"DRAIN#{instance_id}", "sk": "DRAIN"})
+
+
+def record_to_item(record: DrainRecord) -> dict[str, Any]:
+    ends = record.finished_at or max(record.deadline, record.hook_expires_at)
+    return to_item(
+        {
+            "pk": f"DRAIN#{record.instance_id}",
+            "sk": "DRAIN",
+            "kind": "drain",
+            "instanceId": record.instance_id,
+            "drainKind": record.kind.value,
+            "asgName": record.asg_name,
+            "group": record.group,
+            "region": record.region,
+            "hookName": record.hook_name,
+            "token": record.token,
+            "startedAt": record.started_at.isoformat(),
+            "deadline": record.deadline.isoformat(),
+            "heartbeatTimeoutSeconds": int(record.heartbeat_timeout.total_seconds()),
+            "hookExpiresAt": record.hook_expires_at.isoformat(),
+            "gpusExpected": record.gpus_expected,
+            "causeHint": record.cause_hint or None,
+            "cause": record.cause or None,
+            "nodeName": record.node_name,
+            "cordoned": record.cordoned,
+            "podsLeft": list(record.pods_left),
+            "podsLeftCount": record.pods_left_count,
+            "notedJobs": list(record.noted_jobs),
+            "attempts": record.attempts,
+            "evicted": record.evicted,
+            "refused": record.refused,
+            "heartbeats": record.heartbeats,
+            "result": record.result,
+            "outcome": record.outcome.value if record.outcome else None,
+            "detail": record.detail or None,
+            "finishedAt": record.finished_at.isoformat() if record.finished_at else None,
+            "nextStepId": record.next_step_id or None,
+            "version": record.version,
+            "expiresAt": int((ends + DRAIN_RETENTION).timestamp()),
+        }
+    )
+
+
+def record_from_item(item: dict[str, Any]) -> DrainRecord:
+    v = from_item(item)
+    result = v.get("result")
+    return DrainRecord(
+        instance_id=v["instanceId"],
+        kind=Kind(v["drainKind"]),
+        asg_name=v["asgName"],
+        group=v["group"],
+        region=v["region"],
+        hook_name=v["hookName"],
+        token=v["token"],
+        started_at=datetime.fromisoformat(v["startedAt"]),
+        deadline=datetime.fromisoformat(v["deadline"]),
+        heartbeat_timeout=timedelta(seconds=int(v["heartbeatTimeoutSeconds"])),
+        hook_expires_at=datetime.fromisoformat(v["hookExpiresAt"]),
+        gpus_expected=int(v.get("gpusExpected", 0)),
+        cause_hint=v.get("causeHint", ""),
+        cause=v.get("cause", ""),
+        node_name=v.get("nodeName"),
+        cordoned=bool(v.get("cordoned", False)),
+        pods_left=tuple(v.get("podsLeft") or ()),
+        pods_left_count=int(v.get("podsLeftCount", 0)),
+        noted_jobs=tuple(v.get("notedJobs") or ()),
+        attempts=int(v.get("attempts", 0)),
+        evicted=int(v.get("evicted", 0)),
+        refused=int(v.get("refused", 0)),
+        heartbeats=int(v.get("heartbeats", 0)),
+        result="ABANDON" if result == "ABANDON" else "CONTINUE" if result == "CONTINUE" else None,
+        outcome=Outcome(v["outcome"]) if v.get("outcome") else None,
+        detail=v.get("detail", ""),
+        finished_at=datetime.fromisoformat(v["finishedAt"]) if v.get("finishedAt") else None,
+        next_step_id=v.get("nextStepId", ""),
+        version=int(v["version"]),
+    )
+
+
+class DynamoDrainStore:
+    """DrainStore on the jobs table (see the module docstring for the item)."""
+
+    def __init__(self, client: Any, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+    def get(self, instance_id: str) -> DrainRecord | None:
+        response = call_dynamodb(
+            f"get drain {instance_id}",
+            lambda: self._client.get_item(TableName=self._table, Key=drain_key(instance_id), ConsistentRead=True),
+        )
+        item = response.get("Item")
+        return record_from_item(item) if item else None
+
+    def create(self, record: DrainRecord) -> None:
+        self._put(record, condition="attribute_not_exists(pk)", values=None, what="create")
+
+    def save(self, record: DrainRecord) -> None:
+        self._put(
+            record,
+            condition="version = :expected",
+            values=to_item({":expected": record.version - 1}),
+            what="save",
+        )
+
+    def _put(self, record: DrainRecord, *, condition: str, values: dict[str, Any] | None, what: str) -> None:
+        args: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": record_to_item(record),
+            "ConditionExpression": condition,
+        }
+        if values:
+            args["ExpressionAttributeValues"] = values
+        try:
+            self._client.put_item(**args)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise ConflictError(
+                    f"drain {record.instance_id}: {what} lost to another writer (version {record.version})"
+                ) from exc
+            raise translate(f"{what} drain {record.instance_id}", exc) from exc
+        except BotoCoreError as exc:
+            raise translate(f"{what} drain {record.instance_id}", exc) from exc

@@ -1,0 +1,37 @@
+"""Drain queue -> the next step of a drain or launch wait. Partial batch response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from squall.lifecycle import DrainStepRecord
+from squall.runtime import services
+from squall.telemetry import NAMESPACE, SERVICE
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+tracer = Tracer(service=SERVICE)
+# A batch whose every record failed still answers with a partial response, so that
+# each message keeps its own retry count on its way to the dead-letter queue. A
+# body that is not a step message fails its record only (and is dead-lettered).
+processor = BatchProcessor(event_type=EventType.SQS, model=DrainStepRecord, raise_on_entire_batch_failure=False)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    lifecycle = services(metrics).lifecycle
+
+    def record_handler(record: DrainStepRecord) -> None:
+        handled = lifecycle.step(record.body)
+        logger.debug("drain step", message_id=record.messageId, **handled.to_dict())
+
+    response: dict[str, Any] = process_partial_response(  # type: ignore[assignment]
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    return response
