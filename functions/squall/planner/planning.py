@@ -19,7 +19,7 @@ from datetime import datetime
 
 from squall.planner.demand import Demand, Gang, PodShape, build_demand
 from squall.planner.fit import blocking_taints
-from squall.planner.health import GroupAssessment, assess_group
+from squall.planner.health import PROVISION_TIMEOUT, GroupAssessment, assess_group
 from squall.planner.inventory import GroupView, InstanceStatus, Inventory, NodeView, build_inventory
 from squall.planner.model import (
     GroupHealth,
@@ -121,11 +121,17 @@ def _room(view: NodeView, status: InstanceStatus | None) -> Room | None:
     )
 
 
-def _add_nodes_not_up_yet(option: GroupOption, view: GroupView, *, in_backoff: bool) -> None:
+def _add_nodes_not_up_yet(option: GroupOption, view: GroupView, *, assessment: GroupAssessment) -> None:
     """Booting instances, and desired capacity not launched yet, as nodes of the template.
 
     A backed-off group's unlaunched capacity is given back, so it counts for nothing.
+    A group backed off because its instances do not become nodes (a bad AMI, a
+    broken bootstrap) cannot be trusted with the ones still booting either: the
+    pods waiting for them spill to the next group instead of waiting for nothing.
     """
+    in_backoff = assessment.in_backoff
+    if in_backoff and assessment.health.reason.startswith(PROVISION_TIMEOUT):
+        return
     template = view.group.allocatable.vector()
     for instance in view.instances:
         if instance.status is InstanceStatus.BOOTING:
@@ -170,8 +176,7 @@ def _pack_once(
 ) -> tuple[Packer, list[Unschedulable]]:
     options = [_group_option(view, assessments[name]) for name, view in inventory.groups.items()]
     for option in options:
-        in_backoff = assessments[option.name].in_backoff
-        _add_nodes_not_up_yet(option, inventory.groups[option.name], in_backoff=in_backoff)
+        _add_nodes_not_up_yet(option, inventory.groups[option.name], assessment=assessments[option.name])
     packer = Packer(
         rooms=_rooms(inventory),
         options=options,

@@ -222,3 +222,39 @@ def test_terminating_instances_are_not_capacity() -> None:
 def test_now_must_be_timezone_aware() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         run_plan(now=NOW.replace(tzinfo=None))
+
+
+def test_booting_instances_of_a_group_whose_nodes_do_not_join_are_not_waited_for() -> None:
+    # given: west is backed off because its instances never became nodes, and has one booting
+    west = group("west", region="us-west-2", priority=10, desired=1, instances=[instance("i-9", launched=ago(minutes=1))])
+    east = group("east", region="us-east-1", priority=20)
+    health = {
+        "west": GroupHealth(
+            backoff_until=NOW + timedelta(minutes=10),
+            consecutive_failures=1,
+            last_failure_at=ago(minutes=2),
+            reason="provision timeout: no node joined the cluster 10m after launch",
+        )
+    }
+    # when
+    result = run_plan(groups=[west, east], pods=pending_pods(1, gpu=1), health=health)
+    # then the pod does not wait for west's booting instance: it spills to east
+    assert scale_ups(result) == {"east": (0, 1)}
+
+
+def test_booting_instances_of_a_group_short_of_capacity_are_still_counted() -> None:
+    # given: west is backed off for capacity, but its one instance launched fine and boots
+    west = group("west", region="us-west-2", priority=10, desired=1, instances=[instance("i-9", launched=ago(minutes=1))])
+    east = group("east", region="us-east-1", priority=20)
+    health = {
+        "west": GroupHealth(
+            backoff_until=NOW + timedelta(minutes=10),
+            consecutive_failures=1,
+            last_failure_at=ago(minutes=2),
+            reason="insufficient capacity: We currently do not have sufficient p3.2xlarge capacity",
+        )
+    }
+    # when
+    result = run_plan(groups=[west, east], pods=pending_pods(1, gpu=1), health=health)
+    # then the pod waits for the instance already on its way: nothing scales twice
+    assert scale_ups(result) == {}

@@ -1,0 +1,88 @@
+"""Lifecycle hooks end to end in the local runtime: a spot reclaim mid-job, a node that never joins."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from squall.jobs import JobStatus, is_terminal
+from squall.local.fleet import RegionCapacity
+from squall.local.runtime import LocalRuntime
+from squall.settings import PolicySettings
+
+P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
+TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+GROUPS = [
+    {"name": "p3-usw2", "region": "us-west-2", "asgName": "squall-p3-usw2", "instanceType": "p3.8xlarge",
+     "allocatable": P3, "taints": TAINTS, "priority": 10, "maxSize": 4},
+    {"name": "p3-use1", "region": "us-east-1", "asgName": "squall-p3-use1", "instanceType": "p3.8xlarge",
+     "allocatable": P3, "taints": TAINTS, "priority": 20, "maxSize": 4},
+]
+JOB = {"name": "gan", "id": "gan-1", "team": "research", "image": "registry.example.com/squall/tf-trainer:1.0",
+       "resources": {"cpu": "8", "memory": "32Gi", "gpu": 4}, "retries": 2}
+
+
+def start(backend: str, **kwargs: Any) -> Any:
+    return LocalRuntime.start(
+        node_groups=GROUPS,
+        policy=PolicySettings.model_validate({"provisionTimeout": "PT10M", "idleThreshold": "PT5M", "bootGrace": "PT2M"}),
+        backend=backend,
+        **kwargs,
+    )
+
+
+def done(rt: LocalRuntime) -> bool:
+    job = rt.store.get("gan-1")
+    return job is not None and is_terminal(job.status)
+
+
+@pytest.fixture(params=["memory", "moto"])
+def local(request: pytest.FixtureRequest) -> Iterator[LocalRuntime]:
+    with start(request.param) as runtime:
+        yield runtime
+
+
+def test_a_spot_reclaim_mid_job_drains_the_node_and_the_job_still_succeeds(local: LocalRuntime) -> None:
+    assert local.fleet is not None
+    local.cluster.set_behaviour("gan-1", run_for=timedelta(minutes=20))
+    local.send(JOB)
+    local.run(until=lambda rt: rt.store.get("gan-1") is not None and rt.store.get("gan-1").status is JobStatus.RUNNING,
+              step=timedelta(seconds=10), limit=timedelta(minutes=15))
+    node = local.cluster.list_pods(job_id="gan-1")[0]["spec"]["nodeName"]
+    instance = local.fleet.instance_of(node)
+    assert instance is not None
+    # when EC2 reclaims the spot instance under the running job
+    local.fleet.reclaim(instance)
+    local.run(until=done, step=timedelta(seconds=10), limit=timedelta(hours=1))
+    # then the job ran again elsewhere and finished, and its history says why
+    job = local.store.get("gan-1")
+    assert job is not None and job.status is JobStatus.SUCCEEDED and job.retries_used == 1
+    reasons = [e.reason for e in local.store.events("gan-1")]
+    assert "NodeLost:spot-reclaim" in reasons and "NodeLost:retry 1/2" in reasons
+    # every hook was answered, and no busy node went without a drain
+    local.run(until=lambda rt: not rt.cluster.list_nodes(), step=timedelta(seconds=30), limit=timedelta(hours=1))
+    stats = local.fleet.hook_stats()
+    assert stats["hooksLeftOpen"] == 0 and stats["drains"] >= 2
+    assert local.fleet.terminated_busy == []
+
+
+def test_a_node_that_never_joins_is_abandoned_and_the_job_falls_back() -> None:
+    with start("memory", capacity={"us-west-2": RegionCapacity(instances={"p3.8xlarge": 4})}) as local:
+        assert local.fleet is not None
+        # us-west-2 launches instances whose nodes never register (a broken AMI, say)
+        local.fleet.break_joins(region="us-west-2", instance_type="p3.8xlarge", count=4)
+        local.cluster.set_behaviour("gan-1", run_for=timedelta(minutes=5))
+        local.send(JOB)
+        local.run(until=done, step=timedelta(seconds=10), limit=timedelta(hours=2))
+        job = local.store.get("gan-1")
+        assert job is not None and job.status is JobStatus.SUCCEEDED
+        # the launch hook was answered ABANDON past the provision timeout, the group
+        # backed off, and the job ran in the other region
+        assert local.fleet.stats.abandoned >= 1 and local.metrics.total("LaunchesAbandoned") >= 1
+        assert local.metrics.total("Fallbacks") >= 1
+        health = local.backend.scale_state.load_health()["p3-usw2"]
+        assert health.reason.startswith("provision timeout")
+        assert local.fleet.stats.timed_out == 0, "no hook was left to expire"
