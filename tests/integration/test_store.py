@@ -103,7 +103,7 @@ def test_dynamodb_errors_become_squall_errors(code: str, status: int, expected: 
     store = DynamoJobStore(client, "jobs")
     with Stubber(client) as stub:
         stub.add_client_error("get_item", service_error_code=code, http_status_code=status)
-        stub.add_client_error("transact_write_items", service_error_code=code, http_status_code=status)
+        stub.add_client_error("put_item", service_error_code=code, http_status_code=status)
         with pytest.raises(expected) as caught:
             store.get("j-1")
         assert caught.value.__cause__ is not None
