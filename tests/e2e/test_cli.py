@@ -122,3 +122,46 @@ def test_job_commands_say_what_is_missing(files: Path, monkeypatch: pytest.Monke
 def test_status_of_an_unknown_job_exits_1(local: LocalRuntime, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "nope"]) == 1
     assert "no job nope" in capsys.readouterr().err
+
+
+PLANNER_DATA = Path(__file__).parent.parent / "unit" / "planner" / "data"
+GROUPS_YAML = """
+nodeGroups:
+  - name: p3-usw2
+    region: us-west-2
+    instanceType: p3.2xlarge
+    allocatable: {cpu: 7800m, memory: 55Gi, nvidia.com/gpu: 1, pods: 58}
+    taints: [{key: nvidia.com/gpu, value: "true", effect: NoSchedule}]
+    priority: 10
+    maxSize: 16
+    desired: 0
+    instances: []
+"""
+
+
+def test_plan_runs_the_planner_offline_on_kubectl_output(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (files / "groups.yaml").write_text(GROUPS_YAML)
+    code = main(
+        [
+            "plan",
+            "--nodes", str(PLANNER_DATA / "nodes.json"),
+            "--pods", str(PLANNER_DATA / "pods.json"),
+            "--groups", "groups.yaml",
+            "--now", "2026-01-05T09:00:00+00:00",
+            "--json",
+        ]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) >= {"scaleUp", "uncordon", "scaleDown", "unschedulable"}
+    # the pending pod in this kubectl output fits the node Squall cordoned: uncordon, launch nothing
+    assert result["uncordon"] == ["ip-10-0-1-77.us-west-2.compute.internal"]
+    assert result["scaleUp"] == [] and result["scaleDown"] == []
+
+
+def test_plan_names_the_field_of_a_bad_group(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (files / "groups.yaml").write_text(GROUPS_YAML.replace("cpu: 7800m", "cpu: lots"))
+    code = main(["plan", "--nodes", str(PLANNER_DATA / "nodes.json"), "--pods", str(PLANNER_DATA / "pods.json"),
+                 "--groups", "groups.yaml", "--now", "2026-01-05T09:00:00Z"])
+    assert code == 2
+    assert "nodeGroups[0].allocatable.cpu" in capsys.readouterr().err
