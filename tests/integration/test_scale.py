@@ -142,18 +142,53 @@ def test_idle_nodes_go_one_check_at_a_time_and_busy_ones_never(rig: Rig) -> None
     rig.scaler().check(trigger="schedule")
     rig.run(minutes=4)
     assert len(rig.cluster.list_nodes()) == 1
-    rig.run(minutes=6)  # the job is done and the node idle past the threshold
+    rig.run(minutes=2)  # the job is done; this check finds the node empty and stamps it
+    assert "terminated" not in rig.scaler().check(trigger="schedule").done
+    node = rig.cluster.list_nodes()[0]
+    assert "squall.io/empty-since" in node["metadata"]["annotations"]
+    rig.run(minutes=6)  # idle past the threshold, counted from the stamp
     result = rig.scaler().check(trigger="schedule")
     assert len(result.done["terminated"]) == 1
     rig.run(minutes=1)
     assert rig.cluster.list_nodes() == [] and rig.fleet.describe_groups([USW2])[0].desired == 0
 
 
+def test_an_old_node_emptied_just_now_is_kept_for_the_idle_threshold(rig: Rig) -> None:
+    # given a node that has been Ready for an hour, whose job just finished and was cleaned up
+    rig.submit("long")
+    rig.cluster.set_behaviour("long", run_for=timedelta(minutes=60))
+    rig.scaler().check(trigger="schedule")
+    rig.run(minutes=62)
+    rig.cluster.delete_job_objects(namespace="team-research", job_id="long")  # as reconcile does
+    # when the next check finds it empty, it keeps it; after the threshold it goes
+    assert "terminated" not in rig.scaler().check(trigger="schedule").done
+    rig.run(minutes=4)
+    assert "terminated" not in rig.scaler().check(trigger="schedule").done
+    rig.run(minutes=2)
+    assert len(rig.scaler().check(trigger="schedule").done["terminated"]) == 1
+
+
+def test_a_busy_node_loses_its_empty_stamp(rig: Rig) -> None:
+    rig.submit("first")
+    rig.cluster.set_behaviour("first", run_for=timedelta(minutes=1))
+    rig.scaler().check(trigger="schedule")
+    rig.run(minutes=5)
+    rig.scaler().check(trigger="schedule")
+    assert "squall.io/empty-since" in rig.cluster.list_nodes()[0]["metadata"]["annotations"]
+    rig.submit("second")
+    rig.cluster.set_behaviour("second", run_for=timedelta(minutes=30))
+    rig.run(minutes=1)
+    rig.scaler().check(trigger="schedule")
+    assert "squall.io/empty-since" not in (rig.cluster.list_nodes()[0]["metadata"].get("annotations") or {})
+
+
 def test_a_node_that_became_busy_before_termination_is_kept(rig: Rig) -> None:
     rig.submit("short")
     rig.cluster.set_behaviour("short", run_for=timedelta(minutes=1))
     rig.scaler().check(trigger="schedule")
-    rig.run(minutes=10)
+    rig.run(minutes=6)  # booted, ran its minute, done
+    rig.scaler().check(trigger="schedule")  # stamps the empty node
+    rig.run(minutes=6)
     scaler = rig.scaler()
     real_list = rig.cluster.list_pods
 
@@ -175,7 +210,9 @@ def test_a_node_that_vanished_before_the_cordon_still_lets_the_instance_go(rig: 
     rig.submit("short")
     rig.cluster.set_behaviour("short", run_for=timedelta(minutes=1))
     rig.scaler().check(trigger="schedule")
-    rig.run(minutes=10)
+    rig.run(minutes=6)  # booted, ran its minute, done
+    rig.scaler().check(trigger="schedule")  # stamps the empty node
+    rig.run(minutes=6)
     rig.cluster.fail_calls("patch_node", NotFoundError("node gone"), times=1)
     result = rig.scaler().check(trigger="schedule")
     assert result.done["terminated"][0]["node"] is None

@@ -138,7 +138,9 @@ def build_inventory(
             instance=instance,
             used=usage.used.get(node.name, (0, 0, 0, 0)),
             busy=node.name in usage.busy,
-            idle_since=_latest(node.ready_since, usage.last_finished.get(node.name)),
+            idle_since=_latest(
+                _latest(node.ready_since, usage.last_finished.get(node.name)), node.empty_since
+            ),
             region=group.region if group is not None else _label_region(node.labels),
         )
         node_views.append(node_view)

@@ -27,6 +27,9 @@ from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, pa
 
 JOB_ID_LABEL = "squall.io/job-id"
 CORDONED_AT_ANNOTATION = "squall.io/cordoned-at"
+# Set by the scale function when it first finds a node empty: finished pods are
+# deleted within a minute, so their finishedAt cannot carry a node's idle time.
+EMPTY_SINCE_ANNOTATION = "squall.io/empty-since"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 _INSTANCE_ID = re.compile(r"i-[0-9a-zA-Z]+")
@@ -62,6 +65,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
             cordoned_by_squall=unschedulable and CORDONED_AT_ANNOTATION in annotations,
             ready_since=parse_time(ready_condition.get("lastTransitionTime")),
             created_at=parse_time(metadata.get("creationTimestamp")),
+            empty_since=parse_time(annotations.get(EMPTY_SINCE_ANNOTATION)),
         )
     except (ValueError, TypeError, AttributeError) as exc:
         raise ValueError(f"node {name}: {exc}") from exc

@@ -131,10 +131,13 @@ class Node:
     # When the Ready condition last changed: idle time runs from here with no pods.
     ready_since: datetime | None = None
     created_at: datetime | None = None
+    # When Squall first saw it with no workload (annotation squall.io/empty-since).
+    empty_since: datetime | None = None
 
     def __post_init__(self) -> None:
         require_aware(f"node {self.name} ready_since", self.ready_since)
         require_aware(f"node {self.name} created_at", self.created_at)
+        require_aware(f"node {self.name} empty_since", self.empty_since)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,7 +33,7 @@ from squall.planner import (
     ScalingFailure,
     plan,
 )
-from squall.planner.kube import parse_nodes, parse_pods
+from squall.planner.kube import EMPTY_SINCE_ANNOTATION, parse_nodes, parse_pods
 from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleState
 from squall.telemetry import SERVICE, Metric
 
@@ -130,6 +130,7 @@ class Scaler:
 
     def _check(self, *, trigger: str, now: datetime) -> ScaleResult:
         groups, health, nodes, pods = self._observe(now)
+        nodes = self._mark_empty(nodes, pods, now=now)
         decided = plan(nodes=nodes, pods=pods, groups=groups, health=health, policy=self.config.policy, now=now)
         result = ScaleResult(acted=not self.config.dry_run, plan=decided.to_dict())
         result.fallbacks = fallbacks(decided, groups=groups, health=health, now=now)
@@ -149,6 +150,34 @@ class Scaler:
             errors=result.errors,
         )
         return result
+
+    def _mark_empty(self, nodes: Sequence[Node], pods: Sequence[Pod], *, now: datetime) -> list[Node]:
+        """Stamp nodes with when Squall first found them empty; clear it once they are busy.
+
+        Finished pods are deleted within a minute of their job, so a node's idle time
+        cannot rest on their finishedAt alone: without the stamp a node older than the
+        idle threshold would go the moment it empties.
+        """
+        busy = {p.node_name for p in pods if p.node_name and p.is_active and p.is_workload}
+        marked = []
+        for node in nodes:
+            if node.name in busy and node.empty_since is not None:
+                node = dataclasses.replace(node, empty_since=None)
+                self._patch_quietly(node.name, {"metadata": {"annotations": {EMPTY_SINCE_ANNOTATION: None}}})
+            elif node.name not in busy and node.empty_since is None and node.ready:
+                node = dataclasses.replace(node, empty_since=now)
+                self._patch_quietly(node.name, {"metadata": {"annotations": {EMPTY_SINCE_ANNOTATION: now.isoformat()}}})
+            marked.append(node)
+        return marked
+
+    def _patch_quietly(self, node: str, patch: dict[str, Any]) -> None:
+        if self.config.dry_run:
+            return
+        try:
+            self.cluster.patch_node(node, patch)
+        except SquallError as exc:
+            # Only bookkeeping: the next check stamps it again.
+            logger.info("could not stamp node", node=node, error=str(exc))
 
     def _act(
         self,

@@ -155,3 +155,16 @@ def test_parses_times_as_kubernetes_and_aws_write_them(text: object, expected: d
 def test_rejects_what_is_not_a_time() -> None:
     with pytest.raises(ValueError, match="invalid time 'yesterday'"):
         parse_time("yesterday")
+
+
+def test_the_empty_since_stamp_is_read_from_its_annotation() -> None:
+    from squall.planner.kube import parse_node
+
+    node = parse_node(
+        {
+            "metadata": {"name": "n", "annotations": {"squall.io/empty-since": "2026-01-05T09:00:00+00:00"}},
+            "spec": {},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}},
+        }
+    )
+    assert node.empty_since is not None and node.empty_since.isoformat() == "2026-01-05T09:00:00+00:00"

@@ -157,3 +157,13 @@ def test_a_group_scaling_up_removes_nothing() -> None:
     # then
     assert [s.group for s in result.scale_ups] == ["gpus"]
     assert result.scale_downs == ()
+
+
+def test_idle_time_runs_from_when_squall_first_found_the_node_empty() -> None:
+    # given an old node whose last job's pods were already cleaned up
+    members, [node] = idle_group(1)
+    just_emptied = replace(node, empty_since=ago(minutes=3))
+    long_empty = replace(node, empty_since=ago(minutes=30))
+    # then the stamp, not the node's age, decides
+    assert run_plan(groups=[members], nodes=[just_emptied]).scale_downs == ()
+    assert len(run_plan(groups=[members], nodes=[long_empty]).scale_downs) == 1
