@@ -294,6 +294,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.add_argument("--reason", default="cancelled with squall cancel")
     p.set_defaults(run=cmd_cancel)
+
+    from squall.local.commands import add_local_commands
+
+    add_local_commands(sub)
     return root
 
 

@@ -41,6 +41,13 @@ def _conditions(k8s_job: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def _reruns(k8s_job: dict[str, Any]) -> int:
+    failed = int(k8s_job.get("status", {}).get("failed") or 0)
+    if "Failed" in _conditions(k8s_job) and failed > 0:
+        failed -= 1
+    return failed
+
+
 def _is_primary(k8s_job: dict[str, Any], *, has_chief: bool) -> bool:
     labels = k8s_job.get("metadata", {}).get("labels") or {}
     kind = labels.get(REPLICA_TYPE)
@@ -76,14 +83,14 @@ def observe(
     has_chief = any(
         (j.get("metadata", {}).get("labels") or {}).get(REPLICA_TYPE) == "chief" for j in k8s_jobs
     )
-    retries_used = sum(int(j.get("status", {}).get("failed") or 0) for j in k8s_jobs)
+    # Each replica's Job re-runs its own pod up to backoffLimit (the spec's retries):
+    # the job has used as many retries as its most re-run replica. A node lost under
+    # two replicas is one loss, not two. The pod that failed a Job was not re-run.
+    retries_used = max((_reruns(j) for j in k8s_jobs), default=0)
 
     for k8s_job in k8s_jobs:
         failed = _conditions(k8s_job).get("Failed")
         if failed:
-            # The pod that failed the Job was not re-run: it is no retry.
-            if int(k8s_job.get("status", {}).get("failed") or 0) > 0:
-                retries_used -= 1
             reason = str(failed.get("reason") or Reason.BACKOFF_LIMIT_EXCEEDED)
             if reason == "PodFailurePolicy":
                 reason = Reason.APPLICATION_ERROR

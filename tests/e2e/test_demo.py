@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,9 +14,9 @@ from squall.local.demo import DemoResult, run_demo
 
 
 @pytest.fixture(scope="module")
-def demo() -> tuple[DemoResult, str]:
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoResult, str]:
     out = io.StringIO()
-    result = run_demo(out=out)
+    result = run_demo(out=out, dashboard_dir=tmp_path_factory.mktemp("dashboard"))
     return result, out.getvalue()
 
 
@@ -47,7 +48,29 @@ def test_demo_progress_view_names_jobs_nodes_and_errors(demo: tuple[DemoResult, 
     assert json.loads(text.strip().splitlines()[-1]) == demo[0].summary
 
 
-def test_the_squall_command_ends_with_one_json_summary() -> None:
+def test_demo_summary_has_the_simulators_keys_and_invariants_hold(demo: tuple[DemoResult, str]) -> None:
+    summary = demo[0].summary
+    assert summary["invariants"] == {
+        "lostJobs": 0,
+        "duplicateKubernetesJobs": 0,
+        "busyNodesTerminated": 0,
+        "hooksLeftOpen": 0,
+    }
+    assert set(summary["queueWaitSeconds"]) == {"p50", "p90", "max"}
+    assert summary["gpuHours"]["busy"] > 0 and summary["cost"] > 0
+    assert summary["drains"] >= summary["scaleDowns"] and summary["hooksCompleted"] > 0
+
+
+def test_demo_renders_the_dashboard_and_creates_it_on_the_endpoint(demo: tuple[DemoResult, str]) -> None:
+    result, text = demo
+    files = result.dashboard
+    assert files is not None
+    assert files.png.read_bytes()[:4] == b"\x89PNG" and "<svg" in files.html.read_text()
+    assert files.created is not None and files.created.endswith(":dashboard/squall")
+    assert f"dashboard: {files.png} and {files.html}" in text
+
+
+def test_the_squall_command_ends_with_one_json_summary(tmp_path: Path) -> None:
     # the memory backend tells the same story without the endpoint, and quickly
     completed = subprocess.run(
         [sys.executable, "-m", "squall.cli", "demo", "--json", "--backend", "memory"],
@@ -55,8 +78,10 @@ def test_the_squall_command_ends_with_one_json_summary() -> None:
         text=True,
         timeout=600,
         check=False,
+        cwd=tmp_path,  # the dashboard goes to out/dashboard/ under the working directory
     )
     assert completed.returncode == 0, completed.stderr
+    assert (tmp_path / "out" / "dashboard" / "squall.png").exists()
     lines = completed.stdout.strip().splitlines()
     assert len(lines) == 1, "--json prints the summary alone"
     assert json.loads(lines[0])["jobs"]["SUCCEEDED"] == 8

@@ -77,6 +77,12 @@ def test_retries_are_counted_from_failed_pods() -> None:
     assert (seen.status, seen.retries_used) == (JobStatus.QUEUED, 1)
 
 
+def test_one_node_lost_under_two_replicas_is_one_retry() -> None:
+    jobs = [k8s_job("worker", 0, failed=1), k8s_job("worker", 1, failed=1)]
+    seen = observe(expected_replicas=2, k8s_jobs=jobs, pods=[pod("Pending"), pod("Pending")])
+    assert seen.retries_used == 1
+
+
 def test_missing_replica_jobs_are_reported() -> None:
     seen = observe(expected_replicas=3, k8s_jobs=[k8s_job("worker", 0)], pods=[pod("Running")])
     assert seen.reason == Reason.OBJECTS_MISSING

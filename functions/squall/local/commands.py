@@ -1,0 +1,149 @@
+"""`squall local run` and `squall simulate`: scenarios and trace replays from the command line.
+
+Exit codes as the rest of `squall`: 0 when the run reached its end with every
+invariant holding, 1 when it did not, 2 for a scenario, trace or groups file that
+cannot be run (every problem listed with its field, or line and column).
+Heavy imports wait until a command runs, so `squall validate` stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def add_local_commands(subparsers: Any) -> None:
+    """Add `local run` and `simulate` to the `squall` command's subparsers."""
+    local = subparsers.add_parser("local", help="the local simulator: run scenarios")
+    local_commands = local.add_subparsers(dest="local_command", required=True)
+    run = local_commands.add_parser("run", help="run a scenario file (see docs/simulator.md)")
+    run.add_argument("--scenario", required=True, metavar="FILE", help="scenario YAML")
+    run.add_argument("--json", action="store_true", help="print only the summary object")
+    run.add_argument(
+        "--backend",
+        choices=["moto", "memory"],
+        default="moto",
+        help="AWS state on moto's server (default) or in memory (faster, no endpoint)",
+    )
+    _common(run)
+    run.set_defaults(run=cmd_local_run)
+
+    simulate = subparsers.add_parser(
+        "simulate", help="replay a job trace against node groups, as fast as possible"
+    )
+    simulate.add_argument(
+        "--trace", required=True, metavar="TRACE.csv", help="submit_s,team,gpus,replicas,run_s"
+    )
+    simulate.add_argument(
+        "--groups",
+        metavar="GROUPS.yaml",
+        help="nodeGroups (and optionally policy, regions); default ./cdk.json",
+    )
+    simulate.add_argument("--json", action="store_true", help="print only the summary object")
+    simulate.add_argument(
+        "--backend",
+        choices=["memory", "moto"],
+        default="memory",
+        help="AWS state in memory (default) or on moto",
+    )
+    _common(simulate)
+    simulate.set_defaults(run=cmd_simulate)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--speed",
+        help="virtual seconds per wall-clock second, or 'max' (default: the scenario's on a terminal, else max)",
+    )
+    parser.add_argument("--dashboard", metavar="DIR", help="also render the dashboard (PNG, HTML) into DIR")
+
+
+def cmd_local_run(args: argparse.Namespace) -> int:
+    from squall.local.scenario import ScenarioError, load_scenario
+
+    try:
+        plan = load_scenario(args.scenario)
+    except ScenarioError as exc:
+        return _bad_input(exc)
+    return _run(plan, args, follow_jobs=len(plan.submissions) <= 200)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from squall.local.scenario import ScenarioError
+    from squall.local.trace import load_configuration, read_trace, trace_plan
+
+    try:
+        rows = read_trace(args.trace)
+        plan = trace_plan(rows, load_configuration(args.groups), name=Path(args.trace).stem)
+    except ScenarioError as exc:
+        return _bad_input(exc)
+    return _run(plan, args, follow_jobs=False)
+
+
+def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
+    from dataclasses import replace
+
+    from squall.local.live import RichView, make_view
+    from squall.local.render import lambda_error_points, write_dashboard
+    from squall.local.scenario import Simulation
+
+    speed = args.speed
+    if speed is not None:
+        if speed != "max":
+            try:
+                plan = replace(plan, speed=float(speed))
+            except ValueError:
+                print(f"squall: --speed must be a number or 'max', got {speed!r}", file=sys.stderr)
+                return EXIT_USAGE
+        else:
+            plan = replace(plan, speed=None)
+    view = (
+        None
+        if args.json
+        else make_view(
+            sys.stdout, title=plan.name, follow_jobs=follow_jobs, status_every=timedelta(minutes=30)
+        )
+    )
+    # Pace only what someone watches: a pipe or --json gets the result as fast as possible.
+    pace = isinstance(view, RichView) or (speed is not None and speed != "max")
+    written: list[str] = []
+
+    def after(local: Any, result: Any) -> None:
+        if args.dashboard:
+            files = write_dashboard(
+                Path(args.dashboard),
+                groups=plan.groups,
+                points=[*local.metrics.points, *lambda_error_points(result.function_errors)],
+                start=plan.start,
+                end=local.clock.now(),
+                endpoint=local.backend.resources.endpoint if local.backend.resources is not None else None,
+            )
+            written.extend(str(p) for p in (files.png, files.html))
+
+    result = Simulation(plan, backend=args.backend, view=view, pace=pace).run(after=after)
+    if args.json:
+        print(json.dumps(result.summary))
+    else:
+        print()
+        for note in result.notes:
+            print(f"  {note}")
+        print(json.dumps(result.summary, indent=2))
+        if written:
+            print(f"dashboard: {', '.join(written)}")
+        verdict = "hold" if result.checks.hold else "BROKEN: " + json.dumps(result.checks.as_dict())
+        print(f"{'finished' if result.finished else 'did not finish'}; invariants {verdict}")
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _bad_input(exc: Any) -> int:
+    count = len(exc.errors)
+    print(f"squall: {exc.source or 'input'}: {count} error{'s' if count != 1 else ''}", file=sys.stderr)
+    for error in exc.errors:
+        print(f"  {error}", file=sys.stderr)
+    return EXIT_USAGE

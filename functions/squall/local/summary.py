@@ -1,0 +1,375 @@
+"""What a simulated run comes to: the summary object and the invariants behind it.
+
+`squall local run` and `squall simulate` end with one JSON object built here:
+
+- ``jobs``: job records by the state they ended in (trials and rejected specs included).
+- ``queueWaitSeconds``: ``p50``/``p90``/``max`` of submitted-to-running over the job
+  records that started (nearest-rank percentiles; sweep parents left out).
+- ``gpuHours``: ``busy`` is the integral over virtual time of the GPUs pods hold,
+  ``idle`` of the GPUs allocatable on nodes but held by no pod.
+- ``cost``: instance-hours of every launched instance (booting ones included, as EC2
+  bills them) times its group's ``pricePerHour``.
+- ``peakNodes``: region -> the most nodes that region had at once.
+- ``scaleUps``, ``fallbacks``, ``scaleDowns``: totals of the scale function's metrics.
+- ``drains``, ``hooksCompleted``: from the simulated fleet's lifecycle hooks.
+- ``invariants``: see `invariants`; every one must be zero.
+
+The Recorder samples the simulation after every step; the state is constant between
+steps (nothing changes unless the clock is moved and the runtime stepped), so
+integrating the sample taken at one step over the time to the next is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from squall.jobs import Job, is_terminal
+from squall.local.cluster import SimulatedCluster
+from squall.local.fleet import LocalFleet, RegionCapacity
+from squall.manifests import JOB_ID
+from squall.planner import NodeGroup
+from squall.ports import Clock, KubeObject
+from squall.telemetry import Metric, RecordingMetrics
+
+# Cluster port methods that change something: where a function can die half way.
+MUTATING_CALLS = ("create", "delete_job_objects", "patch_node", "evict")
+
+
+class InvocationKilled(BaseException):
+    """A function invocation killed half way, as a Lambda timeout or out-of-memory kills it.
+
+    A BaseException on purpose: the functions catch `Exception` to fail one message
+    or one job at a time, and a killed process gives them no chance to do that.
+    """
+
+
+# ---- the cluster, watched ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObjectChange:
+    """A Kubernetes Job that Squall created, or every object of a job that Squall deleted."""
+
+    at: datetime
+    kind: str  # "created" | "deleted"
+    namespace: str
+    job_id: str | None
+    name: str = ""  # the Job's name, for "created"
+
+
+class ObservedCluster(SimulatedCluster):
+    """SimulatedCluster that logs the Jobs Squall creates and deletes, and can kill a caller.
+
+    It changes no behaviour: every call goes to the simulated cluster as it is. The
+    log is what `duplicate_kubernetes_jobs` reads; `kill_at` arms the fault that
+    kills the function making a given call.
+    """
+
+    def __init__(self, *, clock: Clock, **kwargs: Any) -> None:
+        super().__init__(clock=clock, **kwargs)
+        self._observed_clock = clock
+        self.changes: list[ObjectChange] = []
+        self._kills: dict[str, int] = {}  # method -> calls to let through before the kill
+
+    def kill_at(self, method: str, *, after: int = 0) -> None:
+        """The invocation making the (after+1)-th `method` call from now dies at that call."""
+        if method not in MUTATING_CALLS:
+            raise ValueError(f"{method!r}: a function can be killed at {', '.join(MUTATING_CALLS)}")
+        self._kills[method] = after
+
+    def _maybe_kill(self, method: str) -> None:
+        left = self._kills.get(method)
+        if left is None:
+            return
+        if left > 0:
+            self._kills[method] = left - 1
+            return
+        del self._kills[method]
+        raise InvocationKilled(f"killed at {method}")
+
+    def create(self, manifest: KubeObject) -> bool:
+        self._maybe_kill("create")
+        created = super().create(manifest)
+        if created and manifest.get("kind") == "Job":
+            metadata = manifest.get("metadata") or {}
+            self.changes.append(
+                ObjectChange(
+                    at=self._observed_clock.now(),
+                    kind="created",
+                    namespace=str(metadata.get("namespace")),
+                    job_id=(metadata.get("labels") or {}).get(JOB_ID),
+                    name=str(metadata.get("name")),
+                )
+            )
+        return created
+
+    def delete_job_objects(self, *, namespace: str, job_id: str) -> int:
+        self._maybe_kill("delete_job_objects")
+        deleted = super().delete_job_objects(namespace=namespace, job_id=job_id)
+        self.changes.append(
+            ObjectChange(at=self._observed_clock.now(), kind="deleted", namespace=namespace, job_id=job_id)
+        )
+        return deleted
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        self._maybe_kill("patch_node")
+        return super().patch_node(name, patch)
+
+    def evict(self, *, namespace: str, name: str) -> bool:
+        self._maybe_kill("evict")
+        return super().evict(namespace=namespace, name=name)
+
+
+# ---- the fleet, read -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instance:
+    instance_id: str
+    group: str  # the Auto Scaling group's name
+    region: str
+    node: str | None  # set once it joined the cluster
+    launched: bool  # False: beyond the region's capacity, never runs
+    first_seen: datetime
+
+
+def instances(fleet: LocalFleet) -> list[Instance]:
+    """Every instance the simulated fleet tracks (the one place that reads its bookkeeping)."""
+    return [
+        Instance(
+            instance_id=t.instance_id,
+            group=t.group,
+            region=t.region,
+            node=t.node,
+            launched=t.launched,
+            first_seen=t.first_seen,
+        )
+        for t in fleet.tracked.values()
+    ]
+
+
+def fleet_event_times(fleet: LocalFleet) -> Iterator[datetime]:
+    """When the simulated fleet changes on its own: boots, GPU plugins, hook timeouts."""
+    for tracked in fleet.tracked.values():
+        capacity = fleet.capacity.get(tracked.region, RegionCapacity(instances={}))
+        if tracked.launched and tracked.node is None and getattr(tracked, "joins", True):
+            yield tracked.first_seen + capacity.boot_time
+        joined_at = getattr(tracked, "joined_at", None)
+        if joined_at is not None and not getattr(tracked, "gpus_ready", True):
+            yield joined_at + getattr(capacity, "gpu_plugin_delay", timedelta(0))
+        hook = getattr(tracked, "hook", None)
+        if hook is not None:
+            yield hook.deadline
+            if hook.hard_deadline is not None:
+                yield hook.hard_deadline
+
+
+def hook_stats(fleet: LocalFleet | None) -> dict[str, int]:
+    """drains, hooksCompleted, hooksLeftOpen from the fleet's lifecycle hooks (zeros until it has them)."""
+    stats = getattr(fleet, "hook_stats", None)
+    found = stats() if callable(stats) else {}
+    return {key: int(found.get(key, 0)) for key in ("drains", "hooksCompleted", "hooksLeftOpen")}
+
+
+# ---- sampling ------------------------------------------------------------------------------
+
+
+@dataclass
+class Recorder:
+    """Integrates GPU use and cost over virtual time, and remembers peaks and faults."""
+
+    clock: Clock
+    cluster: SimulatedCluster
+    fleet: LocalFleet | None
+    groups: Sequence[NodeGroup]
+    gpu_busy_seconds: float = 0.0
+    gpu_idle_seconds: float = 0.0
+    cost: float = 0.0
+    peak_nodes: dict[str, int] = field(default_factory=dict)
+    reclaimed_nodes: set[str] = field(default_factory=set)  # taken by a fault, not by Squall
+    # (when, function) of every invocation that failed or was killed: Lambda's Errors metric
+    function_errors: list[tuple[datetime, str]] = field(default_factory=list)
+    _last: datetime | None = None
+    _gpus_busy: int = 0
+    _gpus_idle: int = 0
+    _price_per_second: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._prices = {
+            (g.region, g.asg_name or g.name): (g.price_per_hour or 0.0) / 3600 for g in self.groups
+        }
+        self.peak_nodes = {region: 0 for region in sorted({g.region for g in self.groups})}
+
+    def observe(self) -> None:
+        """Account for the time since the last sample, then sample the state as it is now."""
+        now = self.clock.now()
+        if self._last is not None and now > self._last:
+            seconds = (now - self._last).total_seconds()
+            self.gpu_busy_seconds += self._gpus_busy * seconds
+            self.gpu_idle_seconds += self._gpus_idle * seconds
+            self.cost += self._price_per_second * seconds
+        self._last = now
+        allocatable, in_use = self.cluster_gpus()
+        self._gpus_busy, self._gpus_idle = in_use, max(0, allocatable - in_use)
+        if self.fleet is None:
+            return
+        rate = 0.0
+        nodes: Counter[str] = Counter()
+        # Read the fleet's bookkeeping directly: this runs after every step of a replay.
+        for tracked in self.fleet.tracked.values():
+            if tracked.launched:
+                rate += self._prices.get((tracked.region, tracked.group), 0.0)
+            if tracked.node is not None:
+                nodes[tracked.region] += 1
+        self._price_per_second = rate
+        for region, count in nodes.items():
+            if count > self.peak_nodes.get(region, 0):
+                self.peak_nodes[region] = count
+
+    def cluster_gpus(self) -> tuple[int, int]:
+        stats = self.cluster.stats()
+        return stats["gpus_allocatable"], stats["gpus_in_use"]
+
+
+# ---- the summary ---------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile (the smallest value with at least `fraction` of values at or below)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def queue_waits(jobs: Iterable[Job]) -> list[float]:
+    return [
+        (job.started_at - job.submitted_at).total_seconds()
+        for job in jobs
+        if job.started_at is not None and not job.is_sweep
+    ]
+
+
+def lost_jobs(expected_ids: Iterable[str], jobs_by_id: Mapping[str, Job]) -> list[str]:
+    """Valid submissions that have no record, or whose record never reached a final state."""
+    return sorted(
+        job_id
+        for job_id in set(expected_ids)
+        if (job := jobs_by_id.get(job_id)) is None or not is_terminal(job.status)
+    )
+
+
+def duplicate_kubernetes_jobs(changes: Sequence[ObjectChange], jobs_by_id: Mapping[str, Job]) -> int:
+    """Kubernetes Jobs that Squall made once too often.
+
+    Names are deterministic (``<job>-<type>-<index>``), so the API refuses a second
+    object under a live name; a replica runs twice only when Squall makes it again
+    after the first object went without Squall deleting it. Counted, in the order
+    Squall's calls happened:
+
+    - a Job created under a name Squall created before and has not deleted since
+      (its object vanished another way, e.g. the TTL, and the replica ran again);
+    - a Job created for a job id that has no record (made for no job);
+    - a Job created after its job's record reached a final state (a finished job run again).
+
+    Deleting a job's objects and creating them afresh (a gang released, objects
+    re-created after they went missing) starts a new run and counts nothing.
+    """
+    duplicates = 0
+    made: set[tuple[str, str]] = set()  # (namespace, name) created and not deleted by Squall since
+    by_job: dict[tuple[str, str | None], set[str]] = {}  # (namespace, job id) -> those names
+    for change in changes:
+        owner = (change.namespace, change.job_id)
+        if change.kind == "deleted":
+            for name in by_job.pop(owner, set()):
+                made.discard((change.namespace, name))
+            continue
+        key = (change.namespace, change.name)
+        record = jobs_by_id.get(change.job_id or "")
+        if (
+            key in made
+            or record is None
+            or (record.finished_at is not None and change.at > record.finished_at)
+        ):
+            duplicates += 1
+        made.add(key)
+        by_job.setdefault(owner, set()).add(change.name)
+    return duplicates
+
+
+@dataclass(frozen=True)
+class Invariants:
+    lost_jobs: list[str]
+    duplicate_kubernetes_jobs: int
+    busy_nodes_terminated: list[str]
+    hooks_left_open: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "lostJobs": len(self.lost_jobs),
+            "duplicateKubernetesJobs": self.duplicate_kubernetes_jobs,
+            "busyNodesTerminated": len(self.busy_nodes_terminated),
+            "hooksLeftOpen": self.hooks_left_open,
+        }
+
+    @property
+    def hold(self) -> bool:
+        return not any(self.as_dict().values())
+
+
+def invariants(
+    *,
+    jobs: Sequence[Job],
+    expected_ids: Iterable[str],
+    cluster: ObservedCluster,
+    fleet: LocalFleet | None,
+    recorder: Recorder,
+) -> Invariants:
+    by_id = {job.id: job for job in jobs}
+    terminated_busy = list(fleet.terminated_busy) if fleet is not None else []
+    return Invariants(
+        lost_jobs=lost_jobs(expected_ids, by_id),
+        duplicate_kubernetes_jobs=duplicate_kubernetes_jobs(cluster.changes, by_id),
+        # A node a fault took (spot reclaim, a failed host) goes busy by its nature;
+        # only Squall's own scale-down must never take one.
+        busy_nodes_terminated=[n for n in terminated_busy if n not in recorder.reclaimed_nodes],
+        hooks_left_open=hook_stats(fleet)["hooksLeftOpen"],
+    )
+
+
+def build_summary(
+    *,
+    jobs: Sequence[Job],
+    metrics: RecordingMetrics,
+    recorder: Recorder,
+    fleet: LocalFleet | None,
+    checks: Invariants,
+) -> dict[str, Any]:
+    waits = queue_waits(jobs)
+    hooks = hook_stats(fleet)
+    return {
+        "jobs": dict(sorted(Counter(job.status.value for job in jobs).items())),
+        "queueWaitSeconds": {
+            "p50": round(percentile(waits, 0.5), 1),
+            "p90": round(percentile(waits, 0.9), 1),
+            "max": round(max(waits, default=0.0), 1),
+        },
+        "gpuHours": {
+            "busy": round(recorder.gpu_busy_seconds / 3600, 2),
+            "idle": round(recorder.gpu_idle_seconds / 3600, 2),
+        },
+        "cost": round(recorder.cost, 2),
+        "peakNodes": dict(sorted(recorder.peak_nodes.items())),
+        "scaleUps": int(metrics.total(Metric.SCALE_UPS)),
+        "fallbacks": int(metrics.total(Metric.FALLBACKS)),
+        "scaleDowns": int(metrics.total(Metric.SCALE_DOWNS)),
+        "drains": hooks["drains"],
+        "hooksCompleted": hooks["hooksCompleted"],
+        "invariants": checks.as_dict(),
+    }

@@ -1,0 +1,335 @@
+"""Trace replay: a team's job history against a node-group configuration, on the virtual clock.
+
+TRACE.csv has the header ``submit_s,team,gpus,replicas,run_s`` (further columns are
+ignored): seconds from the start of the trace, the team, GPUs per replica, replicas
+(1 for a single-pod job; more make a distributed job of one chief and workers), and
+how long the job ran. Every row becomes a job spec sent to the jobs queue at its
+time; its pods run for ``run_s``. The run ends when every job is final and every
+group is back at its minimum, and reports the same summary as a scenario.
+
+Requests per replica follow the GPUs: 3 CPUs and 12 GiB per GPU, 2 CPUs and 8 GiB
+for a replica without GPUs (what a training pod typically asks for, and small
+enough for every common GPU instance type).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from squall.local.fleet import RegionCapacity
+from squall.local.runtime import DEFAULT_REGISTRIES
+from squall.local.scenario import (
+    EndModel,
+    Plan,
+    RegionModel,
+    ScenarioError,
+    StrictModel,
+    Submission,
+    load_document,
+    validation_errors,
+)
+from squall.planner import NodeGroup
+from squall.planner.offline import GroupsError, parse_groups
+from squall.settings import PolicySettings
+
+COLUMNS = ("submit_s", "team", "gpus", "replicas", "run_s")
+TEAM = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")
+MAX_GPUS_PER_REPLICA = 16
+MAX_REPLICAS = 65  # a chief and 64 workers
+MAX_RUN_SECONDS = 7 * 24 * 3600
+MAX_ERRORS_SHOWN = 20
+CPU_PER_GPU, MEMORY_GIB_PER_GPU = 3, 12
+CPU_ONLY, MEMORY_GIB_CPU_ONLY = 2, 8
+GPU_TAINT_KEY = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    line: int
+    submit_s: float
+    team: str
+    gpus: int
+    replicas: int
+    run_s: float
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.team}-{self.line:06d}"
+
+    @property
+    def cpu(self) -> int:
+        return CPU_PER_GPU * self.gpus if self.gpus else CPU_ONLY
+
+    @property
+    def memory_gib(self) -> int:
+        return MEMORY_GIB_PER_GPU * self.gpus if self.gpus else MEMORY_GIB_CPU_ONLY
+
+
+# ---- parsing -----------------------------------------------------------------------------------
+
+
+def read_trace(path: str | Path) -> list[TraceRow]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError([f"cannot read: {exc.strerror}"], source=str(path)) from exc
+    return parse_trace(text, source=str(path))
+
+
+def parse_trace(text: str, *, source: str = "trace") -> list[TraceRow]:
+    """Rows of a trace; ScenarioError names the line and column of every problem."""
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None:
+        raise ScenarioError(["line 1: empty file; expected the header " + ",".join(COLUMNS)], source=source)
+    names = [h.strip() for h in header]
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise ScenarioError(
+            [
+                f"line 1: the header lacks {', '.join(missing)} (expected {','.join(COLUMNS)}, further columns allowed)"
+            ],
+            source=source,
+        )
+    index = {c: names.index(c) for c in COLUMNS}
+    rows: list[TraceRow] = []
+    errors: list[str] = []
+    for record in reader:
+        line = reader.line_num
+        if not record or all(not cell.strip() for cell in record):
+            continue
+        if len(record) < len(names):
+            errors.append(f"line {line}: {len(record)} columns, the header has {len(names)}")
+            continue
+        cells = {c: record[index[c]].strip() for c in COLUMNS}
+        problems: list[str] = []
+        submit_s = _number(cells["submit_s"], "submit_s", line, problems, minimum=0.0)
+        run_s = _number(
+            cells["run_s"], "run_s", line, problems, minimum=0.0, positive=True, maximum=MAX_RUN_SECONDS
+        )
+        gpus = _whole(cells["gpus"], "gpus", line, problems, 0, MAX_GPUS_PER_REPLICA)
+        replicas = _whole(cells["replicas"], "replicas", line, problems, 1, MAX_REPLICAS)
+        if not TEAM.match(cells["team"]):
+            problems.append(
+                f"line {line}, column team: {cells['team']!r} is not a team name "
+                "(lowercase letters, digits and '-', at most 32, starting with a letter)"
+            )
+        errors.extend(problems)
+        if not problems:
+            rows.append(
+                TraceRow(line, float(submit_s), cells["team"], int(gpus), int(replicas), float(run_s))
+            )
+    if not rows and not errors:
+        errors.append("line 2: the trace has no jobs")
+    if errors:
+        shown = errors[:MAX_ERRORS_SHOWN]
+        if len(errors) > MAX_ERRORS_SHOWN:
+            shown.append(f"... and {len(errors) - MAX_ERRORS_SHOWN} more")
+        raise ScenarioError(shown, source=source)
+    return sorted(rows, key=lambda r: (r.submit_s, r.line))
+
+
+def _number(
+    cell: str,
+    column: str,
+    line: int,
+    problems: list[str],
+    *,
+    minimum: float,
+    positive: bool = False,
+    maximum: float = math.inf,
+) -> float:
+    try:
+        value = float(cell)
+    except ValueError:
+        problems.append(f"line {line}, column {column}: expected a number of seconds, got {cell!r}")
+        return 0.0
+    if not math.isfinite(value) or value < minimum or (positive and value <= 0) or value > maximum:
+        bound = "a positive number" if positive else f"a number at least {minimum:g}"
+        limit = f" and at most {maximum:g}" if math.isfinite(maximum) else ""
+        problems.append(f"line {line}, column {column}: expected {bound}{limit}, got {cell!r}")
+    return value
+
+
+def _whole(cell: str, column: str, line: int, problems: list[str], low: int, high: int) -> int:
+    try:
+        value = int(cell)
+    except ValueError:
+        problems.append(f"line {line}, column {column}: expected a whole number {low}..{high}, got {cell!r}")
+        return low
+    if not low <= value <= high:
+        problems.append(f"line {line}, column {column}: expected a whole number {low}..{high}, got {value}")
+    return value
+
+
+# ---- rows into jobs -------------------------------------------------------------------------------
+
+
+def job_spec(row: TraceRow, *, registry: str) -> dict[str, Any]:
+    """The job spec a trace row stands for."""
+    spec: dict[str, Any] = {
+        "name": "replay",
+        "id": row.job_id,
+        "team": row.team,
+        "image": f"{registry}/trainer:replay",
+        "resources": {"cpu": str(row.cpu), "memory": f"{row.memory_gib}Gi", "gpu": row.gpus},
+        # Twice the recorded run time (at least an hour), so the deadline never cuts a replayed job.
+        "maxRuntime": f"{min(MAX_RUN_SECONDS, max(3600, math.ceil(2 * row.run_s)))}s",
+    }
+    if row.replicas > 1:
+        spec["replicas"] = {"chief": 1, "worker": {"count": row.replicas - 1}}
+    return spec
+
+
+def unplaceable(rows: Sequence[TraceRow], groups: Sequence[NodeGroup]) -> list[str]:
+    """Rows that can never run: a replica fits no node, or the gang fits no single region."""
+    problems = []
+    for row in rows:
+        per_node = {g.name: _replicas_per_node(row, g) for g in groups}
+        if not any(per_node.values()):
+            biggest = max((g.allocatable.gpu for g in groups), default=0)
+            problems.append(
+                f"line {row.line}, column gpus: a replica of {row.gpus} GPUs, {row.cpu} CPUs and "
+                f"{row.memory_gib}Gi fits no node group (the largest has {biggest} GPUs per node)"
+            )
+            continue
+        # A job's replicas all run in one region (the gang's pod affinity).
+        room: dict[str, int] = {}
+        for group in groups:
+            room[group.region] = room.get(group.region, 0) + per_node[group.name] * group.max_size
+        if max(room.values()) < row.replicas:
+            problems.append(
+                f"line {row.line}, column replicas: {row.replicas} replicas of {row.gpus} GPUs must run in one "
+                f"region, and the most any region's groups can hold at their max sizes is {max(room.values())}"
+            )
+    return problems
+
+
+def _replicas_per_node(row: TraceRow, group: NodeGroup) -> int:
+    """How many of the row's replicas one node of the group holds."""
+    allocatable = group.allocatable
+    if row.gpus == 0 and any(t.key == GPU_TAINT_KEY and t.effect == "NoSchedule" for t in group.taints):
+        return 0
+    fits = [allocatable.cpu // (row.cpu * 1000), allocatable.memory // (row.memory_gib * 1024**3)]
+    if row.gpus:
+        fits.append(allocatable.gpu // row.gpus)
+    if allocatable.pods:
+        fits.append(allocatable.pods)
+    return max(0, min(fits))
+
+
+# ---- the node groups to replay against ----------------------------------------------------------
+
+
+class GroupsFile(StrictModel):
+    """GROUPS.yaml: node groups (as in cdk.json), and optionally policy and region capacity."""
+
+    node_groups: Sequence[dict[str, Any]]
+    policy: dict[str, Any] = Field(default_factory=dict)
+    regions: dict[str, RegionModel] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    node_groups: list[dict[str, Any]]
+    groups: list[NodeGroup]
+    policy: PolicySettings
+    capacity: dict[str, RegionCapacity]
+    source: str
+
+
+def load_configuration(path: str | Path | None) -> Configuration:
+    """GROUPS.yaml, a cdk.json, or (no path) ./cdk.json: its node groups and policy."""
+    file = Path(path) if path is not None else Path("cdk.json")
+    if not file.exists():
+        raise ScenarioError(
+            [f"{file} does not exist" + ("" if path is not None else " (give --groups GROUPS.yaml)")],
+            source=str(file),
+        )
+    document = load_document(file)
+    if isinstance(document, dict) and isinstance(document.get("context"), dict):
+        context = document["context"]
+        document = {"nodeGroups": context.get("nodeGroups", []), "policy": context.get("policy", {})}
+    try:
+        model = GroupsFile.model_validate(document)
+    except ValidationError as exc:
+        raise ScenarioError(validation_errors(exc), source=str(file)) from exc
+    errors: list[str] = []
+    try:
+        groups, _ = parse_groups(list(model.node_groups))
+    except GroupsError as exc:
+        errors.extend(exc.errors)
+        groups = []
+    try:
+        policy = PolicySettings.model_validate(
+            {k: v for k, v in model.policy.items() if not k.startswith("//")}
+        )
+    except ValidationError as exc:
+        errors.extend(f"policy.{e}" for e in validation_errors(exc))
+        policy = PolicySettings()
+    if not groups and not errors:
+        errors.append("nodeGroups: at least one node group is needed")
+    if errors:
+        raise ScenarioError(errors, source=str(file))
+    return Configuration(
+        node_groups=list(model.node_groups),
+        groups=groups,
+        policy=policy,
+        capacity={
+            r: RegionCapacity(instances=dict(m.capacity), boot_time=m.boot_time)
+            for r, m in model.regions.items()
+        },
+        source=str(file),
+    )
+
+
+def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "trace") -> Plan:
+    """A Plan that sends every row at its time; ScenarioError if some row can never run."""
+    problems = unplaceable(rows, config.groups)
+    if problems:
+        shown = problems[:MAX_ERRORS_SHOWN] + (
+            [f"... and {len(problems) - MAX_ERRORS_SHOWN} more"] if len(problems) > MAX_ERRORS_SHOWN else []
+        )
+        raise ScenarioError(shown, source=name)
+    registry = DEFAULT_REGISTRIES[0]
+    submissions = [
+        Submission(
+            at=timedelta(seconds=row.submit_s),
+            body=json.dumps(job_spec(row, registry=registry)),
+            job_id=row.job_id,
+            run_for=timedelta(seconds=row.run_s),
+        )
+        for row in rows
+    ]
+    return Plan(
+        name=name,
+        node_groups=config.node_groups,
+        groups=config.groups,
+        capacity=config.capacity,
+        policy=config.policy,
+        teams={team: f"team-{team}" for team in sorted({row.team for row in rows})},
+        registries=[registry],
+        submissions=submissions,
+        end=EndModel(when="scaledDown", limit=give_up_after(rows, config.groups)),
+    )
+
+
+def give_up_after(rows: Sequence[TraceRow], groups: Sequence[NodeGroup]) -> timedelta:
+    """Long enough to run every job one after another on the largest fleet the groups allow, and then some."""
+    gpu_seconds = sum(r.gpus * r.replicas * r.run_s for r in rows)
+    fleet_gpus = max(1, sum(g.allocatable.gpu * g.max_size for g in groups))
+    last = max(r.submit_s for r in rows)
+    longest = max(r.run_s for r in rows)
+    return timedelta(seconds=last + 3 * gpu_seconds / fleet_gpus + longest) + timedelta(hours=6)

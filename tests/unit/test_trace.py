@@ -1,0 +1,179 @@
+"""TRACE.csv: rows with clear errors (line and column), job specs from rows, the groups to replay against."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from squall.local.scenario import ScenarioError
+from squall.local.trace import job_spec, load_configuration, parse_trace, trace_plan
+from squall.spec import parse_spec
+
+GROUPS = """
+nodeGroups:
+  - name: p4d-usw2
+    region: us-west-2
+    instanceType: p4d.24xlarge
+    allocatable: {cpu: "95", memory: 1100Gi, nvidia.com/gpu: 8, pods: 110}
+    taints: [{key: nvidia.com/gpu, value: "true", effect: NoSchedule}]
+    maxSize: 4
+    pricePerHour: 32.77
+policy: {idleThreshold: PT2M}
+regions:
+  us-west-2: {capacity: {p4d.24xlarge: 3}, bootTime: 4m}
+"""
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(ScenarioError) as caught:
+        parse_trace(text, source="t.csv")
+    return caught.value.errors
+
+
+def test_rows_in_submit_order_with_extra_columns_ignored() -> None:
+    rows = parse_trace(
+        "team,submit_s,gpus,replicas,run_s,user\nvision,60,8,4,3600,ann\nresearch,0.5,1,1,90,bob\n"
+    )
+    assert [(r.line, r.submit_s, r.team, r.gpus, r.replicas, r.run_s) for r in rows] == [
+        (3, 0.5, "research", 1, 1, 90.0),
+        (2, 60.0, "vision", 8, 4, 3600.0),
+    ]
+
+
+def test_blank_lines_are_skipped_and_line_numbers_stay_true() -> None:
+    rows = parse_trace("submit_s,team,gpus,replicas,run_s\n\n10,research,1,1,60\n\n")
+    assert [r.line for r in rows] == [3]
+
+
+def test_a_missing_column_is_named_on_line_one() -> None:
+    assert errors_of("submit_s,team,gpus,run_s\n0,a,1,60\n") == [
+        "line 1: the header lacks replicas (expected submit_s,team,gpus,replicas,run_s, further columns allowed)"
+    ]
+    assert errors_of("") == ["line 1: empty file; expected the header submit_s,team,gpus,replicas,run_s"]
+
+
+def test_every_bad_cell_is_named_by_line_and_column() -> None:
+    errors = errors_of(
+        "submit_s,team,gpus,replicas,run_s\n"
+        "soon,research,1,1,60\n"
+        "0,Research!,1,1,60\n"
+        "0,research,17,1,60\n"
+        "0,research,1,0,60\n"
+        "0,research,1,1,0\n"
+        "0,research,1.5,1,60\n"
+        "-1,research,1,1,60\n"
+        "0,research\n"
+    )
+    assert errors == [
+        "line 2, column submit_s: expected a number of seconds, got 'soon'",
+        "line 3, column team: 'Research!' is not a team name (lowercase letters, digits and '-', at most 32, starting with a letter)",
+        "line 4, column gpus: expected a whole number 0..16, got 17",
+        "line 5, column replicas: expected a whole number 1..65, got 0",
+        "line 6, column run_s: expected a positive number and at most 604800, got '0'",
+        "line 7, column gpus: expected a whole number 0..16, got '1.5'",
+        "line 8, column submit_s: expected a number at least 0, got '-1'",
+        "line 9: 2 columns, the header has 5",
+    ]
+
+
+def test_a_long_list_of_errors_is_cut_short() -> None:
+    text = "submit_s,team,gpus,replicas,run_s\n" + "x,research,1,1,60\n" * 30
+    errors = errors_of(text)
+    assert len(errors) == 21 and errors[-1] == "... and 10 more"
+
+
+def test_a_single_pod_row_makes_a_valid_single_pod_spec() -> None:
+    (row,) = parse_trace("submit_s,team,gpus,replicas,run_s\n5,research,2,1,5400\n")
+    spec = job_spec(row, registry="registry.example.com/squall")
+    parsed = parse_spec(spec, teams=["research"], registries=["registry.example.com/squall"])
+    assert parsed.id == "research-000002" and parsed.replicas is None
+    assert parsed.total_gpus() == 2
+    assert spec["resources"] == {"cpu": "6", "memory": "24Gi", "gpu": 2}
+    # the deadline never cuts a replayed job short: twice its run time
+    assert spec["maxRuntime"] == "10800s"
+
+
+def test_a_distributed_row_makes_a_chief_and_workers() -> None:
+    (row,) = parse_trace("submit_s,team,gpus,replicas,run_s\n0,vision,8,4,60\n")
+    parsed = parse_spec(
+        job_spec(row, registry="r.example.com/x"), teams=["vision"], registries=["r.example.com/x"]
+    )
+    assert [(r.type, r.index) for r in parsed.replica_list()] == [
+        ("chief", 0),
+        ("worker", 0),
+        ("worker", 1),
+        ("worker", 2),
+    ]
+    assert parsed.total_gpus() == 32
+
+
+def test_groups_file_with_policy_and_region_capacity(tmp_path: Path) -> None:
+    (tmp_path / "groups.yaml").write_text(GROUPS)
+    config = load_configuration(tmp_path / "groups.yaml")
+    assert [g.name for g in config.groups] == ["p4d-usw2"]
+    assert config.policy.idle_threshold == timedelta(minutes=2)
+    assert config.capacity["us-west-2"].instances == {"p4d.24xlarge": 3}
+    assert config.capacity["us-west-2"].boot_time == timedelta(minutes=4)
+
+
+def test_without_groups_the_cdk_json_here_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ScenarioError, match=r"cdk.json does not exist \(give --groups GROUPS.yaml\)"):
+        load_configuration(None)
+    cdk = json.loads((Path(__file__).parents[2] / "cdk.json").read_text())
+    (tmp_path / "cdk.json").write_text(json.dumps(cdk))
+    config = load_configuration(None)
+    assert [g.name for g in config.groups] == [g["name"] for g in cdk["context"]["nodeGroups"]]
+    assert config.policy.idle_threshold == timedelta(minutes=10)
+
+
+def test_a_groups_file_with_errors_names_them(tmp_path: Path) -> None:
+    (tmp_path / "g.yaml").write_text(
+        "nodeGroups: [{name: x, region: us-west-2}]\npolicy: {idle: 1}\nextra: 1\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_configuration(tmp_path / "g.yaml")
+    assert caught.value.errors == ["extra: unknown field"]
+
+
+def test_rows_that_fit_no_group_are_refused_with_their_line(tmp_path: Path) -> None:
+    (tmp_path / "groups.yaml").write_text(GROUPS)
+    config = load_configuration(tmp_path / "groups.yaml")
+    rows = parse_trace(
+        "submit_s,team,gpus,replicas,run_s\n0,research,16,1,60\n0,research,0,1,60\n0,research,8,2,60\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        trace_plan(rows, config)
+    assert caught.value.errors == [
+        "line 2, column gpus: a replica of 16 GPUs, 48 CPUs and 192Gi fits no node group (the largest has 8 GPUs per node)",
+        "line 3, column gpus: a replica of 0 GPUs, 2 CPUs and 8Gi fits no node group (the largest has 8 GPUs per node)",
+    ]
+
+
+def test_a_plan_sends_each_row_at_its_time_with_its_run_time(tmp_path: Path) -> None:
+    (tmp_path / "groups.yaml").write_text(GROUPS)
+    rows = parse_trace("submit_s,team,gpus,replicas,run_s\n30,research,8,1,600\n0,vision,1,1,60\n")
+    plan = trace_plan(rows, load_configuration(tmp_path / "groups.yaml"))
+    assert [(s.at, s.job_id, s.run_for) for s in plan.submissions] == [
+        (timedelta(0), "vision-000003", timedelta(seconds=60)),
+        (timedelta(seconds=30), "research-000002", timedelta(seconds=600)),
+    ]
+    assert plan.teams == {"research": "team-research", "vision": "team-vision"}
+    assert plan.end.when == "scaledDown"
+    # long enough to run everything one job at a time on the largest fleet, and more
+    assert plan.end.limit > timedelta(seconds=30 + 600)
+
+
+def test_a_gang_that_no_region_can_hold_is_refused(tmp_path: Path) -> None:
+    # one region, at most four p4d nodes of 8 GPUs: a job of 5 replicas x 8 GPUs can never start
+    (tmp_path / "groups.yaml").write_text(GROUPS)
+    rows = parse_trace("submit_s,team,gpus,replicas,run_s\n0,research,8,4,60\n0,research,8,5,60\n0,research,4,8,60\n")
+    with pytest.raises(ScenarioError) as caught:
+        trace_plan(rows, load_configuration(tmp_path / "groups.yaml"))
+    assert caught.value.errors == [
+        "line 3, column replicas: 5 replicas of 8 GPUs must run in one region, and the most any region's "
+        "groups can hold at their max sizes is 4"
+    ]
