@@ -9,6 +9,7 @@ This module and the adapters are the only places that import boto3 or kubernetes
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -18,7 +19,7 @@ from squall.drain import DrainPolicy
 from squall.drain_queue import DrainQueue
 from squall.drain_store import DrainStore
 from squall.fleet import Fleet
-from squall.planner import Policy
+from squall.planner import NodeGroup, Policy
 from squall.planner.offline import parse_groups
 from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleRequests, ScaleState
 from squall.service.intake import Intake, IntakeConfig
@@ -46,11 +47,16 @@ class Services:
     drain_queue: DrainQueue | None = None
     drain_store: DrainStore | None = None
 
+    @functools.cached_property
+    def node_groups(self) -> list[NodeGroup]:
+        """The configured groups, parsed once per process (settings do not change)."""
+        return parse_groups(self.settings.node_groups)[0]
+
     @property
     def scaler(self) -> Scaler:
         if self.fleet is None or self.scale_state is None:
             raise RuntimeError("this runtime has no fleet: the scale function needs one")
-        groups, _ = parse_groups(self.settings.node_groups)
+        groups = self.node_groups
         return Scaler(
             state=self.scale_state,
             cluster=self.cluster,
@@ -71,7 +77,7 @@ class Services:
     def lifecycle(self) -> LifecycleService:
         if self.fleet is None or self.scale_state is None or self.drain_queue is None or self.drain_store is None:
             raise RuntimeError("this runtime has no fleet or drain queue: the lifecycle functions need them")
-        groups, _ = parse_groups(self.settings.node_groups)
+        groups = self.node_groups
         policy = self.settings.policy
         return LifecycleService(
             drains=self.drain_store,
