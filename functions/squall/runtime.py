@@ -71,7 +71,18 @@ class Services:
 
     @property
     def intake(self) -> Intake:
-        return _intake(self)
+        settings = self.settings
+        return Intake(
+            store=self.store,
+            cluster=self.cluster,
+            clock=self.clock,
+            metrics=self.metrics,
+            config=IntakeConfig(
+                teams=settings.teams,
+                registries=settings.allowed_registries,
+                ttl_after_finished=settings.policy.job_ttl_after_finished,
+            ),
+        )
 
     @property
     def lifecycle(self) -> LifecycleService:
@@ -106,21 +117,6 @@ class Services:
         return Reconciler(
             store=self.store, cluster=self.cluster, clock=self.clock, metrics=self.metrics, intake=self.intake
         )
-
-
-def _intake(services: Services) -> Intake:
-    settings = services.settings
-    return Intake(
-        store=services.store,
-        cluster=services.cluster,
-        clock=services.clock,
-        metrics=services.metrics,
-        config=IntakeConfig(
-            teams=settings.teams,
-            registries=settings.allowed_registries,
-            ttl_after_finished=settings.policy.job_ttl_after_finished,
-        ),
-    )
 
 
 def planner_policy(settings: PolicySettings) -> Policy:

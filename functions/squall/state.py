@@ -20,17 +20,9 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from squall.planner import GroupHealth
-from squall.store import call_dynamodb, from_item, to_item, translate
+from squall.store import call_dynamodb, from_iso, from_item, iso, to_item, translate
 
 DECISION_RETENTION = timedelta(days=14)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
-def _dt(value: Any) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
 
 
 class DynamoScaleState:
@@ -97,9 +89,9 @@ class DynamoScaleState:
             for item in page.get("Items", []):
                 values = from_item(item)
                 health[values["sk"]] = GroupHealth(
-                    backoff_until=_dt(values.get("backoffUntil")),
+                    backoff_until=from_iso(values.get("backoffUntil")),
                     consecutive_failures=int(values.get("consecutiveFailures", 0)),
-                    last_failure_at=_dt(values.get("lastFailureAt")),
+                    last_failure_at=from_iso(values.get("lastFailureAt")),
                     reason=values.get("reason", ""),
                 )
             start = page.get("LastEvaluatedKey")
@@ -111,9 +103,9 @@ class DynamoScaleState:
             {
                 "pk": "HEALTH",
                 "sk": group,
-                "backoffUntil": _iso(health.backoff_until),
+                "backoffUntil": iso(health.backoff_until),
                 "consecutiveFailures": health.consecutive_failures,
-                "lastFailureAt": _iso(health.last_failure_at),
+                "lastFailureAt": iso(health.last_failure_at),
                 "reason": health.reason or None,
             }
         )
@@ -128,7 +120,7 @@ class DynamoScaleState:
         item = to_item(
             {
                 "pk": f"DECISION#{at.date().isoformat()}",
-                "sk": f"{_iso(at)}#{decision_id}",
+                "sk": f"{iso(at)}#{decision_id}",
                 "trigger": trigger,
                 "dryRun": dry_run,
                 "plan": json.dumps(plan, separators=(",", ":")),

@@ -76,11 +76,12 @@ def call_dynamodb(what: str, fn: Callable[[], T]) -> T:
         raise translate(what, exc) from exc
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso(value: datetime | None) -> str | None:
+    """A time as stored in items (ISO 8601), None for no time."""
     return value.isoformat() if value else None
 
 
-def _dt(value: Any) -> datetime | None:
+def from_iso(value: Any) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
@@ -95,17 +96,17 @@ def job_to_item(job: Job) -> dict[str, Any]:
             "sk": "META",
             "kind": "job",
             "gsi1pk": f"STATUS#{job.status.value}",
-            "gsi1sk": f"{_iso(job.submitted_at)}#{job.id}",
+            "gsi1sk": f"{iso(job.submitted_at)}#{job.id}",
             "id": job.id,
             "name": job.name,
             "team": job.team,
             "namespace": job.namespace,
             "status": job.status.value,
             "reason": job.reason,
-            "submittedAt": _iso(job.submitted_at),
-            "updatedAt": _iso(job.updated_at),
-            "startedAt": _iso(job.started_at),
-            "finishedAt": _iso(job.finished_at),
+            "submittedAt": iso(job.submitted_at),
+            "updatedAt": iso(job.updated_at),
+            "startedAt": iso(job.started_at),
+            "finishedAt": iso(job.finished_at),
             "version": job.version,
             "spec": json.dumps(job.spec, separators=(",", ":")) if job.spec else None,
             "errors": json.dumps(list(job.errors)) if job.errors else None,
@@ -131,8 +132,8 @@ def job_from_item(item: dict[str, Any]) -> Job:
         reason=v["reason"],
         submitted_at=datetime.fromisoformat(v["submittedAt"]),
         updated_at=datetime.fromisoformat(v["updatedAt"]),
-        started_at=_dt(v.get("startedAt")),
-        finished_at=_dt(v.get("finishedAt")),
+        started_at=from_iso(v.get("startedAt")),
+        finished_at=from_iso(v.get("finishedAt")),
         version=int(v["version"]),
         spec=json.loads(v["spec"]) if v.get("spec") else {},
         errors=tuple(json.loads(v["errors"])) if v.get("errors") else (),
@@ -153,7 +154,7 @@ def _event_json(event: JobEvent) -> str:
     return json.dumps(
         {
             "version": event.version,
-            "at": _iso(event.at),
+            "at": iso(event.at),
             "status": event.status.value,
             "reason": event.reason,
             "message": event.message,
@@ -181,7 +182,7 @@ def event_to_item(event: JobEvent) -> dict[str, Any]:
             "pk": f"JOB#{event.job_id}",
             "sk": f"EVENT#{event.version:08d}",
             "kind": "event",
-            "at": _iso(event.at),
+            "at": iso(event.at),
             "status": event.status.value,
             "previous": event.previous.value if event.previous else None,
             "reason": event.reason,

@@ -260,6 +260,25 @@ def test_a_stranded_gang_is_released_and_says_why(rig: Rig) -> None:
     assert rig.store.get("gang").status is JobStatus.QUEUED  # type: ignore[union-attr]
 
 
+def test_a_release_stands_when_the_job_note_cannot_be_written(rig: Rig) -> None:
+    rig.cluster.add_node(
+        name="usw2-unmanaged", allocatable={"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"},
+        labels={"topology.kubernetes.io/region": "us-west-2"}, taints=[], provider_id="aws:///us-west-2a/i-unmanaged",
+    )
+    rig.submit("gang", gpus=4, replicas={"worker": {"count": 10}})
+    rig.cluster.advance()
+    for group in ("p3-usw2", "p3-use1"):
+        rig.state.save_health(group, GroupHealth(backoff_until=rig.clock.now() + timedelta(hours=1), consecutive_failures=3))
+
+    def throttled(job_id: str) -> None:
+        raise RetryableError("GetItem: ThrottlingException")
+
+    rig.store.get = throttled  # type: ignore[method-assign]
+    result = rig.scaler().check(trigger="schedule")
+    assert result.done["released"] == [{"job": "gang", "region": "us-west-2"}]
+    assert rig.state.decisions, "the decision is still recorded"
+
+
 @pytest.fixture
 def dynamo_state(aws_credentials: None) -> Iterator[DynamoScaleState]:
     with mock_aws():

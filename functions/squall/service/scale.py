@@ -35,6 +35,7 @@ from squall.planner import (
 )
 from squall.planner.kube import EMPTY_SINCE_ANNOTATION, parse_nodes, parse_pods
 from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleState
+from squall.service.intake import update_job
 from squall.telemetry import SERVICE, Metric
 
 logger = Logger(service=SERVICE, child=True)
@@ -234,24 +235,22 @@ class Scaler:
         self._note(gang.job_id, reason_code(Reason.GANG_RELEASED, gang.region), gang.why, now=now)
 
     def _note(self, job_id: str, reason: str, message: str, *, now: datetime) -> None:
-        if self.store is None:
+        """A reason code on the job's history; the scale check's actions stand without it."""
+        store = self.store
+        if store is None:
             return
-        job = self.store.get(job_id)
-        if job is None or is_terminal(job.status):
-            return
-        from squall.service.intake import update_job
-
-        self._try(
-            ScaleResult(acted=True),
-            f"note {job_id}",
-            lambda: update_job(
-                self.store,
-                job,
-                lambda current: None
-                if is_terminal(current.status)
-                else note(current, reason=reason, at=now, message=message[:1000]),
-            ),
-        )
+        try:
+            job = store.get(job_id)
+            if job is not None:
+                update_job(
+                    store,
+                    job,
+                    lambda current: None
+                    if is_terminal(current.status)
+                    else note(current, reason=reason, at=now, message=message[:1000]),
+                )
+        except SquallError as exc:
+            logger.warning("could not note job", job_id=job_id, reason=reason, error=str(exc))
 
     def _scale_down(self, node: str | None, instance: str, ref: GroupRef, *, now: datetime, result: ScaleResult) -> None:
         if node is not None:
