@@ -25,7 +25,7 @@ from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleRequests, S
 from squall.service.intake import Intake, IntakeConfig
 from squall.service.lifecycle import LifecycleConfig, LifecycleService
 from squall.service.reconcile import Reconciler
-from squall.service.scale import ScaleConfig, Scaler
+from squall.service.scale import ParsedObjects, ScaleConfig, Scaler
 from squall.settings import PolicySettings, Settings
 
 
@@ -52,6 +52,11 @@ class Services:
         """The configured groups, parsed once per process (settings do not change)."""
         return parse_groups(self.settings.node_groups)[0]
 
+    @functools.cached_property
+    def parsed_objects(self) -> ParsedObjects:
+        """Nodes and pods the scale checks of this process have parsed, by resourceVersion."""
+        return ParsedObjects()
+
     @property
     def scaler(self) -> Scaler:
         if self.fleet is None or self.scale_state is None:
@@ -67,6 +72,7 @@ class Services:
                 groups=groups, policy=planner_policy(self.settings.policy), dry_run=self.settings.dry_run
             ),
             store=self.store,
+            parsed=self.parsed_objects,
         )
 
     @property

@@ -93,3 +93,21 @@ def test_reconcile_handler_reports_what_it_did(world: World, installed: LocalSca
 )
 def test_scale_trigger_is_named_from_the_event(event: dict[str, Any], trigger: str) -> None:
     assert scale.trigger_of(event) == trigger
+
+
+@pytest.mark.parametrize(
+    ("event", "jobs"),
+    [
+        ({"detail-type": "Scale Check Requested", "detail": {"jobIds": ["a", "b"], "jobCount": 2}}, ["a", "b"]),
+        # more jobs than the event could name: the check cannot know them all
+        ({"detail-type": "Scale Check Requested", "detail": {"jobIds": ["a"], "jobCount": 60}}, None),
+        ({"detail-type": "Scale Check Requested", "detail": {"reason": "jobs submitted"}}, None),
+        ({"detail-type": "Scale Check Requested", "detail": {"jobIds": [1], "jobCount": 1}}, None),
+        ({"detail-type": "Scheduled Event", "detail": {"jobIds": ["a"], "jobCount": 1}}, None),
+    ],
+)
+def test_a_request_names_the_jobs_it_asks_for_only_when_it_names_them_all(
+    event: dict[str, Any], jobs: list[str] | None
+) -> None:
+    assert scale.asked_for(event) == jobs
+

@@ -107,6 +107,44 @@ def test_a_pending_gpu_pod_scales_the_preferred_group_once(rig: Rig) -> None:
     assert rig.state.decisions[0]["trigger"] == "requested:jobs submitted"
 
 
+def test_a_request_whose_pods_are_all_bound_ends_after_one_pod_list(rig: Rig) -> None:
+    rig.cluster.add_node(
+        name="gpu-1", allocatable=P3, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    )
+    rig.submit("j-1")
+    rig.cluster.advance()
+    calls = len(rig.cluster.calls)
+
+    result = rig.scaler().check(trigger="requested:jobs submitted", asked_for=["j-1"])
+
+    assert result.acted is False and result.skipped == ["no pod waits for room"]
+    assert [c.method for c in rig.cluster.calls[calls:]] == ["list_pods"]
+    assert rig.state.decisions == []
+    assert rig.metrics.total("PendingPods") == 0
+
+
+def test_a_request_with_a_pod_waiting_is_a_whole_check(rig: Rig) -> None:
+    rig.submit("j-1")
+
+    result = rig.scaler().check(trigger="requested:jobs submitted", asked_for=["j-1"])
+
+    assert result.done["scaledUp"] == [{"group": "p3-usw2", "to": 1}]
+    assert rig.state.decisions[0]["trigger"] == "requested:jobs submitted"
+
+
+def test_a_request_for_a_job_without_pods_yet_is_a_whole_check(rig: Rig) -> None:
+    # the Job controller has not created the pod of j-2 yet: it may need room
+    rig.cluster.add_node(
+        name="gpu-1", allocatable=P3, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    )
+    rig.submit("j-1")
+    rig.cluster.advance()
+
+    result = rig.scaler().check(trigger="requested:jobs submitted", asked_for=["j-1", "j-2"])
+
+    assert result.skipped == [] and len(rig.state.decisions) == 1
+
+
 def test_dry_run_records_the_plan_and_changes_nothing(rig: Rig) -> None:
     rig.submit("j-1")
     result = rig.scaler(dry_run=True).check(trigger="schedule")

@@ -13,7 +13,7 @@ from squall.errors import NotFoundError, PermanentError, RetryableError
 from squall.jobs import JobStatus, Reason
 from squall.kubestatus import Observation, observe
 from squall.local.clock import VirtualClock
-from squall.local.cluster import SimulatedCluster
+from squall.local.cluster import SharedObjectChanged, SimulatedCluster
 from squall.manifests import render
 from squall.planner.quantity import parse_cpu_millicores, parse_whole_count
 from squall.ports import Cluster
@@ -278,6 +278,36 @@ def test_nested_status_in_a_list_is_a_copy_too() -> None:
     assert {c["status"] for c in again["status"]["conditions"]} == {"True"}
     assert again["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] == "2026-01-05T09:00:00Z"
     assert again["metadata"]["ownerReferences"][0]["name"] == "j1"
+
+
+def test_shared_lists_hand_out_the_same_object_until_it_changes() -> None:
+    cluster, _ = make_cluster(lists="shared")
+    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster.add_node(name="n2", allocatable=CPU_NODE)
+    cluster.create(job_manifest("j1"))
+    pod, job, (n1, n2) = only_pod(cluster, "j1"), k8s_job(cluster, "j1"), cluster.list_nodes()
+
+    assert only_pod(cluster, "j1") is pod and k8s_job(cluster, "j1") is job
+    cluster.patch_node("n2", {"spec": {"unschedulable": True}})
+    cluster.advance()  # binds the pod to n1
+
+    bound = only_pod(cluster, "j1")
+    assert bound is not pod and bound["spec"]["nodeName"] == "n1" and "nodeName" not in pod["spec"]
+    again_n1, again_n2 = cluster.list_nodes()
+    assert again_n1 is n1 and again_n2 is not n2 and again_n2["spec"]["unschedulable"] is True
+
+
+def test_checked_lists_catch_a_caller_changing_a_shared_object() -> None:
+    cluster, _ = make_cluster(lists="checked")
+    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster.list_nodes()[0]["metadata"]["labels"]["x"] = "y"
+    with pytest.raises(SharedObjectChanged, match=r"/n1 at resourceVersion \d+: metadata changed"):
+        cluster.list_nodes()
+
+
+def test_list_mode_must_be_one_the_cluster_knows() -> None:
+    with pytest.raises(ValueError, match="lists must be one of checked, copies, shared, not 'mine'"):
+        make_cluster(lists="mine")
 
 
 def test_list_filters_by_namespace_job_and_node() -> None:

@@ -28,11 +28,24 @@ def trigger_of(event: dict[str, Any]) -> str:
     return f"other:{detail_type or 'unknown'}"
 
 
+def asked_for(event: dict[str, Any]) -> list[str] | None:
+    """The jobs a scale-check request names; None for other triggers or when it names only some."""
+    if event.get("detail-type") != "Scale Check Requested":
+        return None
+    detail = event.get("detail") or {}
+    job_ids = detail.get("jobIds")
+    if not isinstance(job_ids, list) or not job_ids or detail.get("jobCount") != len(job_ids):
+        return None
+    if not all(isinstance(job_id, str) for job_id in job_ids):
+        return None
+    return job_ids
+
+
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    result = services(metrics).scaler.check(trigger=trigger_of(event))
+    result = services(metrics).scaler.check(trigger=trigger_of(event), asked_for=asked_for(event))
     return {
         "acted": result.acted,
         "plan": result.plan,

@@ -6,8 +6,9 @@ end-to-end test or a replay of a 10,000-job trace exercises the same code paths 
 a real cluster:
 
 - Objects are API-shaped dicts (camelCase, ISO-8601 "Z" timestamps, uid,
-  resourceVersion); creating an existing name changes nothing (409), and lists
-  return copies.
+  resourceVersion, a new one with every change); creating an existing name changes
+  nothing (409), and lists return copies (or, with `lists="shared"`, read-only
+  objects shared until they change, as client-go's informer listers do).
 - The Job controller runs one pod per Job, applies the Job's podFailurePolicy
   rules in order (as Kubernetes does: the first rule that matches decides),
   counts failures against backoffLimit, re-creates pods after an exponential
@@ -88,7 +89,24 @@ Key = tuple[str, str]  # (namespace, name)
 _Shape = tuple[int, int, int, int]  # allocatable cpu, memory, gpu, pods
 
 
+_LIST_MODES = frozenset({"copies", "shared", "checked"})
+
+
 # ---- public value types ------------------------------------------------------------
+
+
+class SharedObjectChanged(AssertionError):
+    """A shared list object differs from the cluster's own at the same resourceVersion."""
+
+    def __init__(self, metadata: Mapping[str, Any], shared: KubeObject, fresh: KubeObject) -> None:
+        changed = sorted(
+            key for key in {*shared, *fresh} if shared.get(key) != fresh.get(key)
+        )
+        super().__init__(
+            f"{metadata.get('namespace') or ''}/{metadata.get('name')} at resourceVersion "
+            f"{metadata.get('resourceVersion')}: {', '.join(changed)} changed without a new resourceVersion "
+            "(or a caller changed a shared list object)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +273,7 @@ class _Node:
     pods: dict[Key, None] = field(default_factory=dict)
     holding: int = 0  # pods bound here that still hold their requests
     empty_shape: _Shape | None = None  # where the node sits in the index of empty nodes
+    view: KubeObject | None = None  # the shared list copy (lists="shared")
 
 
 @dataclass(slots=True, eq=False)
@@ -280,6 +299,7 @@ class _Job:
     completed_at: datetime | None = None
     replacement_due: datetime | None = None
     deleted: bool = False
+    view: KubeObject | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -296,6 +316,7 @@ class _Pod:
     ends_at: datetime | None = None
     image_blocked: bool = False
     deleted: bool = False
+    view: KubeObject | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +352,23 @@ class SimulatedCluster:
         seed: int = 0,
         pod_backoff: timedelta = timedelta(seconds=10),
         event_limit: int = 10_000,
+        lists: str = "copies",
     ) -> None:
+        """`lists` says what list_pods, list_jobs and list_nodes hand out:
+
+        - "copies": objects the caller owns, as every API server response is;
+        - "shared": an object unchanged since the last list is the same dict again
+          until its resourceVersion changes, as client-go's informer listers share
+          their cache; callers must not change it. The simulator uses this: a
+          replay's scale checks list every node and pod each time, and copying
+          them was most of the replay's time;
+        - "checked": shared, and each object handed out again is first compared
+          with a fresh copy: SharedObjectChanged if a caller changed it, or the
+          cluster changed an object without giving it a new resourceVersion.
+        """
+        if lists not in _LIST_MODES:
+            raise ValueError(f"lists must be one of {', '.join(sorted(_LIST_MODES))}, not {lists!r}")
+        self._lists = lists
         self._clock = clock
         self._default = Behaviour(run_for=_non_negative("default_run_for", default_run_for))
         self._pod_backoff = _non_negative("pod_backoff", pod_backoff)
@@ -415,7 +452,7 @@ class SimulatedCluster:
             else self._jobs.values()
         )
         return [
-            _object_view(job.obj)
+            self._view(job, _object_view)
             for job in jobs
             if job.managed and (namespace is None or job.key[0] == namespace)
         ]
@@ -442,12 +479,12 @@ class SimulatedCluster:
                 continue
             if node_name is not None and (pod.node is None or pod.node.name != node_name):
                 continue
-            views.append(_object_view(pod.obj))
+            views.append(self._view(pod, _object_view))
         return views
 
     def list_nodes(self) -> list[KubeObject]:
         self._call("list_nodes")
-        return [_json_copy(node.obj) for node in self._nodes.values()]
+        return [self._view(node, _json_copy) for node in self._nodes.values()]
 
     def get_node(self, name: str) -> KubeObject | None:
         self._call("get_node", name=name)
@@ -727,6 +764,14 @@ class SimulatedCluster:
             "jobs_failed": jobs["Failed"],
         }
 
+    def gpus(self) -> tuple[int, int]:
+        """(allocatable, in use) over all nodes: what stats() says, without counting the rest."""
+        allocatable = in_use = 0
+        for node in self._nodes.values():
+            allocatable += node.gpu
+            in_use += node.gpu - node.free_gpu
+        return allocatable, in_use
+
     def list_services(self, *, namespace: str | None = None) -> list[KubeObject]:
         return [
             _json_copy(obj) for key, obj in self._services.items() if namespace is None or key[0] == namespace
@@ -769,6 +814,18 @@ class SimulatedCluster:
     def _next_resource_version(self) -> str:
         self._resource_version += 1
         return str(self._resource_version)
+
+    def _view(self, holder: _Node | _Job | _Pod, copy: Callable[[KubeObject], KubeObject]) -> KubeObject:
+        """What a list hands out for one object; see `lists` in __init__."""
+        if self._lists == "copies":
+            return copy(holder.obj)
+        view = holder.view
+        if view is not None and view["metadata"].get("resourceVersion") == holder.obj["metadata"]["resourceVersion"]:
+            if self._lists == "checked" and view != (fresh := copy(holder.obj)):
+                raise SharedObjectChanged(holder.obj["metadata"], view, fresh)
+            return view
+        holder.view = copy(holder.obj)
+        return holder.view
 
     def _touch(self, obj: KubeObject) -> None:
         obj["metadata"]["resourceVersion"] = self._next_resource_version()
@@ -1805,7 +1862,7 @@ def _json_copy(value: Any) -> Any:
     return value
 
 
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _thaw(value: Any) -> Any:
@@ -1813,10 +1870,12 @@ def _thaw(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS:
         return value
-    if kind is dict or isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
+    if kind is dict:
+        return {k: v if type(v) in _SCALARS else _thaw(v) for k, v in value.items()}
     if kind is list or kind is tuple:
-        return [_thaw(v) for v in value]
+        return [v if type(v) in _SCALARS else _thaw(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
     return value
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from squall.planner.model import (
     GPU_RESOURCE,
@@ -43,6 +43,55 @@ def parse_nodes(doc: Mapping[str, Any] | Sequence[Any]) -> list[Node]:
 
 def parse_pods(doc: Mapping[str, Any] | Sequence[Any]) -> list[Pod]:
     return _parse_all(doc, parse_pod, "pod")
+
+
+class ParseCache(Generic[_Parsed]):
+    """Parsed objects by uid and resourceVersion, for a process that lists the same ones again.
+
+    The API server gives an object a new resourceVersion with every change, so an
+    object listed again with the version it had parses to the same value (Node and
+    Pod are frozen). A warm scale function lists every node and pod once per check;
+    most are unchanged since the last one. Only what the latest list held is kept,
+    and objects without a uid or resourceVersion are parsed every time.
+    """
+
+    def __init__(self, parse: Callable[[Mapping[str, Any]], _Parsed], what: str) -> None:
+        self._parse = parse
+        self._what = what
+        self._seen: dict[tuple[str, str], _Parsed] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def parse_all(self, doc: Mapping[str, Any] | Sequence[Any]) -> list[_Parsed]:
+        earlier = self._seen
+        seen: dict[tuple[str, str], _Parsed] = {}
+        parsed = []
+        for item in _items(doc, self._what):
+            metadata = item.get("metadata")
+            key: tuple[str, str] | None
+            try:
+                key = (metadata["uid"], metadata["resourceVersion"])  # type: ignore[index]
+                value = earlier.get(key)
+            except (KeyError, TypeError):  # no metadata, no uid or version, or not hashable
+                key, value = None, None
+            if value is None:
+                self.misses += 1
+                value = self._parse(item)
+            else:
+                self.hits += 1
+            if key is not None and key[0] and key[1]:
+                seen[key] = value
+            parsed.append(value)
+        self._seen = seen
+        return parsed
+
+
+def node_cache() -> ParseCache[Node]:
+    return ParseCache(parse_node, "node")
+
+
+def pod_cache() -> ParseCache[Pod]:
+    return ParseCache(parse_pod, "pod")
 
 
 def parse_node(obj: Mapping[str, Any]) -> Node:
@@ -237,6 +286,11 @@ def _required_affinity(spec: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...]:
 def _parse_all(
     doc: Mapping[str, Any] | Sequence[Any], parse: Callable[[Mapping[str, Any]], _Parsed], what: str
 ) -> list[_Parsed]:
+    return [parse(item) for item in _items(doc, what)]
+
+
+def _items(doc: Mapping[str, Any] | Sequence[Any], what: str) -> list[Mapping[str, Any]]:
+    """The objects of a List, a plain list of objects, or one object."""
     if isinstance(doc, Mapping):
         # A List (whose items may be null when empty), or one object.
         items = doc.get("items", [doc]) or []
@@ -246,12 +300,10 @@ def _parse_all(
         raise ValueError(f"expected a {what} list (kubectl -o json), got {type(doc).__name__}")
     if not isinstance(items, Sequence) or isinstance(items, str):
         raise ValueError(f"expected 'items' to be a list of {what}s")
-    parsed = []
     for index, item in enumerate(items):
         if not isinstance(item, Mapping):
             raise ValueError(f"items[{index}]: expected a {what} object, got {type(item).__name__}")
-        parsed.append(parse(item))
-    return parsed
+    return list(items)
 
 
 def _required_name(metadata: Mapping[str, Any], what: str) -> str:

@@ -178,7 +178,8 @@ def _pack_once(
     for option in options:
         _add_nodes_not_up_yet(option, inventory.groups[option.name], assessment=assessments[option.name])
     packer = Packer(
-        rooms=_rooms(inventory),
+        # Room on nodes that are up only matters to pods waiting for it.
+        rooms=_rooms(inventory) if demand.free or demand.gangs else [],
         options=options,
         shapes=_shapes(demand),
         preferred_bins_first=preferred_bins_first,

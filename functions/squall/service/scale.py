@@ -33,7 +33,7 @@ from squall.planner import (
     ScalingFailure,
     plan,
 )
-from squall.planner.kube import EMPTY_SINCE_ANNOTATION, parse_nodes, parse_pods
+from squall.planner.kube import EMPTY_SINCE_ANNOTATION, ParseCache, node_cache, parse_pods, pod_cache
 from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleState
 from squall.service.intake import update_job
 from squall.telemetry import SERVICE, Metric
@@ -77,6 +77,14 @@ UNCORDON_PATCH: dict[str, Any] = {
 
 
 @dataclass
+class ParsedObjects:
+    """What earlier checks in this process parsed; keep one per process (a warm Lambda reuses it)."""
+
+    nodes: ParseCache[Node] = field(default_factory=node_cache)
+    pods: ParseCache[Pod] = field(default_factory=pod_cache)
+
+
+@dataclass
 class Scaler:
     state: ScaleState
     cluster: Cluster
@@ -86,9 +94,22 @@ class Scaler:
     config: ScaleConfig
     store: JobStore | None = None  # for the reason codes on jobs; None: plan and act only
     holder: str = field(default_factory=lambda: uuid.uuid4().hex)
+    parsed: ParsedObjects = field(default_factory=ParsedObjects)
 
-    def check(self, *, trigger: str) -> ScaleResult:
+    def check(self, *, trigger: str, asked_for: Sequence[str] | None = None) -> ScaleResult:
+        """One scale check. `asked_for`: the jobs a submission asked this check for.
+
+        Such a request is about room for new pods: when no pod waits for room and
+        every job asked for has its pods (all of them bound, then), the check ends
+        after one pod list. Scale-ins, timeouts and group health are the scheduled
+        check's, at most a minute away. Without `asked_for` the check is whole.
+        """
         now = self.clock.now()
+        if asked_for is not None and self._all_placed(asked_for):
+            self.metrics.add(Metric.PENDING_PODS, 0)
+            self.metrics.add(Metric.PENDING_GPUS, 0)
+            logger.info("no pod waits for room", trigger=trigger, jobs=len(asked_for))
+            return ScaleResult(acted=False, skipped=["no pod waits for room"])
         if not self.state.acquire_lease(name=LEASE, holder=self.holder, now=now, duration=self.config.lease_duration):
             logger.info("another scale check holds the lease", trigger=trigger)
             return ScaleResult(acted=False, skipped=["lease held by another check"])
@@ -98,6 +119,15 @@ class Scaler:
             self.state.release_lease(name=LEASE, holder=self.holder)
 
     # ---- observe -----------------------------------------------------------
+
+    def _all_placed(self, job_ids: Sequence[str]) -> bool:
+        pods = self.parsed.pods.parse_all(self.cluster.list_pods())
+        if any(pod.is_pending for pod in pods):
+            return False
+        # A job whose pods are not there yet (the Job controller creates them a
+        # moment after the Job) may still need room.
+        present = {pod.job_id for pod in pods}
+        return all(job_id in present for job_id in job_ids)
 
     def _observe(
         self, now: datetime
@@ -123,8 +153,8 @@ class Scaler:
                 logger.warning("node group not found", group=template.name, region=ref.region)
                 continue
             groups.append(_with_live_state(template, observed, failures.get((ref.region, ref.name), []), now))
-        nodes = parse_nodes(self.cluster.list_nodes())
-        pods = parse_pods(self.cluster.list_pods())
+        nodes = self.parsed.nodes.parse_all(self.cluster.list_nodes())
+        pods = self.parsed.pods.parse_all(self.cluster.list_pods())
         return groups, self.state.load_health(), nodes, pods
 
     # ---- plan and act --------------------------------------------------------

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from squall.planner import NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration
-from squall.planner.kube import instance_id_from_provider_id, parse_nodes, parse_pods, parse_time
+from squall.planner.kube import (
+    instance_id_from_provider_id,
+    node_cache,
+    parse_nodes,
+    parse_pods,
+    parse_time,
+    pod_cache,
+)
 
 DATA = Path(__file__).parent / "data"
 GI, MI, KI = 2**30, 2**20, 2**10
@@ -168,3 +175,42 @@ def test_the_empty_since_stamp_is_read_from_its_annotation() -> None:
         }
     )
     assert node.empty_since is not None and node.empty_since.isoformat() == "2026-01-05T09:00:00+00:00"
+
+
+def test_the_parse_cache_reuses_an_object_until_its_resource_version_changes() -> None:
+    # given two nodes as the API server lists them, and the same list again
+    cache = node_cache()
+    items = load("nodes.json")["items"]
+    for number, item in enumerate(items):
+        item["metadata"] |= {"uid": f"uid-{number}", "resourceVersion": str(100 + number)}
+    first = cache.parse_all(items)
+    again = cache.parse_all(json.loads(json.dumps(items)))
+    # then each unchanged node is the very same parsed value
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    assert (cache.hits, cache.misses) == (len(items), len(items))
+
+    # when one node is cordoned (a new resourceVersion) and another leaves the list
+    changed = json.loads(json.dumps(items[:2]))
+    changed[0]["spec"]["unschedulable"] = True
+    changed[0]["metadata"]["resourceVersion"] += "-2"
+    cordoned, same = cache.parse_all(changed)
+    # then the changed one is parsed again, the other is kept
+    assert cordoned.unschedulable and cordoned is not first[0]
+    assert same is first[1]
+    # and only what the latest list held is remembered
+    cache.parse_all(items[2:3])
+    assert cache.parse_all(items[1:2])[0] is not first[1]
+
+
+def test_the_parse_cache_parses_objects_without_uid_or_version_every_time() -> None:
+    cache = pod_cache()
+    pod = load("pods.json")["items"][0]
+    pod["metadata"]["resourceVersion"] = "7"  # a version, but no uid
+    one, two = cache.parse_all([pod]), cache.parse_all([pod])
+    assert one == two and one[0] is not two[0] and cache.hits == 0
+
+
+def test_the_parse_cache_refuses_what_parse_pods_refuses() -> None:
+    with pytest.raises(ValueError, match=r"items\[0\]: expected a pod object"):
+        pod_cache().parse_all({"items": ["not a pod"]})
+
