@@ -1,4 +1,4 @@
-"""Lifecycle hooks end to end in the local runtime: a spot reclaim mid-job, a node that never joins."""
+"""Lifecycle hooks end to end in the local runtime: a spot reclaim and a lost instance mid-job, a node that never joins."""
 
 from __future__ import annotations
 
@@ -67,6 +67,32 @@ def test_a_spot_reclaim_mid_job_drains_the_node_and_the_job_still_succeeds(local
     stats = local.fleet.hook_stats()
     assert stats["hooksLeftOpen"] == 0 and stats["drains"] >= 2
     assert local.fleet.terminated_busy == []
+
+
+def test_an_instance_lost_without_notice_is_replaced_and_the_job_still_succeeds(local: LocalRuntime) -> None:
+    assert local.fleet is not None
+    local.cluster.set_behaviour("gan-1", run_for=timedelta(minutes=20))
+    local.send(JOB)
+    local.run(until=lambda rt: rt.store.get("gan-1") is not None and rt.store.get("gan-1").status is JobStatus.RUNNING,
+              step=timedelta(seconds=10), limit=timedelta(minutes=15))
+    node = local.cluster.list_pods(job_id="gan-1")[0]["spec"]["nodeName"]
+    instance = local.fleet.instance_of(node)
+    assert instance is not None
+    # when the host fails: no notice, the node is gone at once
+    local.fleet.lose(instance)
+    assert node not in [n["metadata"]["name"] for n in local.cluster.list_nodes()]
+    local.run(until=done, step=timedelta(seconds=10), limit=timedelta(hours=1))
+    # then the job ran again on the replacement and finished; nothing drained it first
+    job = local.store.get("gan-1")
+    assert job is not None and job.status is JobStatus.SUCCEEDED and job.retries_used == 1
+    reasons = [e.reason for e in local.store.events("gan-1")]
+    assert [r for r in reasons if r.startswith("NodeLost")] == ["NodeLost:retry 1/2"]
+    # the terminate hook Auto Scaling ran after the fact was answered with nothing to drain
+    (answer,) = [r for r in local.lifecycle_results if r["instanceId"] == instance and r["kind"] == "terminate"]
+    assert (answer["drainOutcome"], answer["result"]) == ("no-node", "CONTINUE")
+    local.run(until=lambda rt: not rt.cluster.list_nodes(), step=timedelta(seconds=30), limit=timedelta(hours=1))
+    assert local.fleet.hook_stats()["hooksLeftOpen"] == 0
+    assert local.fleet.terminated_busy == [], "the lost node was not Squall's doing"
 
 
 def test_a_node_that_never_joins_is_abandoned_and_the_job_falls_back() -> None:

@@ -29,6 +29,9 @@ SCENARIOS = Path(__file__).parents[2] / "scenarios"
 class Run:
     result: SimulationResult
     history: dict[str, list[str]]  # job id -> reasons of its events, in order
+    lambda_errors: dict[str, float]  # function -> its AWS/Lambda Errors, summed
+    lifecycle: list[dict[str, Any]]  # the lifecycle function's answers
+    causes: list[str]  # Auto Scaling's termination causes
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -36,16 +39,25 @@ class Run:
 
 
 def run(name: str) -> Run:
-    history: dict[str, list[str]] = {}
+    seen: dict[str, Any] = {}
 
     def after(local: LocalRuntime, _: SimulationResult) -> None:
-        for job in local.jobs():
-            history[job.id] = [str(event.reason) for event in local.events(job.id)]
+        seen["history"] = {job.id: [str(e.reason) for e in local.events(job.id)] for job in local.jobs()}
+        errors: dict[str, float] = {}
+        for point in local.metrics.points:
+            if point.name == "Errors" and point.value:
+                function = point.dimensions["FunctionName"].removeprefix("squall-")
+                errors[function] = errors.get(function, 0) + point.value
+        seen["lambda_errors"] = errors
+        seen["lifecycle"] = list(local.lifecycle_results)
+        seen["causes"] = [a.cause for a in local.fleet.failures if a.cause] if local.fleet is not None else []
 
-    result = Simulation(load_scenario(SCENARIOS / f"{name}.yaml"), backend="memory", pace=False).run(
-        after=after
-    )
-    return Run(result=result, history=history)
+    # "checked": every node, pod and Job handed out again is compared with a fresh copy,
+    # so these runs also prove that sharing list objects changes nothing.
+    result = Simulation(
+        load_scenario(SCENARIOS / f"{name}.yaml"), backend="memory", pace=False, lists="checked"
+    ).run(after=after)
+    return Run(result=result, **seen)
 
 
 def assert_invariants_hold(summary: dict[str, Any]) -> None:
@@ -76,6 +88,11 @@ def outage() -> Run:
 @pytest.fixture(scope="module")
 def throttling() -> Run:
     return run("throttling")
+
+
+@pytest.fixture(scope="module")
+def lost() -> Run:
+    return run("instance-lost")
 
 
 def test_burst_spills_to_the_second_region_and_scales_back_to_zero(burst: Run) -> None:
@@ -147,6 +164,28 @@ def test_throttling_and_a_killed_submit_lose_and_double_nothing(throttling: Run)
     )
     # every job ran once: one Start, and no retries
     assert all(reasons.count("Started") == 1 for reasons in throttling.history.values())
+    # the runtime recorded each failed invocation once, in Lambda's own Errors metric
+    assert throttling.lambda_errors == errors
+
+
+def test_an_instance_lost_without_notice_retries_its_job_and_every_invariant_holds(lost: Run) -> None:
+    summary = lost.summary
+    assert_invariants_hold(summary)
+    assert summary["jobs"] == {"SUCCEEDED": 4}
+    assert sum("instance lost without notice: g5-usw2-" in note for note in lost.result.notes) == 1
+    # the job on the lost node lost its pod with it and ran again, within its retries
+    (job,) = [job for job, reasons in lost.history.items() if any(r.startswith("NodeLost") for r in reasons)]
+    assert lost.history[job] == ["Submitted", "Started", "NodeLost:retry 1/2", "Started", "Completed"]
+    # no drain had the chance to note the job before its node went (as a spot reclaim's does)
+    assert not any(r.startswith("NodeLost:") and "retry" not in r for r in lost.history[job])
+    # Auto Scaling's health check took the instance out of service; the terminate hook
+    # ran after the fact and Squall answered it with nothing left to drain
+    assert sum("EC2 health check indicating it has been terminated or stopped" in c for c in lost.causes) == 1
+    (answered,) = [r for r in lost.lifecycle if r["kind"] == "terminate" and r["drainOutcome"] == "no-node"]
+    assert answered["result"] == "CONTINUE"
+    # the group replaced the instance: four scale-ups, yet five instances drained or answered
+    assert summary["scaleUps"] == 4 and summary["drains"] == 5
+    assert summary["functionErrors"] == {}
 
 
 def test_local_run_prints_the_summary_as_its_last_line() -> None:

@@ -53,7 +53,7 @@ def replay(tmp_path: Path, *, max_size: int = 8, idle: str = "PT10M") -> dict[st
         groups_file(tmp_path / f"g-{max_size}-{idle}.yaml", max_size=max_size, idle=idle)
     )
     plan = trace_plan(parse_trace(trace_text()), config)
-    result = Simulation(plan, backend="memory", pace=False).run()
+    result = Simulation(plan, backend="memory", pace=False, lists="checked").run()
     assert result.ok, result.summary
     return result.summary
 

@@ -12,7 +12,9 @@ from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
 from squall.local.memory import InMemoryAutoScaling
+from squall.manifests import render
 from squall.planner import NodeGroup, Resources
+from squall.spec import parse_spec
 
 GROUP = NodeGroup(
     name="p3-usw2",
@@ -165,3 +167,89 @@ def test_throttling_and_region_outage_and_broken_joins() -> None:
     clock.advance(timedelta(minutes=10))
     fleet.advance()
     assert len(fleet.describe_groups([REF])[0].instances) == 1 and cluster.list_nodes() == []
+
+
+def booted(fleet: LocalFleet, clock: VirtualClock) -> str:
+    """One instance launched, its hook answered, booted into a node with its GPUs: its id."""
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    fleet.advance()
+    instance = fleet.describe_groups([REF])[0].instances[0].instance_id
+    if fleet.hooks is not None:
+        fleet.outbox.clear()
+        fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, result="CONTINUE")
+    clock.advance(timedelta(minutes=3))
+    fleet.advance()
+    clock.advance(timedelta(seconds=30))
+    fleet.advance()
+    return instance
+
+
+def run_a_job_on_the_node(cluster: SimulatedCluster) -> str:
+    spec = parse_spec(
+        {"name": "j", "team": "research", "image": "registry.example.com/squall/t:1", "resources": {"gpu": 4}},
+        teams=["research"],
+        registries=["registry.example.com/squall"],
+    )
+    for manifest in render(spec, job_id="j-1", namespace="team-research"):
+        cluster.create(manifest)
+    cluster.set_behaviour("j-1", run_for=timedelta(hours=1))
+    cluster.advance()
+    (pod,) = cluster.list_pods(job_id="j-1")
+    assert pod["status"]["phase"] == "Running"
+    return str(pod["spec"]["nodeName"])
+
+
+def test_a_lost_instance_takes_its_busy_node_at_once_and_the_group_replaces_it() -> None:
+    fleet, clock, cluster = make_fleet(hooks=True)
+    instance = booted(fleet, clock)
+    node = run_a_job_on_the_node(cluster)
+    # when the host fails without notice
+    assert fleet.lose(instance) == node
+    # then its node and pod are gone at once: no notice, nothing drained first
+    assert cluster.list_nodes() == []
+    assert cluster.list_pods(node_name=node) == [] and cluster.list_pods(job_id="j-1") == []
+    (activity,) = fleet.recent_activities([REF], since=clock.start)
+    assert "in response to an EC2 health check indicating it has been terminated or stopped" in activity.cause
+    # Auto Scaling still runs the terminate hook for the health-check replacement, after the fact
+    (event,) = fleet.outbox
+    assert event["detail"]["EC2InstanceId"] == instance
+    assert event["detail"]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    fleet.advance()
+    assert cluster.list_nodes() == [], "while its hook waits, the lost instance does not join again"
+    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-terminate", instance_id=instance, result="CONTINUE")
+    fleet.advance()
+    group = fleet.describe_groups([REF])[0]
+    assert group.desired == 1, "the desired capacity stays"
+    assert [i.instance_id for i in group.instances] != [instance] and len(group.instances) == 1
+    # a node lost to a fault is not a busy node terminated by Squall
+    assert fleet.terminated_busy == []
+
+
+def test_without_hooks_a_lost_instance_is_replaced_at_once() -> None:
+    fleet, clock, cluster = make_fleet()
+    instance = booted(fleet, clock)
+    fleet.lose(instance)
+    fleet.advance()
+    assert cluster.list_nodes() == []
+    (replacement,) = fleet.describe_groups([REF])[0].instances
+    assert replacement.instance_id != instance and fleet.terminated_busy == []
+
+
+def test_the_fleet_says_when_it_next_changes_on_its_own() -> None:
+    fleet, clock, _ = make_fleet(hooks=True)
+    assert fleet.next_event_time() is None
+    fleet.set_desired_capacity(ref=REF, desired=1)
+    fleet.advance()
+    launched = clock.now()
+    # a boot in three minutes, before the launch hook's ten-minute timeout
+    assert fleet.next_event_time() == launched + timedelta(minutes=3)
+    instance = fleet.outbox.pop()["detail"]["EC2InstanceId"]
+    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, result="CONTINUE")
+    clock.advance(timedelta(minutes=3))
+    fleet.advance()
+    assert fleet.next_event_time() == clock.now() + timedelta(seconds=30), "the GPU device plugin"
+    clock.advance(timedelta(seconds=30))
+    fleet.advance()
+    assert fleet.next_event_time() is None
+    fleet.reclaim(instance)
+    assert fleet.next_event_time() == clock.now() + timedelta(minutes=2), "the spot notice runs out"

@@ -12,7 +12,6 @@ from squall import dashboard as spec
 from squall.local.render import (
     dashboard_body,
     graph_series,
-    lambda_error_points,
     local_deployment,
     render_html,
     render_png,
@@ -151,19 +150,38 @@ def test_series_bucket_by_period_and_match_the_whole_dimension_set() -> None:
     assert found.values == [5, 1]
 
 
-def test_lambda_errors_fill_the_functions_graph(board: spec.Dashboard) -> None:
-    graph = next(
-        w
-        for row in board.rows()
-        for w in row
-        if isinstance(w, spec.Graph) and w.title == "Errors and throttles"
-    )
-    points = lambda_error_points(
-        [(START + timedelta(minutes=1), "scale"), (START + timedelta(minutes=1, seconds=5), "scale")]
-    )
-    by_label = {s.label: s.values for s in graph_series(graph, points, start=START)}
-    assert by_label["squall-scale errors"] == [2.0]
-    assert by_label["squall-submit errors"] == []
+def test_lambda_and_sqs_metrics_fill_the_aws_graphs(board: spec.Dashboard) -> None:
+    # given the points the local runtime records as Lambda and SQS publish them
+    graphs = {w.title: w for row in board.rows() for w in row if isinstance(w, spec.Graph)}
+    points = [
+        point(1, "Errors", 1, FunctionName="squall-scale"),
+        point(1.1, "Errors", 1, FunctionName="squall-scale"),
+        point(1.2, "Errors", 0, FunctionName="squall-submit"),
+        point(1.2, "Throttles", 0, FunctionName="squall-submit"),
+        point(1, "Duration", 40, FunctionName="squall-submit"),
+        point(1.5, "Duration", 90, FunctionName="squall-submit"),
+        point(2, "ApproximateNumberOfMessagesVisible", 6, QueueName="squall-jobs"),
+        point(2, "ApproximateAgeOfOldestMessage", 30, QueueName="squall-jobs"),
+        point(2, "ApproximateNumberOfMessagesVisible", 1, QueueName="squall-jobs-dlq"),
+    ]
+    # when each graph reads them
+    errors = {s.label: s.values for s in graph_series(graphs["Errors and throttles"], points, start=START)}
+    durations = {s.label: s.values for s in graph_series(graphs["Duration p90"], points, start=START)}
+    queues = {
+        s.label: s.values
+        for s in graph_series(graphs["Queue depth and age of oldest message"], points, start=START)
+    }
+    # then each lands in its own function's or queue's series, aggregated as CloudWatch does
+    assert errors["squall-scale errors"] == [2.0]
+    assert errors["squall-submit errors"] == [0.0] and errors["squall-submit throttles"] == [0.0]
+    assert errors["squall-drain errors"] == []
+    assert durations["squall-submit"] == [90.0]
+    assert queues == {
+        "squall-jobs": [6.0],
+        "squall-drains": [],
+        "squall-jobs-dlq": [1.0],
+        "age squall-jobs": [30.0],
+    }
 
 
 def test_png_and_html_show_every_widget(board: spec.Dashboard, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from squall.local.demo import demo_scenario
 from squall.local.scenario import (
     FunctionDies,
+    InstanceLost,
     RegionOutage,
     ScenarioError,
     SpotReclaim,
@@ -209,7 +210,22 @@ def test_time_end_needs_its_time() -> None:
     assert plan.end.at == timedelta(hours=2) and plan.end.limit == timedelta(hours=6)
 
 
-@pytest.mark.parametrize("name", ["burst", "spot-reclaim", "region-outage", "throttling"])
+def test_an_instance_lost_selects_nodes_as_terminate_node_does() -> None:
+    plan = compile_scenario(scenario(faults=[{"at": "20m", "type": "instanceLost", "group": "p3-usw2", "count": 2}]))
+    (fault,) = plan.faults
+    assert isinstance(fault, InstanceLost)
+    assert (fault.at, fault.group, fault.count, fault.node, fault.region) == (
+        timedelta(minutes=20), "p3-usw2", 2, None, None
+    )
+    assert errors_of(scenario(faults=[{"at": "1m", "type": "instanceLost", "group": "nope"}])) == [
+        "faults[0].group: no node group nope"
+    ]
+    assert errors_of(scenario(faults=[{"at": "1m", "type": "instanceLost", "count": 0}]))[0].startswith(
+        "faults[0].count: Input should be greater than or equal to 1"
+    )
+
+
+@pytest.mark.parametrize("name", ["burst", "spot-reclaim", "region-outage", "throttling", "instance-lost"])
 def test_every_shipped_scenario_loads(name: str) -> None:
     plan = load_scenario(SCENARIOS / f"{name}.yaml")
     assert plan.name == name and plan.submissions and plan.speed is not None

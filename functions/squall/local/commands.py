@@ -90,7 +90,7 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
     from dataclasses import replace
 
     from squall.local.live import RichView, make_view
-    from squall.local.render import lambda_error_points, write_dashboard
+    from squall.local.render import write_dashboard
     from squall.local.scenario import Simulation
 
     speed = args.speed
@@ -114,12 +114,12 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
     pace = isinstance(view, RichView) or (speed is not None and speed != "max")
     written: list[str] = []
 
-    def after(local: Any, result: Any) -> None:
+    def after(local: Any, _result: Any) -> None:
         if args.dashboard:
             files = write_dashboard(
                 Path(args.dashboard),
                 groups=plan.groups,
-                points=[*local.metrics.points, *lambda_error_points(result.function_errors)],
+                points=local.metrics.points,
                 start=plan.start,
                 end=local.clock.now(),
                 endpoint=local.backend.resources.endpoint if local.backend.resources is not None else None,

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from squall.jobs import JobStatus
 from squall.local.live import RichView, make_view
-from squall.local.render import DashboardFiles, lambda_error_points, write_dashboard
+from squall.local.render import DashboardFiles, write_dashboard
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario import Plan, Simulation, SimulationResult, compile_scenario
 
@@ -169,7 +169,7 @@ def run_demo(
             }
         )
         if dashboard_dir is not None:
-            drawn.append(_dashboard(local, plan, result, dashboard_dir, say))
+            drawn.append(_dashboard(local, plan, dashboard_dir, say))
 
     simulation = Simulation(plan, backend=backend, view=view, pace=isinstance(view, RichView))
     result = simulation.run(before=before, after=after)
@@ -180,15 +180,12 @@ def run_demo(
     return DemoResult(summary=summary, ok=result.ok, dashboard=drawn[0] if drawn else None)
 
 
-def _dashboard(
-    local: LocalRuntime, plan: Plan, result: SimulationResult, directory: Path, say: Callable[[str], None]
-) -> DashboardFiles:
-    points = [*local.metrics.points, *lambda_error_points(result.function_errors)]
+def _dashboard(local: LocalRuntime, plan: Plan, directory: Path, say: Callable[[str], None]) -> DashboardFiles:
     endpoint = local.backend.resources.endpoint if local.backend.resources is not None else None
     files = write_dashboard(
         directory,
         groups=plan.groups,
-        points=points,
+        points=local.metrics.points,
         start=plan.start,
         end=local.clock.now(),
         endpoint=endpoint,

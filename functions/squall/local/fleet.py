@@ -8,6 +8,9 @@ it is hidden from the group's instances and reported as a failed scaling activit
 in AWS's own words, as an insufficient-capacity launch failure is in AWS. An
 instance within capacity becomes a Ready node in the simulated cluster once it
 has booted. Launch times are virtual (first seen on the virtual clock).
+
+Instances also go without Squall asking: a spot reclaim (`reclaim`, with its
+two-minute notice) and a host that fails without any notice (`lose`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ SPOT_CAUSE = (
     "At {at} an instance was taken out of service in response to an EC2 Spot Instance "
     "interruption notice."
 )
+# What Auto Scaling writes when its EC2 health check finds an instance gone (a failed
+# host, an instance retired or terminated outside the group).
+HEALTH_CHECK_CAUSE = (
+    "At {at} an instance was taken out of service in response to an EC2 health check "
+    "indicating it has been terminated or stopped."
+)
 SCALE_IN_CAUSE = (
     "At {at} instance {instance} was taken out of service in response to a user request, "
     "shrinking the capacity from {before} to {after}."
@@ -95,6 +104,7 @@ class _Tracked:
     joins: bool = True  # False: the instance boots but its node never registers
     joined_at: datetime | None = None
     gpus_ready: bool = False
+    lost: bool = False  # EC2 lost it without notice; Auto Scaling has yet to let it go
 
 
 @dataclass
@@ -372,6 +382,37 @@ class LocalFleet:
         self._observed = None
         self.adapter.terminate_instance(region=tracked.region, instance_id=instance_id, decrement=False)
 
+    def lose(self, instance_id: str) -> str | None:
+        """EC2 loses an instance without any notice (a failed host); its node's name, if it had one.
+
+        The instance is gone at once, and its node with it: the pods on it fail as
+        PodGC fails them, with no drain. Auto Scaling's EC2 health check then finds the
+        instance terminated, records a health-check termination and launches a
+        replacement (the desired capacity stays). Its terminate hook still runs, as it
+        does for every health-check replacement, but only after the fact: the
+        lifecycle function finds no node left to drain. The health check notices at
+        once here; in AWS it runs periodically.
+        """
+        tracked = self.tracked.get(instance_id)
+        if tracked is None:
+            raise KeyError(f"no instance {instance_id} in the simulated fleet")
+        node, tracked.node = tracked.node, None
+        tracked.lost = True
+        if node is not None:
+            # Not Squall's doing: it never counts as a busy node Squall terminated.
+            self.cluster.remove_node(node, reason="instance lost without notice")
+            self.nodes_removed += 1
+        self._record_termination(
+            tracked, cause=HEALTH_CHECK_CAUSE.format(at=self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"))
+        )
+        if self.hooks is not None:
+            if not tracked.state.startswith("Terminating"):
+                self._start_terminate_hook(tracked, decrement=False)
+            return node
+        self._observed = None
+        self.adapter.terminate_instance(region=tracked.region, instance_id=instance_id, decrement=False)
+        return node
+
     def break_joins(self, *, region: str, instance_type: str, count: int) -> None:
         """The next `count` instances of a type in a region boot but never join the cluster."""
         self._broken_joins[(region, instance_type)] = count
@@ -394,6 +435,21 @@ class LocalFleet:
 
     # ---- the simulation ------------------------------------------------------
 
+    def next_event_time(self) -> datetime | None:
+        """When the fleet next changes on its own: a boot, a GPU plugin, a hook's timeout."""
+        times: list[datetime] = []
+        for tracked in self.tracked.values():
+            capacity = self._capacity(tracked.region)
+            if tracked.launched and tracked.joins and not tracked.lost and tracked.node is None:
+                times.append(tracked.first_seen + capacity.boot_time)
+            if tracked.node is not None and tracked.joined_at is not None and not tracked.gpus_ready:
+                times.append(tracked.joined_at + capacity.gpu_plugin_delay)
+            if tracked.hook is not None:
+                times.append(tracked.hook.deadline)
+                if tracked.hook.hard_deadline is not None:
+                    times.append(tracked.hook.hard_deadline)
+        return min(times, default=None)
+
     def advance(self) -> None:
         """Turn booted instances into nodes and remove the nodes of terminated instances."""
         now = self.clock.now()
@@ -408,7 +464,13 @@ class LocalFleet:
                 del self.tracked[instance_id]
                 continue
             boot = self._capacity(tracked.region).boot_time
-            if tracked.launched and tracked.joins and tracked.node is None and now - tracked.first_seen >= boot:
+            if (
+                tracked.launched
+                and tracked.joins
+                and not tracked.lost
+                and tracked.node is None
+                and now - tracked.first_seen >= boot
+            ):
                 self._join(tracked)
             elif (
                 tracked.node is not None

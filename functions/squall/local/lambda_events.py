@@ -1,7 +1,9 @@
 """Events in exactly the shape AWS hands them to Lambda, for the local runtime.
 
 The local runtime feeds the same handlers Lambda runs; these builders produce the
-event documents the SQS event source mapping and EventBridge would deliver.
+event documents the SQS event source mapping and EventBridge would deliver, the
+context object Lambda passes, the functions' names, and the kill that ends an
+invocation half way.
 """
 
 from __future__ import annotations
@@ -14,6 +16,21 @@ from datetime import datetime
 from typing import Any
 
 ACCOUNT = "123456789012"
+FUNCTION_PREFIX = "squall"
+HANDLERS = ("submit", "scale", "reconcile", "lifecycle", "drain")
+
+
+def function_name(handler: str) -> str:
+    """The Lambda function running a handler, as the local deployment names it."""
+    return f"{FUNCTION_PREFIX}-{handler}"
+
+
+class InvocationKilled(BaseException):
+    """A function invocation killed half way, as a Lambda timeout or out-of-memory kills it.
+
+    A BaseException on purpose: the functions catch `Exception` to fail one message
+    or one job at a time, and a killed process gives them no chance to do that.
+    """
 
 
 def sqs_event(messages: Sequence[Mapping[str, Any]], *, queue_arn: str, region: str) -> dict[str, Any]:

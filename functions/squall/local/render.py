@@ -14,9 +14,10 @@ Series are aggregated as CloudWatch aggregates them: points whose namespace, nam
 and full dimension set match the graphed metric (powertools adds ``service`` to
 every metric it emits), bucketed by the metric's period, reduced by its statistic
 (Sum, Average, Minimum, Maximum, pNN nearest-rank); an empty period is a gap.
-AWS-namespace metrics (SQS, Lambda) are not emitted by Squall's code; the local
-runtime only knows Lambda errors (failed or killed invocations), so the other
-AWS series show no data.
+AWS-namespace metrics are not emitted by Squall's code: the local runtime records
+them in the same recorder, as Lambda and SQS would publish them (Invocations,
+Errors, Duration, Throttles per FunctionName; queue depth and age of the oldest
+message per QueueName).
 """
 
 from __future__ import annotations
@@ -33,18 +34,14 @@ from typing import Any
 
 from squall import dashboard as spec
 from squall.local.aws import DEAD_LETTER_QUEUE, DRAIN_QUEUE, JOBS_QUEUE, REGION
+from squall.local.lambda_events import FUNCTION_PREFIX, HANDLERS, function_name
 from squall.planner import NodeGroup
 from squall.telemetry import NAMESPACE, SERVICE, RecordedMetric
 
-PREFIX = "squall"
-HANDLERS = ("submit", "scale", "reconcile", "lifecycle", "drain")
+PREFIX = FUNCTION_PREFIX
 DEFAULT_INTERVAL = "-PT3H"  # the CDK construct's default_interval
 UNIT_HEIGHT_INCHES = 0.42
 FIGURE_WIDTH_INCHES = 22.0
-
-
-def function_name(handler: str) -> str:
-    return f"{PREFIX}-{handler}"
 
 
 def local_deployment(groups: Sequence[NodeGroup]) -> spec.Deployment:
@@ -57,16 +54,6 @@ def local_deployment(groups: Sequence[NodeGroup]) -> spec.Deployment:
         dead_letter_queues=(DEAD_LETTER_QUEUE,),
         groups=tuple(spec.GroupRef(g.name, g.region) for g in groups),
     )
-
-
-def lambda_error_points(errors: Iterable[tuple[datetime, str]]) -> list[RecordedMetric]:
-    """Failed or killed invocations as Lambda reports them (AWS/Lambda Errors per function)."""
-    return [
-        RecordedMetric(
-            at=at, name="Errors", value=1.0, unit="Count", dimensions={"FunctionName": function_name(f)}
-        )
-        for at, f in errors
-    ]
 
 
 # ---- the dashboard body, as the CDK construct synthesises it ----------------------------------

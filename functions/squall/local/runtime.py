@@ -5,16 +5,32 @@ virtual clock. Each step it drains the jobs queue into the submit handler in SQS
 batches (deleting what succeeded, as the event source mapping does), advances the
 cluster, and fires the schedules that are due. Nothing here decides anything about
 jobs: that is the handlers' code, unchanged.
+
+Every invocation goes through `LocalRuntime.invoke`, which plays Lambda's part: it
+records Lambda's own metrics for the invocation (Invocations, Errors, Duration,
+Throttles per FunctionName) and, when the handler raised or was killed, what its
+trigger does next:
+
+- an SQS batch (jobs or drain queue) is not deleted: its messages come back after
+  the visibility timeout, one receive further towards the dead-letter queue;
+- an EventBridge invocation (a schedule, a scale-check request, a lifecycle action)
+  is asynchronous: Lambda retries it as often as the function allows
+  (`ASYNC_RETRIES`, as the CDK stack configures them), then drops it. A schedule
+  fires again on its next period either way.
+
+Before each step it samples the queues for the SQS metrics the dashboard graphs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
+import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -23,9 +39,14 @@ from typing import Any
 from squall import runtime
 from squall.drain_queue import InMemoryDrainQueue
 from squall.drain_store import DynamoDrainStore
+from squall.events import MAX_JOB_IDS
 from squall.fleet import AutoScalingFleet
 from squall.jobs import Job, JobEvent, is_terminal
+from squall.lifecycle import DrainStepMessage
 from squall.local.aws import (
+    DEAD_LETTER_QUEUE,
+    DRAIN_QUEUE,
+    JOBS_QUEUE,
     MAX_RECEIVE_COUNT,
     REGION,
     LocalResources,
@@ -37,7 +58,14 @@ from squall.local.aws import (
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
-from squall.local.lambda_events import LocalContext, eventbridge_event, scheduled_event, sqs_event
+from squall.local.lambda_events import (
+    InvocationKilled,
+    LocalContext,
+    eventbridge_event,
+    function_name,
+    scheduled_event,
+    sqs_event,
+)
 from squall.local.memory import InMemoryAutoScaling, InMemoryDrainStore, InMemoryJobStore, InMemoryScaleState
 from squall.local.queues import LocalQueue, MemoryQueue, SqsQueue
 from squall.planner import NodeGroup
@@ -45,12 +73,22 @@ from squall.planner.offline import parse_groups
 from squall.settings import PolicySettings, Settings
 from squall.state import DynamoScaleState
 from squall.store import DynamoJobStore
-from squall.telemetry import SERVICE, RecordingMetrics
+from squall.telemetry import SERVICE, RecordedMetric, RecordingMetrics
 
 DEFAULT_TEAMS = {"research": "team-research", "vision": "team-vision"}
 DEFAULT_REGISTRIES = ["registry.example.com/squall", "123456789012.dkr.ecr.us-west-2.amazonaws.com"]
 SQS_BATCH_SIZE = 10
 DRAIN_QUEUE_ARN = "arn:aws:sqs:us-west-2:123456789012:squall-drains"
+# A drain-queue message that failed is visible again after this long.
+DRAIN_VISIBILITY_TIMEOUT = timedelta(seconds=30)
+# Receives before the drain queue's redrive dead-letters a message (the stack's DRAIN_MAX_RECEIVE_COUNT).
+DRAIN_MAX_RECEIVE_COUNT = 10
+# How often Lambda retries a failed asynchronous (EventBridge) invocation, per function,
+# as stacks/constants.py configures them (async_retries; unset there: Lambda's default
+# of 2). Scale and reconcile retry nothing: the next minute's run supersedes a failed one.
+ASYNC_RETRIES = {"scale": 0, "reconcile": 0, "lifecycle": 2}
+# Lambda waits a minute before the first retry of a failed asynchronous event, two before the second.
+ASYNC_RETRY_DELAYS = (timedelta(minutes=1), timedelta(minutes=2))
 
 
 @dataclass
@@ -69,6 +107,26 @@ class Schedule:
     every: timedelta
     invoke: Callable[[], Any]
     next_at: datetime
+
+
+@dataclass(frozen=True)
+class FunctionError:
+    """An invocation that raised or was killed: one in Lambda's Errors metric."""
+
+    at: datetime
+    function: str  # the handler: submit, scale, reconcile, lifecycle or drain
+    error: str
+    killed: bool = False  # killed half way (a timeout, out of memory) rather than raising
+
+
+@dataclass(frozen=True)
+class PendingRetry:
+    """A failed asynchronous event that Lambda will invoke the function with again."""
+
+    due: datetime
+    function: str
+    event: dict[str, Any]
+    attempt: int  # the retry this will be: 1 or 2
 
 
 @dataclass
@@ -192,6 +250,17 @@ class LocalRuntime:
         self.lifecycle_results: list[dict[str, Any]] = []
         self.scale_results: list[dict[str, Any]] = []
         self.deliveries = DeliveryStats()
+        # every invocation that raised or was killed, oldest first (the summary's functionErrors)
+        self.function_errors: list[FunctionError] = []
+        self.pending_retries: list[PendingRetry] = []
+        # (when, function) of asynchronous events dropped once their retries were spent
+        self.dropped_events: list[tuple[datetime, str]] = []
+        self.drain_dead_letters: list[DrainStepMessage] = []
+        self._drain_receives: Counter[DrainStepMessage] = Counter()
+        self._handlers: dict[str, Callable[[Any, Any], Any]] = {}
+        self._dimensions: dict[str, dict[str, str]] = {}
+        self._sampled_at: datetime | None = None
+        self._gauges: dict[tuple[str, str], RecordedMetric] = {}
         # message ids that SQS will hand over twice (at-least-once delivery, on purpose)
         self.deliver_twice: set[str] = set()
         self.schedules: list[Schedule] = []
@@ -261,67 +330,159 @@ class LocalRuntime:
     def add_schedule(self, every: timedelta, invoke: Callable[[], Any]) -> None:
         self.schedules.append(Schedule(every=every, invoke=invoke, next_at=self.clock.now() + every))
 
+    # ---- invocations -------------------------------------------------------
+
+    def invoke(self, handler: str, event: Mapping[str, Any]) -> dict[str, Any] | None:
+        """One invocation of a function, as Lambda runs it: its response, or None if it failed.
+
+        Lambda's metrics for it go to `metrics` (dimension FunctionName); a failure
+        (an exception, or the invocation killed half way) goes to `function_errors`.
+        What becomes of a failed event is its trigger's business: see the callers.
+        """
+        function = function_name(handler)
+        started = time.perf_counter()
+        failure: FunctionError | None = None
+        response: dict[str, Any] | None = None
+        try:
+            response = self._handler(handler)(event, LocalContext(function_name=function)) or {}
+        except InvocationKilled as killed:
+            failure = FunctionError(at=self.clock.now(), function=handler, error=str(killed), killed=True)
+        except Exception as error:
+            failure = FunctionError(at=self.clock.now(), function=handler, error=str(error))
+        # The handler's real (wall-clock) time: the virtual clock stands still while an
+        # invocation runs, so it cannot say how long one took.
+        duration_ms = (time.perf_counter() - started) * 1000
+        # One dimensions mapping per function, shared by its points: a replay records
+        # four points for each of tens of thousands of invocations.
+        dimensions = self._dimensions.setdefault(function, {"FunctionName": function})
+        at = self.clock.now()
+        self.metrics.points += [
+            RecordedMetric(at=at, name="Invocations", value=1.0, unit="Count", dimensions=dimensions),
+            RecordedMetric(at=at, name="Errors", value=float(failure is not None), unit="Count", dimensions=dimensions),
+            RecordedMetric(at=at, name="Duration", value=duration_ms, unit="Milliseconds", dimensions=dimensions),
+            # Invocations run one at a time here, with no concurrency limit to hit: none is throttled.
+            RecordedMetric(at=at, name="Throttles", value=0.0, unit="Count", dimensions=dimensions),
+        ]
+        if failure is not None:
+            self.function_errors.append(failure)
+        return response
+
+    def invoke_async(self, handler: str, event: dict[str, Any], *, attempt: int = 0) -> dict[str, Any] | None:
+        """An EventBridge invocation: a failed one is retried as Lambda retries asynchronous events."""
+        response = self.invoke(handler, event)
+        if response is None:
+            if attempt < ASYNC_RETRIES.get(handler, len(ASYNC_RETRY_DELAYS)):
+                self.pending_retries.append(
+                    PendingRetry(
+                        due=self.clock.now() + ASYNC_RETRY_DELAYS[attempt],
+                        function=handler,
+                        event=event,
+                        attempt=attempt + 1,
+                    )
+                )
+            else:
+                # No dead-letter queue or on-failure destination: Lambda discards the event.
+                self.dropped_events.append((self.clock.now(), handler))
+            return None
+        if handler == "scale":
+            self.scale_results.append({"at": self.clock.now()} | response)
+        elif handler == "lifecycle":
+            self.lifecycle_results.append({"at": self.clock.now(), "event": event["detail-type"]} | response)
+        return response
+
+    def _handler(self, handler: str) -> Callable[[Any, Any], Any]:
+        if handler not in self._handlers:
+            self._handlers[handler] = importlib.import_module(f"squall.handlers.{handler}").handler
+        return self._handlers[handler]
+
     # ---- the queue ---------------------------------------------------------
 
     def send(self, body: Mapping[str, Any] | str) -> str:
         """Drop a message on the jobs queue, as `squall submit` or a user's SendMessage does."""
-        return self.queue.send(body if isinstance(body, str) else json.dumps(body))
+        return self.queue.send(body if isinstance(body, str) else json.dumps(body), at=self.clock.now())
 
     def deliver(self) -> int:
-        """Hand every visible message to the submit handler in batches of up to 10."""
-        from squall.handlers import submit
+        """Hand every visible message to the submit handler in batches of up to 10.
 
+        A batch whose invocation failed is deleted in no part and delivery stops for
+        this step: its messages are visible again at the next one (visibility timeout
+        0 here), their receive counts one higher, so the redrive policy still applies.
+        """
         handled = 0
         while True:
             messages = self.queue.receive(SQS_BATCH_SIZE)
             if not messages:
                 return handled
-            event = sqs_event(messages, queue_arn=self.queue.arn, region=REGION)
-            response = submit.handler(event, LocalContext(function_name="squall-submit"))
+            response = self.invoke("submit", sqs_event(messages, queue_arn=self.queue.arn, region=REGION))
             self.deliveries.batches += 1
             self.deliveries.messages += len(messages)
+            handled += len(messages)
+            if response is None:
+                self.deliveries.failures += len(messages)
+                return handled
             failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
             self.deliveries.failures += len(failed)
             twice = [m for m in messages if m["MessageId"] in self.deliver_twice and m["MessageId"] not in failed]
             if twice:
                 # The same records again, as an at-least-once queue may deliver them.
                 self.deliver_twice.difference_update(m["MessageId"] for m in twice)
-                submit.handler(
-                    sqs_event(twice, queue_arn=self.queue.arn, region=REGION),
-                    LocalContext(function_name="squall-submit"),
-                )
+                again = self.invoke("submit", sqs_event(twice, queue_arn=self.queue.arn, region=REGION))
                 self.deliveries.redelivered += len(twice)
+                if again is None:
+                    failed.update(m["MessageId"] for m in twice)
             self.queue.delete([m["ReceiptHandle"] for m in messages if m["MessageId"] not in failed])
-            handled += len(messages)
 
     def dead_letters(self) -> list[dict[str, Any]]:
         return self.queue.dead_letters()
 
-    # ---- schedules ---------------------------------------------------------
+    def record_queue_metrics(self) -> None:
+        """SQS's metrics for the queues the dashboard graphs, sampled before delivery.
 
-    def invoke_reconcile(self) -> dict[str, Any]:
-        from squall.handlers import reconcile
+        Sampled once per instant (a step at the same instant adds nothing new). SQS
+        publishes them once a minute: each minute keeps one point, its largest sample,
+        which is what the dashboard's Maximum statistic reads.
+        """
+        now = self.clock.now()
+        if now == self._sampled_at:
+            return
+        self._sampled_at = now
+        depth = self.queue.depth()
+        age = (now - depth.oldest_sent_at).total_seconds() if depth.oldest_sent_at is not None else 0.0
+        drains_visible = sum(1 for queued in self.drain_queue.waiting if queued.due_at <= now)
+        self._queue_gauge("ApproximateNumberOfMessagesVisible", JOBS_QUEUE, depth.visible, unit="Count")
+        self._queue_gauge("ApproximateAgeOfOldestMessage", JOBS_QUEUE, max(age, 0.0), unit="Seconds")
+        self._queue_gauge("ApproximateNumberOfMessagesVisible", DEAD_LETTER_QUEUE, depth.dead_letters, unit="Count")
+        self._queue_gauge("ApproximateNumberOfMessagesVisible", DRAIN_QUEUE, drains_visible, unit="Count")
 
+    def _queue_gauge(self, name: str, queue: str, value: float, *, unit: str) -> None:
+        now = self.clock.now()
+        last = self._gauges.get((name, queue))
+        if last is not None and _minute(last.at) == _minute(now):
+            last.value = max(last.value, value)
+            return
+        point = RecordedMetric(at=now, name=name, value=float(value), unit=unit, dimensions={"QueueName": queue})
+        self.metrics.points.append(point)
+        self._gauges[(name, queue)] = point
+
+    # ---- schedules and events ------------------------------------------------
+
+    def invoke_reconcile(self) -> dict[str, Any] | None:
         event = scheduled_event(rule="squall-reconcile", at=self.clock.now(), region=REGION)
-        result: dict[str, Any] = reconcile.handler(event, LocalContext(function_name="squall-reconcile"))
-        return result
+        return self.invoke_async("reconcile", event)
 
-    def invoke_scale(self, *, trigger: str = "schedule") -> dict[str, Any]:
-        from squall.handlers import scale
-
+    def invoke_scale(self, *, trigger: str = "schedule", job_ids: Sequence[str] = ()) -> dict[str, Any] | None:
         if trigger == "schedule":
             event = scheduled_event(rule="squall-scale", at=self.clock.now(), region=REGION)
         else:
             event = eventbridge_event(
                 source="squall.jobs",
                 detail_type="Scale Check Requested",
-                detail={"reason": trigger},
+                # As EventBridgeScaleRequests puts it: at most MAX_JOB_IDS named, all counted.
+                detail={"reason": trigger, "jobIds": list(job_ids[:MAX_JOB_IDS]), "jobCount": len(job_ids)},
                 at=self.clock.now(),
                 region=REGION,
             )
-        result: dict[str, Any] = scale.handler(event, LocalContext(function_name="squall-scale"))
-        self.scale_results.append({"at": self.clock.now()} | result)
-        return result
+        return self.invoke_async("scale", event)
 
     def answer_scale_requests(self) -> None:
         """Scale-check requests wait out the debounce, then trigger one check (EventBridge in AWS)."""
@@ -330,41 +491,63 @@ class LocalRuntime:
         first = self.scale_requests.requests[0][0]
         if self.clock.now() - first >= self.settings.policy.scale_check_debounce:
             reasons = sorted({reason for _, reason, _ in self.scale_requests.requests})
+            job_ids = tuple(dict.fromkeys(j for _, _, ids in self.scale_requests.requests for j in ids))
             self.scale_requests.requests.clear()
-            self.invoke_scale(trigger=",".join(reasons))
+            self.invoke_scale(trigger=",".join(reasons), job_ids=job_ids)
 
     def deliver_lifecycle_events(self) -> None:
         """The hooks' events to the lifecycle function, as the EventBridge rule does."""
         if self.fleet is None or not self.fleet.outbox:
             return
-        from squall.handlers import lifecycle
-
         events, self.fleet.outbox = self.fleet.outbox, []
         for event in events:
-            result = lifecycle.handler(event, LocalContext(function_name="squall-lifecycle"))
-            self.lifecycle_results.append({"at": self.clock.now(), "event": event["detail-type"]} | result)
+            self.invoke_async("lifecycle", event)
+
+    def deliver_retries(self) -> None:
+        """Failed asynchronous events whose retry is due, to their function again."""
+        now = self.clock.now()
+        due = [r for r in self.pending_retries if r.due <= now]
+        if not due:
+            return
+        self.pending_retries = [r for r in self.pending_retries if r.due > now]
+        for retry in sorted(due, key=lambda r: r.due):
+            self.invoke_async(retry.function, retry.event, attempt=retry.attempt)
 
     def deliver_drain_steps(self) -> None:
         """Drain-queue messages that are due, in batches of 10, to the drain function.
 
-        A step the function reports as failed comes back after the visibility
-        timeout (30 s here), as SQS would deliver it again.
+        A step the function reports as failed, or every step of a batch whose
+        invocation failed, comes back after the visibility timeout (30 s here), as
+        SQS would deliver it again; after DRAIN_MAX_RECEIVE_COUNT receives the
+        queue's redrive moves it to `drain_dead_letters` instead.
         """
-        from squall.handlers import drain
-
         due = self.drain_queue.take_due()
         for start in range(0, len(due), SQS_BATCH_SIZE):
             batch = due[start : start + SQS_BATCH_SIZE]
+            self._drain_receives.update(batch)
             messages = [
-                {"MessageId": f"drain-{id(m)}-{i}", "ReceiptHandle": "local", "Body": m.body(), "Attributes": {}}
+                {
+                    "MessageId": f"drain-{id(m)}-{i}",
+                    "ReceiptHandle": "local",
+                    "Body": m.body(),
+                    "Attributes": {"ApproximateReceiveCount": str(self._drain_receives[m])},
+                }
                 for i, m in enumerate(batch)
             ]
-            event = sqs_event(messages, queue_arn=DRAIN_QUEUE_ARN, region=REGION)
-            response = drain.handler(event, LocalContext(function_name="squall-drain"))
-            failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+            response = self.invoke("drain", sqs_event(messages, queue_arn=DRAIN_QUEUE_ARN, region=REGION))
+            failed = (
+                {m["MessageId"] for m in messages}
+                if response is None
+                else {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+            )
             for message, step in zip(messages, batch, strict=True):
-                if message["MessageId"] in failed:
-                    self.drain_queue.send_step(step, delay=timedelta(seconds=30))
+                if message["MessageId"] not in failed:
+                    self._drain_receives.pop(step, None)
+                elif self._drain_receives[step] >= DRAIN_MAX_RECEIVE_COUNT:
+                    self._drain_receives.pop(step, None)
+                    self.drain_dead_letters.append(step)
+                else:
+                    self.drain_queue.send_step(step, delay=DRAIN_VISIBILITY_TIMEOUT)
 
     def run_due_schedules(self) -> None:
         now = self.clock.now()
@@ -375,14 +558,34 @@ class LocalRuntime:
 
     # ---- time --------------------------------------------------------------
 
+    def next_event_time(self) -> datetime | None:
+        """When the runtime next has something to do of its own accord, None if never.
+
+        The earliest of: a schedule, the debounced scale-check request, a drain-queue
+        message coming due, a retry of a failed asynchronous event, and the fleet's
+        own changes (a boot, a GPU plugin, a lifecycle hook timing out).
+        """
+        times = [schedule.next_at for schedule in self.schedules]
+        times.extend(retry.due for retry in self.pending_retries)
+        if (drain_due := self.drain_queue.next_due()) is not None:
+            times.append(drain_due)
+        if self.fleet is not None:
+            if self.scale_requests.requests:
+                times.append(self.scale_requests.requests[0][0] + self.settings.policy.scale_check_debounce)
+            if (fleet_due := self.fleet.next_event_time()) is not None:
+                times.append(fleet_due)
+        return min(times, default=None)
+
     def step(self, delta: timedelta) -> None:
         """Deliver what is queued, let the cluster run, fire due schedules, move time on."""
+        self.record_queue_metrics()
         self.deliver()
         self.answer_scale_requests()
         if self.fleet is not None:
             self.fleet.advance()
         self.cluster.advance()
         self.deliver_lifecycle_events()
+        self.deliver_retries()
         self.deliver_drain_steps()
         self.run_due_schedules()
         self.clock.advance(delta)
@@ -420,3 +623,7 @@ class LocalRuntime:
     def all_finished(self) -> bool:
         jobs = self.jobs()
         return bool(jobs) and all(is_terminal(job.status) for job in jobs)
+
+
+def _minute(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)

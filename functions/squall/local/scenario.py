@@ -8,12 +8,17 @@ into strict models (every error names its field), compiled into a `Plan`, and a
 
 - Arrivals are sent to the jobs queue at their time, their pods told how long to
   run and whether to fail.
-- Faults happen at their time: a node terminated, a spot instance reclaimed, a
-  region out of capacity, Auto Scaling or Kubernetes API throttling, a function
-  invocation killed half way.
+- Faults happen at their time: a node terminated, a spot instance reclaimed, an
+  instance lost without notice, a region out of capacity, Auto Scaling or
+  Kubernetes API throttling, a function invocation killed half way.
 - The clock jumps from one interesting moment to the next (an arrival, a fault, a
-  schedule, a debounced scale request, an instance finishing its boot, a pod
-  finishing) instead of ticking: a quiet hour costs a handful of steps.
+  pod finishing, or whatever the runtime says it does next: a schedule, a debounced
+  scale request, a retry, an instance finishing its boot) instead of ticking: a
+  quiet hour costs a handful of steps.
+
+The runtime owns its function invocations: a failed one is recorded, counted in
+Lambda's metrics and retried (or not) by its trigger there; the simulation only
+reads the failures for its notes and summary.
 
 Trace replay (`squall simulate`) builds a Plan from a CSV instead of a file.
 """
@@ -30,7 +35,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import Annotated, Any, Literal, Protocol
 
 import yaml
@@ -53,11 +57,9 @@ from squall.local.fleet import RegionCapacity
 from squall.local.runtime import DEFAULT_REGISTRIES, DEFAULT_TEAMS, LocalRuntime
 from squall.local.summary import (
     Invariants,
-    InvocationKilled,
     ObservedCluster,
     Recorder,
     build_summary,
-    fleet_event_times,
     instances,
     invariants,
 )
@@ -193,6 +195,12 @@ class SpotReclaim(_NodeSelector):
     type: Literal["spotReclaim"]
 
 
+class InstanceLost(_NodeSelector):
+    """Instances gone without any notice (a failed host): no drain; their groups replace them."""
+
+    type: Literal["instanceLost"]
+
+
 class RegionOutage(StrictModel):
     """A region can launch no more instances of these types (default: every type its groups use)."""
 
@@ -233,10 +241,18 @@ class FunctionDies(StrictModel):
 
 
 Fault = Annotated[
-    TerminateNode | SpotReclaim | RegionOutage | CapacityChange | Throttle | FunctionDies,
+    TerminateNode | SpotReclaim | InstanceLost | RegionOutage | CapacityChange | Throttle | FunctionDies,
     Field(discriminator="type"),
 ]
-FAULT_TYPES = ("terminateNode", "spotReclaim", "regionOutage", "capacity", "throttle", "functionDies")
+FAULT_TYPES = (
+    "terminateNode",
+    "spotReclaim",
+    "instanceLost",
+    "regionOutage",
+    "capacity",
+    "throttle",
+    "functionDies",
+)
 
 
 class EndModel(StrictModel):
@@ -576,15 +592,19 @@ class Simulation:
         view: View | None = None,
         pace: bool = True,
         log_level: int | None = None,
+        lists: str = "shared",
     ) -> None:
+        """`lists`: SimulatedCluster's list mode; tests pass "checked" to prove sharing safe."""
         self.plan = plan
         self.backend = backend
+        self.lists = lists
         self.view = view
         self.pace = pace and plan.speed is not None
         self.log_level = log_level
         self.notes: list[str] = []
         self.expected_ids: list[str] = []  # accepted submissions: each must end in a final state
         self._open: set[str] = set()  # of those, the ones not yet seen final
+        self._errors_noted = 0  # the runtime's function errors already told as notes
 
     def run(
         self,
@@ -596,7 +616,9 @@ class Simulation:
         plan = self.plan
         started = time.monotonic()
         clock = VirtualClock(plan.start)
-        cluster = ObservedCluster(clock=clock, default_run_for=plan.default_run_time)
+        # Squall's functions only read what they list: shared objects spare a copy of
+        # every node and pod per scale check (SimulatedCluster's `lists`).
+        cluster = ObservedCluster(clock=clock, default_run_for=plan.default_run_time, lists=self.lists)
         with LocalRuntime.start(
             clock=clock,
             cluster=cluster,
@@ -630,14 +652,14 @@ class Simulation:
             ) | {
                 "virtualSeconds": int(clock.elapsed.total_seconds()),
                 "wallSeconds": round(time.monotonic() - started, 2),
-                "functionErrors": dict(sorted(Counter(f for _, f in recorder.function_errors).items())),
+                "functionErrors": dict(sorted(Counter(e.function for e in local.function_errors).items())),
                 "finished": finished,
             }
             result = SimulationResult(
                 summary=summary,
                 finished=finished,
                 checks=checks,
-                function_errors=list(recorder.function_errors),
+                function_errors=[(e.at, e.function) for e in local.function_errors],
                 notes=self.notes,
             )
             if after is not None:
@@ -662,7 +684,7 @@ class Simulation:
             while next_fault < len(faults) and faults[next_fault].at <= elapsed:
                 self._fault(local, cluster, recorder, faults[next_fault])
                 next_fault += 1
-            self._settle(local, recorder)
+            self._settle(local)
             recorder.observe()
             if self.view is not None:
                 self.view.update(local, recorder)
@@ -680,7 +702,7 @@ class Simulation:
             upcoming = min(
                 [
                     deadline,
-                    *self._squall_events(local),
+                    *([runtime_event] if (runtime_event := local.next_event_time()) is not None else []),
                     *([plan.start + submissions[next_submission].at] if not all_sent else []),
                     *([plan.start + faults[next_fault].at] if next_fault < len(faults) else []),
                     *([plan.start + plan.end.at] if plan.end.at is not None else []),
@@ -703,59 +725,36 @@ class Simulation:
                 time.sleep(delay)
         clock.advance_to(to)
 
-    def _squall_events(self, local: LocalRuntime) -> Iterator[datetime]:
-        """When the runtime next has something to do at its own initiative."""
-        yield from (schedule.next_at for schedule in local.schedules)
-        if local.scale_requests.requests:
-            yield local.scale_requests.requests[0][0] + local.settings.policy.scale_check_debounce
-        drain_queue = getattr(local, "drain_queue", None)
-        next_due = getattr(drain_queue, "next_due", None)
-        if callable(next_due) and (due := next_due()) is not None:
-            yield due
-        if local.fleet is not None:
-            yield from fleet_event_times(local.fleet)
+    def _settle(self, local: LocalRuntime) -> None:
+        """Step the runtime at this instant until what it did needs nothing more at this instant.
 
-    def _settle(self, local: LocalRuntime, recorder: Recorder) -> None:
-        """Step the runtime at this instant until what it did needs nothing more at this instant."""
+        A failed invocation counts as activity: a failed SQS batch is visible again
+        at once (visibility timeout 0), and the next step delivers it again.
+        """
         for _ in range(MAX_SETTLE_STEPS):
             before = self._activity(local)
-            try:
-                local.step(ZERO)
-            except InvocationKilled as killed:
-                self._failed(local, recorder, killed, f"was killed half way ({killed})")
-                continue
-            except Exception as error:
-                # A function raised: Lambda records an error and its trigger tries again
-                # later. Anything raised outside the functions is the simulator's own bug.
-                if _function_of(error) == "unknown":
-                    raise
-                self._failed(local, recorder, error, f"failed: {error}")
-                continue
+            local.step(ZERO)
+            self._note_errors(local)
             if self._activity(local) == before:
                 return
 
-    def _failed(self, local: LocalRuntime, recorder: Recorder, error: BaseException, what: str) -> None:
-        function = _function_of(error)
-        recorder.function_errors.append((local.clock.now(), function))
-        self._note(local.clock.elapsed, f"the {function} function {what}")
-        # A scheduled invocation that failed is not run again at once: EventBridge
-        # invokes the function again on its next period (a failed SQS batch, by
-        # contrast, is visible again at once: the queue's visibility timeout is 0).
-        now = local.clock.now()
-        for schedule in local.schedules:
-            if schedule.next_at <= now and getattr(schedule.invoke, "__name__", "") == f"invoke_{function}":
-                schedule.next_at += schedule.every
+    def _note_errors(self, local: LocalRuntime) -> None:
+        for error in local.function_errors[self._errors_noted :]:
+            what = f"was killed half way ({error.error})" if error.killed else f"failed: {error.error}"
+            self._note(error.at - self.plan.start, f"the {error.function} function {what}")
+        self._errors_noted = len(local.function_errors)
 
     @staticmethod
     def _activity(local: LocalRuntime) -> tuple[int, ...]:
         """What changes when a step did something that may need another step at this instant."""
         fleet = local.fleet
         if fleet is None:
-            return (len(local.scale_results),)
+            return (len(local.scale_results), len(local.function_errors))
         return (
             len(local.scale_results),
-            len(getattr(local, "lifecycle_results", ())),
-            len(getattr(fleet, "outbox", ())),
+            len(local.function_errors),
+            len(local.lifecycle_results),
+            len(fleet.outbox),
             fleet.nodes_added,
             fleet.nodes_removed,
         )
@@ -814,7 +813,7 @@ class Simulation:
     def _fault(self, local: LocalRuntime, cluster: ObservedCluster, recorder: Recorder, fault: Any) -> None:
         fleet = local.fleet
         at = local.clock.elapsed
-        if isinstance(fault, TerminateNode | SpotReclaim):
+        if isinstance(fault, TerminateNode | SpotReclaim | InstanceLost):
             if fleet is None:
                 return
             victims = self._pick_nodes(local, fault)
@@ -823,8 +822,15 @@ class Simulation:
                 if instance_id is None:
                     continue
                 recorder.reclaimed_nodes.add(node)
-                fleet.reclaim(instance_id)
-            what = "spot reclaim" if isinstance(fault, SpotReclaim) else "node terminated"
+                if isinstance(fault, InstanceLost):
+                    fleet.lose(instance_id)
+                else:
+                    fleet.reclaim(instance_id)
+            what = {
+                SpotReclaim: "spot reclaim",
+                TerminateNode: "node terminated",
+                InstanceLost: "instance lost without notice",
+            }[type(fault)]
             self._note(at, f"{what}: {', '.join(victims) or 'no node matched'}")
         elif isinstance(fault, RegionOutage):
             if fleet is None:
@@ -866,7 +872,7 @@ class Simulation:
                 at, f"the function making Kubernetes call {fault.call} #{fault.after + 1} will be killed"
             )
 
-    def _pick_nodes(self, local: LocalRuntime, fault: TerminateNode | SpotReclaim) -> list[str]:
+    def _pick_nodes(self, local: LocalRuntime, fault: _NodeSelector) -> list[str]:
         fleet = local.fleet
         if fleet is None:
             return []
@@ -897,15 +903,3 @@ def _gpus_held(pods: list[dict[str, Any]]) -> int:
         for container in pod.get("spec", {}).get("containers", []):
             held += int((container.get("resources", {}).get("requests") or {}).get("nvidia.com/gpu", 0) or 0)
     return held
-
-
-def _function_of(killed: BaseException) -> str:
-    """Which handler the kill passed through on its way out (the innermost one)."""
-    function = "unknown"
-    trace: TracebackType | None = killed.__traceback__
-    while trace is not None:
-        module = str(trace.tb_frame.f_globals.get("__name__", ""))
-        if module.startswith("squall.handlers."):
-            function = module.rsplit(".", 1)[1]
-        trace = trace.tb_next
-    return function

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from squall.jobs import Job, is_terminal
 from squall.local.cluster import SimulatedCluster
-from squall.local.fleet import LocalFleet, RegionCapacity
+from squall.local.fleet import LocalFleet
+from squall.local.lambda_events import InvocationKilled
 from squall.manifests import JOB_ID
 from squall.planner import NodeGroup
 from squall.ports import Clock, KubeObject
@@ -38,14 +39,6 @@ from squall.telemetry import Metric, RecordingMetrics
 
 # Cluster port methods that change something: where a function can die half way.
 MUTATING_CALLS = ("create", "delete_job_objects", "patch_node", "evict")
-
-
-class InvocationKilled(BaseException):
-    """A function invocation killed half way, as a Lambda timeout or out-of-memory kills it.
-
-    A BaseException on purpose: the functions catch `Exception` to fail one message
-    or one job at a time, and a killed process gives them no chance to do that.
-    """
 
 
 # ---- the cluster, watched ------------------------------------------------------------
@@ -153,22 +146,6 @@ def instances(fleet: LocalFleet) -> list[Instance]:
     ]
 
 
-def fleet_event_times(fleet: LocalFleet) -> Iterator[datetime]:
-    """When the simulated fleet changes on its own: boots, GPU plugins, hook timeouts."""
-    for tracked in fleet.tracked.values():
-        capacity = fleet.capacity.get(tracked.region, RegionCapacity(instances={}))
-        if tracked.launched and tracked.node is None and getattr(tracked, "joins", True):
-            yield tracked.first_seen + capacity.boot_time
-        joined_at = getattr(tracked, "joined_at", None)
-        if joined_at is not None and not getattr(tracked, "gpus_ready", True):
-            yield joined_at + getattr(capacity, "gpu_plugin_delay", timedelta(0))
-        hook = getattr(tracked, "hook", None)
-        if hook is not None:
-            yield hook.deadline
-            if hook.hard_deadline is not None:
-                yield hook.hard_deadline
-
-
 def hook_stats(fleet: LocalFleet | None) -> dict[str, int]:
     """drains, hooksCompleted, hooksLeftOpen from the fleet's lifecycle hooks (zeros until it has them)."""
     stats = getattr(fleet, "hook_stats", None)
@@ -192,8 +169,6 @@ class Recorder:
     cost: float = 0.0
     peak_nodes: dict[str, int] = field(default_factory=dict)
     reclaimed_nodes: set[str] = field(default_factory=set)  # taken by a fault, not by Squall
-    # (when, function) of every invocation that failed or was killed: Lambda's Errors metric
-    function_errors: list[tuple[datetime, str]] = field(default_factory=list)
     _last: datetime | None = None
     _gpus_busy: int = 0
     _gpus_idle: int = 0
@@ -232,8 +207,7 @@ class Recorder:
                 self.peak_nodes[region] = count
 
     def cluster_gpus(self) -> tuple[int, int]:
-        stats = self.cluster.stats()
-        return stats["gpus_allocatable"], stats["gpus_in_use"]
+        return self.cluster.gpus()
 
 
 # ---- the summary ---------------------------------------------------------------------------

@@ -1,0 +1,329 @@
+"""The local runtime plays Lambda's part: its metrics, failed invocations and their triggers' retries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from squall.errors import RetryableError
+from squall.fleet import GroupRef
+from squall.jobs import JobStatus
+from squall.lifecycle import DrainStepMessage
+from squall.local.clock import VirtualClock
+from squall.local.runtime import LocalRuntime
+from squall.local.summary import ObservedCluster
+from squall.settings import PolicySettings
+from squall.telemetry import RecordedMetric
+
+ZERO = timedelta(0)
+P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
+GROUPS = [
+    {"name": "p3-usw2", "region": "us-west-2", "asgName": "squall-p3-usw2", "instanceType": "p3.8xlarge",
+     "allocatable": P3, "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+     "priority": 10, "maxSize": 4},
+]  # fmt: skip
+IMAGE = "registry.example.com/squall/tf-trainer:1.0"
+
+
+def job(job_id: str) -> dict[str, Any]:
+    return {"name": "gan", "id": job_id, "team": "research", "image": IMAGE,
+            "resources": {"cpu": "8", "memory": "32Gi", "gpu": 4}, "retries": 2}  # fmt: skip
+
+
+def points(local: LocalRuntime, name: str, **dimensions: str) -> list[RecordedMetric]:
+    return [p for p in local.metrics.points if p.name == name and p.dimensions == dimensions]
+
+
+def total(local: LocalRuntime, name: str, **dimensions: str) -> float:
+    return sum(p.value for p in points(local, name, **dimensions))
+
+
+@dataclass
+class World:
+    """A virtual clock and a cluster on it that can kill the function calling it."""
+
+    clock: VirtualClock
+    cluster: ObservedCluster
+
+    def start(self, backend: str, **kwargs: Any) -> Any:
+        return LocalRuntime.start(clock=self.clock, cluster=self.cluster, backend=backend, **kwargs)
+
+
+@pytest.fixture
+def world() -> World:
+    clock = VirtualClock()
+    return World(clock=clock, cluster=ObservedCluster(clock=clock))
+
+
+@pytest.fixture(params=["memory", "moto"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def local(world: World) -> Iterator[LocalRuntime]:
+    with world.start("memory") as runtime:
+        yield runtime
+
+
+def test_every_invocation_records_lambdas_own_metrics(world: World, backend: str) -> None:
+    with world.start(backend) as local:
+        # given a job on the queue
+        local.send(job("gan-1"))
+        # when one step delivers it
+        local.step(ZERO)
+        # then the submit function ran once, and Lambda's metrics say so
+        function = {"FunctionName": "squall-submit"}
+        assert total(local, "Invocations", **function) == 1
+        assert total(local, "Errors", **function) == 0
+        assert total(local, "Throttles", **function) == 0
+        (duration,) = points(local, "Duration", **function)
+        assert duration.unit == "Milliseconds" and duration.value > 0
+        assert local.store.get("gan-1") is not None
+        assert points(local, "Invocations", FunctionName="squall-reconcile") == [], "its schedule is a minute away"
+
+
+def test_a_failed_scheduled_invocation_is_an_error_and_waits_for_its_next_period(
+    local: LocalRuntime, world: World
+) -> None:
+    t0 = local.clock.now()
+    # given the Kubernetes API refuses the reconcile function's first list
+    world.cluster.fail_calls("list_pods", RetryableError("list_pods: 429 Too Many Requests"), times=1)
+    local.clock.advance(timedelta(minutes=1))
+    # when the schedule fires
+    local.step(ZERO)
+    # then Lambda counts one error, and the schedule's event is not retried (no async retries)
+    (error,) = local.function_errors
+    assert (error.at, error.function, error.killed) == (t0 + timedelta(minutes=1), "reconcile", False)
+    assert "429" in error.error
+    assert total(local, "Errors", FunctionName="squall-reconcile") == 1
+    assert local.pending_retries == [] and local.dropped_events == [(t0 + timedelta(minutes=1), "reconcile")]
+    assert local.next_event_time() == t0 + timedelta(minutes=2)
+    local.step(ZERO)
+    assert total(local, "Invocations", FunctionName="squall-reconcile") == 1, "nothing more this minute"
+    # and the next period's invocation succeeds
+    local.clock.advance(timedelta(minutes=1))
+    local.step(ZERO)
+    assert total(local, "Invocations", FunctionName="squall-reconcile") == 2
+    assert total(local, "Errors", FunctionName="squall-reconcile") == 1
+
+
+def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(
+    world: World, backend: str
+) -> None:
+    with world.start(backend) as local:
+        # given the submit invocation dies half way through its batch
+        local.send(job("gan-1"))
+        world.cluster.kill_at("create")
+        local.step(ZERO)
+        (error,) = local.function_errors
+        assert (error.function, error.killed, error.error) == ("submit", True, "killed at create")
+        assert total(local, "Errors", FunctionName="squall-submit") == 1
+        # then nothing of the batch was deleted: the next delivery makes the job's objects
+        local.step(ZERO)
+        assert world.cluster.list_jobs(namespace="team-research")
+        assert local.dead_letters() == []
+        # and a message whose every delivery dies goes to the dead-letter queue on its fourth receive
+        local.send(job("gan-2"))
+        for _ in range(3):
+            world.cluster.kill_at("create")
+            local.step(ZERO)
+        assert local.dead_letters() == []
+        local.step(ZERO)
+        (dead,) = local.dead_letters()
+        assert '"gan-2"' in dead["Body"]
+        assert total(local, "Errors", FunctionName="squall-submit") == len(local.function_errors) == 4
+
+
+def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) -> None:
+    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M"})
+    with world.start("memory", node_groups=GROUPS, policy=policy) as local:
+        assert local.fleet is not None
+        # given a job running on a node
+        world.cluster.set_behaviour("gan-1", run_for=timedelta(hours=2))
+        local.send(job("gan-1"))
+        local.run(
+            until=lambda rt: (j := rt.store.get("gan-1")) is not None and j.status is JobStatus.RUNNING,
+            step=timedelta(seconds=10),
+            limit=timedelta(minutes=15),
+        )
+        node = world.cluster.list_pods(job_id="gan-1")[0]["spec"]["nodeName"]
+        instance = local.fleet.instance_of(node)
+        assert instance is not None
+        # when the node's terminate hook starts and the lifecycle function dies cordoning it
+        local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+        world.cluster.kill_at("patch_node")
+        local.step(ZERO)
+        failed_at = local.clock.now()
+        assert [(e.function, e.killed) for e in local.function_errors] == [("lifecycle", True)]
+        # then Lambda tries again a minute later, and two minutes after that
+        (retry,) = local.pending_retries
+        assert (retry.function, retry.due, retry.attempt) == ("lifecycle", failed_at + timedelta(minutes=1), 1)
+        local.clock.advance_to(failed_at + timedelta(seconds=50))
+        local.step(ZERO)  # the schedules of the minute, if any, have run: the retry is next
+        assert local.next_event_time() == failed_at + timedelta(minutes=1)
+        for wait, attempt in ((timedelta(minutes=1), 1), (timedelta(minutes=2), 2)):
+            (retry,) = local.pending_retries
+            assert (retry.due, retry.attempt) == (local.function_errors[-1].at + wait, attempt)
+            local.clock.advance_to(retry.due - timedelta(seconds=1))
+            local.step(ZERO)
+            assert local.pending_retries == [retry] and len(local.function_errors) == attempt, "not before it is due"
+            local.clock.advance_to(retry.due)
+            world.cluster.kill_at("patch_node")
+            local.step(ZERO)
+            assert (local.function_errors[-1].at, local.function_errors[-1].function) == (retry.due, "lifecycle")
+        # and after the second retry failed too, the event is dropped
+        assert [e.function for e in local.function_errors] == ["lifecycle"] * 3
+        assert total(local, "Errors", FunctionName="squall-lifecycle") == 3
+        assert local.pending_retries == []
+        assert local.dropped_events == [(local.clock.now(), "lifecycle")]
+
+
+def test_a_retried_lifecycle_event_drains_the_node(world: World) -> None:
+    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M"})
+    with world.start("memory", node_groups=GROUPS, policy=policy) as local:
+        assert local.fleet is not None
+        local.fleet.set_desired_capacity(ref=GroupRef(name="squall-p3-usw2", region="us-west-2"), desired=1)
+        local.run(
+            until=lambda rt: bool(rt.cluster.list_nodes()), step=timedelta(seconds=10), limit=timedelta(minutes=10)
+        )
+        (node,) = world.cluster.list_nodes()
+        instance = local.fleet.instance_of(node["metadata"]["name"])
+        assert instance is not None
+        # when the lifecycle function dies answering the node's terminate hook
+        local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=True)
+        world.cluster.kill_at("patch_node")
+        local.step(ZERO)
+        failed_at = local.clock.now()
+        assert [e.function for e in local.function_errors] == ["lifecycle"]
+        # then the retry a minute later finds the action still waiting, drains the node and completes it
+        gone = local.run(
+            until=lambda rt: not rt.cluster.list_nodes(), step=timedelta(seconds=10), limit=timedelta(minutes=4)
+        )
+        assert gone, "well before the hook's five-minute heartbeat timeout"
+        (answered,) = [r for r in local.lifecycle_results if r["kind"] == "terminate"]
+        assert (answered["at"], answered["instanceId"]) == (failed_at + timedelta(minutes=1), instance)
+        assert local.fleet.hook_stats()["hooksLeftOpen"] == 0
+
+
+def test_the_runtime_says_when_it_next_has_something_to_do(local: LocalRuntime) -> None:
+    t0 = local.clock.now()
+    assert local.next_event_time() == t0 + timedelta(minutes=1), "the reconcile schedule"
+
+
+def test_a_scale_check_request_is_due_after_its_debounce(world: World) -> None:
+    with world.start("memory", node_groups=GROUPS) as local:
+        t0 = local.clock.now()
+        local.send(job("gan-1"))
+        local.step(ZERO)
+        # the submission asked for a scale check: due after the debounce, before the schedules
+        debounce = local.settings.policy.scale_check_debounce
+        assert local.scale_requests.requests
+        assert local.next_event_time() == t0 + debounce < t0 + timedelta(minutes=1)
+
+
+def test_the_jobs_queue_is_sampled_for_sqs_metrics(world: World, backend: str) -> None:
+    with world.start(backend) as local:
+        t0 = local.clock.now()
+        queue = {"QueueName": "squall-jobs"}
+        # given three jobs that wait thirty seconds on the queue, and a body nobody can read
+        for number in range(3):
+            local.send(job(f"gan-{number}"))
+        local.send("{not json")
+        local.clock.advance(timedelta(seconds=30))
+        # when the next step samples the queue before delivering
+        local.step(ZERO)
+        # then SQS's metrics show the backlog and its age
+        (visible,) = points(local, "ApproximateNumberOfMessagesVisible", **queue)
+        (age,) = points(local, "ApproximateAgeOfOldestMessage", **queue)
+        assert (visible.at, visible.value, visible.unit) == (t0 + timedelta(seconds=30), 4, "Count")
+        assert (age.value, age.unit) == (30, "Seconds")
+        # a later sample in the same minute keeps the minute's largest, as SQS's one point a minute
+        for _ in range(4):
+            local.step(ZERO)
+        local.clock.advance(timedelta(seconds=10))
+        local.step(ZERO)
+        assert [p.value for p in points(local, "ApproximateNumberOfMessagesVisible", **queue)] == [4]
+        # the next minute's sample finds the queue empty and the unreadable body dead-lettered
+        local.clock.advance(timedelta(minutes=1))
+        local.step(ZERO)
+        assert [p.value for p in points(local, "ApproximateNumberOfMessagesVisible", **queue)] == [4, 0]
+        assert [p.value for p in points(local, "ApproximateAgeOfOldestMessage", **queue)] == [30, 0]
+        # it went to the dead-letter queue in the first minute, after its third receive
+        dead = points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-jobs-dlq")
+        assert [p.value for p in dead] == [1, 1]
+        assert len(points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-drains")) == 2
+
+
+def running_job(world: World, local: LocalRuntime) -> tuple[str, str]:
+    """gan-1 running on a node: the node's name and its instance."""
+    assert local.fleet is not None
+    world.cluster.set_behaviour("gan-1", run_for=timedelta(hours=2))
+    local.send(job("gan-1"))
+    local.run(
+        until=lambda rt: (j := rt.store.get("gan-1")) is not None and j.status is JobStatus.RUNNING,
+        step=timedelta(seconds=10),
+        limit=timedelta(minutes=15),
+    )
+    node = str(world.cluster.list_pods(job_id="gan-1")[0]["spec"]["nodeName"])
+    instance = local.fleet.instance_of(node)
+    assert instance is not None
+    return node, instance
+
+
+def test_a_drain_batch_whose_invocation_dies_comes_back_after_the_visibility_timeout(world: World) -> None:
+    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M"})
+    with world.start("memory", node_groups=GROUPS, policy=policy) as local:
+        assert local.fleet is not None
+        node, instance = running_job(world, local)
+        # given a drain under way: the lifecycle function took its first step and queued the next
+        local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+        local.step(ZERO)
+        (queued,) = local.drain_queue.waiting
+        # and someone uncordoned the node meanwhile, so the drain function must cordon it again
+        world.cluster.patch_node(node, {"spec": {"unschedulable": False}})
+        # when the drain function dies doing so
+        local.clock.advance_to(queued.due_at)
+        world.cluster.kill_at("patch_node")
+        local.step(ZERO)
+        assert [(e.function, e.killed) for e in local.function_errors] == [("drain", True)]
+        assert total(local, "Errors", FunctionName="squall-drain") == 1
+        # then its message was not deleted: it is back after the visibility timeout
+        (again,) = local.drain_queue.waiting
+        assert (again.message, again.due_at) == (queued.message, local.clock.now() + timedelta(seconds=30))
+        local.clock.advance_to(again.due_at)
+        local.step(ZERO)
+        assert world.cluster.get_node(node)["spec"]["unschedulable"] is True, "the step ran again, and cordoned"
+        assert len(local.function_errors) == 1
+
+
+def test_a_drain_message_that_keeps_failing_is_dead_lettered_on_its_tenth_receive(world: World) -> None:
+    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M"})
+    with world.start("memory", node_groups=GROUPS, policy=policy) as local:
+        assert local.fleet is not None
+        _, instance = running_job(world, local)
+        local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+        local.step(ZERO)
+        # a drain record left mid-drain: its own next step message is taken away
+        local.drain_queue.waiting.clear()
+        record = local.backend.drain_store.get(instance)
+        assert record is not None and not record.done
+        # given a step message from a version of the drain record that is never saved:
+        # the drain function reports it failed ("early") every time it sees it
+        early = DrainStepMessage(instance_id=instance, step_id="from-the-future", version=record.version + 100)
+        local.drain_queue.send_step(early, delay=ZERO)
+        local.step(ZERO)
+        for _ in range(8):
+            local.clock.advance(timedelta(seconds=30))
+            local.step(ZERO)
+        # when it is received a ninth time it is still waiting, and on the tenth it is dead-lettered
+        assert early in [q.message for q in local.drain_queue.waiting] and local.drain_dead_letters == []
+        local.clock.advance(timedelta(seconds=30))
+        local.step(ZERO)
+        assert local.drain_dead_letters == [early]
+        assert early not in [q.message for q in local.drain_queue.waiting]
+        assert local.function_errors == [], "a failed record is not a failed invocation"
