@@ -297,6 +297,22 @@ def test_shared_lists_hand_out_the_same_object_until_it_changes() -> None:
     assert again_n1 is n1 and again_n2 is not n2 and again_n2["spec"]["unschedulable"] is True
 
 
+def test_shared_whole_lists_follow_deletions() -> None:
+    # given a shared list answered once
+    cluster, _ = make_cluster(lists="shared")
+    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster.add_node(name="n2", allocatable=CPU_NODE)
+    cluster.create(job_manifest("j1"))
+    first = cluster.list_pods()
+    assert len(first) == 1 and cluster.list_pods() == first and cluster.list_pods() is not first
+    # when the job goes and a node leaves, nothing else changing
+    cluster.delete_job_objects(namespace=NS, job_id="j1")
+    cluster.remove_node("n2")
+    # then the next answers say so
+    assert cluster.list_pods() == []
+    assert [n["metadata"]["name"] for n in cluster.list_nodes()] == ["n1"]
+
+
 def test_checked_lists_catch_a_caller_changing_a_shared_object() -> None:
     cluster, _ = make_cluster(lists="checked")
     cluster.add_node(name="n1", allocatable=CPU_NODE)

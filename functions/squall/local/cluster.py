@@ -35,6 +35,7 @@ affinities, NoExecute evictions by the taint manager, termination grace periods
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import json
 import random
@@ -369,6 +370,7 @@ class SimulatedCluster:
         if lists not in _LIST_MODES:
             raise ValueError(f"lists must be one of {', '.join(sorted(_LIST_MODES))}, not {lists!r}")
         self._lists = lists
+        self._whole_lists: dict[str, tuple[int, list[KubeObject]]] = {}
         self._clock = clock
         self._default = Behaviour(run_for=_non_negative("default_run_for", default_run_for))
         self._pod_backoff = _non_negative("pod_backoff", pod_backoff)
@@ -471,6 +473,8 @@ class SimulatedCluster:
             node = self._nodes.get(node_name)
             keys = node.pods if node else ()
         else:
+            if namespace is None:
+                return self._whole_list("pods", lambda: [self._view(p, _object_view) for p in self._pods.values()])
             keys = self._pods
         views: list[KubeObject] = []
         for key in keys:
@@ -484,7 +488,30 @@ class SimulatedCluster:
 
     def list_nodes(self) -> list[KubeObject]:
         self._call("list_nodes")
-        return [self._view(node, _json_copy) for node in self._nodes.values()]
+        return self._whole_list("nodes", lambda: [self._view(n, _json_copy) for n in self._nodes.values()])
+
+    def _whole_list(self, kind: str, build: Callable[[], list[KubeObject]]) -> list[KubeObject]:
+        """Every pod or node; with shared lists, the last answer again while nothing changed.
+
+        Every change gives the cluster a new resourceVersion (a deletion too, as in
+        etcd), so an answer given at the current one is still the answer.
+        """
+        if self._lists == "copies":
+            return build()
+        cached = self._whole_lists.get(kind)
+        if cached is not None and cached[0] == self._resource_version:
+            if self._lists == "checked":
+                fresh = build()
+                if len(fresh) != len(cached[1]) or any(a is not b for a, b in zip(fresh, cached[1], strict=False)):
+                    raise SharedObjectChanged(
+                        {"name": f"list of {kind}", "resourceVersion": str(self._resource_version)},
+                        {"items": cached[1]},
+                        {"items": fresh},
+                    )
+            return list(cached[1])
+        views = build()
+        self._whole_lists[kind] = (self._resource_version, views)
+        return list(views)
 
     def get_node(self, name: str) -> KubeObject | None:
         self._call("get_node", name=name)
@@ -647,6 +674,7 @@ class SimulatedCluster:
         self._busy.pop(name, None)
         self._busy_gpu_free.pop(name, None)
         del self._nodes[name]
+        self._next_resource_version()
         self._placement_cache.clear()
         self._event(now, "Node", "", name, "RemovingNode", f"Node {name} removed: {reason}")
         return disrupted
@@ -842,7 +870,7 @@ class SimulatedCluster:
     # ==== Services ===================================================================
 
     def _create_service(self, key: Key, manifest: Mapping[str, Any]) -> None:
-        obj = _thaw(manifest)
+        obj = _thaw_manifest(manifest)
         labels = dict(obj["metadata"].get("labels") or {})
         obj["metadata"].update(
             self._new_metadata(name=key[1], namespace=key[0], at=self._now(), labels=labels)
@@ -856,7 +884,7 @@ class SimulatedCluster:
     # ==== the Job controller =========================================================
 
     def _create_job(self, key: Key, manifest: Mapping[str, Any]) -> None:
-        obj = _thaw(manifest)
+        obj = _thaw_manifest(manifest)
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             raise PermanentError("spec is required")
@@ -1129,6 +1157,7 @@ class SimulatedCluster:
 
     def _remove_pod(self, pod: _Pod) -> None:
         self._release(pod)
+        self._next_resource_version()  # a deletion moves the cluster's version on too
         pod.deleted = True
         self._phases[pod.phase] -= 1
         del self._pods[pod.key]
@@ -1814,6 +1843,7 @@ def _host_ip(node_name: str) -> str:
     return f"10.0.{digest >> 8}.{digest & 0xFF}"
 
 
+@functools.lru_cache(maxsize=256)  # many objects change at one instant: format it once
 def _timestamp(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -1863,6 +1893,15 @@ def _json_copy(value: Any) -> Any:
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _thaw_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A caller's manifest as the cluster's own plain data; JSON's C codec does it fastest."""
+    try:
+        copied = json.loads(json.dumps(manifest))
+    except (TypeError, ValueError):  # not JSON as it is (a Mapping that is not a dict, say)
+        copied = _thaw(manifest)
+    return copied if isinstance(copied, dict) else {}
 
 
 def _thaw(value: Any) -> Any:

@@ -51,6 +51,8 @@ class RegionCapacity:
     gpu_plugin_delay: timedelta = timedelta(seconds=30)
 
 
+_UNLIMITED = RegionCapacity(instances={})  # a region the scenario says nothing about
+
 SPOT_CAUSE = (
     "At {at} an instance was taken out of service in response to an EC2 Spot Instance "
     "interruption notice."
@@ -130,9 +132,13 @@ class LocalFleet:
     failures: list[ScalingActivity] = field(default_factory=list)
     nodes_added: int = 0
     nodes_removed: int = 0
+    # Moves on whenever an instance starts or stops being tracked, or its node comes
+    # or goes: what it costs and where its nodes are cannot change otherwise.
+    revision: int = 0
     # moto's groups change only when Squall calls them: between calls a cached
     # observation is exact, and it spares a round trip on every simulation step.
     _observed: list[FleetGroup] | None = None
+    _shown: dict[str, tuple[tuple[FleetInstance, datetime, str], FleetInstance]] = field(default_factory=dict)
     _throttled_calls: int = 0
     terminated_busy: list[str] = field(default_factory=list)  # nodes that went with work on them
     # None: groups without lifecycle hooks (instances go at once, as moto does)
@@ -398,6 +404,7 @@ class LocalFleet:
             raise KeyError(f"no instance {instance_id} in the simulated fleet")
         node, tracked.node = tracked.node, None
         tracked.lost = True
+        self.revision += 1
         if node is not None:
             # Not Squall's doing: it never counts as a busy node Squall terminated.
             self.cluster.remove_node(node, reason="instance lost without notice")
@@ -462,6 +469,7 @@ class LocalFleet:
                         self.terminated_busy.append(tracked.node)
                     self.nodes_removed += 1
                 del self.tracked[instance_id]
+                self.revision += 1
                 continue
             boot = self._capacity(tracked.region).boot_time
             if (
@@ -498,6 +506,7 @@ class LocalFleet:
                 limit = self._capacity(group.region).instances.get(template.instance_type)
                 launched = limit is None or used[key] < limit
                 used[key] += 1 if launched else 0
+                self.revision += 1
                 self.tracked[instance.instance_id] = _Tracked(
                     instance_id=instance.instance_id,
                     group=group.name,
@@ -518,19 +527,25 @@ class LocalFleet:
                     self._start_launch_hook(tracked)
 
     def _visible(self, group: FleetGroup) -> FleetGroup:
-        instances = tuple(
-            dataclasses.replace(
-                i,
-                launch_time=self.tracked[i.instance_id].first_seen,
-                lifecycle_state=self.tracked[i.instance_id].state,
-            )
-            for i in group.instances
-            if self.tracked[i.instance_id].launched
-        )
-        return dataclasses.replace(group, instances=instances)
+        """The group as Squall sees it: launched instances, with their simulated state."""
+        instances = []
+        for instance in group.instances:
+            tracked = self.tracked[instance.instance_id]
+            if not tracked.launched:
+                continue
+            # The same instance in the same state looks the same: build it once.
+            key = (instance, tracked.first_seen, tracked.state)
+            shown = self._shown.get(instance.instance_id)
+            if shown is None or shown[0] != key:
+                shown = (key, dataclasses.replace(instance, launch_time=key[1], lifecycle_state=key[2]))
+                self._shown[instance.instance_id] = shown
+            instances.append(shown[1])
+        if len(self._shown) > 2 * len(self.tracked) + 100:
+            self._shown = {i: v for i, v in self._shown.items() if i in self.tracked}
+        return dataclasses.replace(group, instances=tuple(instances))
 
     def _capacity(self, region: str) -> RegionCapacity:
-        return self.capacity.get(region, RegionCapacity(instances={}))
+        return self.capacity.get(region, _UNLIMITED)
 
     def _join(self, tracked: _Tracked) -> None:
         template = next(g for g in self.groups if (g.asg_name or g.name) == tracked.group and g.region == tracked.region)
@@ -551,6 +566,7 @@ class LocalFleet:
             gpus_ready=allocatable.gpu == 0 or self._capacity(tracked.region).gpu_plugin_delay <= timedelta(0),
         )
         tracked.node = name
+        self.revision += 1
         tracked.joined_at = self.clock.now()
         tracked.gpus_ready = allocatable.gpu == 0
         self.nodes_added += 1

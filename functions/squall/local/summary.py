@@ -173,6 +173,7 @@ class Recorder:
     _gpus_busy: int = 0
     _gpus_idle: int = 0
     _price_per_second: float = 0.0
+    _fleet_revision: int = -1
 
     def __post_init__(self) -> None:
         self._prices = {
@@ -193,6 +194,9 @@ class Recorder:
         self._gpus_busy, self._gpus_idle = in_use, max(0, allocatable - in_use)
         if self.fleet is None:
             return
+        if self.fleet.revision == self._fleet_revision:
+            return  # no instance came or went: the same price and nodes as last time
+        self._fleet_revision = self.fleet.revision
         rate = 0.0
         nodes: Counter[str] = Counter()
         # Read the fleet's bookkeeping directly: this runs after every step of a replay.

@@ -6,6 +6,7 @@ on ("untolerated taint nvidia.com/gpu=true:NoSchedule"), which ends up in the Pl
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 
 from squall.planner.model import (
@@ -103,6 +104,11 @@ def untolerated_taint(tolerations: tuple[Toleration, ...], taints: Iterable[Tain
 
 def blocking_taints(taints: Iterable[Taint], *, ignore_transient: bool) -> tuple[Taint, ...]:
     """The taints that can keep a pod off a node (PreferNoSchedule never does)."""
+    return _blocking(tuple(taints), ignore_transient)
+
+
+@functools.lru_cache(maxsize=1024)  # a fleet has a handful of taint sets, asked for on every plan
+def _blocking(taints: tuple[Taint, ...], ignore_transient: bool) -> tuple[Taint, ...]:
     return tuple(
         t
         for t in taints
