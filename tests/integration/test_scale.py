@@ -279,34 +279,51 @@ def test_aws_throttling_is_recorded_and_nothing_crashes(rig: Rig) -> None:
     assert rig.scaler().check(trigger="schedule").done["scaledUp"] == [{"group": "p3-usw2", "to": 1}]
 
 
-def test_a_stranded_gang_is_released_and_says_why(rig: Rig) -> None:
-    # given a gang with one pod bound in us-west-2, which cannot take the rest (max size)
+def bind_one_replica_in_us_west_2(rig: Rig, *, workers: int) -> None:
+    """A gang of 4-GPU workers with one of them bound to an unmanaged node in us-west-2."""
     rig.cluster.add_node(
         name="usw2-unmanaged", allocatable={"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"},
         labels={"topology.kubernetes.io/region": "us-west-2"}, taints=[], provider_id="aws:///us-west-2a/i-unmanaged",
     )
-    rig.submit("gang", gpus=4, replicas={"worker": {"count": 10}})
+    rig.submit("gang", gpus=4, replicas={"worker": {"count": workers}})
     rig.cluster.advance()
-    rig.state.save_health("p3-usw2", GroupHealth(backoff_until=rig.clock.now() + timedelta(hours=1), consecutive_failures=3))
-    rig.state.save_health("p3-use1", GroupHealth(backoff_until=rig.clock.now() + timedelta(hours=1), consecutive_failures=3))
+
+
+def back_off(rig: Rig, *groups: str) -> None:
+    for group in groups:
+        rig.state.save_health(group, GroupHealth(backoff_until=rig.clock.now() + timedelta(hours=1), consecutive_failures=3))
+
+
+def test_a_stranded_gang_is_released_and_says_why(rig: Rig) -> None:
+    # given a gang with one pod bound in us-west-2, which cannot take the rest (backed off),
+    # while us-east-1 could take all of it
+    bind_one_replica_in_us_west_2(rig, workers=6)
+    back_off(rig, "p3-usw2")
     # when
     result = rig.scaler().check(trigger="schedule")
     # then
     assert result.done["released"] == [{"job": "gang", "region": "us-west-2"}]
+    assert result.plan["stranded"] == ["gang"]
     assert rig.cluster.list_jobs(job_id="gang") == []
     assert rig.store.events("gang")[-1].reason == "GangReleased:us-west-2"
     assert rig.store.get("gang").status is JobStatus.QUEUED  # type: ignore[union-attr]
 
 
+def test_a_gang_no_region_can_take_waits_where_it_is(rig: Rig) -> None:
+    # given the same gang, but us-east-1 is backed off too: starting over would not help
+    bind_one_replica_in_us_west_2(rig, workers=6)
+    back_off(rig, "p3-usw2", "p3-use1")
+    # when
+    result = rig.scaler().check(trigger="schedule")
+    # then it keeps its bound replica and waits for room
+    assert "released" not in result.done and result.plan["stranded"] == []
+    assert len(rig.cluster.list_jobs(job_id="gang")) == 6
+    assert any(u["pod"].startswith("team-research/gang") for u in result.plan["unschedulable"])
+
+
 def test_a_release_stands_when_the_job_note_cannot_be_written(rig: Rig) -> None:
-    rig.cluster.add_node(
-        name="usw2-unmanaged", allocatable={"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"},
-        labels={"topology.kubernetes.io/region": "us-west-2"}, taints=[], provider_id="aws:///us-west-2a/i-unmanaged",
-    )
-    rig.submit("gang", gpus=4, replicas={"worker": {"count": 10}})
-    rig.cluster.advance()
-    for group in ("p3-usw2", "p3-use1"):
-        rig.state.save_health(group, GroupHealth(backoff_until=rig.clock.now() + timedelta(hours=1), consecutive_failures=3))
+    bind_one_replica_in_us_west_2(rig, workers=6)
+    back_off(rig, "p3-usw2")
 
     def throttled(job_id: str) -> None:
         raise RetryableError("GetItem: ThrottlingException")

@@ -342,6 +342,9 @@ class Plan:
     unschedulable: tuple[Unschedulable, ...] = ()
     backoffs: tuple[Backoff, ...] = ()
     give_backs: tuple[GiveBack, ...] = ()
+    # Jobs whose replicas are bound in a region that cannot take the rest of them,
+    # while another region could: the scale function lets them start over.
+    stranded: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The `squall plan --json` shape."""
@@ -357,6 +360,7 @@ class Plan:
                 for d in self.scale_downs
             ],
             "unschedulable": [{"pod": u.pod, "reason": u.reason} for u in self.unschedulable],
+            "stranded": list(self.stranded),
             "backoff": [
                 {
                     "group": b.group,

@@ -164,6 +164,8 @@ class Packer:
         self._scans: dict[tuple[PodShape, str | None], _Scan] = {}
         self._log: list[tuple[Any, ...]] | None = None
         self._gang_options: set[GroupOption] | None = None
+        # Gangs held in a region that cannot take the rest, while another region could.
+        self.stranded: list[str] = []
 
     # --- what fits where -------------------------------------------------------------
 
@@ -360,6 +362,8 @@ class Packer:
                 break  # ready room in the most preferred region left: nothing can beat it
         if best is None:
             where = "; ".join(problems) if problems else "no region has a node or node group it fits"
+            if gang.region is not None and self._fits_elsewhere(parts, gang.region):
+                self.stranded.append(gang.job_id)
             return f"job {gang.job_id} needs all {gang.size} pods in one region: {where}"
         self._gang_options = set()
         self._attempt(partial(self._fill_region, parts, best[1], []), keep=True)
@@ -367,6 +371,19 @@ class Packer:
             option.gangs.append(gang.job_id)
         self._gang_options = None
         return None
+
+    def _fits_elsewhere(self, parts: Sequence[tuple[PodShape, int]], region: str) -> bool:
+        """Could the waiting pods go to another region now, were the gang let go of this one?
+
+        Only then is starting the gang over worth it: where every region is full, it
+        waits where it is for running jobs to finish. (The replicas already bound are
+        not counted: they free room where they are when the gang is let go.)
+        """
+        return any(
+            self._attempt(partial(self._fill_region, parts, other, []), keep=False) is not None
+            for other in self._regions_for(parts[0][0])
+            if other != region
+        )
 
     def no_room_reason(self, shape: PodShape, skipped: Sequence[Skip]) -> str:
         fit = self.fit_of(shape)

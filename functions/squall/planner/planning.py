@@ -83,6 +83,7 @@ def plan(
         unschedulable=tuple(sorted(unschedulable, key=lambda u: u.pod)),
         backoffs=tuple(a.change for _, a in sorted(assessments.items()) if a.change is not None),
         give_backs=tuple(a.give_back for _, a in sorted(assessments.items()) if a.give_back is not None),
+        stranded=tuple(sorted(packer.stranded)),
     )
 
 

@@ -356,16 +356,19 @@ class StrandedGang:
 
 
 def stranded_gangs(decided: Plan, *, pods: Sequence[Pod], nodes: Sequence[Node]) -> list[StrandedGang]:
-    """Gangs with pods bound in a region the planner cannot fit the rest of them into.
+    """Gangs with pods bound in a region that cannot take the rest, while another region could.
 
     Kubernetes binds a gang's pods one by one: a parameter server can take free
     room in a region before the planner learns that the region has no GPUs left.
     The required region affinity then holds the rest of the gang there for good.
+    Where no region has room, the gang waits where it is: starting it over would
+    only queue it again (the planner's `stranded`).
     """
     reasons = {u.pod: u.reason for u in decided.unschedulable}
+    stranded = set(decided.stranded)
     stuck: dict[str, str] = {}
     for pod in pods:
-        if pod.job_id and pod.key in reasons:
+        if pod.job_id in stranded and pod.key in reasons:
             stuck.setdefault(pod.job_id, reasons[pod.key])
     region_of = {n.name: n.labels.get(REGION_LABEL, "") for n in nodes}
     bound: dict[str, StrandedGang] = {}

@@ -363,6 +363,23 @@ def test_pending_replicas_join_the_region_where_their_job_already_runs() -> None
     assert scale_ups(result) == {"east": (1, 2)}
 
 
+def test_a_gang_held_in_a_full_region_is_stranded_only_if_another_region_could_take_it() -> None:
+    # given: job-7's chief runs in east, which is at max size; its worker waits
+    east = group("east", region="us-east-1", priority=20, max_size=1, instances=[instance("i-e")])
+    running = pod("job-7-chief", gpu=1, job="job-7", node="node-i-e")
+    waiting = pod("job-7-worker", gpu=1, job="job-7")
+    full = node_of(east, "i-e")
+    full = replace(full, allocatable=replace(full.allocatable, gpu=1))
+    # when west has room for it, the gang is stranded (worth starting over there)
+    west = group("west", region="us-west-2", priority=10)
+    result = run_plan(groups=[west, east], nodes=[full], pods=[running, waiting])
+    assert result.stranded == ("job-7",) and [u.pod for u in result.unschedulable] == ["team-a/job-7-worker"]
+    # when west is full too, it waits where it is
+    west = group("west", region="us-west-2", priority=10, max_size=0)
+    result = run_plan(groups=[west, east], nodes=[full], pods=[running, waiting])
+    assert result.stranded == () and [u.pod for u in result.unschedulable] == ["team-a/job-7-worker"]
+
+
 def test_a_gang_takes_existing_room_in_another_region_before_new_nodes_in_the_preferred_one() -> None:
     # given: east is still launching four nodes (for this gang, an earlier check decided)
     west = group("west", region="us-west-2", priority=10)
