@@ -123,6 +123,21 @@ def test_a_request_whose_pods_are_all_bound_ends_after_one_pod_list(rig: Rig) ->
     assert rig.metrics.total("PendingPods") == 0
 
 
+def test_a_request_is_answered_by_the_pods_of_the_jobs_it_names(rig: Rig) -> None:
+    # given j-1 waits for room (an earlier check saw it), and j-2 was placed at once
+    rig.cluster.add_node(
+        name="gpu-1", allocatable=P3, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    )
+    rig.submit("j-1", gpus=8)
+    rig.submit("j-2", gpus=4)
+    rig.cluster.advance()
+    # when a request names only j-2
+    result = rig.scaler().check(trigger="requested:jobs submitted", asked_for=["j-2"])
+    # then j-1 is left to the scheduled check
+    assert result.skipped == ["no pod waits for room"] and rig.state.decisions == []
+    assert rig.scaler().check(trigger="requested:jobs submitted", asked_for=["j-1"]).skipped == []
+
+
 def test_a_request_with_a_pod_waiting_is_a_whole_check(rig: Rig) -> None:
     rig.submit("j-1")
 

@@ -99,9 +99,9 @@ class Scaler:
     def check(self, *, trigger: str, asked_for: Sequence[str] | None = None) -> ScaleResult:
         """One scale check. `asked_for`: the jobs a submission asked this check for.
 
-        Such a request is about room for new pods: when no pod waits for room and
-        every job asked for has its pods (all of them bound, then), the check ends
-        after one pod list. Scale-ins, timeouts and group health are the scheduled
+        Such a request is about room for those jobs' pods: when each of them has its
+        pods and none of them waits for room, the check ends after one pod list.
+        Other waiting pods, scale-ins, timeouts and group health are the scheduled
         check's, at most a minute away. Without `asked_for` the check is whole.
         """
         now = self.clock.now()
@@ -121,13 +121,21 @@ class Scaler:
     # ---- observe -----------------------------------------------------------
 
     def _all_placed(self, job_ids: Sequence[str]) -> bool:
-        pods = self.parsed.pods.parse_all(self.cluster.list_pods())
-        if any(pod.is_pending for pod in pods):
-            return False
+        """Every job named has its pods, and none of them waits for room.
+
+        Pods of other jobs that wait were there at an earlier check, which acted on
+        them; the scheduled check looks at them again within a minute.
+        """
+        named = set(job_ids)
+        present: set[str] = set()
+        for pod in self.parsed.pods.parse_all(self.cluster.list_pods()):
+            if pod.job_id in named:
+                if pod.is_pending:
+                    return False
+                present.add(pod.job_id)
         # A job whose pods are not there yet (the Job controller creates them a
         # moment after the Job) may still need room.
-        present = {pod.job_id for pod in pods}
-        return all(job_id in present for job_id in job_ids)
+        return present == named
 
     def _observe(
         self, now: datetime
