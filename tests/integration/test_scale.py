@@ -117,7 +117,7 @@ def test_a_request_whose_pods_are_all_bound_ends_after_one_pod_list(rig: Rig) ->
 
     result = rig.scaler().check(trigger="requested:jobs submitted", asked_for=["j-1"])
 
-    assert result.acted is False and result.skipped == ["no pod waits for room"]
+    assert result.acted is False and result.skipped == ["no pod of the jobs asked for waits for room"]
     assert [c.method for c in rig.cluster.calls[calls:]] == ["list_pods"]
     assert rig.state.decisions == []
     assert rig.metrics.total("PendingPods") == 0
@@ -133,8 +133,9 @@ def test_a_request_is_answered_by_the_pods_of_the_jobs_it_names(rig: Rig) -> Non
     rig.cluster.advance()
     # when a request names only j-2
     result = rig.scaler().check(trigger="requested:jobs submitted", asked_for=["j-2"])
-    # then j-1 is left to the scheduled check
-    assert result.skipped == ["no pod waits for room"] and rig.state.decisions == []
+    # then j-1 is left to the scheduled check, and still counted as waiting
+    assert result.skipped == ["no pod of the jobs asked for waits for room"] and rig.state.decisions == []
+    assert rig.metrics.total("PendingPods") == 1 and rig.metrics.total("PendingGpus") == 8
     assert rig.scaler().check(trigger="requested:jobs submitted", asked_for=["j-1"]).skipped == []
 
 

@@ -105,11 +105,14 @@ class Scaler:
         check's, at most a minute away. Without `asked_for` the check is whole.
         """
         now = self.clock.now()
-        if asked_for is not None and self._all_placed(asked_for):
-            self.metrics.add(Metric.PENDING_PODS, 0)
-            self.metrics.add(Metric.PENDING_GPUS, 0)
-            logger.info("no pod waits for room", trigger=trigger, jobs=len(asked_for))
-            return ScaleResult(acted=False, skipped=["no pod waits for room"])
+        if asked_for is not None:
+            pods = self.parsed.pods.parse_all(self.cluster.list_pods())
+            if _all_placed(pods, asked_for):
+                pending = [pod for pod in pods if pod.is_pending]  # other jobs', seen by earlier checks
+                self.metrics.add(Metric.PENDING_PODS, len(pending))
+                self.metrics.add(Metric.PENDING_GPUS, sum(pod.requests.gpu for pod in pending))
+                logger.info("the jobs asked for have their pods placed", trigger=trigger, jobs=len(asked_for))
+                return ScaleResult(acted=False, skipped=["no pod of the jobs asked for waits for room"])
         if not self.state.acquire_lease(name=LEASE, holder=self.holder, now=now, duration=self.config.lease_duration):
             logger.info("another scale check holds the lease", trigger=trigger)
             return ScaleResult(acted=False, skipped=["lease held by another check"])
@@ -119,23 +122,6 @@ class Scaler:
             self.state.release_lease(name=LEASE, holder=self.holder)
 
     # ---- observe -----------------------------------------------------------
-
-    def _all_placed(self, job_ids: Sequence[str]) -> bool:
-        """Every job named has its pods, and none of them waits for room.
-
-        Pods of other jobs that wait were there at an earlier check, which acted on
-        them; the scheduled check looks at them again within a minute.
-        """
-        named = set(job_ids)
-        present: set[str] = set()
-        for pod in self.parsed.pods.parse_all(self.cluster.list_pods()):
-            if pod.job_id in named:
-                if pod.is_pending:
-                    return False
-                present.add(pod.job_id)
-        # A job whose pods are not there yet (the Job controller creates them a
-        # moment after the Job) may still need room.
-        return present == named
 
     def _observe(
         self, now: datetime
@@ -438,6 +424,24 @@ def _with_live_state(
         instances=instances,
         failures=tuple(failures),
     )
+
+
+def _all_placed(pods: Sequence[Pod], job_ids: Sequence[str]) -> bool:
+    """Every job named has its pods, and none of them waits for room.
+
+    Pods of other jobs that wait were there at an earlier check, which acted on
+    them; the scheduled check looks at them again within a minute. A job whose pods
+    are not there yet (the Job controller creates them a moment after the Job) may
+    still need room.
+    """
+    named = set(job_ids)
+    present: set[str] = set()
+    for pod in pods:
+        if pod.job_id in named:
+            if pod.is_pending:
+                return False
+            present.add(pod.job_id)
+    return present == named
 
 
 def _has_workload(pods: Sequence[dict[str, Any]]) -> bool:
