@@ -327,3 +327,29 @@ def test_a_drain_message_that_keeps_failing_is_dead_lettered_on_its_tenth_receiv
         assert local.drain_dead_letters == [early]
         assert early not in [q.message for q in local.drain_queue.waiting]
         assert local.function_errors == [], "a failed record is not a failed invocation"
+
+
+def test_a_scale_check_request_names_the_jobs_that_asked_for_it(world: World) -> None:
+    with world.start("memory", node_groups=GROUPS) as local:
+        events: list[dict[str, Any]] = []
+        invoke = local.invoke
+
+        def recording(handler: str, event: Any) -> Any:
+            if handler == "scale":
+                events.append(event)
+            return invoke(handler, event)
+
+        local.invoke = recording  # type: ignore[method-assign]
+        # given two submissions in one batch, no node yet
+        local.send(job("gan-1"))
+        local.send(job("gan-2"))
+        local.step(ZERO)
+        # when the debounce has passed
+        local.clock.advance(local.settings.policy.scale_check_debounce)
+        local.step(ZERO)
+        # then one check, told which jobs asked (as EventBridgeScaleRequests puts them),
+        # and since their pods wait for room it is a whole check that scales up
+        (event,) = events
+        assert event["detail-type"] == "Scale Check Requested"
+        assert (event["detail"]["jobIds"], event["detail"]["jobCount"]) == (["gan-1", "gan-2"], 2)
+        assert local.scale_results[-1]["done"]["scaledUp"] == [{"group": "p3-usw2", "to": 2}]
