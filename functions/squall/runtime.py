@@ -87,6 +87,7 @@ class Services:
                 teams=settings.teams,
                 registries=settings.allowed_registries,
                 ttl_after_finished=settings.policy.job_ttl_after_finished,
+                max_runtime_limit=settings.policy.max_runtime_limit,
             ),
         )
 

@@ -43,6 +43,8 @@ class PolicySettings(BaseModel):
         default=timedelta(hours=1), alias="jobTtlAfterFinished"
     )
     scale_check_debounce: timedelta = Field(default=timedelta(seconds=2), alias="scaleCheckDebounce")
+    # The longest maxRuntime a job spec may ask for (operator policy).
+    max_runtime_limit: timedelta = Field(default=timedelta(days=30), alias="maxRuntimeLimit", gt=timedelta(0))
 
 
 class Settings(BaseSettings):

@@ -50,7 +50,9 @@ MAX_REPLICAS = {"chief": 1, "worker": 64, "ps": 16, "evaluator": 1}
 MAX_CPU_MILLIS = 192_000
 MAX_MEMORY_BYTES = 2 * 1024**4  # 2 TiB
 MAX_GPUS = 16
-MAX_RUNTIME = timedelta(days=7)
+# The operator may set another limit (cdk.json policy.maxRuntimeLimit); real multi-GPU
+# training runs for weeks.
+DEFAULT_MAX_RUNTIME_LIMIT = timedelta(days=30)
 MAX_SWEEP_TRIALS = 100
 RESERVED_ENV = ("TF_CONFIG", "SQUALL_")
 
@@ -112,6 +114,16 @@ def parse_duration(value: str | int) -> timedelta:
     if seconds <= 0:
         raise ValueError("must be positive")
     return timedelta(seconds=seconds)
+
+
+def format_duration(value: timedelta) -> str:
+    """A duration in the spec's own grammar: 30d, 1h30m, 90s."""
+    seconds = int(value.total_seconds())
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
 
 
 class Resources(_Model):
@@ -320,9 +332,10 @@ class JobSpec(_Model):
 
     @field_validator("max_runtime")
     @classmethod
-    def _max_runtime(cls, value: str) -> str:
-        if parse_duration(value) > MAX_RUNTIME:
-            raise ValueError("must be at most 7d")
+    def _max_runtime(cls, value: str, info: ValidationInfo) -> str:
+        limit = (info.context or {}).get("max_runtime_limit") or DEFAULT_MAX_RUNTIME_LIMIT
+        if parse_duration(value) > limit:
+            raise ValueError(f"must be at most {format_duration(limit)} (the configured maxRuntimeLimit)")
         return value
 
     @field_validator("checkpoint_uri", "output_uri")
@@ -392,7 +405,11 @@ def _issues(exc: ValidationError) -> list[Issue]:
 
 
 def parse_spec(
-    data: Any, *, teams: Collection[str], registries: Collection[str]
+    data: Any,
+    *,
+    teams: Collection[str],
+    registries: Collection[str],
+    max_runtime_limit: timedelta = DEFAULT_MAX_RUNTIME_LIMIT,
 ) -> JobSpec:
     """Validate a job spec against the configured teams and registries.
 
@@ -404,13 +421,20 @@ def parse_spec(
         if reserved in data:
             raise SpecError([Issue(field=reserved, message="is set by Squall for sweep trials only")])
     try:
-        return JobSpec.model_validate(data, context={"teams": teams, "registries": registries})
+        return JobSpec.model_validate(
+            data,
+            context={"teams": teams, "registries": registries, "max_runtime_limit": max_runtime_limit},
+        )
     except ValidationError as exc:
         raise SpecError(_issues(exc)) from exc
 
 
 def parse_message(
-    data: Any, *, teams: Collection[str], registries: Collection[str]
+    data: Any,
+    *,
+    teams: Collection[str],
+    registries: Collection[str],
+    max_runtime_limit: timedelta = DEFAULT_MAX_RUNTIME_LIMIT,
 ) -> JobSpec | CancelCommand:
     """A queue message body (already decoded JSON): a job spec or a command."""
     if isinstance(data, Mapping) and "action" in data:
@@ -418,7 +442,7 @@ def parse_message(
             return CancelCommand.model_validate(data)
         except ValidationError as exc:
             raise SpecError(_issues(exc)) from exc
-    return parse_spec(data, teams=teams, registries=registries)
+    return parse_spec(data, teams=teams, registries=registries, max_runtime_limit=max_runtime_limit)
 
 
 def derive_job_id(spec: JobSpec, *, message_id: str) -> str:

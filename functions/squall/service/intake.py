@@ -24,7 +24,15 @@ from squall import manifests
 from squall.errors import ConflictError, DuplicateJobError, PermanentError
 from squall.jobs import Job, JobStatus, Reason, is_terminal, new_job, transition
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
-from squall.spec import CancelCommand, JobSpec, SpecError, derive_job_id, expand_sweep, parse_message
+from squall.spec import (
+    DEFAULT_MAX_RUNTIME_LIMIT,
+    CancelCommand,
+    JobSpec,
+    SpecError,
+    derive_job_id,
+    expand_sweep,
+    parse_message,
+)
 from squall.telemetry import SERVICE, Metric
 
 logger = Logger(service=SERVICE, child=True)
@@ -60,6 +68,10 @@ class IntakeConfig:
     teams: Mapping[str, str]  # team -> namespace
     registries: Sequence[str]
     ttl_after_finished: timedelta = manifests.DEFAULT_TTL_AFTER_FINISHED
+    max_runtime_limit: timedelta = DEFAULT_MAX_RUNTIME_LIMIT
+    # team -> unique ids of the principals (SQS SenderId, before any ':') that may
+    # submit or cancel for it; a team not listed here is open to every sender.
+    submitters: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,7 +84,7 @@ class Intake:
     # jobs whose objects were created in this batch and now wait for capacity
     waiting: list[str] = field(default_factory=list)
 
-    def handle(self, *, body: str, message_id: str) -> IntakeResult:
+    def handle(self, *, body: str, message_id: str, sender_id: str | None = None) -> IntakeResult:
         """Process one queue message. Raises RetryableError when it should be redelivered."""
         try:
             data = json.loads(body)
@@ -80,7 +92,10 @@ class Intake:
             raise MalformedMessage(f"message {message_id} is not JSON: {exc.msg}") from exc
         try:
             message = parse_message(
-                data, teams=list(self.config.teams), registries=self.config.registries
+                data,
+                teams=list(self.config.teams),
+                registries=self.config.registries,
+                max_runtime_limit=self.config.max_runtime_limit,
             )
         except SpecError as exc:
             return self._reject(data=data, body=body, message_id=message_id, error=exc)
