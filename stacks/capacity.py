@@ -129,7 +129,7 @@ class GpuGroups(Construct):
                             resource_type=kind,
                             tags=[
                                 cdk.CfnTag(key="Name", value=f"{prefix}-{group.name}"),
-                                cdk.CfnTag(key="squall.io/node-group", value=group.name),
+                                cdk.CfnTag(key=constants.NODE_GROUP_TAG, value=group.name),
                             ],
                         )
                         for kind in ("instance", "volume")
@@ -142,8 +142,8 @@ class GpuGroups(Construct):
             )
             tags = {
                 **node_template_tags(group),
-                "squall.io/node-group": group.name,
-                "squall.io/managed-by": prefix,
+                constants.NODE_GROUP_TAG: group.name,
+                constants.MANAGED_BY_TAG: prefix,
             }
             asg = autoscaling.CfnAutoScalingGroup(
                 self,

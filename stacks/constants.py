@@ -7,8 +7,39 @@ by name (``<prefix>-jobs``) without reading stack outputs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+# Re-exported: shared with the local runtime, which plays these resources.
+from squall.resources import (  # noqa: F401
+    DEAD_LETTER_RETENTION_DAYS,
+    DRAIN,
+    DRAIN_BATCH_SIZE,
+    DRAIN_MAX_RECEIVE_COUNT,
+    DRAIN_VISIBILITY_TIMEOUT,
+    FUNCTIONS,
+    JOBS_BATCH_SIZE,
+    JOBS_MAX_RECEIVE_COUNT,
+    JOBS_VISIBILITY_TIMEOUT,
+    LAMBDA_DEFAULT_ASYNC_RETRIES,
+    LIFECYCLE,
+    MANAGED_BY_TAG,
+    NODE_GROUP_TAG,
+    RECONCILE,
+    SCALE,
+    SUBMIT,
+    SUBMIT_MAX_CONCURRENCY,
+    VISIBILITY_TIMEOUT_FACTOR,
+    FunctionSpec,
+    async_retries,
+    dead_letter_queue_name,
+    drain_queue_name,
+    event_failures_queue_name,
+    function_name,
+    jobs_queue_name,
+    lifecycle_failures_queue_name,
+    table_name,
+    visibility_timeout,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,102 +64,9 @@ RUNTIME_PROVIDED_DISTRIBUTIONS = frozenset({"boto3", "botocore", "s3transfer"})
 PIP_PLATFORM = "manylinux2014_aarch64"
 PYTHON_VERSION = "3.12"
 
-# -- functions ------------------------------------------------------------------------
+# -- table ----------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class FunctionSpec:
-    handler: str
-    description: str
-    timeout_seconds: int
-    memory_mb: int = 512  # the kubernetes client alone takes ~60 MB; 512 MB buys CPU too
-    reserved_concurrency: int | None = None
-    # Asynchronous invocations (EventBridge): how long an event may wait, and how
-    # often a failed one is retried. None keeps Lambda's defaults (6 h, 2 retries).
-    max_event_age_seconds: int | None = None
-    async_retries: int | None = None
-
-
-SUBMIT = "submit"
-SCALE = "scale"
-LIFECYCLE = "lifecycle"
-DRAIN = "drain"
-RECONCILE = "reconcile"
-
-FUNCTIONS: dict[str, FunctionSpec] = {
-    SUBMIT: FunctionSpec(
-        handler="squall.handlers.submit.handler",
-        description="Records queued jobs and creates their Kubernetes objects",
-        timeout_seconds=60,
-    ),
-    SCALE: FunctionSpec(
-        handler="squall.handlers.scale.handler",
-        description="Plans and applies GPU capacity in every region",
-        # Shorter than the one-minute schedule, so one check ends before the next.
-        timeout_seconds=50,
-        memory_mb=1024,
-        # One planner at a time: two concurrent plans would both launch for the
-        # same pending pods.
-        reserved_concurrency=1,
-        # A scale check that waited two minutes is stale (the schedule has run a
-        # newer one), and a failed one is superseded by the next minute's.
-        max_event_age_seconds=120,
-        async_retries=0,
-    ),
-    LIFECYCLE: FunctionSpec(
-        handler="squall.handlers.lifecycle.handler",
-        description="Answers Auto Scaling launch and terminate lifecycle hooks",
-        timeout_seconds=60,
-    ),
-    DRAIN: FunctionSpec(
-        handler="squall.handlers.drain.handler",
-        description="Continues long node drains from the delayed drain queue",
-        timeout_seconds=60,
-    ),
-    RECONCILE: FunctionSpec(
-        handler="squall.handlers.reconcile.handler",
-        description="Brings job records in line with Kubernetes and retries lost jobs",
-        timeout_seconds=50,
-        max_event_age_seconds=120,
-        async_retries=0,
-    ),
-}
-
-
-def function_name(prefix: str, handler: str) -> str:
-    return f"{prefix}-{handler}"
-
-
-# -- queues and table -----------------------------------------------------------------
-
-# AWS recommends a visibility timeout of at least six times the consumer's timeout,
-# so a message is not redelivered while a throttled batch is still being retried.
-VISIBILITY_TIMEOUT_FACTOR = 6
-JOBS_BATCH_SIZE = 10
-DRAIN_BATCH_SIZE = 10
-# Bounds the load the submit function puts on the Kubernetes API during a burst.
-SUBMIT_MAX_CONCURRENCY = 5
-JOBS_MAX_RECEIVE_COUNT = 5
-DRAIN_MAX_RECEIVE_COUNT = 10
-DEAD_LETTER_RETENTION_DAYS = 14
-
-
-def jobs_queue_name(prefix: str) -> str:
-    return f"{prefix}-jobs"
-
-
-def drain_queue_name(prefix: str) -> str:
-    return f"{prefix}-drain"
-
-
-def dead_letter_queue_name(queue_name: str) -> str:
-    return f"{queue_name}-dlq"
-
-
-def table_name(prefix: str) -> str:
-    return f"{prefix}-jobs"
-
-
+# Function, queue and table names and sizes: squall/resources.py (imported above).
 TABLE_PARTITION_KEY = "pk"
 TABLE_SORT_KEY = "sk"
 STATUS_INDEX = "status-index"
