@@ -22,9 +22,10 @@ Launch (``autoscaling:EC2_INSTANCE_LAUNCHING``):
 
 Heartbeats: Auto Scaling abandons an unanswered action when the hook's heartbeat
 timeout runs out. A step records a heartbeat when less than a third of the timeout
-is left, or less than the wait for the next step plus ``step_slack`` (so a step
-that runs late still finds the action alive); the drain deadline, not the hook,
-bounds a drain.
+is left, or less than the wait for the next step plus ``step_slack`` plus
+``redelivery`` (so a next step that runs late, or whose invocation dies and whose
+message comes back ``redelivery`` later, still finds the action alive); the drain
+deadline, not the hook, bounds a drain.
 
 At-least-once delivery and crashes: every step message carries the record's
 version and the step id the record expects next. A message that does not match
@@ -127,6 +128,10 @@ class DrainPolicy:
     evictions_per_step: int = 100
     # How late a delayed step may run: heartbeats leave this much room.
     step_slack: timedelta = timedelta(seconds=30)
+    # How long after a step's message was taken it comes back when the invocation
+    # taking it dies (a timeout, out of memory): the drain function's timeout plus
+    # the step delay, since it asks for that much at the start (service/lifecycle.py).
+    redelivery: timedelta = timedelta(0)
 
     def __post_init__(self) -> None:
         for name in ("deadline", "provision_timeout", "step_delay"):
@@ -138,6 +143,8 @@ class DrainPolicy:
             raise ValueError("drain policy evictions_per_step must be at least 1")
         if self.step_slack < timedelta(0):
             raise ValueError("drain policy step_slack must not be negative")
+        if self.redelivery < timedelta(0):
+            raise ValueError("drain policy redelivery must not be negative")
 
     def heartbeat_timeout(self, kind: Kind) -> timedelta:
         """The hook's heartbeat timeout when the event does not say.
@@ -495,7 +502,9 @@ def _continue(
 ) -> Decision:
     """Not done yet: the next step, no later than the deadline, and a heartbeat if one is due."""
     wait = min(policy.step_delay, record.deadline - now)
-    heartbeat = record.hook_expires_at - now < max(record.heartbeat_timeout / 3, wait + policy.step_slack)
+    heartbeat = record.hook_expires_at - now < max(
+        record.heartbeat_timeout / 3, wait + policy.step_slack + policy.redelivery
+    )
     if heartbeat:
         record = dataclasses.replace(
             record, hook_expires_at=now + record.heartbeat_timeout, heartbeats=record.heartbeats + 1

@@ -10,8 +10,9 @@ This module and the adapters are the only places that import boto3 or kubernetes
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -22,6 +23,7 @@ from squall.fleet import Fleet
 from squall.planner import NodeGroup, Policy
 from squall.planner.offline import parse_groups
 from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleRequests, ScaleState
+from squall.resources import DRAIN, FUNCTIONS
 from squall.service.intake import Intake, IntakeConfig
 from squall.service.lifecycle import LifecycleConfig, LifecycleService
 from squall.service.reconcile import Reconciler
@@ -46,6 +48,8 @@ class Services:
     scale_state: ScaleState | None = None
     drain_queue: DrainQueue | None = None
     drain_store: DrainStore | None = None
+    # team -> unique ids of the principals that may submit for it (IntakeConfig.submitters)
+    submitters: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @functools.cached_property
     def node_groups(self) -> list[NodeGroup]:
@@ -88,6 +92,7 @@ class Services:
                 registries=settings.allowed_registries,
                 ttl_after_finished=settings.policy.job_ttl_after_finished,
                 max_runtime_limit=settings.policy.max_runtime_limit,
+                submitters=self.submitters,
             ),
         )
 
@@ -114,6 +119,8 @@ class Services:
                     deadline=policy.drain_deadline,
                     provision_timeout=policy.provision_timeout,
                     step_delay=policy.drain_step_delay,
+                    # A dying drain invocation's messages come back this late (lease).
+                    redelivery=timedelta(seconds=FUNCTIONS[DRAIN].timeout_seconds) + policy.drain_step_delay,
                 ),
                 planner_policy=planner_policy(policy),
             ),

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from squall.drain import Outcome
 from squall.errors import RetryableError
 from squall.fleet import GroupRef
 from squall.jobs import JobStatus
@@ -16,6 +17,12 @@ from squall.lifecycle import DrainStepMessage
 from squall.local.clock import VirtualClock
 from squall.local.runtime import LocalRuntime
 from squall.local.summary import ObservedCluster
+from squall.resources import (
+    DRAIN_VISIBILITY_TIMEOUT,
+    FUNCTIONS,
+    JOBS_MAX_RECEIVE_COUNT,
+    JOBS_VISIBILITY_TIMEOUT,
+)
 from squall.settings import PolicySettings
 from squall.telemetry import RecordedMetric
 
@@ -117,26 +124,35 @@ def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(
 ) -> None:
     with world.start(backend) as local:
         # given the submit invocation dies half way through its batch
+        t0 = local.clock.now()
         local.send(job("gan-1"))
         world.cluster.kill_at("create")
         local.step(ZERO)
         (error,) = local.function_errors
         assert (error.function, error.killed, error.error) == ("submit", True, "killed at create")
         assert total(local, "Errors", FunctionName="squall-submit") == 1
-        # then nothing of the batch was deleted: the next delivery makes the job's objects
+        # then nothing of the batch was deleted: it stays hidden for the jobs queue's
+        # visibility timeout (the stack's six minutes), then the next delivery makes the objects
+        assert local.queue.next_visible_at() == t0 + JOBS_VISIBILITY_TIMEOUT
+        local.step(ZERO)
+        assert not world.cluster.list_jobs(namespace="team-research"), "still hidden"
+        local.clock.advance(JOBS_VISIBILITY_TIMEOUT)
         local.step(ZERO)
         assert world.cluster.list_jobs(namespace="team-research")
         assert local.dead_letters() == []
-        # and a message whose every delivery dies goes to the dead-letter queue on its fourth receive
+        # and a message whose every delivery dies goes to the dead-letter queue on the
+        # receive after the stack's maximum (five)
         local.send(job("gan-2"))
-        for _ in range(3):
+        for _ in range(JOBS_MAX_RECEIVE_COUNT):
             world.cluster.kill_at("create")
             local.step(ZERO)
+            local.clock.advance(JOBS_VISIBILITY_TIMEOUT)
         assert local.dead_letters() == []
         local.step(ZERO)
         (dead,) = local.dead_letters()
         assert '"gan-2"' in dead["Body"]
-        assert total(local, "Errors", FunctionName="squall-submit") == len(local.function_errors) == 4
+        submit_errors = [e for e in local.function_errors if e.function == "submit"]
+        assert total(local, "Errors", FunctionName="squall-submit") == len(submit_errors) == 1 + JOBS_MAX_RECEIVE_COUNT
 
 
 def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) -> None:
@@ -181,6 +197,14 @@ def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) ->
         assert total(local, "Errors", FunctionName="squall-lifecycle") == 3
         assert local.pending_retries == []
         assert local.dropped_events == [(local.clock.now(), "lifecycle")]
+        # into the lifecycle function's on-failure destination, as the stack configures it
+        (failed,) = local.failed_events
+        assert (failed.function, failed.destination, failed.condition) == (
+            "lifecycle",
+            "squall-lifecycle-failures",
+            "RetriesExhausted",
+        )
+        assert failed.event["detail"]["EC2InstanceId"] == instance
 
 
 def test_a_retried_lifecycle_event_drains_the_node(world: World) -> None:
@@ -248,15 +272,23 @@ def test_the_jobs_queue_is_sampled_for_sqs_metrics(world: World, backend: str) -
         local.clock.advance(timedelta(seconds=10))
         local.step(ZERO)
         assert [p.value for p in points(local, "ApproximateNumberOfMessagesVisible", **queue)] == [4]
-        # the next minute's sample finds the queue empty and the unreadable body dead-lettered
+        # the next minute's sample finds nothing visible: the unreadable body failed and
+        # is hidden for the visibility timeout, still counted in the age of the oldest message
         local.clock.advance(timedelta(minutes=1))
         local.step(ZERO)
         assert [p.value for p in points(local, "ApproximateNumberOfMessagesVisible", **queue)] == [4, 0]
-        assert [p.value for p in points(local, "ApproximateAgeOfOldestMessage", **queue)] == [30, 0]
-        # it went to the dead-letter queue in the first minute, after its third receive
+        # (the first minute kept its largest sample, ten seconds after the first)
+        assert [p.value for p in points(local, "ApproximateAgeOfOldestMessage", **queue)] == [40, 100]
+        # it goes to the dead-letter queue on its sixth receive, five visibility timeouts later
         dead = points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-jobs-dlq")
-        assert [p.value for p in dead] == [1, 1]
-        assert len(points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-drains")) == 2
+        assert [p.value for p in dead] == [0, 0]
+        for _ in range(JOBS_MAX_RECEIVE_COUNT):
+            local.clock.advance(JOBS_VISIBILITY_TIMEOUT)
+            local.step(ZERO)
+        local.clock.advance(timedelta(minutes=1))
+        local.step(ZERO)
+        assert local.dead_letters() and points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-jobs-dlq")[-1].value == 1
+        assert len(points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-drain")) >= 2
 
 
 def running_job(world: World, local: LocalRuntime) -> tuple[str, str]:
@@ -292,13 +324,24 @@ def test_a_drain_batch_whose_invocation_dies_comes_back_after_the_visibility_tim
         local.step(ZERO)
         assert [(e.function, e.killed) for e in local.function_errors] == [("drain", True)]
         assert total(local, "Errors", FunctionName="squall-drain") == 1
-        # then its message was not deleted: it is back after the visibility timeout
+        # then its message was not deleted: it is back, not after the queue's six-minute
+        # visibility timeout, but a step delay after the invocation's own timeout, as the
+        # drain function asked before it started (it could not ask when it died)
         (again,) = local.drain_queue.waiting
-        assert (again.message, again.due_at) == (queued.message, local.clock.now() + timedelta(seconds=30))
+        lease = timedelta(seconds=FUNCTIONS["drain"].timeout_seconds) + local.settings.policy.drain_step_delay
+        assert (again.message, again.due_at) == (queued.message, local.clock.now() + lease)
+        assert lease < local.hook_heartbeat_timeout < DRAIN_VISIBILITY_TIMEOUT
         local.clock.advance_to(again.due_at)
         local.step(ZERO)
         assert world.cluster.get_node(node)["spec"]["unschedulable"] is True, "the step ran again, and cordoned"
         assert len(local.function_errors) == 1
+        # and the hook is answered before it times out
+        local.run(
+            until=lambda rt: rt.fleet is not None and rt.fleet.hook_stats()["hooksLeftOpen"] == 0,
+            step=timedelta(seconds=10),
+            limit=timedelta(minutes=30),
+        )
+        assert local.fleet.stats.timed_out == 0
 
 
 def test_a_drain_message_that_keeps_failing_is_dead_lettered_on_its_tenth_receive(world: World) -> None:
@@ -353,3 +396,45 @@ def test_a_scale_check_request_names_the_jobs_that_asked_for_it(world: World) ->
         assert event["detail-type"] == "Scale Check Requested"
         assert (event["detail"]["jobIds"], event["detail"]["jobCount"]) == (["gan-1", "gan-2"], 2)
         assert local.scale_results[-1]["done"]["scaledUp"] == [{"group": "p3-usw2", "to": 2}]
+
+
+def test_a_drain_step_that_fails_once_is_retried_after_the_step_delay_and_the_hook_is_answered(
+    world: World, backend: str
+) -> None:
+    # given 10 s drain steps, and a job running on a node
+    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M", "drainStepDelay": "PT10S"})
+    with world.start(backend, node_groups=GROUPS, policy=policy) as local:
+        assert local.fleet is not None
+        _, instance = running_job(world, local)
+        # and Auto Scaling throttles the first completion of a lifecycle action
+        failures: list[Any] = []
+        complete = local.fleet.complete_lifecycle_action
+
+        def throttled_once(**kwargs: Any) -> None:
+            if not failures:
+                failures.append(local.clock.now())
+                raise RetryableError("CompleteLifecycleAction: Throttling: Rate exceeded")
+            complete(**kwargs)
+
+        local.fleet.complete_lifecycle_action = throttled_once  # type: ignore[method-assign]
+        # when the node's instance is terminated under the job: the lifecycle function
+        # evicts the pod and the drain function completes the action once it is gone
+        local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+
+        def answered(rt: LocalRuntime) -> bool:
+            record = rt.backend.drain_store.get(instance)
+            return record is not None and record.done
+
+        assert local.run(until=answered, step=timedelta(seconds=1), limit=timedelta(minutes=10))
+        # then the failed step came back a step delay later, not after the queue's
+        # six-minute visibility timeout, and completed the action well inside the hook's timeout
+        (failed_at,) = failures
+        record = local.backend.drain_store.get(instance)
+        assert record is not None and record.finished_at is not None
+        assert (record.outcome, record.result) == (Outcome.DRAINED, "CONTINUE")
+        assert record.finished_at - failed_at == policy.drain_step_delay
+        assert record.finished_at < record.started_at + local.hook_heartbeat_timeout
+        assert local.fleet.stats.timed_out == 0 and local.fleet.hook_stats()["hooksLeftOpen"] == 0
+        assert local.fleet.terminated_busy == []
+        assert local.function_errors == [], "a failed step fails its record, not the invocation"
+        assert local.drain_dead_letters == []

@@ -396,10 +396,11 @@ def test_eviction_blocked_by_a_pdb_past_the_deadline_completes_with_heartbeats_a
     record = harness.record()
     assert steps == 60 and record.attempts == 61
     assert len(evictions(world)) == 60 and record.refused == 60
-    # ... kept the 300 s hook alive with a heartbeat whenever less than a third was left ...
+    # ... kept the 300 s hook alive with a heartbeat whenever less was left than the next
+    # step needs should its invocation die (30 s step + 30 s slack + 90 s redelivery) ...
     gaps = [b - a for a, b in zip([started, *harness.heartbeat_times], harness.heartbeat_times, strict=False)]
     assert len(harness.heartbeat_times) == record.heartbeats >= 8
-    assert all(timedelta(seconds=200) <= gap < timedelta(seconds=300) for gap in gaps)
+    assert all(timedelta(seconds=150) < gap <= timedelta(seconds=180) for gap in gaps)
     # ... and at the deadline completed anyway with CONTINUE, naming the pod left
     assert harness.now == started + timedelta(minutes=30)
     assert record.outcome is Outcome.PAST_DEADLINE and record.result == "CONTINUE"
@@ -412,7 +413,8 @@ def test_eviction_blocked_by_a_pdb_past_the_deadline_completes_with_heartbeats_a
 
 
 def test_a_failed_heartbeat_is_tried_again_at_the_next_step(harness: Harness) -> None:
-    # given a drain held up by a budget, 180 s into a 300 s hook
+    # given a drain held up by a budget, 150 s into a 300 s hook (a heartbeat is due once
+    # less is left than a step, its slack and a dying step's redelivery: 150 s)
     harness.node(INSTANCE, "gpu-1")
     harness.submit("job-a")
     harness.settle()
@@ -420,16 +422,16 @@ def test_a_failed_heartbeat_is_tried_again_at_the_next_step(harness: Harness) ->
     harness.terminating(INSTANCE)
     started = harness.now
     harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
-    harness.run(until=started + timedelta(seconds=180))
+    harness.run(until=started + timedelta(seconds=150))
     assert harness.record().heartbeats == 0
-    # when the heartbeat due at 210 s is throttled
+    # when the heartbeat due at 180 s is throttled
     harness.fleet.next_error = RetryableError("Rate exceeded")
-    harness.run(until=started + timedelta(seconds=210))
+    harness.run(until=started + timedelta(seconds=180))
     # then the record does not pretend the hook was extended ...
     record = harness.record()
     assert record.heartbeats == 0 and record.hook_expires_at == started + timedelta(seconds=300)
     # ... and the next step, still inside the hook's timeout, records it
-    harness.run(until=started + timedelta(seconds=240))
+    harness.run(until=started + timedelta(seconds=210))
     assert harness.record().heartbeats == 1
     assert len(harness.fleet.calls_to("record_lifecycle_heartbeat")) == 2
 
@@ -692,3 +694,88 @@ def test_a_runtime_without_a_drain_queue_cannot_build_the_lifecycle_service(worl
     )
     with pytest.raises(RuntimeError, match="drain queue"):
         _ = services.lifecycle
+
+
+# ---- failed steps come back within the hook's heartbeat timeout -------------------------------
+
+
+def test_a_failed_step_is_asked_back_after_the_step_delay_not_the_visibility_timeout(harness: Harness) -> None:
+    # given a drain whose next step will find the node empty
+    harness.node(INSTANCE, "gpu-1")
+    harness.submit("job-a")
+    harness.settle()
+    harness.terminating(INSTANCE)
+    harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
+    harness.world.clock.advance(STEP)
+    harness.world.cluster.advance()
+    (message,) = harness.queue.take_due()
+    # when completing the action is throttled (a transient error: the step fails)
+    harness.fleet.next_error = RetryableError("CompleteLifecycleAction: Throttling: Rate exceeded")
+    with pytest.raises(RetryableError):
+        harness.lifecycle.step(message, receipt_handle="receipt-1")
+    # then the message is asked back a step delay from now, well inside the hook's
+    # heartbeat timeout, and the record is as it was, so the step is taken again
+    assert harness.queue.visible_again == {"receipt-1": harness.now + STEP}
+    assert harness.record().version == 2 and not harness.record().done
+    harness.world.clock.advance(STEP)
+    assert harness.lifecycle.step(message, receipt_handle="receipt-2").outcome == "step"
+    assert harness.record().outcome is Outcome.DRAINED
+    assert "receipt-2" not in harness.queue.visible_again, "a step that ends is not asked back"
+
+
+def test_a_step_invocation_leases_its_messages_for_its_timeout_plus_the_step_delay(harness: Harness) -> None:
+    # when a drain invocation starts with two messages and 60 s to run
+    harness.lifecycle.lease(["r1", "r2", ""], time_left=timedelta(seconds=60))
+    # then, should it die, both come back a step delay after its timeout
+    assert harness.queue.visible_again == {"r1": harness.now + timedelta(seconds=90), "r2": harness.now + timedelta(seconds=90)}
+
+
+def test_the_runtimes_drain_policy_allows_for_a_dying_step(harness: Harness) -> None:
+    # a dying step's messages come back after the drain function's timeout plus a step delay
+    assert harness.lifecycle.config.policy.redelivery == timedelta(seconds=60) + STEP
+
+
+def test_the_drain_handler_leases_the_batch_and_hastens_a_failed_step_on_sqs(
+    harness: Harness, lambda_context: Any
+) -> None:
+    # given the drain queue on SQS (moto), with the stack's visibility timeout, and a drain under way
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(QueueName="squall-drain", Attributes={"VisibilityTimeout": "360"})["QueueUrl"]
+    harness.node(INSTANCE, "gpu-1")
+    harness.submit("job-a")
+    harness.settle()
+    harness.terminating(INSTANCE)
+    harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
+    (due,) = harness.queue.waiting
+    harness.services.drain_queue = queue = SqsDrainQueue(sqs, queue_url=url)
+    queue.send_step(due.message, delay=timedelta(0))
+    (received,) = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+    event = sqs_event([received], queue_arn="arn:aws:sqs:us-west-2:123456789012:squall-drain", region=REGION)
+    calls: list[dict[str, Any]] = []
+    sqs.meta.events.register(
+        "provide-client-params.sqs.ChangeMessageVisibilityBatch", lambda params, **_: calls.append(params)
+    )
+    # when the step fails on a throttled completion
+    harness.world.clock.advance(STEP)
+    harness.world.cluster.advance()
+    harness.fleet.next_error = RetryableError("CompleteLifecycleAction: Throttling: Rate exceeded")
+    response = drain_handler.handler(event, lambda_context)
+    # then the message failed alone: leased first for the invocation's time plus a step,
+    # then asked back after one step delay (SQS's own visibility timeout is 360 s)
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [received["MessageId"]]
+    handle = received["ReceiptHandle"]
+    leased = lambda_context.get_remaining_time_in_millis() // 1000 + 30
+    assert [[(e["ReceiptHandle"], e["VisibilityTimeout"]) for e in c["Entries"]] for c in calls] == [
+        [(handle, leased)],
+        [(handle, 30)],
+    ]
+
+
+def test_the_sqs_adapter_reports_visibility_changes_it_could_not_make(harness: Harness) -> None:
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(QueueName="squall-drain")["QueueUrl"]
+    with pytest.raises(RetryableError, match="1 failed"):
+        SqsDrainQueue(sqs, queue_url=url).retry_after(["not-a-receipt"], delay=STEP)
+    with pytest.raises(PermanentError) as caught:
+        SqsDrainQueue(sqs, queue_url=url + "-missing").retry_after(["r"], delay=STEP)
+    assert not isinstance(caught.value.__cause__, PermanentError)

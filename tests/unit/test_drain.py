@@ -226,6 +226,22 @@ def test_a_short_hook_is_heartbeaten_so_that_a_late_next_step_still_finds_it() -
     assert decision.heartbeat
 
 
+def test_a_heartbeat_leaves_room_for_a_next_step_whose_invocation_dies() -> None:
+    # given 30 s steps with 30 s slack, and a dying step's message back 90 s late
+    # (the drain function's 60 s timeout plus a step delay)
+    dying = dataclasses.replace(POLICY, redelivery=timedelta(seconds=90))
+    record = terminate_record()
+    # when a step runs with 140 s of the 300 s hook left
+    decision = drain.decide(record, node=node(), pods=[pod("x")], now=at(160), policy=dying)
+    # then it heartbeats: the next step at +30 s, dying and back at +120 s, needs more
+    assert decision.heartbeat and decision.record.hook_expires_at == at(160 + 300)
+    # and at 151 s left, or with no redelivery to allow for, it would not yet
+    assert not drain.decide(record, node=node(), pods=[pod("x")], now=at(149), policy=dying).heartbeat
+    assert not drain.decide(record, node=node(), pods=[pod("x")], now=at(160), policy=POLICY).heartbeat
+    with pytest.raises(ValueError, match="redelivery"):
+        DrainPolicy(redelivery=timedelta(seconds=-1))
+
+
 def test_the_next_step_is_never_later_than_the_deadline() -> None:
     record = terminate_record()
     decision = drain.decide(record, node=node(), pods=[pod("x")], now=record.deadline - timedelta(seconds=7), policy=POLICY)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -26,9 +27,15 @@ processor = BatchProcessor(event_type=EventType.SQS, model=DrainStepRecord, rais
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     lifecycle = services(metrics).lifecycle
+    # Should this invocation die half way, its messages still come back in time.
+    lifecycle.lease(
+        [str(record.get("receiptHandle", "")) for record in event.get("Records", [])],
+        time_left=timedelta(milliseconds=context.get_remaining_time_in_millis()),
+    )
 
     def record_handler(record: DrainStepRecord) -> None:
-        handled = lifecycle.step(record.body)
+        # A failed step hands its receipt back to the queue to be retried soon.
+        handled = lifecycle.step(record.body, receipt_handle=record.receiptHandle)
         logger.debug("drain step", message_id=record.messageId, **handled.to_dict())
 
     response: dict[str, Any] = process_partial_response(  # type: ignore[assignment]

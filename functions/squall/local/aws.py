@@ -1,7 +1,11 @@
 """The embedded AWS endpoint: moto's server on a free loopback port, with Squall's resources.
 
 boto3 reaches it through AWS_ENDPOINT_URL, so the adapters run unchanged. The
-resources mirror what the CDK stacks create (same key schema, index, redrive).
+resources mirror what the CDK stacks create: the names the stacks give them for
+the default prefix, the same key schema and index, the same redrive (receive
+counts from squall/resources.py). Visibility timeouts are the stack's too, but
+kept on the virtual clock by the local queues (squall/local/queues.py): moto's
+own never run out.
 """
 
 from __future__ import annotations
@@ -18,12 +22,18 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
+from squall import resources
+from squall.local.queues import MOTO_VISIBILITY_TIMEOUT_SECONDS
+
+PREFIX = "squall"  # cdk.json's default prefix
 REGION = "us-west-2"
-TABLE = "squall-jobs"
-JOBS_QUEUE = "squall-jobs"
-DEAD_LETTER_QUEUE = "squall-jobs-dlq"
-DRAIN_QUEUE = "squall-drains"
-MAX_RECEIVE_COUNT = 3
+ACCOUNT = "123456789012"
+TABLE = resources.table_name(PREFIX)
+JOBS_QUEUE = resources.jobs_queue_name(PREFIX)
+DEAD_LETTER_QUEUE = resources.dead_letter_queue_name(JOBS_QUEUE)
+DRAIN_QUEUE = resources.drain_queue_name(PREFIX)
+DRAIN_DEAD_LETTER_QUEUE = resources.dead_letter_queue_name(DRAIN_QUEUE)
+MAX_RECEIVE_COUNT = resources.JOBS_MAX_RECEIVE_COUNT
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -73,23 +83,10 @@ def client(service: str, endpoint: str, *, region: str = REGION) -> Any:
 
 
 def create_resources(endpoint: str) -> LocalResources:
-    """The jobs queue with its dead-letter queue, the drain queue and the jobs table."""
+    """The jobs and drain queues with their dead-letter queues, and the jobs table."""
     sqs = client("sqs", endpoint)
-    dlq_url = sqs.create_queue(QueueName=DEAD_LETTER_QUEUE)["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    jobs_url = sqs.create_queue(
-        QueueName=JOBS_QUEUE,
-        Attributes={
-            # Failed messages come back at once locally: the clock is virtual.
-            "VisibilityTimeout": "0",
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}
-            ),
-        },
-    )["QueueUrl"]
-    drain_url = sqs.create_queue(QueueName=DRAIN_QUEUE)["QueueUrl"]
+    jobs_url, dlq_url = _queue_pair(sqs, JOBS_QUEUE, max_receive_count=resources.JOBS_MAX_RECEIVE_COUNT)
+    drain_url, _ = _queue_pair(sqs, DRAIN_QUEUE, max_receive_count=resources.DRAIN_MAX_RECEIVE_COUNT)
     create_table(client("dynamodb", endpoint), TABLE)
     return LocalResources(
         endpoint=endpoint,
@@ -98,6 +95,21 @@ def create_resources(endpoint: str) -> LocalResources:
         dead_letter_queue_url=dlq_url,
         drain_queue_url=drain_url,
     )
+
+
+def _queue_pair(sqs: Any, name: str, *, max_receive_count: int) -> tuple[str, str]:
+    """A queue and its dead-letter queue, redriven as stacks/queues.py redrives them."""
+    dlq_url = sqs.create_queue(QueueName=resources.dead_letter_queue_name(name))["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            # The stack's visibility timeout is kept on the virtual clock (local/queues.py).
+            "VisibilityTimeout": str(MOTO_VISIBILITY_TIMEOUT_SECONDS),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}),
+        },
+    )["QueueUrl"]
+    return url, dlq_url
 
 
 def create_table(dynamodb: Any, name: str) -> None:
@@ -147,13 +159,16 @@ def create_groups(endpoint: str, groups: Any) -> None:
             MaxSize=group.max_size,
             DesiredCapacity=max(group.min_size, group.desired),
             AvailabilityZones=[f"{group.region}a", f"{group.region}b"],
+            # The tags the stack's groups carry; Squall's role may change only groups
+            # tagged squall.io/managed-by=<prefix>.
             Tags=[
                 {
-                    "Key": "squall.io/node-group",
-                    "Value": group.name,
+                    "Key": key,
+                    "Value": value,
                     "PropagateAtLaunch": True,
                     "ResourceId": group.asg_name or group.name,
                     "ResourceType": "auto-scaling-group",
                 }
+                for key, value in ((resources.NODE_GROUP_TAG, group.name), (resources.MANAGED_BY_TAG, PREFIX))
             ],
         )

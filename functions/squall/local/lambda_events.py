@@ -34,7 +34,12 @@ class InvocationKilled(BaseException):
 
 
 def sqs_event(messages: Sequence[Mapping[str, Any]], *, queue_arn: str, region: str) -> dict[str, Any]:
-    """An SQS batch event from `receive_message` results (with Attributes=All)."""
+    """An SQS batch event from `receive_message` results (with Attributes=All).
+
+    ``attributes.SenderId`` is who sent the message, as SQS reports it (the local
+    queues put the sender a local send named there); message attributes keep the
+    event source mapping's shape (stringValue, dataType).
+    """
     records = []
     for message in messages:
         attributes = dict(message.get("Attributes") or {})
@@ -51,7 +56,15 @@ def sqs_event(messages: Sequence[Mapping[str, Any]], *, queue_arn: str, region: 
                         "ApproximateFirstReceiveTimestamp", "0"
                     ),
                 },
-                "messageAttributes": {},
+                "messageAttributes": {
+                    name: {
+                        "stringValue": value.get("StringValue"),
+                        "stringListValues": [],
+                        "binaryListValues": [],
+                        "dataType": value.get("DataType", "String"),
+                    }
+                    for name, value in (message.get("MessageAttributes") or {}).items()
+                },
                 "md5OfBody": message.get("MD5OfBody") or hashlib.md5(message["Body"].encode()).hexdigest(),
                 "eventSource": "aws:sqs",
                 "eventSourceARN": queue_arn,
@@ -94,6 +107,7 @@ class LocalContext:
     """The parts of Lambda's context object that powertools reads."""
 
     function_name: str
+    timeout_ms: int = 60_000  # the function's timeout: an invocation here takes no virtual time
     memory_limit_in_mb: int = 512
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     region: str = "us-west-2"
@@ -115,4 +129,4 @@ class LocalContext:
         return "local"
 
     def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+        return self.timeout_ms

@@ -12,11 +12,15 @@ Throttles per FunctionName) and, when the handler raised or was killed, what its
 trigger does next:
 
 - an SQS batch (jobs or drain queue) is not deleted: its messages come back after
-  the visibility timeout, one receive further towards the dead-letter queue;
+  the queue's visibility timeout (the stack's, squall/resources.py), or sooner if
+  the function asked for it (ChangeMessageVisibility), one receive further
+  towards the dead-letter queue, which takes them after the stack's receive count;
 - an EventBridge invocation (a schedule, a scale-check request, a lifecycle action)
   is asynchronous: Lambda retries it as often as the function allows
-  (`ASYNC_RETRIES`, as the CDK stack configures them), then drops it. A schedule
-  fires again on its next period either way.
+  (`ASYNC_RETRIES`, as the CDK stack configures them) while it is younger than the
+  function's maximum event age, then drops it, into the function's on-failure
+  destination if it has one (the lifecycle function does). A schedule fires
+  again on its next period either way.
 
 Before each step it samples the queues for the SQS metrics the dashboard graphs.
 """
@@ -36,18 +40,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from squall import resources as deployed
 from squall import runtime
-from squall.drain_queue import InMemoryDrainQueue
+from squall.drain_queue import InMemoryDrainQueue, QueuedStep
 from squall.drain_store import DynamoDrainStore
 from squall.events import MAX_JOB_IDS
 from squall.fleet import AutoScalingFleet
 from squall.jobs import Job, JobEvent, is_terminal
 from squall.lifecycle import DrainStepMessage
 from squall.local.aws import (
+    ACCOUNT,
     DEAD_LETTER_QUEUE,
     DRAIN_QUEUE,
     JOBS_QUEUE,
     MAX_RECEIVE_COUNT,
+    PREFIX,
     REGION,
     LocalResources,
     client,
@@ -77,18 +84,22 @@ from squall.telemetry import SERVICE, RecordedMetric, RecordingMetrics
 
 DEFAULT_TEAMS = {"research": "team-research", "vision": "team-vision"}
 DEFAULT_REGISTRIES = ["registry.example.com/squall", "123456789012.dkr.ecr.us-west-2.amazonaws.com"]
-SQS_BATCH_SIZE = 10
-DRAIN_QUEUE_ARN = "arn:aws:sqs:us-west-2:123456789012:squall-drains"
-# A drain-queue message that failed is visible again after this long.
-DRAIN_VISIBILITY_TIMEOUT = timedelta(seconds=30)
-# Receives before the drain queue's redrive dead-letters a message (the stack's DRAIN_MAX_RECEIVE_COUNT).
-DRAIN_MAX_RECEIVE_COUNT = 10
+SQS_BATCH_SIZE = deployed.JOBS_BATCH_SIZE
+DRAIN_QUEUE_ARN = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{DRAIN_QUEUE}"
+# A drain-queue message that failed is visible again after this long, unless the
+# drain function asked for sooner (the stack's visibility timeout).
+DRAIN_VISIBILITY_TIMEOUT = deployed.DRAIN_VISIBILITY_TIMEOUT
+# Receives before the drain queue's redrive dead-letters a message (the stack's).
+DRAIN_MAX_RECEIVE_COUNT = deployed.DRAIN_MAX_RECEIVE_COUNT
 # How often Lambda retries a failed asynchronous (EventBridge) invocation, per function,
-# as stacks/constants.py configures them (async_retries; unset there: Lambda's default
+# as the stack configures them (squall/resources.py; unset there: Lambda's default
 # of 2). Scale and reconcile retry nothing: the next minute's run supersedes a failed one.
-ASYNC_RETRIES = {"scale": 0, "reconcile": 0, "lifecycle": 2}
+ASYNC_RETRIES = {h: deployed.async_retries(h) for h in (deployed.SCALE, deployed.RECONCILE, deployed.LIFECYCLE)}
 # Lambda waits a minute before the first retry of a failed asynchronous event, two before the second.
 ASYNC_RETRY_DELAYS = (timedelta(minutes=1), timedelta(minutes=2))
+# Where Lambda puts an asynchronous event it gave up on, per function (the stack's
+# on-failure destinations): the lifecycle function's go to a queue with an alarm.
+ON_FAILURE_DESTINATIONS = {deployed.LIFECYCLE: deployed.lifecycle_failures_queue_name(PREFIX)}
 
 
 @dataclass
@@ -129,6 +140,17 @@ class PendingRetry:
     attempt: int  # the retry this will be: 1 or 2
 
 
+@dataclass(frozen=True)
+class FailedEvent:
+    """An asynchronous event Lambda gave up on, as its on-failure destination receives it."""
+
+    at: datetime
+    function: str
+    destination: str  # the queue's name
+    condition: str  # RetriesExhausted or EventAgeExceeded, in Lambda's words
+    event: dict[str, Any]
+
+
 @dataclass
 class DeliveryStats:
     batches: int = 0
@@ -152,7 +174,7 @@ class Backend:
 
 
 def moto_backend(endpoint: str) -> Backend:
-    resources = create_resources(endpoint)
+    local = create_resources(endpoint)
     dynamodb = client("dynamodb", endpoint)
     regional: dict[str, Any] = {}
 
@@ -163,15 +185,18 @@ def moto_backend(endpoint: str) -> Backend:
 
     return Backend(
         name="moto",
-        store=DynamoJobStore(dynamodb, resources.table_name),
-        scale_state=DynamoScaleState(dynamodb, resources.table_name),
+        store=DynamoJobStore(dynamodb, local.table_name),
+        scale_state=DynamoScaleState(dynamodb, local.table_name),
         queue=SqsQueue(
-            client("sqs", endpoint), url=resources.jobs_queue_url, dead_letter_url=resources.dead_letter_queue_url
+            client("sqs", endpoint),
+            url=local.jobs_queue_url,
+            dead_letter_url=local.dead_letter_queue_url,
+            visibility_timeout=deployed.JOBS_VISIBILITY_TIMEOUT,
         ),
         autoscaling=AutoScalingFleet(autoscaling_client),
         create_groups=lambda groups: create_groups(endpoint, groups),
-        drain_store=DynamoDrainStore(dynamodb, resources.table_name),
-        resources=resources,
+        drain_store=DynamoDrainStore(dynamodb, local.table_name),
+        resources=local,
     )
 
 
@@ -188,7 +213,11 @@ def memory_backend() -> Backend:
         name="memory",
         store=InMemoryJobStore(),
         scale_state=InMemoryScaleState(),
-        queue=MemoryQueue(max_receive_count=MAX_RECEIVE_COUNT),
+        queue=MemoryQueue(
+            arn=f"arn:aws:sqs:{REGION}:{ACCOUNT}:{JOBS_QUEUE}",
+            max_receive_count=MAX_RECEIVE_COUNT,
+            visibility_timeout=deployed.JOBS_VISIBILITY_TIMEOUT,
+        ),
         autoscaling=autoscaling,
         create_groups=create,
         drain_store=InMemoryDrainStore(),
@@ -205,6 +234,7 @@ class LocalRuntime:
         settings: Settings,
         capacity: Mapping[str, RegionCapacity] | None = None,
         hooks: bool = True,
+        submitters: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.backend = backend
         self.clock = clock
@@ -215,6 +245,9 @@ class LocalRuntime:
         self.queue = backend.queue
         self.store = backend.store
         self.fleet: LocalFleet | None = None
+        # The hooks' timeouts, as the capacity stack gives Squall's hooks (stacks/lifecycle.py).
+        self.hook_heartbeat_timeout = max(timedelta(minutes=5), 4 * settings.policy.drain_step_delay)
+        self.launch_hook_timeout = settings.policy.provision_timeout
         if settings.node_groups:
             groups, _ = parse_groups(settings.node_groups)
             backend.create_groups(groups)
@@ -228,8 +261,8 @@ class LocalRuntime:
                 hooks=LifecycleHooks(
                     launch=settings.launch_hook_name,
                     terminate=settings.terminate_hook_name,
-                    heartbeat_timeout=max(timedelta(minutes=5), 4 * settings.policy.drain_step_delay),
-                    launch_timeout=settings.policy.provision_timeout,
+                    heartbeat_timeout=self.hook_heartbeat_timeout,
+                    launch_timeout=self.launch_hook_timeout,
                 )
                 if hooks
                 else None,
@@ -246,6 +279,7 @@ class LocalRuntime:
             scale_state=backend.scale_state,
             drain_queue=self.drain_queue,
             drain_store=backend.drain_store,
+            submitters={team: frozenset(ids) for team, ids in (submitters or {}).items()},
         )
         self.lifecycle_results: list[dict[str, Any]] = []
         self.scale_results: list[dict[str, Any]] = []
@@ -255,8 +289,11 @@ class LocalRuntime:
         self.pending_retries: list[PendingRetry] = []
         # (when, function) of asynchronous events dropped once their retries were spent
         self.dropped_events: list[tuple[datetime, str]] = []
+        # those of them that went to the function's on-failure destination
+        self.failed_events: list[FailedEvent] = []
         self.drain_dead_letters: list[DrainStepMessage] = []
         self._drain_receives: Counter[DrainStepMessage] = Counter()
+        self._drain_deliveries = 0
         self._handlers: dict[str, Callable[[Any, Any], Any]] = {}
         self._dimensions: dict[str, dict[str, str]] = {}
         self._sampled_at: datetime | None = None
@@ -290,8 +327,14 @@ class LocalRuntime:
         capacity: Mapping[str, RegionCapacity] | None = None,
         log_level: int = logging.WARNING,
         backend: str = "moto",
+        submitters: Mapping[str, Sequence[str]] | None = None,
     ) -> Iterator[LocalRuntime]:
-        """Start the embedded endpoint (or the memory backend), install the services."""
+        """Start the embedded endpoint (or the memory backend), install the services.
+
+        `submitters`: team -> unique ids of the principals that may submit for it
+        (what SQS reports as a message's SenderId, before any ':'), handed to the
+        intake as they are; a team left out takes jobs from any sender.
+        """
         clock = clock or VirtualClock()
         cluster = cluster or SimulatedCluster(clock=clock)
         # The functions log every job at INFO, as they should in CloudWatch; here the
@@ -309,18 +352,25 @@ class LocalRuntime:
                 chosen = memory_backend()
             else:
                 raise ValueError(f"unknown backend {backend!r}: use 'moto' or 'memory'")
-            resources = chosen.resources
+            local_resources = chosen.resources
             settings = Settings(
-                table_name=resources.table_name if resources else "memory",
-                jobs_queue_url=resources.jobs_queue_url if resources else "",
-                drain_queue_url=resources.drain_queue_url if resources else "",
+                table_name=local_resources.table_name if local_resources else "memory",
+                jobs_queue_url=local_resources.jobs_queue_url if local_resources else "",
+                drain_queue_url=local_resources.drain_queue_url if local_resources else "",
                 teams=dict(teams or DEFAULT_TEAMS),
                 allowed_registries=list(registries or DEFAULT_REGISTRIES),
                 regions=sorted({g["region"] for g in node_groups or []} | {REGION}),
                 node_groups=list(node_groups or []),
                 policy=policy or PolicySettings(),
             )
-            local = cls(backend=chosen, clock=clock, cluster=cluster, settings=settings, capacity=capacity)
+            local = cls(
+                backend=chosen,
+                clock=clock,
+                cluster=cluster,
+                settings=settings,
+                capacity=capacity,
+                submitters=submitters,
+            )
             runtime.install(local.services)
             try:
                 yield local
@@ -344,7 +394,8 @@ class LocalRuntime:
         failure: FunctionError | None = None
         response: dict[str, Any] | None = None
         try:
-            response = self._handler(handler)(event, LocalContext(function_name=function)) or {}
+            context = LocalContext(function_name=function, timeout_ms=deployed.FUNCTIONS[handler].timeout_seconds * 1000)
+            response = self._handler(handler)(event, context) or {}
         except InvocationKilled as killed:
             failure = FunctionError(at=self.clock.now(), function=handler, error=str(killed), killed=True)
         except Exception as error:
@@ -371,24 +422,38 @@ class LocalRuntime:
         """An EventBridge invocation: a failed one is retried as Lambda retries asynchronous events."""
         response = self.invoke(handler, event)
         if response is None:
+            now = self.clock.now()
             if attempt < ASYNC_RETRIES.get(handler, len(ASYNC_RETRY_DELAYS)):
-                self.pending_retries.append(
-                    PendingRetry(
-                        due=self.clock.now() + ASYNC_RETRY_DELAYS[attempt],
-                        function=handler,
-                        event=event,
-                        attempt=attempt + 1,
-                    )
-                )
+                due = now + ASYNC_RETRY_DELAYS[attempt]
+                if due - _event_time(event, default=now) <= self.max_event_age(handler):
+                    self.pending_retries.append(PendingRetry(due=due, function=handler, event=event, attempt=attempt + 1))
+                else:
+                    self._give_up(handler, event, condition="EventAgeExceeded")
             else:
-                # No dead-letter queue or on-failure destination: Lambda discards the event.
-                self.dropped_events.append((self.clock.now(), handler))
+                self._give_up(handler, event, condition="RetriesExhausted")
             return None
         if handler == "scale":
             self.scale_results.append({"at": self.clock.now()} | response)
         elif handler == "lifecycle":
             self.lifecycle_results.append({"at": self.clock.now(), "event": event["detail-type"]} | response)
         return response
+
+    def max_event_age(self, handler: str) -> timedelta:
+        """How old an event Lambda still retries, as the stack configures each function."""
+        if handler == deployed.LIFECYCLE:
+            # Past its hook's timeout Auto Scaling has answered the action itself.
+            return max(self.hook_heartbeat_timeout, self.launch_hook_timeout)
+        seconds = deployed.FUNCTIONS[handler].max_event_age_seconds
+        return timedelta(hours=6) if seconds is None else timedelta(seconds=seconds)
+
+    def _give_up(self, handler: str, event: dict[str, Any], *, condition: str) -> None:
+        now = self.clock.now()
+        self.dropped_events.append((now, handler))
+        destination = ON_FAILURE_DESTINATIONS.get(handler)
+        if destination is not None:
+            self.failed_events.append(
+                FailedEvent(at=now, function=handler, destination=destination, condition=condition, event=event)
+            )
 
     def _handler(self, handler: str) -> Callable[[Any, Any], Any]:
         if handler not in self._handlers:
@@ -397,20 +462,25 @@ class LocalRuntime:
 
     # ---- the queue ---------------------------------------------------------
 
-    def send(self, body: Mapping[str, Any] | str) -> str:
-        """Drop a message on the jobs queue, as `squall submit` or a user's SendMessage does."""
-        return self.queue.send(body if isinstance(body, str) else json.dumps(body), at=self.clock.now())
+    def send(self, body: Mapping[str, Any] | str, *, sender: str | None = None) -> str:
+        """Drop a message on the jobs queue, as `squall submit` or a user's SendMessage does.
+
+        `sender`: the unique id of the principal that sends it (AROA...:session for
+        a role), which SQS reports to the submit function as the SenderId attribute.
+        """
+        text = body if isinstance(body, str) else json.dumps(body)
+        return self.queue.send(text, at=self.clock.now(), sender=sender)
 
     def deliver(self) -> int:
         """Hand every visible message to the submit handler in batches of up to 10.
 
-        A batch whose invocation failed is deleted in no part and delivery stops for
-        this step: its messages are visible again at the next one (visibility timeout
-        0 here), their receive counts one higher, so the redrive policy still applies.
+        What a failed batch, or a failed record of one, held is not deleted: it is
+        visible again after the jobs queue's visibility timeout (the stack's, on the
+        virtual clock), its receive count one higher, so the redrive policy applies.
         """
         handled = 0
         while True:
-            messages = self.queue.receive(SQS_BATCH_SIZE)
+            messages = self.queue.receive(SQS_BATCH_SIZE, at=self.clock.now())
             if not messages:
                 return handled
             response = self.invoke("submit", sqs_event(messages, queue_arn=self.queue.arn, region=REGION))
@@ -446,7 +516,7 @@ class LocalRuntime:
         if now == self._sampled_at:
             return
         self._sampled_at = now
-        depth = self.queue.depth()
+        depth = self.queue.depth(at=now)
         age = (now - depth.oldest_sent_at).total_seconds() if depth.oldest_sent_at is not None else 0.0
         drains_visible = sum(1 for queued in self.drain_queue.waiting if queued.due_at <= now)
         self._queue_gauge("ApproximateNumberOfMessagesVisible", JOBS_QUEUE, depth.visible, unit="Count")
@@ -517,23 +587,28 @@ class LocalRuntime:
         """Drain-queue messages that are due, in batches of 10, to the drain function.
 
         A step the function reports as failed, or every step of a batch whose
-        invocation failed, comes back after the visibility timeout (30 s here), as
-        SQS would deliver it again; after DRAIN_MAX_RECEIVE_COUNT receives the
-        queue's redrive moves it to `drain_dead_letters` instead.
+        invocation failed, comes back as SQS would deliver it again: after the
+        queue's visibility timeout (the stack's), or when the function asked for it
+        (ChangeMessageVisibility, which the drain function does for a failed step).
+        After DRAIN_MAX_RECEIVE_COUNT receives the queue's redrive moves it to
+        `drain_dead_letters` instead.
         """
         due = self.drain_queue.take_due()
         for start in range(0, len(due), SQS_BATCH_SIZE):
             batch = due[start : start + SQS_BATCH_SIZE]
             self._drain_receives.update(batch)
-            messages = [
-                {
-                    "MessageId": f"drain-{id(m)}-{i}",
-                    "ReceiptHandle": "local",
-                    "Body": m.body(),
-                    "Attributes": {"ApproximateReceiveCount": str(self._drain_receives[m])},
-                }
-                for i, m in enumerate(batch)
-            ]
+            messages: list[dict[str, Any]] = []
+            for step in batch:
+                self._drain_deliveries += 1
+                messages.append(
+                    {
+                        "MessageId": f"drain-{self._drain_deliveries}",
+                        "ReceiptHandle": f"drain-receipt-{self._drain_deliveries}",
+                        "Body": step.body(),
+                        "Attributes": {"ApproximateReceiveCount": str(self._drain_receives[step])},
+                    }
+                )
+            received_at = self.clock.now()
             response = self.invoke("drain", sqs_event(messages, queue_arn=DRAIN_QUEUE_ARN, region=REGION))
             failed = (
                 {m["MessageId"] for m in messages}
@@ -541,13 +616,17 @@ class LocalRuntime:
                 else {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
             )
             for message, step in zip(messages, batch, strict=True):
+                visible_again = self.drain_queue.visible_again.pop(str(message["ReceiptHandle"]), None)
                 if message["MessageId"] not in failed:
                     self._drain_receives.pop(step, None)
                 elif self._drain_receives[step] >= DRAIN_MAX_RECEIVE_COUNT:
                     self._drain_receives.pop(step, None)
                     self.drain_dead_letters.append(step)
                 else:
-                    self.drain_queue.send_step(step, delay=DRAIN_VISIBILITY_TIMEOUT)
+                    # Not sent again: the same message, visible again.
+                    self.drain_queue.waiting.append(
+                        QueuedStep(due_at=visible_again or received_at + DRAIN_VISIBILITY_TIMEOUT, message=step)
+                    )
 
     def run_due_schedules(self) -> None:
         now = self.clock.now()
@@ -561,12 +640,15 @@ class LocalRuntime:
     def next_event_time(self) -> datetime | None:
         """When the runtime next has something to do of its own accord, None if never.
 
-        The earliest of: a schedule, the debounced scale-check request, a drain-queue
-        message coming due, a retry of a failed asynchronous event, and the fleet's
-        own changes (a boot, a GPU plugin, a lifecycle hook timing out).
+        The earliest of: a schedule, the debounced scale-check request, a jobs-queue
+        message visible again after its visibility timeout, a drain-queue message
+        coming due, a retry of a failed asynchronous event, and the fleet's own
+        changes (a boot, a GPU plugin, a lifecycle hook timing out).
         """
         times = [schedule.next_at for schedule in self.schedules]
         times.extend(retry.due for retry in self.pending_retries)
+        if (visible_at := self.queue.next_visible_at()) is not None:
+            times.append(visible_at)
         if (drain_due := self.drain_queue.next_due()) is not None:
             times.append(drain_due)
         if self.fleet is not None:
@@ -627,3 +709,11 @@ class LocalRuntime:
 
 def _minute(at: datetime) -> datetime:
     return at.replace(second=0, microsecond=0)
+
+
+def _event_time(event: Mapping[str, Any], *, default: datetime) -> datetime:
+    """When EventBridge says an event happened (its ``time``), for Lambda's maximum event age."""
+    try:
+        return datetime.fromisoformat(str(event["time"]))
+    except (KeyError, ValueError):
+        return default

@@ -195,8 +195,52 @@ class LifecycleService:
             )
         return self._step(record, started=arrival.value)
 
-    def step(self, message: DrainStepMessage) -> Handled:
-        """The next step of a drain or launch wait, asked for by a drain-queue message."""
+    def step(self, message: DrainStepMessage, *, receipt_handle: str | None = None) -> Handled:
+        """The next step of a drain or launch wait, asked for by a drain-queue message.
+
+        A step that fails is retried after the step delay: ``receipt_handle`` (the
+        message's, as received) is made visible again that soon, since the queue's
+        own visibility timeout is longer than a terminate hook waits.
+        """
+        try:
+            return self._step_message(message)
+        except Exception:
+            if receipt_handle is not None:
+                self._retry_soon(message, receipt_handle)
+            raise
+
+    def lease(self, receipt_handles: Sequence[str], *, time_left: timedelta) -> None:
+        """Should this invocation die with these step messages, they come back a step delay after it.
+
+        Asked before any step is taken: a killed invocation (a timeout, out of
+        memory) cannot ask anything, and the queue's own visibility timeout is
+        longer than a terminate hook waits. A message whose step ends is deleted
+        (done) or asked back sooner (failed) anyway.
+        """
+        handles = [h for h in receipt_handles if h]
+        if not handles:
+            return
+        try:
+            self.queue.retry_after(handles, delay=time_left + self.config.policy.step_delay)
+        except SquallError as exc:
+            logger.warning("could not shorten the drain steps' visibility", steps=len(handles), error=str(exc))
+
+    def _retry_soon(self, message: DrainStepMessage, receipt_handle: str) -> None:
+        delay = self.config.policy.step_delay
+        try:
+            self.queue.retry_after([receipt_handle], delay=delay)
+        except SquallError as exc:
+            # The message still comes back, after the queue's visibility timeout.
+            logger.warning("could not hasten a failed drain step", instance_id=message.instance_id, error=str(exc))
+            return
+        logger.info(
+            "failed drain step retried soon",
+            instance_id=message.instance_id,
+            step_id=message.step_id,
+            retry_in_s=int(delay.total_seconds()),
+        )
+
+    def _step_message(self, message: DrainStepMessage) -> Handled:
         record = self.drains.get(message.instance_id)
         verdict = drain.verdict(record, step_id=message.step_id, version=message.version)
         if verdict is Verdict.EARLY:
