@@ -10,25 +10,31 @@ This module and the adapters are the only places that import boto3 or kubernetes
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
+from aws_lambda_powertools import Logger
+
 from squall.drain import DrainPolicy
 from squall.drain_queue import DrainQueue
 from squall.drain_store import DrainStore
 from squall.fleet import Fleet
+from squall.identity import ClusterEndpoint
 from squall.planner import NodeGroup, Policy
 from squall.planner.offline import parse_groups
-from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleRequests, ScaleState
+from squall.ports import Clock, Cluster, JobStore, KubeObject, MetricsSink, ScaleRequests, ScaleState
 from squall.resources import DRAIN, FUNCTIONS
 from squall.service.intake import Intake, IntakeConfig
 from squall.service.lifecycle import LifecycleConfig, LifecycleService
 from squall.service.reconcile import Reconciler
 from squall.service.scale import ParsedObjects, ScaleConfig, Scaler
-from squall.settings import PolicySettings, Settings
+from squall.settings import ClusterSettings, PolicySettings, Settings
+from squall.telemetry import SERVICE
+
+logger = Logger(service=SERVICE, child=True)
 
 
 class SystemClock:
@@ -144,6 +150,59 @@ def planner_policy(settings: PolicySettings) -> Policy:
     )
 
 
+class NamespacedCluster:
+    """The cluster as a function allowed to read only some namespaces sees it.
+
+    The functions of the squall-jobs Kubernetes group may read Jobs and Pods in
+    the team namespaces only (stacks/rbac binds their read role per namespace);
+    a list across the cluster becomes one list per namespace. Everything else is
+    the wrapped cluster's.
+    """
+
+    def __init__(self, cluster: Cluster, namespaces: Sequence[str]) -> None:
+        self._cluster = cluster
+        self._namespaces = tuple(dict.fromkeys(namespaces))
+
+    def create(self, manifest: KubeObject) -> bool:
+        return self._cluster.create(manifest)
+
+    def delete_job_objects(self, *, namespace: str, job_id: str) -> int:
+        return self._cluster.delete_job_objects(namespace=namespace, job_id=job_id)
+
+    def list_jobs(self, *, namespace: str | None = None, job_id: str | None = None) -> list[KubeObject]:
+        return [
+            job
+            for ns in self._scope(namespace)
+            for job in self._cluster.list_jobs(namespace=ns, job_id=job_id)
+        ]
+
+    def list_pods(
+        self, *, namespace: str | None = None, job_id: str | None = None, node_name: str | None = None
+    ) -> list[KubeObject]:
+        return [
+            pod
+            for ns in self._scope(namespace)
+            for pod in self._cluster.list_pods(namespace=ns, job_id=job_id, node_name=node_name)
+        ]
+
+    def list_nodes(self) -> list[KubeObject]:
+        return self._cluster.list_nodes()
+
+    def get_node(self, name: str) -> KubeObject | None:
+        return self._cluster.get_node(name)
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        return self._cluster.patch_node(name, patch)
+
+    def evict(self, *, namespace: str, name: str) -> bool:
+        return self._cluster.evict(namespace=namespace, name=name)
+
+    def _scope(self, namespace: str | None) -> tuple[str, ...]:
+        if namespace is None:
+            return self._namespaces
+        return (namespace,) if namespace in self._namespaces else ()
+
+
 _installed: Services | None = None
 
 
@@ -170,11 +229,12 @@ def _from_environment(metrics: Any | None) -> Services:
     from squall.eks_auth import api_client_for
     from squall.events import EventBridgeScaleRequests
     from squall.fleet import AutoScalingFleet
+    from squall.identity import IamPrincipals, describe_cluster, resolve_submitters
     from squall.state import DynamoScaleState
     from squall.store import DynamoJobStore
     from squall.telemetry import PowertoolsMetrics, RecordingMetrics
 
-    settings = Settings()  # values come from the SQUALL_* variables
+    settings = Settings()  # the settings file, and the SQUALL_* variables
     session = boto3.session.Session()
     clock = SystemClock()
     dynamodb = session.client("dynamodb")
@@ -185,11 +245,29 @@ def _from_environment(metrics: Any | None) -> Services:
             clients[(service, region)] = session.client(service, region_name=region)
         return clients[(service, region)]
 
+    cluster_settings = settings.cluster
+    if not (cluster_settings.certificate_authority and cluster_settings.endpoint):
+        cluster_settings = _described(
+            cluster_settings,
+            lambda: describe_cluster(
+                regional("eks", cluster_settings.region or session.region_name or ""), cluster_settings.name
+            ),
+        )
+    cluster: Cluster = KubernetesCluster(api_client_for(cluster_settings, session=session))
+    if settings.namespaces:
+        cluster = NamespacedCluster(cluster, settings.namespaces)
+    submitters: dict[str, frozenset[str]] = {}
+    if settings.submitters:
+        resolved = resolve_submitters(settings.submitters, IamPrincipals(session.client("iam")))
+        for principal, why in resolved.unresolved.items():
+            # Its team stays restricted to the principals that were found.
+            logger.error("submitter left out: IAM does not know it", principal=principal, error=why)
+        submitters = resolved.by_team
     return Services(
         settings=settings,
         clock=clock,
         store=DynamoJobStore(dynamodb, settings.table_name),
-        cluster=KubernetesCluster(api_client_for(settings.cluster, session=session)),
+        cluster=cluster,
         metrics=PowertoolsMetrics(metrics) if metrics is not None else RecordingMetrics(clock),
         scale_requests=EventBridgeScaleRequests(session.client("events"), bus_name=settings.event_bus_name),
         fleet=AutoScalingFleet(
@@ -201,4 +279,18 @@ def _from_environment(metrics: Any | None) -> Services:
         if settings.drain_queue_url
         else None,
         drain_store=DynamoDrainStore(dynamodb, settings.table_name),
+        submitters=submitters,
+    )
+
+
+def _described(cluster: ClusterSettings, describe: Callable[[], ClusterEndpoint]) -> ClusterSettings:
+    """The cluster settings with what the settings leave out filled in by DescribeCluster."""
+    if not cluster.name:
+        raise ValueError("the cluster settings need the EKS cluster's name to look up its endpoint and certificate")
+    found = describe()
+    return cluster.model_copy(
+        update={
+            "endpoint": cluster.endpoint or found.endpoint,
+            "certificate_authority": cluster.certificate_authority or found.certificate_authority,
+        }
     )

@@ -1,18 +1,31 @@
-"""Settings of the functions, read from the environment once per process.
+"""Settings of the functions, read once per process: a JSON file, then the environment.
 
-Every function gets the same ``SQUALL_*`` variables from the CDK stack; complex
-values are JSON. ``runtime.py`` reads them at cold start, so a misconfigured
-function fails on its first invocation with a message naming the variable,
-instead of half-way through a batch.
+The CDK stack writes each function's settings (node groups, policy, teams and
+their submitters, the cluster) into a JSON file in the Lambda asset, named by
+``SQUALL_SETTINGS_FILE`` (relative to the asset's root), because Lambda's 4 KB
+environment cannot hold a real configuration. The environment carries what is
+only known at deploy time (``SQUALL_TABLE_NAME``, ``SQUALL_DRAIN_QUEUE_URL``)
+and may override any file value (``SQUALL_<FIELD>``, JSON for complex values).
+``runtime.py`` reads them at cold start, so a misconfigured function fails on
+its first invocation with a message naming the variable or the file, instead of
+half-way through a batch.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+SETTINGS_FILE_VARIABLE = "SQUALL_SETTINGS_FILE"
+# The asset's root in Lambda; elsewhere the directory that holds the squall package.
+_ASSET_ROOT = Path(__file__).resolve().parents[1]
 
 
 class ClusterSettings(BaseModel):
@@ -47,10 +60,64 @@ class PolicySettings(BaseModel):
     max_runtime_limit: timedelta = Field(default=timedelta(days=30), alias="maxRuntimeLimit", gt=timedelta(0))
 
 
+class SettingsFileError(ValueError):
+    """The settings file named by SQUALL_SETTINGS_FILE is missing or not a settings object."""
+
+
+def settings_file_path(value: str) -> Path:
+    """Where a SQUALL_SETTINGS_FILE value points: relative paths start at the asset's root."""
+    path = Path(value)
+    if path.is_absolute():
+        return path
+    return Path(os.environ.get("LAMBDA_TASK_ROOT") or _ASSET_ROOT) / path
+
+
+class _SettingsFile(PydanticBaseSettingsSource):
+    """The JSON object in the file SQUALL_SETTINGS_FILE names (nothing when it is unset)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ reads the whole file at once
+
+    def __call__(self) -> dict[str, Any]:
+        value = os.environ.get(SETTINGS_FILE_VARIABLE, "")
+        if not value:
+            return {}
+        path = settings_file_path(value)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SettingsFileError(f"{SETTINGS_FILE_VARIABLE}={value}: cannot read {path}: {exc.strerror}") from exc
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise SettingsFileError(f"{SETTINGS_FILE_VARIABLE}={value}: {path} is not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise SettingsFileError(f"{SETTINGS_FILE_VARIABLE}={value}: {path} must hold a JSON object")
+        unknown = sorted(set(data) - set(self.settings_cls.model_fields))
+        if unknown:
+            raise SettingsFileError(
+                f"{SETTINGS_FILE_VARIABLE}={value}: unknown settings {', '.join(unknown)} "
+                f"(known: {', '.join(self.settings_cls.model_fields)})"
+            )
+        # A variable replaces the file's value whole, never merged into it.
+        overridden = {name.upper() for name in os.environ}
+        return {key: item for key, item in data.items() if f"SQUALL_{key.upper()}" not in overridden}
+
+
 class Settings(BaseSettings):
-    """Environment of every Squall function (prefix ``SQUALL_``)."""
+    """Settings of every Squall function: the settings file, overridden by ``SQUALL_*`` variables."""
 
     model_config = SettingsConfigDict(env_prefix="SQUALL_", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Earlier sources win: what is passed in, then the environment, then the file.
+        return init_settings, env_settings, _SettingsFile(settings_cls), dotenv_settings, file_secret_settings
 
     table_name: str
     jobs_queue_url: str = ""
@@ -58,9 +125,16 @@ class Settings(BaseSettings):
     event_bus_name: str = "default"
     # team -> Kubernetes namespace
     teams: dict[str, str] = Field(default_factory=lambda: {"research": "team-research"})
+    # team -> the IAM principals that may submit for it: role or user ARNs, which
+    # runtime.py resolves to unique ids at cold start, or unique ids (AROA..., AIDA...).
+    # A team not listed here takes jobs from any sender.
+    submitters: dict[str, list[str]] = Field(default_factory=dict)
     allowed_registries: list[str] = Field(default_factory=list)
     regions: list[str] = Field(default_factory=list)
     node_groups: list[dict[str, Any]] = Field(default_factory=list)
+    # Set for functions whose Kubernetes role may read Jobs and Pods in these
+    # namespaces only (the team namespaces): their lists go namespace by namespace.
+    namespaces: list[str] = Field(default_factory=list)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     dry_run: bool = False
