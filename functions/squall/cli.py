@@ -8,20 +8,23 @@ environment points boto3 at — the local one in the demo): `submit`, `status`,
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from squall import documents
 from squall.jobs import JobStatus
-from squall.spec import JobSpec, SpecError, derive_job_id, expand_sweep, parse_spec
+
+if TYPE_CHECKING:
+    from squall.spec import JobSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+CDK_JSON = Path("cdk.json")
 
 
 class CliError(Exception):
@@ -34,55 +37,104 @@ class CliError(Exception):
 
 
 def _context() -> dict[str, Any]:
-    path = Path("cdk.json")
-    if not path.exists():
+    """./cdk.json's context; an unreadable cdk.json is an error, not a silent fallback to defaults."""
+    if not CDK_JSON.exists():
         return {}
+    document = load_document(str(CDK_JSON))
+    context = document.get("context", {}) if isinstance(document, dict) else None
+    if not isinstance(context, dict):
+        raise CliError(f"{CDK_JSON}: context: expected an object, got {documents.kind(context)}")
+    return context
+
+
+def _environment(name: str) -> Any | None:
+    """A JSON value from the environment, None when the variable is not set."""
+    text = os.environ.get(name)
+    if text is None:
+        return None
     try:
-        return dict(json.loads(path.read_text()).get("context", {}))
-    except (json.JSONDecodeError, AttributeError):
-        return {}
+        return documents.parse_json(text, source=name)
+    except documents.DocumentError as exc:
+        raise CliError(f"{exc} (the variable holds JSON)") from exc
+
+
+def configured_team_entries() -> dict[str, documents.Team]:
+    """Teams as SQUALL_TEAMS (JSON) or cdk.json's `teams` declare them, else the local defaults.
+
+    A team is a namespace, or {namespace, submitters, gpuQuota, weight}.
+    """
+    value, source = _environment("SQUALL_TEAMS"), "SQUALL_TEAMS"
+    if value is None:
+        value, source = _context().get("teams"), f"{CDK_JSON}: context"
+        if value is None or value == {}:
+            from squall.local.runtime import DEFAULT_TEAMS
+
+            value, source = DEFAULT_TEAMS, "the local defaults"
+    try:
+        return documents.read_teams(value)
+    except documents.ConfigError as exc:
+        raise CliError(f"{source}: " + "; ".join(exc.errors)) from exc
 
 
 def configured_teams() -> dict[str, str]:
-    if "SQUALL_TEAMS" in os.environ:
-        return dict(json.loads(os.environ["SQUALL_TEAMS"]))
-    teams = _context().get("teams")
-    if isinstance(teams, dict) and teams:
-        return {str(k): str(v) for k, v in teams.items()}
-    from squall.local.runtime import DEFAULT_TEAMS
-
-    return dict(DEFAULT_TEAMS)
+    """team -> namespace."""
+    return {team: entry.namespace for team, entry in configured_team_entries().items()}
 
 
 def configured_registries() -> list[str]:
-    if "SQUALL_ALLOWED_REGISTRIES" in os.environ:
-        return list(json.loads(os.environ["SQUALL_ALLOWED_REGISTRIES"]))
-    registries = _context().get("allowedRegistries")
-    if isinstance(registries, list) and registries:
-        return [str(r) for r in registries]
-    from squall.local.runtime import DEFAULT_REGISTRIES
+    value = _environment("SQUALL_ALLOWED_REGISTRIES")
+    source = "SQUALL_ALLOWED_REGISTRIES"
+    if value is None:
+        value, source = _context().get("allowedRegistries"), f"{CDK_JSON}: allowedRegistries"
+        if value is None or value == []:
+            from squall.local.runtime import DEFAULT_REGISTRIES
 
-    return list(DEFAULT_REGISTRIES)
+            return list(DEFAULT_REGISTRIES)
+    if not isinstance(value, list) or not value or not all(isinstance(r, str) and r.strip() for r in value):
+        raise CliError(
+            f"{source}: expected a non-empty list of registry prefixes (strings), got {documents.shown(value)}"
+        )
+    return list(value)
+
+
+def configured_max_runtime_limit() -> timedelta:
+    """cdk.json's policy.maxRuntimeLimit, read as the functions read it; else the default."""
+    from pydantic import ValidationError
+
+    from squall.settings import PolicySettings
+
+    policy = _context().get("policy")
+    if policy is None:
+        return PolicySettings().max_runtime_limit
+    if not isinstance(policy, dict):
+        raise CliError(f"{CDK_JSON}: policy: expected an object, got {documents.kind(policy)}")
+    if "maxRuntimeLimit" not in policy:
+        return PolicySettings().max_runtime_limit
+    try:
+        return PolicySettings.model_validate({"maxRuntimeLimit": policy["maxRuntimeLimit"]}).max_runtime_limit
+    except ValidationError as exc:
+        message = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise CliError(f"{CDK_JSON}: policy.maxRuntimeLimit: {message}") from exc
 
 
 def load_document(path: str) -> Any:
     """A YAML or JSON file (`-` for standard input)."""
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    except OSError as exc:
-        raise CliError(f"{path}: {exc.strerror}") from exc
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CliError(f"{path}: not valid YAML or JSON: {exc}") from exc
+        return documents.load(path)
+    except documents.DocumentError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def load_spec(path: str) -> tuple[JobSpec, Any]:
+    from squall.spec import SpecError, parse_spec
+
     data = load_document(path)
+    teams, registries, limit = configured_teams(), configured_registries(), configured_max_runtime_limit()
     try:
-        return parse_spec(data, teams=configured_teams(), registries=configured_registries()), data
+        return parse_spec(data, teams=teams, registries=registries, max_runtime_limit=limit), data
     except SpecError as exc:
-        lines = [f"{path}: invalid job spec ({len(exc.issues)} errors)"]
+        total = getattr(exc, "total", len(exc.issues))
+        lines = [f"{path}: invalid job spec ({total} error{'s' if total != 1 else ''})"]
         lines += [f"  {issue.field}: {issue.message}" for issue in exc.issues]
         raise CliError("\n".join(lines)) from exc
 
@@ -97,7 +149,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    import yaml
+
     from squall import manifests
+    from squall.spec import derive_job_id, expand_sweep
 
     spec, _ = load_spec(args.file)
     job_id = args.id or spec.id or derive_job_id(spec, message_id="render")
@@ -112,22 +167,35 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from squall.planner.offline import plan_offline
+    from squall.planner.offline import PlanInputError, plan_offline
 
-    now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
-    if now.tzinfo is None:
-        raise CliError("--now needs a timezone, e.g. 2026-01-05T09:00:00Z")
+    now = _now(args.now) if args.now else datetime.now(UTC)
+    paths = {"nodes": args.nodes, "pods": args.pods, "groups": args.groups}
+    docs = {name: load_document(path) for name, path in paths.items()}
+    # The snapshot's objects live until the command ends and hold no cycles: spare the
+    # cycle collector from traversing them while the planner runs.
+    gc.freeze()
     try:
         result = plan_offline(
-            nodes_doc=load_document(args.nodes),
-            pods_doc=load_document(args.pods),
-            groups_doc=load_document(args.groups),
-            now=now,
+            nodes_doc=docs["nodes"], pods_doc=docs["pods"], groups_doc=docs["groups"], now=now
         )
-    except ValueError as exc:
-        raise CliError(f"plan: {exc}") from exc
+    except PlanInputError as exc:
+        where = f"--now {args.now}" if exc.document == "now" else paths[exc.document]
+        raise CliError(f"{where}: {exc}") from exc
     print(json.dumps(result, indent=None if args.json else 2))
     return EXIT_OK
+
+
+def _now(text: str) -> datetime:
+    try:
+        now = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CliError(
+            f"--now: expected an ISO 8601 time with a timezone, e.g. 2026-01-05T09:00:00Z, got {text!r}"
+        ) from None
+    if now.utcoffset() is None:
+        raise CliError("--now needs a timezone, e.g. 2026-01-05T09:00:00Z")
+    return now
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -142,26 +210,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _store() -> Any:
     import boto3
+    from botocore.exceptions import BotoCoreError
 
     from squall.store import DynamoJobStore
 
     table = os.environ.get("SQUALL_TABLE_NAME")
     if not table:
         raise CliError("SQUALL_TABLE_NAME is not set: point it at the deployment's jobs table")
-    return DynamoJobStore(boto3.client("dynamodb"), table)
+    try:
+        return DynamoJobStore(boto3.client("dynamodb"), table)
+    except BotoCoreError as exc:
+        raise CliError(f"cannot reach the jobs table: {exc}", code=EXIT_FAILED) from exc
 
 
-def _send(body: dict[str, Any]) -> str:
+def _send(body: Any) -> str:
     import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
 
     queue = os.environ.get("SQUALL_JOBS_QUEUE_URL")
     if not queue:
         raise CliError("SQUALL_JOBS_QUEUE_URL is not set: point it at the deployment's jobs queue")
-    response = boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+    try:
+        response = boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+    except (BotoCoreError, ClientError) as exc:
+        raise CliError(f"cannot send to the jobs queue: {exc}", code=EXIT_FAILED) from exc
     return str(response["MessageId"])
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from squall.spec import derive_job_id
+
     spec, data = load_spec(args.file)
     message_id = _send(data)
     job_id = spec.id or derive_job_id(spec, message_id=message_id)
@@ -225,7 +303,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(json.dumps(body))
         return EXIT_OK
     print(f"{job.id}  {job.status.value}  ({job.reason})")
-    print(f"  team {job.team}, namespace {job.namespace or '-'}, {job.gpus} GPUs, retries {job.retries_used}/{job.max_retries}")
+    print(
+        f"  team {job.team}, namespace {job.namespace or '-'}, {job.gpus} GPUs, retries {job.retries_used}/{job.max_retries}"
+    )
     for error in job.errors:
         print(f"  error {error['field']}: {error['message']}")
     for event in events:
@@ -278,7 +358,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_submit)
 
-    for name, func, text in (("status", cmd_status, "a job's state"), ("describe", cmd_describe, "a job's history")):
+    for name, func, text in (
+        ("status", cmd_status, "a job's state"),
+        ("describe", cmd_describe, "a job's history"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("id")
         p.add_argument("--json", action="store_true")
@@ -303,11 +386,19 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):
+        # A name or message with odd characters is shown escaped rather than failing the command.
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         code: int = args.run(args)
     except CliError as exc:
         print(f"squall: {exc}", file=sys.stderr)
         return exc.code
+    except BrokenPipeError:  # `squall plan ... | head`: the reader has what it wanted
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (nothing more may be written to the closed pipe)
+        return EXIT_OK
     return code
 
 

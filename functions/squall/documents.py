@@ -329,7 +329,9 @@ def _parse_yaml(text: str, source: str) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(str(p) for p in (exc.context, exc.problem) if p)
-        if not isinstance(exc, yaml.constructor.ConstructorError):
+        if "maximum nesting depth" in problem:  # libyaml's own bound, far above ours
+            problem = f"nested more than {MAX_DEPTH} levels deep"
+        elif not isinstance(exc, yaml.constructor.ConstructorError):
             problem = f"not valid YAML or JSON: {problem}"
         raise DocumentError(
             source,

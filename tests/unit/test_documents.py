@@ -121,14 +121,13 @@ def test_documents_nested_too_deep_are_refused_without_recursion_errors(depth: i
         '{"a":' * depth + "1" + "}" * depth,
         "a: " + "[" * depth + "]" * depth,
     ):
-        assert "nested more than" in str(error_of(text)) or "maximum nesting depth" in str(error_of(text))
+        assert "nested more than 100 levels deep" in str(error_of(text))
 
 
 @pytest.mark.parametrize("depth", [documents.MAX_DEPTH + 1, 3_000])
 def test_block_yaml_nested_too_deep_is_refused(depth: int) -> None:
     text = "".join("  " * i + "a:\n" for i in range(depth)) + "  " * depth + "1\n"
-    error = error_of(text)
-    assert "nested more than" in str(error) or "maximum nesting depth" in str(error)
+    assert "nested more than 100 levels deep" in str(error_of(text))
 
 
 def test_nesting_up_to_the_bound_is_fine() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
+from squall.documents import kind, shown
 from squall.planner.model import (
     GPU_RESOURCE,
     Node,
@@ -35,14 +36,13 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 _INSTANCE_ID = re.compile(r"i-[0-9a-zA-Z]+")
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _Parsed = TypeVar("_Parsed")
-
-
-def parse_nodes(doc: Mapping[str, Any] | Sequence[Any]) -> list[Node]:
-    return _parse_all(doc, parse_node, "node")
-
-
-def parse_pods(doc: Mapping[str, Any] | Sequence[Any]) -> list[Pod]:
-    return _parse_all(doc, parse_pod, "pod")
+# Times outside these are no time Kubernetes or AWS writes, and arithmetic on them overflows.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+# Pod priorities are 32-bit integers.
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+_EMPTY: Mapping[str, Any] = {}
+_TIME_EXAMPLE = "expected ISO 8601, e.g. 2024-05-01T12:00:00Z"
 
 
 class ParseCache(Generic[_Parsed]):
@@ -66,7 +66,7 @@ class ParseCache(Generic[_Parsed]):
         earlier = self._seen
         seen: dict[tuple[str, str], _Parsed] = {}
         parsed = []
-        for item in _items(doc, self._what):
+        for index, item in enumerate(_items(doc, self._what)):
             metadata = item.get("metadata")
             key: tuple[str, str] | None
             try:
@@ -76,7 +76,7 @@ class ParseCache(Generic[_Parsed]):
                 key, value = None, None
             if value is None:
                 self.misses += 1
-                value = self._parse(item)
+                value = _parse_item(self._parse, item, index)
             else:
                 self.hits += 1
             if key is not None and key[0] and key[1]:
@@ -84,6 +84,14 @@ class ParseCache(Generic[_Parsed]):
             parsed.append(value)
         self._seen = seen
         return parsed
+
+
+def parse_nodes(doc: Mapping[str, Any] | Sequence[Any]) -> list[Node]:
+    return _parse_all(doc, parse_node, "node")
+
+
+def parse_pods(doc: Mapping[str, Any] | Sequence[Any]) -> list[Pod]:
+    return _parse_all(doc, parse_pod, "pod")
 
 
 def node_cache() -> ParseCache[Node]:
@@ -95,57 +103,68 @@ def pod_cache() -> ParseCache[Pod]:
 
 
 def parse_node(obj: Mapping[str, Any]) -> Node:
-    metadata = _mapping(obj, "metadata")
+    """A Node object; ValueError names the node and the field (`spec.taints[0].effect: ...`)."""
+    metadata = _object(obj, "metadata", "")
     name = _required_name(metadata, "node")
     try:
-        spec = _mapping(obj, "spec")
-        status = _mapping(obj, "status")
-        annotations = _strings(metadata.get("annotations"))
-        unschedulable = bool(spec.get("unschedulable", False))
-        ready_condition = _condition(status, "Ready")
+        spec = _object(obj, "spec", "")
+        status = _object(obj, "status", "")
+        annotations = _string_map(metadata, "annotations", "metadata.")
+        unschedulable = _flag(spec, "unschedulable", "spec.")
+        ready_condition, ready_where = _condition(status, "Ready")
         return Node(
             name=name,
             allocatable=_node_allocatable(status),
-            labels=_strings(metadata.get("labels")),
-            taints=tuple(_taint(t) for t in _list(spec, "taints")),
-            instance_id=instance_id_from_provider_id(str(spec.get("providerID") or "")),
+            labels=_string_map(metadata, "labels", "metadata."),
+            taints=tuple(
+                _taint(t, f"spec.taints[{i}]") for i, t in enumerate(_objects(spec, "taints", "spec."))
+            ),
+            instance_id=instance_id_from_provider_id(_text(spec, "providerID", "spec.")),
             ready=ready_condition.get("status") == "True",
             unschedulable=unschedulable,
             cordoned_by_squall=unschedulable and CORDONED_AT_ANNOTATION in annotations,
-            ready_since=parse_time(ready_condition.get("lastTransitionTime")),
-            created_at=parse_time(metadata.get("creationTimestamp")),
-            empty_since=parse_time(annotations.get(EMPTY_SINCE_ANNOTATION)),
+            ready_since=_time(ready_condition, "lastTransitionTime", ready_where),
+            created_at=_time(metadata, "creationTimestamp", "metadata."),
+            empty_since=_time(annotations, EMPTY_SINCE_ANNOTATION, "metadata.annotations."),
         )
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise ValueError(f"node {name}: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"node {name}: {exc}") from None
 
 
 def parse_pod(obj: Mapping[str, Any]) -> Pod:
-    metadata = _mapping(obj, "metadata")
+    """A Pod object; ValueError names the pod and the field (`spec.nodeName: ...`)."""
+    metadata = _object(obj, "metadata", "")
     name = _required_name(metadata, "pod")
-    namespace = str(metadata.get("namespace") or "default")
+    namespace = _text(metadata, "namespace", "metadata.", name=f"pod {name}") or "default"
     try:
-        spec = _mapping(obj, "spec")
-        status = _mapping(obj, "status")
-        labels = _strings(metadata.get("labels"))
+        spec = _object(obj, "spec", "")
+        status = _object(obj, "status", "")
+        labels = _string_map(metadata, "labels", "metadata.")
+        owners = _objects(metadata, "ownerReferences", "metadata.")
         return Pod(
             namespace=namespace,
             name=name,
             requests=pod_requests(spec),
-            node_selector=_strings(spec.get("nodeSelector")),
+            node_selector=_string_map(spec, "nodeSelector", "spec."),
             required_affinity=_required_affinity(spec),
-            tolerations=tuple(_toleration(t) for t in _list(spec, "tolerations")),
+            tolerations=tuple(
+                _toleration(t, f"spec.tolerations[{i}]")
+                for i, t in enumerate(_objects(spec, "tolerations", "spec."))
+            ),
             job_id=labels.get(JOB_ID_LABEL),
-            node_name=spec.get("nodeName") or None,
-            phase=str(status.get("phase") or "Pending"),
-            daemonset=any(ref.get("kind") == "DaemonSet" for ref in _list(metadata, "ownerReferences")),
-            mirror=MIRROR_ANNOTATION in _strings(metadata.get("annotations")),
-            deleting=metadata.get("deletionTimestamp") is not None,
+            node_name=_text(spec, "nodeName", "spec.") or None,
+            phase=_text(status, "phase", "status.") or "Pending",
+            daemonset=any(
+                _text(ref, "kind", f"metadata.ownerReferences[{i}].") == "DaemonSet"
+                for i, ref in enumerate(owners)
+            ),
+            mirror=MIRROR_ANNOTATION in _string_map(metadata, "annotations", "metadata."),
+            deleting=_time(metadata, "deletionTimestamp", "metadata.") is not None,
             finished_at=_last_finished(status),
-            priority=int(spec.get("priority") or 0),
+            priority=_priority(spec),
         )
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise ValueError(f"pod {namespace}/{name}: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"pod {namespace}/{name}: {exc}") from None
 
 
 def instance_id_from_provider_id(provider_id: str) -> str | None:
@@ -157,7 +176,11 @@ def instance_id_from_provider_id(provider_id: str) -> str | None:
 
 
 def parse_time(value: object) -> datetime | None:
-    """RFC 3339 as Kubernetes and AWS write it ('2024-05-01T12:00:00Z'); naive means UTC."""
+    """RFC 3339 as Kubernetes and AWS write it ('2024-05-01T12:00:00Z'); naive means UTC.
+
+    Only times from 1970 to 9000 are accepted: nothing else is a time Kubernetes or AWS
+    writes, and the planner adds and subtracts durations from them.
+    """
     if value is None or value == "":
         return None
     if isinstance(value, datetime):
@@ -166,15 +189,23 @@ def parse_time(value: object) -> datetime | None:
         text = value.strip()
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
+        if "." in text:
+            text = _FRACTION.sub(r"\1", text)
         try:
-            moment = datetime.fromisoformat(_FRACTION.sub(r"\1", text))
+            moment = datetime.fromisoformat(text)
         except ValueError:
-            raise ValueError(
-                f"invalid time {value!r}: expected ISO 8601, e.g. 2024-05-01T12:00:00Z"
-            ) from None
+            raise ValueError(f"invalid time {shown(value)}: {_TIME_EXAMPLE}") from None
     else:
-        raise ValueError(f"invalid time {value!r}: expected ISO 8601, e.g. 2024-05-01T12:00:00Z")
-    return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
+        raise ValueError(f"invalid time {shown(value)} ({kind(value)}): {_TIME_EXAMPLE}")
+    if moment.utcoffset() is None:
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        within = EARLIEST <= moment < LATEST
+    except OverflowError:  # an offset that takes it past year 1 or 9999
+        within = False
+    if not within:
+        raise ValueError(f"invalid time {shown(value)}: must be between 1970 and 9000")
+    return moment
 
 
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
@@ -182,42 +213,71 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
 
     A request left out defaults to the limit, as the API server does for GPUs.
     """
-    containers = [_container_requests(c, f"containers[{i}]") for i, c in enumerate(_list(spec, "containers"))]
+    containers = [
+        _container_requests(c, f"spec.containers[{i}]")
+        for i, c in enumerate(_objects(spec, "containers", "spec."))
+    ]
     sidecars: list[tuple[int, int, int]] = []
     init_steps: list[tuple[int, int, int]] = []
-    for i, container in enumerate(_list(spec, "initContainers")):
-        requests = _container_requests(container, f"initContainers[{i}]")
+    for i, container in enumerate(_objects(spec, "initContainers", "spec.")):
+        where = f"spec.initContainers[{i}]"
+        requests = _container_requests(container, where)
         # Sidecars (restartPolicy Always) keep running next to the app containers.
-        if container.get("restartPolicy") == "Always":
+        if _text(container, "restartPolicy", where + ".") == "Always":
             sidecars.append(requests)
         else:
             init_steps.append(_add([*sidecars, requests]))
-    running = _add([*containers, *sidecars])
-    peak = tuple(max(r[i] for r in [running, *init_steps]) for i in range(3))
-    overhead = _amounts(_mapping(spec, "overhead"), "overhead")
-    cpu, memory, gpu = (peak[i] + overhead[i] for i in range(3))
-    return Resources(cpu=cpu, memory=memory, gpu=gpu)
+    running = _add([*containers, *sidecars]) if sidecars or len(containers) != 1 else containers[0]
+    if init_steps:
+        running = (
+            max(running[0], *(s[0] for s in init_steps)),
+            max(running[1], *(s[1] for s in init_steps)),
+            max(running[2], *(s[2] for s in init_steps)),
+        )
+    overhead = spec.get("overhead")
+    if overhead is not None:
+        extra = _amounts(_object(spec, "overhead", "spec."), _EMPTY, "spec.overhead.")
+        running = (running[0] + extra[0], running[1] + extra[1], running[2] + extra[2])
+    return Resources(cpu=running[0], memory=running[1], gpu=running[2])
 
 
 def _container_requests(container: Mapping[str, Any], where: str) -> tuple[int, int, int]:
-    resources = _mapping(container, "resources")
-    merged = {**_mapping(resources, "limits"), **_mapping(resources, "requests")}
-    return _amounts(merged, f"{where}.resources")
-
-
-def _amounts(values: Mapping[str, Any], where: str) -> tuple[int, int, int]:
-    parsers: tuple[tuple[str, Callable[[Any], int]], ...] = (
-        ("cpu", parse_cpu_millicores),
-        ("memory", parse_memory_bytes),
-        (GPU_RESOURCE, parse_whole_count),
+    resources = _object(container, "resources", where + ".")
+    if not resources:
+        return (0, 0, 0)
+    where += ".resources."
+    return _amounts(
+        _object(resources, "requests", where),
+        _object(resources, "limits", where),
+        where + "requests.",
+        where + "limits.",
     )
-    amounts = []
-    for key, parse in parsers:
+
+
+def _amounts(
+    values: Mapping[str, Any], defaults: Mapping[str, Any], where: str, defaults_where: str = ""
+) -> tuple[int, int, int]:
+    """cpu, memory and GPUs of `values`, each defaulting to the one in `defaults` (a request to its limit)."""
+    amounts = [0, 0, 0]
+    for slot, (key, parse) in enumerate(_PARSERS):
+        if key in values:
+            value, path = values[key], where
+        elif key in defaults:
+            value, path = defaults[key], defaults_where
+        else:
+            continue
         try:
-            amounts.append(parse(values[key]) if key in values else 0)
+            amounts[slot] = parse(value)
         except ValueError as exc:
-            raise ValueError(f"{where}.{key}: {exc}") from None
+            raise ValueError(f"{path}{key}: {exc}") from None
     return (amounts[0], amounts[1], amounts[2])
+
+
+_PARSERS: tuple[tuple[str, Callable[[Any], int]], ...] = (
+    ("cpu", parse_cpu_millicores),
+    ("memory", parse_memory_bytes),
+    (GPU_RESOURCE, parse_whole_count),
+)
 
 
 def _add(requests: Sequence[tuple[int, int, int]]) -> tuple[int, int, int]:
@@ -225,115 +285,238 @@ def _add(requests: Sequence[tuple[int, int, int]]) -> tuple[int, int, int]:
 
 
 def _node_allocatable(status: Mapping[str, Any]) -> Resources:
-    values = _mapping(status, "allocatable") or _mapping(status, "capacity")
-    cpu, memory, gpu = _amounts(values, "status.allocatable")
+    key = "allocatable"
+    values = _object(status, key, "status.")
+    if not values:
+        key = "capacity"
+        values = _object(status, key, "status.")
+    cpu, memory, gpu = _amounts(values, _EMPTY, f"status.{key}.")
     try:
         pods = parse_whole_count(values["pods"]) if "pods" in values else 0
     except ValueError as exc:
-        raise ValueError(f"status.allocatable.pods: {exc}") from None
+        raise ValueError(f"status.{key}.pods: {exc}") from None
     return Resources(cpu=cpu, memory=memory, gpu=gpu, pods=pods)
 
 
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    for condition in _list(status, "conditions"):
-        if condition.get("type") == kind:
-            return condition
-    return {}
+def _condition(status: Mapping[str, Any], kind: str) -> tuple[Mapping[str, Any], str]:
+    """The condition of that type, and its path."""
+    for i, condition in enumerate(_objects(status, "conditions", "status.")):
+        where = f"status.conditions[{i}]."
+        if _text(condition, "type", where) == kind:
+            _text(condition, "status", where)
+            return condition, where
+    return _EMPTY, ""
 
 
 def _last_finished(status: Mapping[str, Any]) -> datetime | None:
-    finished = [
-        parse_time(_mapping(_mapping(s, "state"), "terminated").get("finishedAt"))
-        for s in _list(status, "containerStatuses")
-    ]
-    return max((f for f in finished if f is not None), default=None)
+    latest = None
+    for i, container in enumerate(_objects(status, "containerStatuses", "status.")):
+        where = f"status.containerStatuses[{i}]."
+        state = _object(container, "state", where)
+        if "terminated" in state:
+            terminated = _object(state, "terminated", where + "state.")
+            finished = _time(terminated, "finishedAt", where + "state.terminated.")
+            if finished is not None and (latest is None or finished > latest):
+                latest = finished
+    return latest
 
 
-def _taint(raw: Mapping[str, Any]) -> Taint:
-    return Taint(
-        key=str(raw.get("key", "")), value=str(raw.get("value") or ""), effect=str(raw.get("effect", ""))
+def _priority(spec: Mapping[str, Any]) -> int:
+    value = spec.get("priority")
+    if value is None:
+        return 0
+    low, high = PRIORITY_RANGE
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"spec.priority: expected a whole number from {low} to {high}, got {shown(value)}")
+    return value
+
+
+def _taint(raw: Mapping[str, Any], where: str) -> Taint:
+    prefix = where + "."
+    key = _text(raw, "key", prefix, required=True)
+    value = _text(raw, "value", prefix)
+    effect = _text(raw, "effect", prefix, required=True)
+    try:
+        return Taint(key=key, value=value, effect=effect)
+    except ValueError as exc:
+        raise ValueError(f"{prefix}effect: {exc}") from None
+
+
+def _toleration(raw: Mapping[str, Any], where: str) -> Toleration:
+    # Most pods carry the same few tolerations: each distinct one is checked and built once.
+    fields = (raw.get("key"), raw.get("operator"), raw.get("value"), raw.get("effect"))
+    try:
+        known = _TOLERATIONS.get(fields)
+    except TypeError:  # a list or an object where a string belongs: said below
+        known = None
+    if known is not None:
+        return known
+    prefix = where + "."
+    key, operator, value, effect = (
+        _text(raw, name, prefix) for name in ("key", "operator", "value", "effect")
     )
+    try:
+        toleration = Toleration(key=key, operator=operator or "Equal", value=value, effect=effect)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if len(_TOLERATIONS) < _REMEMBERED:
+        _TOLERATIONS[fields] = toleration
+    return toleration
 
 
-def _toleration(raw: Mapping[str, Any]) -> Toleration:
-    return Toleration(
-        key=str(raw.get("key") or ""),
-        operator=str(raw.get("operator") or "Equal"),
-        value=str(raw.get("value") or ""),
-        effect=str(raw.get("effect") or ""),
-    )
+_TOLERATIONS: dict[tuple[object, ...], Toleration] = {}
+_REMEMBERED = 4096
 
 
 def _required_affinity(spec: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...]:
     """Required node affinity terms. matchFields (by node name) are not modelled."""
-    node_affinity = _mapping(_mapping(spec, "affinity"), "nodeAffinity")
-    required = _mapping(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
-    return tuple(
-        NodeSelectorTerm(
-            match_expressions=tuple(
-                NodeSelectorRequirement(
-                    key=str(r["key"]),
-                    operator=str(r["operator"]),
-                    values=tuple(str(v) for v in r.get("values") or ()),
+    affinity = spec.get("affinity")
+    if affinity is None:
+        return ()
+    where = "spec.affinity.nodeAffinity."
+    node_affinity = _object(_object(spec, "affinity", "spec."), "nodeAffinity", "spec.affinity.")
+    required = _object(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", where)
+    where += "requiredDuringSchedulingIgnoredDuringExecution."
+    terms = []
+    for t, term in enumerate(_objects(required, "nodeSelectorTerms", where)):
+        term_where = f"{where}nodeSelectorTerms[{t}]."
+        terms.append(
+            NodeSelectorTerm(
+                match_expressions=tuple(
+                    _requirement(r, f"{term_where}matchExpressions[{i}]")
+                    for i, r in enumerate(_objects(term, "matchExpressions", term_where))
                 )
-                for r in _list(term, "matchExpressions")
             )
         )
-        for term in _list(required, "nodeSelectorTerms")
-    )
+    return tuple(terms)
+
+
+def _requirement(raw: Mapping[str, Any], where: str) -> NodeSelectorRequirement:
+    prefix = where + "."
+    key = _text(raw, "key", prefix, required=True)
+    operator = _text(raw, "operator", prefix, required=True)
+    values = raw.get("values")
+    if values is None:
+        values = []
+    elif not isinstance(values, list) or not all(type(v) is str for v in values):
+        raise ValueError(f"{prefix}values: expected a list of strings, got {shown(values)}")
+    try:
+        return NodeSelectorRequirement(key=key, operator=operator, values=tuple(values))
+    except ValueError as exc:
+        raise ValueError(f"{prefix}operator: {exc}") from None
+
+
+# ---- reading fields, each problem named by its path -------------------------------------------
 
 
 def _parse_all(
     doc: Mapping[str, Any] | Sequence[Any], parse: Callable[[Mapping[str, Any]], _Parsed], what: str
 ) -> list[_Parsed]:
-    return [parse(item) for item in _items(doc, what)]
+    return [_parse_item(parse, item, index) for index, item in enumerate(_items(doc, what))]
+
+
+def _parse_item(
+    parse: Callable[[Mapping[str, Any]], _Parsed], item: Mapping[str, Any], index: int
+) -> _Parsed:
+    try:
+        return parse(item)
+    except ValueError as exc:
+        raise ValueError(f"items[{index}]: {exc}") from None
 
 
 def _items(doc: Mapping[str, Any] | Sequence[Any], what: str) -> list[Mapping[str, Any]]:
     """The objects of a List, a plain list of objects, or one object."""
     if isinstance(doc, Mapping):
         # A List (whose items may be null when empty), or one object.
-        items = doc.get("items", [doc]) or []
-    elif isinstance(doc, Sequence) and not isinstance(doc, str):
+        items = doc.get("items", [doc])
+        if items is None:
+            items = []
+    elif isinstance(doc, list):
         items = doc
     else:
-        raise ValueError(f"expected a {what} list (kubectl -o json), got {type(doc).__name__}")
-    if not isinstance(items, Sequence) or isinstance(items, str):
-        raise ValueError(f"expected 'items' to be a list of {what}s")
+        raise ValueError(f"expected a {what} list (kubectl -o json), got {kind(doc)}")
+    if not isinstance(items, list):
+        raise ValueError(f"items: expected a list of {what}s, got {kind(items)}")
     for index, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise ValueError(f"items[{index}]: expected a {what} object, got {type(item).__name__}")
-    return list(items)
+        if type(item) is not dict and not isinstance(item, Mapping):
+            raise ValueError(f"items[{index}]: expected a {what} object, got {kind(item)}")
+    return items
 
 
 def _required_name(metadata: Mapping[str, Any], what: str) -> str:
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
-        raise ValueError(f"{what} without metadata.name")
+        raise ValueError(
+            f"{what} without metadata.name" + (f" (got {shown(name)})" if name is not None else "")
+        )
     return name
 
 
-def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def _object(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     value = obj.get(key)
+    if type(value) is dict:  # what a parsed document holds: the common case, checked first
+        return value
     if value is None:
-        return {}
+        return _EMPTY
     if not isinstance(value, Mapping):
-        raise ValueError(f"{key}: expected an object, got {type(value).__name__}")
+        raise ValueError(f"{where}{key}: expected an object, got {kind(value)}")
     return value
 
 
-def _list(obj: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+def _objects(obj: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
     value = obj.get(key)
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
-        raise ValueError(f"{key}: expected a list of objects")
+    if not isinstance(value, list):
+        raise ValueError(f"{where}{key}: expected a list of objects, got {kind(value)}")
+    for index, item in enumerate(value):
+        if type(item) is not dict and not isinstance(item, Mapping):
+            raise ValueError(f"{where}{key}[{index}]: expected an object, got {kind(item)}")
     return value
 
 
-def _strings(value: object) -> dict[str, str]:
+def _text(obj: Mapping[str, Any], key: str, where: str, *, required: bool = False, name: str = "") -> str:
+    value = obj.get(key)
+    if type(value) is str:
+        if required and not value:
+            raise ValueError(f"{where}{key}: must not be empty")
+        return value
+    if value is None:
+        if required:
+            raise ValueError(f"{where}{key}: required")
+        return ""
+    context = f"{name}: " if name else ""
+    raise ValueError(f"{context}{where}{key}: expected a string, got {kind(value)} {shown(value)}")
+
+
+def _flag(obj: Mapping[str, Any], key: str, where: str) -> bool:
+    value = obj.get(key)
+    if value is None:
+        return False
+    if type(value) is not bool:
+        raise ValueError(f"{where}{key}: expected true or false, got {kind(value)} {shown(value)}")
+    return value
+
+
+def _string_map(obj: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    value = obj.get(key)
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"expected an object of strings, got {type(value).__name__}")
-    return {str(k): str(v) for k, v in value.items()}
+    if type(value) is not dict and not isinstance(value, Mapping):
+        raise ValueError(f"{where}{key}: expected an object of strings, got {kind(value)}")
+    for name, text in value.items():
+        if type(name) is not str:
+            raise ValueError(f"{where}{key}: names must be strings, got {kind(name)} {shown(name)}")
+        if type(text) is not str:
+            raise ValueError(f"{where}{key}.{name}: expected a string, got {kind(text)} {shown(text)}")
+    return dict(value)
+
+
+def _time(obj: Mapping[str, Any], key: str, where: str) -> datetime | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise ValueError(f"{where}{key}: {exc}") from None

@@ -9,11 +9,13 @@ and `consecutiveFailures`. Every problem is reported with the field it is in, e.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
+from squall.documents import kind, shown
 from squall.planner.kube import parse_nodes, parse_pods, parse_time
 from squall.planner.model import (
     GPU_RESOURCE,
@@ -30,15 +32,32 @@ from squall.planner.planning import plan
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, parse_whole_count
 
 DEFAULT_PODS_PER_NODE = 110
+# Bounds on what a group may declare: more than any real Auto Scaling group holds, and
+# small enough that the planner's work stays proportional to what it is given.
+MAX_GROUP_SIZE = 10_000
+MAX_PRIORITY = 1_000_000
+MAX_CONSECUTIVE_FAILURES = 1_000_000
+MAX_ERRORS_SHOWN = 50
 _Value = TypeVar("_Value")
 
 
 class GroupsError(ValueError):
-    """The GROUPS document is invalid; `errors` holds one 'field: problem' per problem."""
+    """The GROUPS document is invalid; `errors` holds one 'field: problem' per problem (at most 50)."""
 
     def __init__(self, errors: Sequence[str]) -> None:
-        self.errors = tuple(errors)
+        shown_errors = list(errors[:MAX_ERRORS_SHOWN])
+        if len(errors) > MAX_ERRORS_SHOWN:
+            shown_errors.append(f"... and {len(errors) - MAX_ERRORS_SHOWN} more")
+        self.errors = tuple(shown_errors)
         super().__init__("invalid node groups:\n  " + "\n  ".join(self.errors))
+
+
+class PlanInputError(ValueError):
+    """One input of `squall plan` is invalid: `document` says which (nodes, pods, groups or now)."""
+
+    def __init__(self, document: str, message: str) -> None:
+        self.document = document
+        super().__init__(message)
 
 
 def plan_offline(
@@ -49,16 +68,40 @@ def plan_offline(
     now: datetime,
     policy: Policy | None = None,
 ) -> dict[str, Any]:
-    """Plan from kubectl output and a GROUPS document; returns the `squall plan --json` dict."""
-    groups, health = parse_groups(groups_doc)
-    result = plan(
-        nodes=parse_nodes(nodes_doc),
-        pods=parse_pods(pods_doc),
-        groups=groups,
-        health=health,
-        policy=policy or Policy(),
-        now=now if now.utcoffset() is not None else now.replace(tzinfo=UTC),
-    )
+    """Plan from kubectl output and a GROUPS document; returns the `squall plan --json` dict.
+
+    PlanInputError names the input and the field of the first problem (every problem,
+    for the GROUPS document).
+    """
+    try:
+        moment = parse_time(now)
+    except ValueError as exc:
+        raise PlanInputError("now", str(exc)) from None
+    if moment is None:
+        raise PlanInputError("now", "a time to plan at is required")
+    try:
+        groups, health = parse_groups(groups_doc)
+    except GroupsError as exc:
+        raise PlanInputError("groups", str(exc)) from None
+    try:
+        nodes = parse_nodes(nodes_doc)
+    except ValueError as exc:
+        raise PlanInputError("nodes", str(exc)) from None
+    try:
+        pods = parse_pods(pods_doc)
+    except ValueError as exc:
+        raise PlanInputError("pods", str(exc)) from None
+    try:
+        result = plan(
+            nodes=nodes,
+            pods=pods,
+            groups=groups,
+            health=health,
+            policy=policy or Policy(),
+            now=moment,
+        )
+    except ValueError as exc:  # what only the inputs together say, e.g. a node group declared twice
+        raise PlanInputError("groups", str(exc)) from None
     return result.to_dict()
 
 
@@ -101,11 +144,11 @@ def _parse_group(fields: _Fields) -> tuple[NodeGroup, GroupHealth] | None:
     region = fields.text("region", required=True)
     instance_type = fields.text("instanceType") or "unknown"
     allocatable = _allocatable(fields, name=name, instance_type=instance_type)
-    min_size = fields.integer("minSize", default=0)
-    max_size = fields.integer("maxSize", required=True)
+    min_size = fields.integer("minSize", default=0, maximum=MAX_GROUP_SIZE)
+    max_size = fields.integer("maxSize", required=True, maximum=MAX_GROUP_SIZE)
     instances = fields.objects("instances", _instance)
-    desired = fields.integer("desired", default=max(min_size or 0, len(instances)))
-    priority = fields.integer("priority", default=0, minimum=None)
+    desired = fields.integer("desired", default=max(min_size or 0, len(instances)), maximum=MAX_GROUP_SIZE)
+    priority = fields.integer("priority", default=0, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
     labels = fields.labels("labels")
     taints = tuple(fields.objects("taints", _taint))
     failures = tuple(fields.objects("failures", _failure))
@@ -193,7 +236,9 @@ def _taint(fields: _Fields) -> Taint | None:
 
 def _health(fields: _Fields) -> GroupHealth:
     until = fields.time("backoffUntil")
-    consecutive = fields.integer("consecutiveFailures", default=1 if until is not None else 0)
+    consecutive = fields.integer(
+        "consecutiveFailures", default=1 if until is not None else 0, maximum=MAX_CONSECUTIVE_FAILURES
+    )
     return GroupHealth(
         backoff_until=until,
         consecutive_failures=consecutive or 0,
@@ -243,12 +288,18 @@ class _Fields:
                 self.error(key, "required")
             return ""
         if not isinstance(value, str) or (required and not value.strip()):
-            self.error(key, f"expected a non-empty string, got {value!r}")
+            self.error(key, f"expected a non-empty string, got {shown(value)}")
             return ""
         return value
 
     def integer(
-        self, key: str, *, default: int | None = None, required: bool = False, minimum: int | None = 0
+        self,
+        key: str,
+        *,
+        default: int | None = None,
+        required: bool = False,
+        minimum: int = 0,
+        maximum: int,
     ) -> int | None:
         value = self.raw.get(key)
         if value is None:
@@ -256,10 +307,10 @@ class _Fields:
                 self.error(key, "required")
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            self.error(key, f"expected a whole number, got {value!r}")
+            self.error(key, f"expected a whole number, got {shown(value)}")
             return None
-        if minimum is not None and value < minimum:
-            self.error(key, f"must be at least {minimum}, got {value}")
+        if not minimum <= value <= maximum:
+            self.error(key, f"must be from {minimum} to {maximum}, got {shown(value)}")
             return None
         return value
 
@@ -267,15 +318,17 @@ class _Fields:
         value = self.raw.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            self.error(key, f"expected a non-negative number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e12:
+            self.error(key, f"expected a non-negative number, got {shown(value)}")
             return None
         return float(value)
 
     def boolean(self, key: str) -> bool:
-        value = self.raw.get(key, False)
+        value = self.raw.get(key)
+        if value is None:
+            return False
         if not isinstance(value, bool):
-            self.error(key, f"expected true or false, got {value!r}")
+            self.error(key, f"expected true or false, got {shown(value)}")
             return False
         return value
 
@@ -314,8 +367,16 @@ class _Fields:
             return {}
         labels: dict[str, str] = {}
         for name, label in value.items():
-            if isinstance(label, Mapping | list):
-                self.error(f"{key}.{name}", "expected a string")
+            if not isinstance(name, str):
+                self.error(key, f"label names must be strings, got {kind(name)} {shown(name)}")
+            elif (
+                label is None
+                or isinstance(label, Mapping | list)
+                or (isinstance(label, float) and not math.isfinite(label))
+            ):
+                self.error(f"{key}.{name}", f"expected a string, got {kind(label)}")
+            elif isinstance(label, int) and not isinstance(label, bool) and label.bit_length() > 64:
+                self.error(f"{key}.{name}", f"expected a string, got {shown(label)}")
             else:
                 # YAML reads `true` or `1` as non-strings; a label is their text.
                 labels[str(name)] = str(label).lower() if isinstance(label, bool) else str(label)

@@ -98,9 +98,11 @@ class GroupOption:
     def region(self) -> str:
         return self.group.region
 
-    def add_booting(self, free: Vector) -> None:
-        self.bins[free] = self.bins.get(free, 0) + 1
-        self.booting += 1
+    def add_booting(self, free: Vector, count: int = 1) -> None:
+        """`count` nodes on their way with this much free room each."""
+        if count > 0:
+            self.bins[free] = self.bins.get(free, 0) + count
+            self.booting += count
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

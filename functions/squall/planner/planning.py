@@ -139,8 +139,7 @@ def _add_nodes_not_up_yet(option: GroupOption, view: GroupView, *, assessment: G
             used = instance.node.used if instance.node is not None else (0, 0, 0, 0)
             option.add_booting(_free(template, used))
     if not in_backoff:
-        for _ in range(view.missing_count):
-            option.add_booting(template)
+        option.add_booting(template, count=view.missing_count)
 
 
 def _free(allocatable: Vector, used: Vector) -> Vector:

@@ -7,8 +7,12 @@ takes 1m), so the planner never under-counts a request.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from decimal import ROUND_CEILING, Decimal
+
+from squall.documents import kind, shown
 
 _DECIMAL_SUFFIXES: dict[str, Decimal] = {
     "n": Decimal("1e-9"),
@@ -38,29 +42,30 @@ _QUANTITY = re.compile(
 # Kubernetes itself cannot represent more than a signed 64-bit count of its units.
 _LARGEST = Decimal(2**63 - 1)
 _LONGEST_TEXT = 64
+_REMEMBERED = 4096
 _EXAMPLES = "a number with an optional suffix, e.g. 500m, 8, 1.5, 60Gi, 129e6"
 
 
 def parse_quantity(value: str | int | float) -> Decimal:
     """The exact value of a Kubernetes quantity; ValueError says what was wrong."""
     if isinstance(value, bool):
-        raise ValueError(f"invalid quantity {value!r}: expected {_EXAMPLES}")
+        raise ValueError(f"invalid quantity {shown(value)}: expected {_EXAMPLES}")
     if isinstance(value, int):
         return _within_range(Decimal(value), value)
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"invalid quantity {value!r}: not a finite number")
+            raise ValueError(f"invalid quantity {shown(value)}: not a finite number")
         return _within_range(Decimal(repr(value)), value)
     if not isinstance(value, str):
-        raise ValueError(f"invalid quantity {value!r} ({type(value).__name__}): expected {_EXAMPLES}")
+        raise ValueError(f"invalid quantity {shown(value)} ({kind(value)}): expected {_EXAMPLES}")
     text = value.strip()
     if not text:
-        raise ValueError(f"invalid quantity {value!r}: empty, expected {_EXAMPLES}")
+        raise ValueError(f"invalid quantity {shown(value)}: empty, expected {_EXAMPLES}")
     if len(text) > _LONGEST_TEXT:
         raise ValueError(f"invalid quantity {text[:20]!r}...: longer than {_LONGEST_TEXT} characters")
     match = _QUANTITY.fullmatch(text)
     if match is None:
-        raise ValueError(f"invalid quantity {value!r}: expected {_EXAMPLES}")
+        raise ValueError(f"invalid quantity {shown(value)}: expected {_EXAMPLES}")
     number = Decimal(match["number"])
     if match["exponent"] is not None:
         number = number.scaleb(int(match["exponent"][1:]))
@@ -71,21 +76,47 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return _within_range(number, value)
 
 
+def _remembered(parse: Callable[[str | int | float], int]) -> Callable[[str | int | float], int]:
+    """The same parse, remembering what each text it was given came to.
+
+    A cluster's objects write the same few quantities over and over ("8", "16Gi"),
+    and parsing one takes a regular expression and Decimal arithmetic. Only texts
+    are remembered (1 and True hash alike), and only so many.
+    """
+    known: dict[str, int] = {}
+
+    @functools.wraps(parse)
+    def remembered(value: str | int | float) -> int:
+        if type(value) is not str:
+            return parse(value)
+        amount = known.get(value)
+        if amount is None:
+            amount = parse(value)
+            if len(known) < _REMEMBERED:
+                known[value] = amount
+        return amount
+
+    return remembered
+
+
+@_remembered
 def parse_cpu_millicores(value: str | int | float) -> int:
     """CPU in millicores, rounded up: "500m" -> 500, "1.5" -> 1500, 2 -> 2000."""
     return _ceil(_non_negative(parse_quantity(value), value) * 1000)
 
 
+@_remembered
 def parse_memory_bytes(value: str | int | float) -> int:
     """Memory (or storage) in bytes, rounded up: "60Gi", "129e6", "128974848"."""
     return _ceil(_non_negative(parse_quantity(value), value))
 
 
+@_remembered
 def parse_whole_count(value: str | int | float) -> int:
     """A count that must be whole, as GPUs and pods are: "8", 1, "1k"."""
     quantity = _non_negative(parse_quantity(value), value)
     if quantity != quantity.to_integral_value():
-        raise ValueError(f"invalid count {value!r}: must be a whole number")
+        raise ValueError(f"invalid count {shown(value)}: must be a whole number")
     return int(quantity)
 
 
@@ -107,13 +138,13 @@ def format_memory(size: int) -> str:
 
 def _within_range(quantity: Decimal, original: object) -> Decimal:
     if abs(quantity) > _LARGEST:
-        raise ValueError(f"invalid quantity {original!r}: too large")
+        raise ValueError(f"invalid quantity {shown(original)}: too large")
     return quantity
 
 
 def _non_negative(quantity: Decimal, original: object) -> Decimal:
     if quantity < 0:
-        raise ValueError(f"invalid quantity {original!r}: must not be negative")
+        raise ValueError(f"invalid quantity {shown(original)}: must not be negative")
     return quantity
 
 

@@ -119,7 +119,7 @@ def test_bad_quantities_name_the_object_and_the_field() -> None:
     # when / then
     with pytest.raises(
         ValueError,
-        match=r"pod team-a/mnist-worker-0-x7k2p: containers\[0\]\.resources\.cpu: invalid quantity 'lots'",
+        match=r"pod team-a/mnist-worker-0-x7k2p: spec\.containers\[0\]\.resources\.requests\.cpu: invalid quantity 'lots'",
     ):
         parse_pods([pod])
     with pytest.raises(
