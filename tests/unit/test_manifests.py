@@ -126,7 +126,8 @@ LONGEST = {
     "id": "i" * 45,
     "replicas": {"chief": 1, "worker": {"count": 64}, "ps": {"count": 16}, "evaluator": 1},
     "placement": {"regions": ["us-west-2"], "nodeGroups": ["p3-usw2"], "spot": "never"},
-    "sweep": {"parameters": {"lr": [0.1, 0.2]}, "maxTrials": 100},
+    # One trial at a time: 82 replicas and their Services are the most one message may create.
+    "sweep": {"parameters": {"lr": [0.1, 0.2]}, "maxTrials": 100, "parallelism": 1},
     "env": {"A": "1"},
     "checkpointUri": "s3://bucket/ckpt",
 }
