@@ -24,6 +24,10 @@ class NotFoundError(PermanentError):
     """The object asked for does not exist."""
 
 
+class ItemTooLargeError(PermanentError):
+    """A record larger than the store takes (DynamoDB: 400 KB per item)."""
+
+
 class ConflictError(SquallError):
     """A conditional write lost: someone else changed the item first.
 

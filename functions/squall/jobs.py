@@ -68,6 +68,10 @@ class Reason(StrEnum):
     CANCEL_REQUESTED = "CancelRequested"
     TRIALS_FINISHED = "TrialsFinished"
     GANG_RELEASED = "GangReleased"
+    SENDER_NOT_ALLOWED = "SenderNotAllowed"
+    INVALID_STORED_SPEC = "InvalidStoredSpec"
+    RECONCILE_ERROR = "ReconcileError"
+    SCALE_CHECK_ERROR = "ScaleCheckError"
 
 
 def is_terminal(status: JobStatus) -> bool:
@@ -96,6 +100,8 @@ class Job:
     replicas: int = 0
     retries_used: int = 0
     max_retries: int = 0
+    # The SQS SenderId of the message that submitted it (the principal's unique id and session).
+    submitted_by: str | None = None
 
     @property
     def is_sweep(self) -> bool:

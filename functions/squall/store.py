@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -25,6 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from squall.errors import (
     ConflictError,
     DuplicateJobError,
+    ItemTooLargeError,
     PermanentError,
     RetryableError,
     SquallError,
@@ -44,6 +46,11 @@ RETRYABLE_CODES = frozenset(
         "LimitExceededException",
     }
 )
+
+# DynamoDB's limit on one item, attribute names and values in UTF-8: "400 KB". Taken as
+# 400,000 bytes, a little under what DynamoDB (409,600) and moto (405,000) refuse, so
+# that whatever the in-memory store accepts, both of them accept too.
+MAX_ITEM_BYTES = 400_000
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -65,7 +72,56 @@ def translate(what: str, exc: ClientError | BotoCoreError) -> SquallError:
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
     if code in RETRYABLE_CODES or status >= 500:
         return RetryableError(f"{what}: {code}")
+    if _item_too_large(exc):
+        return ItemTooLargeError(f"{what}: {code}: {exc}")
     return PermanentError(f"{what}: {code}: {exc}")
+
+
+def _item_too_large(exc: ClientError) -> bool:
+    """DynamoDB's answer to an item over 400 KB, for a put (ValidationException) or in a transaction."""
+    error = exc.response.get("Error", {})
+    messages = [str(error.get("Message", ""))] if error.get("Code") == "ValidationException" else []
+    if error.get("Code") == "TransactionCanceledException":
+        messages = [
+            str(r.get("Message", ""))
+            for r in exc.response.get("CancellationReasons") or []
+            if r.get("Code") == "ValidationError"
+        ]
+    return any("size" in m and "exceeded" in m for m in messages)
+
+
+def item_size(values: Mapping[str, Any]) -> int:
+    """The size DynamoDB counts for an item of these plain values (None is not written).
+
+    Attribute names (Squall's are ASCII) and strings count their UTF-8 bytes, numbers about one byte per
+    two significant digits plus one, lists and maps three bytes plus one per element.
+    Raises PermanentError for text that is not valid UTF-8, which DynamoDB refuses.
+    """
+    return sum(len(name) + _value_size(value) for name, value in values.items() if value is not None)
+
+
+def _value_size(value: Any) -> int:
+    if isinstance(value, str):
+        if value.isascii():
+            return len(value)
+        try:
+            return len(value.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise PermanentError("an attribute value is not valid UTF-8") from exc
+    if isinstance(value, bool) or value is None:
+        return 1
+    if isinstance(value, int):
+        digits = len(str(abs(value)).strip("0")) if value else 1
+        return (digits + 1) // 2 + 1
+    if isinstance(value, float | Decimal):
+        return 21  # at most 38 significant digits
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    if isinstance(value, Mapping):
+        return 3 + sum(len(str(k).encode()) + _value_size(v) + 1 for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return 3 + sum(_value_size(v) + 1 for v in value)
+    raise TypeError(f"no DynamoDB size for {type(value).__name__}")
 
 
 def call_dynamodb(what: str, fn: Callable[[], T]) -> T:
@@ -90,35 +146,39 @@ def job_key(job_id: str) -> dict[str, Any]:
 
 
 def job_to_item(job: Job) -> dict[str, Any]:
-    return to_item(
-        {
-            "pk": f"JOB#{job.id}",
-            "sk": "META",
-            "kind": "job",
-            "gsi1pk": f"STATUS#{job.status.value}",
-            "gsi1sk": f"{iso(job.submitted_at)}#{job.id}",
-            "id": job.id,
-            "name": job.name,
-            "team": job.team,
-            "namespace": job.namespace,
-            "status": job.status.value,
-            "reason": job.reason,
-            "submittedAt": iso(job.submitted_at),
-            "updatedAt": iso(job.updated_at),
-            "startedAt": iso(job.started_at),
-            "finishedAt": iso(job.finished_at),
-            "version": job.version,
-            "spec": json.dumps(job.spec, separators=(",", ":")) if job.spec else None,
-            "errors": json.dumps(list(job.errors)) if job.errors else None,
-            "parentId": job.parent_id,
-            "trialIds": list(job.trial_ids) or None,
-            "messageId": job.message_id,
-            "gpus": job.gpus,
-            "replicas": job.replicas,
-            "retriesUsed": job.retries_used,
-            "maxRetries": job.max_retries,
-        }
-    )
+    return to_item(job_values(job))
+
+
+def job_values(job: Job) -> dict[str, Any]:
+    """The job item's attributes as plain values (None: not written)."""
+    return {
+        "pk": f"JOB#{job.id}",
+        "sk": "META",
+        "kind": "job",
+        "gsi1pk": f"STATUS#{job.status.value}",
+        "gsi1sk": f"{iso(job.submitted_at)}#{job.id}",
+        "id": job.id,
+        "name": job.name,
+        "team": job.team,
+        "namespace": job.namespace,
+        "status": job.status.value,
+        "reason": job.reason,
+        "submittedAt": iso(job.submitted_at),
+        "updatedAt": iso(job.updated_at),
+        "startedAt": iso(job.started_at),
+        "finishedAt": iso(job.finished_at),
+        "version": job.version,
+        "spec": json.dumps(job.spec, separators=(",", ":")) if job.spec else None,
+        "errors": json.dumps(list(job.errors)) if job.errors else None,
+        "parentId": job.parent_id,
+        "trialIds": list(job.trial_ids) or None,
+        "messageId": job.message_id,
+        "gpus": job.gpus,
+        "replicas": job.replicas,
+        "retriesUsed": job.retries_used,
+        "maxRetries": job.max_retries,
+        "submittedBy": job.submitted_by,
+    }
 
 
 def job_from_item(item: dict[str, Any]) -> Job:
@@ -144,10 +204,16 @@ def job_from_item(item: dict[str, Any]) -> Job:
         replicas=int(v.get("replicas", 0)),
         retries_used=int(v.get("retriesUsed", 0)),
         max_retries=int(v.get("maxRetries", 0)),
+        submitted_by=v.get("submittedBy"),
     )
 
 
 FIRST_EVENT = "firstEvent"
+
+
+def creation_values(job: Job, event: JobEvent) -> dict[str, Any]:
+    """A new job's item as plain values: the job and, inside it, its first event."""
+    return job_values(job) | {FIRST_EVENT: _event_json(event)}
 
 
 def _event_json(event: JobEvent) -> str:
@@ -177,18 +243,21 @@ def _event_from_json(job_id: str, text: str) -> JobEvent:
 
 
 def event_to_item(event: JobEvent) -> dict[str, Any]:
-    return to_item(
-        {
-            "pk": f"JOB#{event.job_id}",
-            "sk": f"EVENT#{event.version:08d}",
-            "kind": "event",
-            "at": iso(event.at),
-            "status": event.status.value,
-            "previous": event.previous.value if event.previous else None,
-            "reason": event.reason,
-            "message": event.message or None,
-        }
-    )
+    return to_item(event_values(event))
+
+
+def event_values(event: JobEvent) -> dict[str, Any]:
+    """An event item's attributes as plain values (None: not written)."""
+    return {
+        "pk": f"JOB#{event.job_id}",
+        "sk": f"EVENT#{event.version:08d}",
+        "kind": "event",
+        "at": iso(event.at),
+        "status": event.status.value,
+        "previous": event.previous.value if event.previous else None,
+        "reason": event.reason,
+        "message": event.message or None,
+    }
 
 
 def event_from_item(item: dict[str, Any]) -> JobEvent:
@@ -227,7 +296,7 @@ class DynamoJobStore:
         A submission is the hot path of a burst; a put costs a quarter of the
         write units of a two-item transaction and is just as atomic.
         """
-        item = job_to_item(job) | to_item({FIRST_EVENT: _event_json(event)})
+        item = to_item(creation_values(job, event))
         try:
             self._client.put_item(
                 TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)"
@@ -334,4 +403,3 @@ class DynamoJobStore:
             start = page.get("LastEvaluatedKey")
             if not start:
                 return
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -109,3 +110,67 @@ def test_dynamodb_errors_become_squall_errors(code: str, status: int, expected: 
         assert caught.value.__cause__ is not None
         with pytest.raises(expected):
             store.create(*queued())
+
+
+def test_the_sender_of_a_job_round_trips(store: Any) -> None:
+    job, event = queued(submitted_by="AROAEXAMPLEID:alice")
+    store.create(job, event)
+    assert store.get("j-1").submitted_by == "AROAEXAMPLEID:alice"
+    assert store.list_by_status(JobStatus.QUEUED)[0].submitted_by == "AROAEXAMPLEID:alice"
+
+
+def test_an_item_over_dynamodbs_limit_is_refused_with_the_same_error_by_both_stores(store: Any) -> None:
+    from squall.errors import ItemTooLargeError
+
+    # given a job whose record would be over 400 KB, and one whose update would be
+    big, big_event = queued("big", spec={"env": {"BLOB": "x" * 420_000}})
+    small, small_event = queued("small", spec={"name": "j"})
+    # when / then: the create is refused, and nothing is stored
+    with pytest.raises(ItemTooLargeError):
+        store.create(big, big_event)
+    assert store.get("big") is None
+    store.create(small, small_event)
+    grown, grown_event = note(small, reason="x", at=T0 + timedelta(minutes=1))
+    with pytest.raises(ItemTooLargeError):
+        store.save(replace(grown, spec={"env": {"BLOB": "\u00e9" * 210_000}}), grown_event)  # 420 KB in UTF-8
+    assert store.get("small") == small and len(store.events("small")) == 1
+
+
+def test_an_item_just_inside_the_limit_is_stored_by_both(aws_credentials: None) -> None:
+    from squall.store import MAX_ITEM_BYTES, creation_values, item_size
+
+    job, event = queued(spec={"x": ""})
+    padding = MAX_ITEM_BYTES - item_size(creation_values(job, event)) - 8
+    job, event = queued(spec={"x": "y" * padding})
+    assert MAX_ITEM_BYTES - 16 < item_size(creation_values(job, event)) <= MAX_ITEM_BYTES
+    InMemoryJobStore().create(job, event)
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-west-2")
+        create_table(client, "jobs")
+        DynamoJobStore(client, "jobs").create(job, event)
+
+
+def test_dynamodbs_item_size_answers_are_translated() -> None:
+    from botocore.exceptions import ClientError
+
+    from squall.errors import ItemTooLargeError
+    from squall.store import translate
+
+    put = ClientError(
+        {"Error": {"Code": "ValidationException", "Message": "Item size has exceeded the maximum allowed size"}},
+        "PutItem",
+    )
+    transaction = ClientError(
+        {
+            "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+            "CancellationReasons": [
+                {"Code": "ValidationError", "Message": "Item size to update has exceeded the maximum allowed size"},
+                {"Code": "None"},
+            ],
+        },
+        "TransactWriteItems",
+    )
+    other = ClientError({"Error": {"Code": "ValidationException", "Message": "One or more parameter values"}}, "PutItem")
+    assert isinstance(translate("put", put), ItemTooLargeError)
+    assert isinstance(translate("save", transaction), ItemTooLargeError)
+    assert type(translate("put", other)) is PermanentError

@@ -18,29 +18,42 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from squall.drain import DrainRecord
-from squall.errors import ConflictError, DuplicateJobError, NotFoundError, PermanentError
+from squall.errors import ConflictError, DuplicateJobError, ItemTooLargeError, NotFoundError, PermanentError
 from squall.fleet import FleetGroup, FleetInstance, GroupRef
 from squall.jobs import Job, JobEvent, JobStatus
 from squall.planner import GroupHealth
+from squall.store import FIRST_EVENT, MAX_ITEM_BYTES, creation_values, event_values, item_size, job_values
 
 
 class InMemoryJobStore:
-    """JobStore with DynamoDB's conditions, in memory."""
+    """JobStore with DynamoDB's conditions and its item size limit, in memory.
+
+    Items are measured as the DynamoDB adapter writes them, so a record DynamoDB
+    would refuse (over 400 KB) is refused here too, with the adapter's error.
+    """
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
         self._events: dict[str, list[JobEvent]] = {}
+        self._first_events: dict[str, str] = {}  # kept in the job item, as the adapter does
         # status -> sorted [(submitted_at, id)], like the status index
         self._index: dict[JobStatus, list[tuple[datetime, str]]] = {s: [] for s in JobStatus}
 
     def create(self, job: Job, event: JobEvent) -> None:
+        values = creation_values(job, event)
+        _check_size(f"create job {job.id}", item_size(values))
         if job.id in self._jobs:
             raise DuplicateJobError(job.id)
         self._jobs[job.id] = job
         self._events[job.id] = [event]
+        self._first_events[job.id] = values[FIRST_EVENT]
         bisect.insort(self._index[job.status], (job.submitted_at, job.id))
 
     def save(self, job: Job, event: JobEvent) -> None:
+        # An update SETs the job's attributes; the item keeps the first event it was created with.
+        first = self._first_events.get(job.id)
+        _check_size(f"save job {job.id}", item_size(job_values(job) | {FIRST_EVENT: first}))
+        _check_size(f"save job {job.id}", item_size(event_values(event)))
         stored = self._jobs.get(job.id)
         if stored is None or stored.version != job.version - 1:
             raise ConflictError(f"job {job.id} changed since version {job.version - 1}")
@@ -61,6 +74,15 @@ class InMemoryJobStore:
 
     def list_all(self, *, limit: int = 100_000) -> list[Job]:
         return list(itertools.islice(self._jobs.values(), limit))
+
+
+def _check_size(what: str, size: int) -> None:
+    if size > MAX_ITEM_BYTES:
+        # DynamoDB's words, as the adapter passes them on.
+        raise ItemTooLargeError(
+            f"{what}: ValidationException: Item size has exceeded the maximum allowed size "
+            f"({size} bytes, at most {MAX_ITEM_BYTES})"
+        )
 
 
 class InMemoryDrainStore:
