@@ -111,3 +111,23 @@ def test_a_request_names_the_jobs_it_asks_for_only_when_it_names_them_all(
 ) -> None:
     assert scale.asked_for(event) == jobs
 
+
+
+def test_submit_passes_each_messages_sender_to_the_intake(
+    world: World, installed: LocalScaleRequests, lambda_context: Any
+) -> None:
+    submit.handler(load_event("sqs_jobs_batch"), lambda_context)
+    (queued,) = world.store.list_by_status(JobStatus.QUEUED)
+    (rejected,) = world.store.list_by_status(JobStatus.REJECTED)
+    assert queued.submitted_by == rejected.submitted_by == "AIDAIENQZJOLO23YVJ4VO"
+
+
+def test_a_message_without_a_sender_id_is_still_handled(
+    world: World, installed: LocalScaleRequests, lambda_context: Any
+) -> None:
+    event = load_event("sqs_jobs_batch")
+    for record in event["Records"]:
+        del record["attributes"]["SenderId"]
+    response = submit.handler(event, lambda_context)
+    assert len(response["batchItemFailures"]) == 1
+    assert world.store.list_by_status(JobStatus.QUEUED)[0].submitted_by is None

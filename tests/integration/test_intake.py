@@ -148,3 +148,83 @@ def test_a_sweep_records_parent_and_trials_and_starts_only_parallelism(world: Wo
     assert all(t is not None and t.parent_id == "sw" for t in trials)
     assert [t.reason for t in trials if t] == [Reason.SUBMITTED, Reason.SUBMITTED, Reason.WAITING_FOR_TRIAL_SLOT]
     assert {j["metadata"]["labels"]["squall.io/job-id"] for j in world.cluster.list_jobs()} == {"sw-t000", "sw-t001"}
+
+
+# ---- who may submit for a team ----------------------------------------------------
+
+ALICE = "AROAALICEEXAMPLE"  # a role's unique id; SenderId adds ":<session>"
+MALLORY = "AIDAMALLORYEXAMPLE"
+
+
+def guarded(world: World) -> Any:
+    from squall.service.intake import Intake, IntakeConfig
+    from tests.integration.conftest import REGISTRIES, TEAMS
+
+    return Intake(
+        store=world.store,
+        cluster=world.cluster,
+        clock=world.clock,
+        metrics=world.metrics,
+        config=IntakeConfig(teams=TEAMS, registries=REGISTRIES, submitters={"research": frozenset({ALICE})}),
+    )
+
+
+def test_a_submitter_of_the_team_may_submit_and_is_recorded(world: World) -> None:
+    result = guarded(world).handle(body=spec(id="t-1"), message_id="m-1", sender_id=f"{ALICE}:alice-session")
+    assert result.outcome is Outcome.CREATED
+    job = world.store.get("t-1")
+    assert job is not None and job.submitted_by == f"{ALICE}:alice-session"
+
+
+@pytest.mark.parametrize("sender", [MALLORY, f"{MALLORY}:{ALICE}", None, ""])
+def test_a_sender_the_team_does_not_list_is_rejected_with_the_reason(world: World, sender: str | None) -> None:
+    result = guarded(world).handle(body=spec(id="t-1"), message_id="m-1", sender_id=sender)
+    assert result.outcome is Outcome.REJECTED
+    (error,) = result.errors
+    assert error["field"] == "team" and "'research'" in error["message"]
+    assert (MALLORY if sender else "(no SenderId)") in error["message"]
+    job = world.store.get(result.job_id)
+    assert job is not None and job.status is JobStatus.REJECTED and job.reason == Reason.SENDER_NOT_ALLOWED
+    assert job.submitted_by == (sender or None)
+    assert world.store.get("t-1") is None and world.cluster.list_jobs() == []
+
+
+def test_a_team_without_submitters_is_open_to_every_sender(world: World) -> None:
+    result = guarded(world).handle(body=spec(id="v-1", team="vision"), message_id="m-1", sender_id=MALLORY)
+    assert result.outcome is Outcome.CREATED
+
+
+def test_a_cancel_from_a_sender_the_team_does_not_list_is_refused(world: World) -> None:
+    intake = guarded(world)
+    intake.handle(body=spec(id="t-1", sweep={"parameters": {"lr": [1, 2]}}), message_id="m-1", sender_id=ALICE)
+    cancel = json.dumps({"action": "cancel", "id": "t-1"})
+
+    refused = intake.handle(body=cancel, message_id="m-2", sender_id=MALLORY)
+    assert refused.outcome is Outcome.FORBIDDEN
+    assert world.store.get("t-1").status is JobStatus.QUEUED  # type: ignore[union-attr]
+    assert len(world.cluster.list_jobs()) == 2
+
+    done = intake.handle(body=cancel, message_id="m-3", sender_id=f"{ALICE}:later")
+    assert done.outcome is Outcome.CANCELLED
+    assert world.cluster.list_jobs() == []
+    assert {world.store.get(t).status for t in ("t-1-t000", "t-1-t001")} == {JobStatus.CANCELLED}  # type: ignore[union-attr]
+
+
+def test_trials_keep_the_sender_of_their_sweep(world: World) -> None:
+    guarded(world).handle(body=spec(id="sw", sweep={"parameters": {"lr": [1, 2]}}), message_id="m-1", sender_id=ALICE)
+    assert {world.store.get(t).submitted_by for t in ("sw-t000", "sw-t001")} == {ALICE}  # type: ignore[union-attr]
+
+
+def test_a_rejected_record_fits_dynamodb_even_for_a_body_with_thousands_of_issues(world: World) -> None:
+    # 3.6 KB that used to make 2,000 issues and a 2.2 MB record that DynamoDB refused
+    body = json.dumps({"sweep": {"parameters": {f"p{i}": [[]] * 100 for i in range(9)}}}, separators=(",", ":"))
+    result = world.intake.handle(body=body, message_id="m-1")
+    assert result.outcome is Outcome.REJECTED
+    job = world.store.get(result.job_id)
+    assert job is not None and len(job.errors) == 51 and job.errors[-1]["message"].startswith("and ")
+
+
+def test_a_sweep_whose_trials_would_not_load_is_rejected_at_intake(world: World) -> None:
+    result = world.intake.handle(body=spec(args=["-v"] * 256, sweep={"parameters": {"lr": [1]}}), message_id="m-1")
+    assert result.outcome is Outcome.REJECTED and result.errors[0]["field"] == "args"
+    assert world.store.list_by_status(JobStatus.QUEUED) == []

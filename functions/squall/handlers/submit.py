@@ -31,7 +31,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
     def record_handler(record: SQSRecord) -> None:
         try:
-            intake.handle(body=record.body, message_id=record.message_id)
+            # SenderId: the unique id (and session) of the principal that sent the message.
+            sender_id = record.attributes.get("SenderId")
+            intake.handle(body=record.body, message_id=record.message_id, sender_id=sender_id)
         except MalformedMessage as exc:
             # Fails this message only; after the queue's retries it lands in the DLQ.
             logger.error("malformed message", message_id=record.message_id, error=str(exc))

@@ -21,23 +21,33 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall import manifests
-from squall.errors import ConflictError, DuplicateJobError, PermanentError
+from squall.errors import ConflictError, DuplicateJobError, ItemTooLargeError, PermanentError
 from squall.jobs import Job, JobStatus, Reason, is_terminal, new_job, transition
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
 from squall.spec import (
     DEFAULT_MAX_RUNTIME_LIMIT,
+    DNS_LABEL,
     CancelCommand,
+    Issue,
     JobSpec,
     SpecError,
     derive_job_id,
     expand_sweep,
     parse_message,
+    recorded,
 )
 from squall.telemetry import SERVICE, Metric
 
 logger = Logger(service=SERVICE, child=True)
 
-MAX_RECORDED_BODY = 32 * 1024  # a rejected body is kept for the user, within DynamoDB's item limit
+# A rejected body is kept for the user, as JSON text of at most this many bytes; with
+# the bounded issues (spec.MAX_ISSUES_JSON_BYTES) a REJECTED record stays far inside
+# DynamoDB's 400 KB item limit.
+MAX_RECORDED_BODY = 32 * 1024
+MAX_EVENT_MESSAGE = 2000
+# SQS's largest message body; nothing larger can come from the queue, and the work
+# spent on a body is bounded by its size.
+MAX_BODY_CHARS = 1024 * 1024
 CONFLICT_RETRIES = 5
 
 
@@ -51,6 +61,7 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"
     REJECTED = "rejected"
     CANCELLED = "cancelled"
+    FORBIDDEN = "forbidden"
     NOT_FOUND = "not-found"
     ALREADY_FINISHED = "already-finished"
     FAILED = "failed"
@@ -85,11 +96,21 @@ class Intake:
     waiting: list[str] = field(default_factory=list)
 
     def handle(self, *, body: str, message_id: str, sender_id: str | None = None) -> IntakeResult:
-        """Process one queue message. Raises RetryableError when it should be redelivered."""
+        """Process one queue message. Raises RetryableError when it should be redelivered.
+
+        `sender_id` is the message's SQS SenderId: for a team with configured
+        submitters it must be one of them (the part before any ':').
+        """
+        sender_id = sender_id[:256] if sender_id else None  # SQS's are short; no other text is kept
+        if len(body) > MAX_BODY_CHARS:
+            error = SpecError([Issue("(body)", f"has {len(body)} characters; a message body is at most 1 MiB")])
+            return self._reject(data=None, body=body, message_id=message_id, error=error, sender_id=sender_id)
         try:
             data = json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise MalformedMessage(f"message {message_id} is not JSON: {exc.msg}") from exc
+        except (ValueError, RecursionError) as exc:
+            # JSONDecodeError, Python's int-string limit, or nesting deeper than the decoder goes.
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:200]
+            raise MalformedMessage(f"message {message_id} is not JSON: {why}") from exc
         try:
             message = parse_message(
                 data,
@@ -98,14 +119,31 @@ class Intake:
                 max_runtime_limit=self.config.max_runtime_limit,
             )
         except SpecError as exc:
-            return self._reject(data=data, body=body, message_id=message_id, error=exc)
+            return self._reject(data=data, body=body, message_id=message_id, error=exc, sender_id=sender_id)
         if isinstance(message, CancelCommand):
-            return self.cancel(job_id=message.id, reason=message.reason)
-        return self._submit(message, message_id=message_id)
+            return self.cancel(job_id=message.id, reason=message.reason, sender_id=sender_id)
+        if not self.may_send(team=message.team, sender_id=sender_id):
+            error = SpecError([Issue("team", _not_allowed(team=message.team, sender_id=sender_id, what="submit"))])
+            return self._reject(
+                data=data,
+                body=body,
+                message_id=message_id,
+                error=error,
+                sender_id=sender_id,
+                reason=Reason.SENDER_NOT_ALLOWED,
+            )
+        return self._submit(message, message_id=message_id, body=body, data=data, sender_id=sender_id)
+
+    def may_send(self, *, team: str, sender_id: str | None) -> bool:
+        """Whether a sender may submit or cancel for a team: listed, or the team lists nobody."""
+        allowed = self.config.submitters.get(team)
+        return allowed is None or principal_of(sender_id) in allowed
 
     # ---- submit --------------------------------------------------------
 
-    def _submit(self, spec: JobSpec, *, message_id: str) -> IntakeResult:
+    def _submit(
+        self, spec: JobSpec, *, message_id: str, body: str, data: Any, sender_id: str | None
+    ) -> IntakeResult:
         job_id = derive_job_id(spec, message_id=message_id)
         trials = expand_sweep(spec, job_id=job_id)
         job, event = new_job(
@@ -116,12 +154,13 @@ class Intake:
             at=self.clock.now(),
             reason=Reason.SWEEP_SUBMITTED if trials else Reason.SUBMITTED,
             message=f"{len(trials)} trials" if trials else "",
-            spec=spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            spec=recorded(spec),
             message_id=message_id,
             trial_ids=tuple(t for t, _ in trials),
             gpus=0 if trials else spec.total_gpus(),
             replicas=0 if trials else len(spec.replica_list()),
             max_retries=spec.retries,
+            submitted_by=sender_id,
         )
         try:
             self.store.create(job, event)
@@ -137,6 +176,12 @@ class Intake:
             # Our own earlier delivery: finish what it may have left half done.
             self._start(existing, spec=spec, trials=trials)
             return IntakeResult(outcome=Outcome.REDELIVERED, job_id=job_id)
+        except ItemTooLargeError as exc:
+            # The spec's own bound keeps records far below this; should the store still
+            # refuse one, the sender is told, and the message is not retried in vain.
+            logger.warning("job record too large", job_id=job_id, error=str(exc))
+            error = SpecError([Issue("(body)", "the job record is larger than the job table takes")])
+            return self._reject(data=data, body=body, message_id=message_id, error=error, sender_id=sender_id)
         self.metrics.add(Metric.JOBS_SUBMITTED, 1)
         try:
             self._start(job, spec=spec, trials=trials)
@@ -182,12 +227,13 @@ class Intake:
                 at=self.clock.now(),
                 reason=Reason.SUBMITTED if start_now else Reason.WAITING_FOR_TRIAL_SLOT,
                 message=f"trial {number + 1}/{len(trials)} of {job.id}",
-                spec=trial_spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+                spec=recorded(trial_spec),
                 message_id=job.message_id,
                 parent_id=job.id,
                 gpus=trial_spec.total_gpus(),
                 replicas=len(trial_spec.replica_list()),
                 max_retries=trial_spec.retries,
+                submitted_by=job.submitted_by,
             )
             try:
                 self.store.create(trial, trial_event)
@@ -209,42 +255,65 @@ class Intake:
 
     # ---- reject --------------------------------------------------------
 
-    def _reject(self, *, data: Any, body: str, message_id: str, error: SpecError) -> IntakeResult:
+    def _reject(
+        self,
+        *,
+        data: Any,
+        body: str,
+        message_id: str,
+        error: SpecError,
+        sender_id: str | None,
+        reason: str = Reason.INVALID_SPEC,
+    ) -> IntakeResult:
         # A rejected spec never takes the client's id: a corrected resubmission must be free to use it.
         job_id = "rejected-" + hashlib.sha256(message_id.encode()).hexdigest()[:12]
-        errors = tuple(issue.to_dict() for issue in error.issues)
-        name = data.get("name") if isinstance(data, dict) else None
-        team = data.get("team") if isinstance(data, dict) else None
+        errors = tuple(issue.to_dict() for issue in error.issues)  # bounded by SpecError
         job, event = new_job(
             job_id=job_id,
-            name=name if isinstance(name, str) else "",
-            team=team if isinstance(team, str) else "",
+            name=_kept(data, "name", lambda v: len(v) <= 63 and DNS_LABEL.fullmatch(v) is not None),
+            team=_kept(data, "team", lambda v: v in self.config.teams),
             namespace="",
             at=self.clock.now(),
             status=JobStatus.REJECTED,
-            reason=Reason.INVALID_SPEC,
-            message="; ".join(f"{e['field']}: {e['message']}" for e in errors)[:2000],
-            spec={"body": body[:MAX_RECORDED_BODY]},
+            reason=reason,
+            message="; ".join(f"{e['field']}: {e['message']}" for e in errors)[:MAX_EVENT_MESSAGE],
+            spec={"body": recorded_body(body)},
             errors=errors,
             message_id=message_id,
+            submitted_by=sender_id,
         )
         try:
             self.store.create(job, event)
             self.metrics.add(Metric.JOBS_REJECTED, 1)
         except DuplicateJobError:
             pass  # the same message delivered again: it was rejected already
-        logger.info("job rejected", job_id=job_id, errors=list(errors))
+        logger.info("job rejected", job_id=job_id, reason=reason, issues=error.total, errors=list(errors))
         return IntakeResult(outcome=Outcome.REJECTED, job_id=job_id, errors=errors)
 
     # ---- cancel --------------------------------------------------------
 
-    def cancel(self, *, job_id: str, reason: str) -> IntakeResult:
+    def cancel(self, *, job_id: str, reason: str, sender_id: str | None = None) -> IntakeResult:
         job = self.store.get(job_id)
         if job is None:
             logger.info("cancel for unknown job", job_id=job_id)
             return IntakeResult(outcome=Outcome.NOT_FOUND, job_id=job_id)
+        if not self.may_send(team=job.team, sender_id=sender_id):
+            logger.warning(
+                "cancel refused",
+                job_id=job_id,
+                team=job.team,
+                sender_id=sender_id,
+                reason=_not_allowed(team=job.team, sender_id=sender_id, what="cancel"),
+            )
+            return IntakeResult(outcome=Outcome.FORBIDDEN, job_id=job_id)
+        return self._cancel(job, reason=reason)
+
+    def _cancel(self, job: Job, *, reason: str) -> IntakeResult:
+        job_id = job.id
         for trial_id in job.trial_ids:
-            self.cancel(job_id=trial_id, reason=f"sweep {job_id} cancelled")
+            trial = self.store.get(trial_id)
+            if trial is not None:
+                self._cancel(trial, reason=f"sweep {job_id} cancelled")
         if job.namespace:
             self.cluster.delete_job_objects(namespace=job.namespace, job_id=job_id)
         cancelled = update_job(
@@ -264,6 +333,31 @@ class Intake:
             return IntakeResult(outcome=Outcome.ALREADY_FINISHED, job_id=job_id)
         self.metrics.add(Metric.JOBS_CANCELLED, 1)
         return IntakeResult(outcome=Outcome.CANCELLED, job_id=job_id)
+
+
+def principal_of(sender_id: str | None) -> str | None:
+    """The principal's unique id in an SQS SenderId ("AROA...:session" for a role)."""
+    return sender_id.split(":", 1)[0] if sender_id else None
+
+
+def _not_allowed(*, team: str, sender_id: str | None, what: str) -> str:
+    sender = principal_of(sender_id) or "(no SenderId)"
+    return f"sender {sender[:128]} may not {what} for team {team!r}: it is not one of the team's submitters"
+
+
+def _kept(data: Any, key: str, plain: Callable[[str], bool]) -> str:
+    """A name or team from a rejected body (which may hold any text there), or "" unless plain."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, str) and plain(value) else ""
+
+
+def recorded_body(body: str) -> str:
+    """The body as a REJECTED record keeps it: valid UTF-8, its JSON text at most MAX_RECORDED_BODY bytes."""
+    text = body[:MAX_RECORDED_BODY].encode("utf-8", "backslashreplace").decode("utf-8")
+    while len(encoded := json.dumps(text)) > MAX_RECORDED_BODY:
+        # Escapes make the stored text longer than the body: cut in proportion, then check again.
+        text = text[: max(0, len(text) * MAX_RECORDED_BODY // len(encoded) - 16)]
+    return text
 
 
 Change = Callable[[Job], "tuple[Job, Any] | None"]
