@@ -375,3 +375,36 @@ def test_group_health_and_decisions_round_trip(dynamo_state: DynamoScaleState) -
     dynamo_state.record_decision(at=now, trigger="schedule", dry_run=False, plan={"scaleUp": []}, acted={"x": [1]})
     (decision,) = dynamo_state.decisions(day=now)
     assert decision["trigger"] == "schedule" and decision["acted"] == {"x": [1]}
+
+
+def test_a_gang_whose_release_raises_is_reported_on_the_job_and_the_check_goes_on(rig: Rig) -> None:
+    # given a stranded gang whose objects cannot be deleted: an unexpected error, not AWS or Kubernetes
+    bind_one_replica_in_us_west_2(rig, workers=6)
+    back_off(rig, "p3-usw2")
+
+    def broken(*, namespace: str, job_id: str) -> int:
+        raise RuntimeError("a bug in the adapter")
+
+    rig.cluster.delete_job_objects = broken  # type: ignore[method-assign]
+    # when
+    result = rig.scaler().check(trigger="schedule")
+    # then the check finishes, records its decision, and says what went wrong where
+    assert "released" not in result.done
+    assert any("release gang" in e and "RuntimeError" in e for e in result.errors)
+    assert rig.state.decisions, "the decision is still recorded"
+    assert rig.metrics.total("JobErrors") == 1
+    assert rig.store.events("gang")[-1].reason == "ScaleCheckError:RuntimeError"
+
+
+def test_a_note_that_raises_unexpectedly_does_not_undo_the_release(rig: Rig) -> None:
+    bind_one_replica_in_us_west_2(rig, workers=6)
+    back_off(rig, "p3-usw2")
+
+    def corrupt(job_id: str) -> None:
+        raise KeyError("status")  # e.g. an item the store cannot read
+
+    rig.store.get = corrupt  # type: ignore[method-assign]
+    result = rig.scaler().check(trigger="schedule")
+    assert result.done["released"] == [{"job": "gang", "region": "us-west-2"}]
+    assert any("note gang" in e for e in result.errors)
+    assert rig.state.decisions

@@ -8,19 +8,21 @@ missing, and cleans up the objects of finished jobs.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from squall.errors import InvalidTransitionError, PermanentError, RetryableError
+from squall.errors import ConflictError, InvalidTransitionError, PermanentError, RetryableError
 from squall.jobs import Job, JobStatus, Reason, is_terminal, note, reason_code, transition
 from squall.kubestatus import Observation, job_id_of, observe
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
 from squall.service.intake import Intake, update_job
-from squall.spec import JobSpec
+from squall.spec import SpecError, load_spec
 from squall.telemetry import SERVICE, Metric
 
 logger = Logger(service=SERVICE, child=True)
@@ -28,6 +30,10 @@ logger = Logger(service=SERVICE, child=True)
 # Intake writes the record before the objects: give it time before calling them missing.
 CREATE_GRACE = timedelta(seconds=60)
 IMAGE_PULL_GRACE = timedelta(minutes=5)
+# Jobs that reconcile had to fail because a step on them raised (not the platform
+# being unavailable). Belongs with squall.telemetry.Metric.
+JOB_ERRORS = "JobErrors"
+MAX_ERROR_MESSAGE = 1000
 
 
 @dataclass
@@ -49,9 +55,7 @@ class Reconciler:
 
     def run(self) -> ReconcileReport:
         report = ReconcileReport()
-        active = self.store.list_by_status(JobStatus.QUEUED) + self.store.list_by_status(
-            JobStatus.RUNNING
-        )
+        active = self.store.list_by_status(JobStatus.QUEUED) + self.store.list_by_status(JobStatus.RUNNING)
         k8s_jobs: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for obj in self.cluster.list_jobs():
             if (job_id := job_id_of(obj)) is not None:
@@ -62,17 +66,71 @@ class Reconciler:
                 pods[job_id].append(pod)
 
         for job in active:
-            try:
-                if job.is_sweep:
-                    self._sweep(job, report)
-                elif job.reason != Reason.WAITING_FOR_TRIAL_SLOT:
-                    self._job(job, k8s_jobs=k8s_jobs.get(job.id, []), pods=pods.get(job.id, []), report=report)
-            except RetryableError as exc:
-                # One job's trouble must not stop the others; the next run tries again.
-                report.errors.append(f"{job.id}: {exc}")
-                logger.warning("reconcile failed for job", job_id=job.id, error=str(exc))
+            if job.is_sweep:
+                self._isolated(job, report, functools.partial(self._sweep, job, report))
+            elif job.reason != Reason.WAITING_FOR_TRIAL_SLOT:
+                step = functools.partial(
+                    self._job,
+                    job,
+                    k8s_jobs=k8s_jobs.get(job.id, []),
+                    pods=pods.get(job.id, []),
+                    report=report,
+                )
+                self._isolated(job, report, step)
         self._gauges()
         return report
+
+    # ---- one job's failure stays that job's -------------------------------
+
+    def _isolated(self, job: Job, report: ReconcileReport, step: Callable[[], None]) -> bool:
+        """Run one step on one job; whatever it raises, the other jobs are reconciled all the same.
+
+        The platform being unavailable (or a write race lost five times) is left for
+        the next run. Anything else would fail this job's step on every run: the job
+        fails with the reason, so that it is seen and its objects are cleaned up.
+        """
+        try:
+            step()
+        except (RetryableError, ConflictError) as exc:
+            report.errors.append(f"{job.id}: {exc}"[:MAX_ERROR_MESSAGE])
+            logger.warning("reconcile failed for job", job_id=job.id, error=str(exc)[:MAX_ERROR_MESSAGE])
+            return False
+        except Exception as exc:
+            self._fail_job(job, exc, report)
+            return False
+        return True
+
+    def _fail_job(self, job: Job, exc: Exception, report: ReconcileReport) -> None:
+        if isinstance(exc, SpecError):
+            reason = Reason.INVALID_STORED_SPEC.value
+            message = f"the recorded spec does not load: {exc}"
+        else:
+            reason = reason_code(Reason.RECONCILE_ERROR, type(exc).__name__)
+            message = f"reconcile could not handle this job: {exc}"
+        message = message[:MAX_ERROR_MESSAGE]
+        report.errors.append(f"{job.id}: {reason}: {message}"[:MAX_ERROR_MESSAGE])
+        logger.exception("reconcile failed for job; failing it", job_id=job.id, reason=reason)
+        self.metrics.add(JOB_ERRORS, 1)
+        try:
+            self._record(job, to=JobStatus.FAILED, reason=reason, message=message, report=report)
+            for trial_id in job.trial_ids:
+                # Trials still waiting for a slot would never start once their sweep is over.
+                trial = self.store.get(trial_id)
+                if (
+                    trial is not None
+                    and trial.reason == Reason.WAITING_FOR_TRIAL_SLOT
+                    and not is_terminal(trial.status)
+                ):
+                    self._record(
+                        trial,
+                        to=JobStatus.FAILED,
+                        reason=reason,
+                        message=f"sweep {job.id} failed",
+                        report=report,
+                    )
+        except Exception:
+            # Recording is best effort; the log and the metric above already tell.
+            logger.exception("could not record the failure on the job", job_id=job.id)
 
     # ---- one job ---------------------------------------------------------
 
@@ -104,9 +162,13 @@ class Reconciler:
             return
         if seen.reason == Reason.IMAGE_PULL_BACK_OFF:
             if job.reason != Reason.IMAGE_PULL_BACK_OFF:
-                self._record(job, to=JobStatus.QUEUED, reason=seen.reason, message=seen.message, report=report)
+                self._record(
+                    job, to=JobStatus.QUEUED, reason=seen.reason, message=seen.message, report=report
+                )
             elif now - job.updated_at >= IMAGE_PULL_GRACE:
-                self._record(job, to=JobStatus.FAILED, reason=seen.reason, message=seen.message, report=report)
+                self._record(
+                    job, to=JobStatus.FAILED, reason=seen.reason, message=seen.message, report=report
+                )
             return
         if seen.status != job.status or (
             seen.status is JobStatus.QUEUED and job.reason == Reason.IMAGE_PULL_BACK_OFF
@@ -129,11 +191,13 @@ class Reconciler:
                 job, to=JobStatus.FAILED, reason=Reason.RETRIES_EXHAUSTED, message=seen.message, report=report
             )
             return
+        spec = load_spec(job.spec)  # SpecError: a recorded spec that does not load fails the job
         try:
-            spec = JobSpec.model_validate(job.spec)
             self.intake.create_objects(job_id=job.id, spec=spec, namespace=job.namespace)
         except PermanentError as exc:
-            self._record(job, to=JobStatus.FAILED, reason=Reason.OBJECTS_MISSING, message=str(exc), report=report)
+            self._record(
+                job, to=JobStatus.FAILED, reason=Reason.OBJECTS_MISSING, message=str(exc), report=report
+            )
             return
         report.recreated.append(job.id)
         reason = (
@@ -179,7 +243,9 @@ class Reconciler:
             self.metrics.add(
                 Metric.RUN_SECONDS, (job.finished_at - job.started_at).total_seconds(), unit="Seconds"
             )
-        self.metrics.add(Metric.JOBS_SUCCEEDED if job.status is JobStatus.SUCCEEDED else Metric.JOBS_FAILED, 1)
+        self.metrics.add(
+            Metric.JOBS_SUCCEEDED if job.status is JobStatus.SUCCEEDED else Metric.JOBS_FAILED, 1
+        )
         self.cluster.delete_job_objects(namespace=job.namespace, job_id=job.id)
         report.cleaned.append(job.id)
         logger.info("job finished", job_id=job.id, status=job.status.value, reason=job.reason)
@@ -198,7 +264,7 @@ class Reconciler:
                 report=report,
             )
             return
-        spec = JobSpec.model_validate(parent.spec)
+        spec = load_spec(parent.spec)
         parallelism = spec.sweep.parallelism if spec.sweep else len(trials)
         active = sum(
             1 for t in trials if not is_terminal(t.status) and t.reason != Reason.WAITING_FOR_TRIAL_SLOT
@@ -206,23 +272,25 @@ class Reconciler:
         for trial in trials:
             if active >= parallelism:
                 break
-            if trial.status is JobStatus.QUEUED and trial.reason == Reason.WAITING_FOR_TRIAL_SLOT:
-                self.intake.create_objects(
-                    job_id=trial.id, spec=JobSpec.model_validate(trial.spec), namespace=trial.namespace
-                )
-                self._note(trial, reason=Reason.SUBMITTED, message="a trial slot opened")
+            waiting = trial.status is JobStatus.QUEUED and trial.reason == Reason.WAITING_FOR_TRIAL_SLOT
+            # A trial that cannot start fails alone; its slot goes to the next one.
+            if waiting and self._isolated(trial, report, functools.partial(self._start_trial, trial)):
                 active += 1
         if parent.status is JobStatus.QUEUED and any(t.status is JobStatus.RUNNING for t in trials):
             self._record(parent, to=JobStatus.RUNNING, reason=Reason.STARTED, message="", report=report)
+
+    def _start_trial(self, trial: Job) -> None:
+        self.intake.create_objects(job_id=trial.id, spec=load_spec(trial.spec), namespace=trial.namespace)
+        self._note(trial, reason=Reason.SUBMITTED, message="a trial slot opened")
 
     def _note(self, job: Job, *, reason: str, message: str) -> None:
         now = self.clock.now()
         update_job(
             self.store,
             job,
-            lambda current: None
-            if is_terminal(current.status)
-            else note(current, reason=reason, at=now, message=message),
+            lambda current: (
+                None if is_terminal(current.status) else note(current, reason=reason, at=now, message=message)
+            ),
         )
 
     # ---- gauges ----------------------------------------------------------

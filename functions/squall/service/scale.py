@@ -36,6 +36,7 @@ from squall.planner import (
 from squall.planner.kube import EMPTY_SINCE_ANNOTATION, ParseCache, node_cache, parse_pods, pod_cache
 from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleState
 from squall.service.intake import update_job
+from squall.service.reconcile import JOB_ERRORS
 from squall.telemetry import SERVICE, Metric
 
 logger = Logger(service=SERVICE, child=True)
@@ -240,7 +241,13 @@ class Scaler:
         for scale_down in decided.scale_downs:
             self._scale_down(scale_down.node, scale_down.instance, refs[scale_down.group], now=now, result=result)
         for gang in stranded_gangs(decided, pods=pods, nodes=nodes):
-            self._release(gang, now=now, result=result)
+            try:
+                self._release(gang, now=now, result=result)
+            except Exception as exc:
+                # One gang's trouble never costs the others (or the record of this check).
+                self._job_failed(result, gang.job_id, f"release {gang.job_id}", exc)
+                reason = reason_code(Reason.SCALE_CHECK_ERROR, type(exc).__name__)
+                self._note(gang.job_id, reason, f"could not release the gang: {exc}", now=now, result=result)
 
     def _release(self, gang: StrandedGang, *, now: datetime, result: ScaleResult) -> None:
         """Let a gang start over: part of it is bound in a region that cannot take the rest.
@@ -256,9 +263,9 @@ class Scaler:
         ):
             return
         result.done.setdefault("released", []).append({"job": gang.job_id, "region": gang.region})
-        self._note(gang.job_id, reason_code(Reason.GANG_RELEASED, gang.region), gang.why, now=now)
+        self._note(gang.job_id, reason_code(Reason.GANG_RELEASED, gang.region), gang.why, now=now, result=result)
 
-    def _note(self, job_id: str, reason: str, message: str, *, now: datetime) -> None:
+    def _note(self, job_id: str, reason: str, message: str, *, now: datetime, result: ScaleResult) -> None:
         """A reason code on the job's history; the scale check's actions stand without it."""
         store = self.store
         if store is None:
@@ -275,6 +282,14 @@ class Scaler:
                 )
         except SquallError as exc:
             logger.warning("could not note job", job_id=job_id, reason=reason, error=str(exc))
+        except Exception as exc:
+            self._job_failed(result, job_id, f"note {job_id}", exc)
+
+    def _job_failed(self, result: ScaleResult, job_id: str, what: str, exc: Exception) -> None:
+        """A step on one job raised unexpectedly: logged, counted and reported; the check goes on."""
+        result.errors.append(f"{what}: {type(exc).__name__}: {exc}"[:1000])
+        logger.exception("scale step failed for job", job_id=job_id, action=what)
+        self.metrics.add(JOB_ERRORS, 1)
 
     def _scale_down(self, node: str | None, instance: str, ref: GroupRef, *, now: datetime, result: ScaleResult) -> None:
         if node is not None:
