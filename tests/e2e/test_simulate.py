@@ -160,3 +160,32 @@ def test_simulate_without_groups_uses_cdk_json_and_names_bad_rows(tmp_path: Path
     assert completed.returncode == 2
     assert "trace.csv: 1 error" in completed.stderr
     assert "line 3, column gpus: expected a whole number 0..16, got 'two'" in completed.stderr
+
+
+def test_simulate_takes_the_max_runtime_limit_from_the_groups_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from squall.cli import main
+
+    # given a trace with a job of two days, and groups whose policy allows one
+    (tmp_path / "trace.csv").write_text("submit_s,team,gpus,replicas,run_s\n0,research,1,1,172800\n")
+    groups = tmp_path / "groups.yaml"
+    groups.write_text(yaml.safe_dump({"nodeGroups": [GROUP], "policy": {"maxRuntimeLimit": "P1D"}}))
+    # when it is replayed
+    code = main(["simulate", "--trace", str(tmp_path / "trace.csv"), "--groups", str(groups), "--json"])
+    # then the row is refused, naming the configured limit
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "line 2, column run_s: expected a positive number and at most 86400 (the policy's maxRuntimeLimit, 1d)" in err
+
+
+def test_simulate_refuses_a_groups_file_that_is_no_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from squall.cli import main
+
+    (tmp_path / "trace.csv").write_text("submit_s,team,gpus,replicas,run_s\n0,research,1,1,60\n")
+    groups = tmp_path / "groups.yaml"
+    groups.write_bytes(b"nodeGroups:\n  - name: caf\xe9\n")
+    assert main(["simulate", "--trace", str(tmp_path / "trace.csv"), "--groups", str(groups)]) == 2
+    assert "line 2, column 14: not UTF-8 text" in capsys.readouterr().err

@@ -211,11 +211,17 @@ def test_time_end_needs_its_time() -> None:
 
 
 def test_an_instance_lost_selects_nodes_as_terminate_node_does() -> None:
-    plan = compile_scenario(scenario(faults=[{"at": "20m", "type": "instanceLost", "group": "p3-usw2", "count": 2}]))
+    plan = compile_scenario(
+        scenario(faults=[{"at": "20m", "type": "instanceLost", "group": "p3-usw2", "count": 2}])
+    )
     (fault,) = plan.faults
     assert isinstance(fault, InstanceLost)
     assert (fault.at, fault.group, fault.count, fault.node, fault.region) == (
-        timedelta(minutes=20), "p3-usw2", 2, None, None
+        timedelta(minutes=20),
+        "p3-usw2",
+        2,
+        None,
+        None,
     )
     assert errors_of(scenario(faults=[{"at": "1m", "type": "instanceLost", "group": "nope"}])) == [
         "faults[0].group: no node group nope"
@@ -264,3 +270,123 @@ def test_only_a_raw_body_can_be_expected_to_dead_letter() -> None:
     assert errors_of(scenario(arrivals=[{"at": 0, "body": "{}"}])) == [
         "arrivals[0].expect: a raw body cannot be expected to make a job"
     ]
+
+
+# ---- the policy's maxRuntimeLimit -------------------------------------------------------------
+
+
+def test_specs_are_checked_against_the_scenarios_max_runtime_limit() -> None:
+    long = SPEC | {"maxRuntime": "40d"}
+    # the default limit is 30 days
+    assert errors_of(scenario(arrivals=[{"at": 0, "spec": long}])) == [
+        "arrivals[0].spec.maxRuntime: must be at most 30d (the configured maxRuntimeLimit)"
+    ]
+    # the scenario's policy raises it
+    plan = compile_scenario(scenario(policy={"maxRuntimeLimit": "P60D"}, arrivals=[{"at": 0, "spec": long}]))
+    assert plan.policy.max_runtime_limit == timedelta(days=60)
+    assert plan.submissions[0].spec is not None and plan.submissions[0].spec.max_runtime == "40d"
+    # or lowers it, and the error names the limit
+    assert errors_of(
+        scenario(policy={"maxRuntimeLimit": "P1D"}, arrivals=[{"at": 0, "spec": SPEC | {"maxRuntime": "2d"}}])
+    ) == ["arrivals[0].spec.maxRuntime: must be at most 1d (the configured maxRuntimeLimit)"]
+
+
+# ---- teams with submitters, and who sends each arrival ------------------------------------------
+
+TEAMS = {
+    "research": {"namespace": "team-research", "submitters": ["AROAEXAMPLERESEARCH"]},
+    "vision": "team-vision",
+}
+
+
+def test_teams_may_name_their_submitters_and_arrivals_their_sender() -> None:
+    plan = compile_scenario(
+        scenario(
+            teams=TEAMS,
+            arrivals=[
+                {"at": 0, "spec": SPEC, "sender": "AROAEXAMPLERESEARCH:alice"},
+                {
+                    "at": 0,
+                    "spec": SPEC | {"id": "stranger"},
+                    "sender": "AROAEXAMPLESTRANGER",
+                    "expect": "rejected",
+                },
+                {"at": 0, "spec": SPEC | {"id": "seen", "team": "vision"}},
+            ],
+        )
+    )
+    assert plan.teams == {"research": "team-research", "vision": "team-vision"}
+    assert plan.submitters == {"research": ("AROAEXAMPLERESEARCH",)}
+    assert [s.sender for s in plan.submissions] == ["AROAEXAMPLERESEARCH:alice", "AROAEXAMPLESTRANGER", None]
+    assert [s.job_id for s in plan.submissions] == ["resnet", None, "seen"]
+
+
+def test_an_arrival_squall_will_refuse_for_its_sender_must_be_expected_rejected() -> None:
+    assert errors_of(
+        scenario(teams=TEAMS, arrivals=[{"at": 0, "spec": SPEC, "sender": "AROAEXAMPLESTRANGER"}])
+    ) == [
+        "arrivals[0].sender: AROAEXAMPLESTRANGER may not submit for team research (its submitters: "
+        "AROAEXAMPLERESEARCH); Squall will reject it (expect: rejected?)"
+    ]
+    assert errors_of(scenario(teams=TEAMS, arrivals=[{"at": 0, "spec": SPEC}]))[0].startswith(
+        "arrivals[0].sender: an arrival without a sender (the runtime's default principal) may not submit for team"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        (
+            {"teams": {"research": {"namespace": "team-research", "quota": 4}}},
+            "teams.research.quota: unknown field",
+        ),
+        (
+            {
+                "teams": {
+                    "research": {
+                        "namespace": "team-research",
+                        "submitters": ["arn:aws:iam::123456789012:role/r"],
+                    }
+                }
+            },
+            "teams.research.submitters[0]: 'arn:aws:iam::123456789012:role/r' is not a unique id",
+        ),
+        ({"teams": {"research": 7}}, "teams.research: expected a namespace or an object"),
+        (
+            {"arrivals": [{"at": 0, "spec": SPEC, "sender": "has space"}]},
+            "arrivals[0].sender: String should match",
+        ),
+    ],
+)
+def test_team_and_sender_errors_name_their_field(changes: dict[str, Any], problem: str) -> None:
+    assert any(problem in error for error in errors_of(scenario(**changes))), errors_of(scenario(**changes))
+
+
+# ---- files that are no documents -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"name: caf\xe9\n", "line 1, column 10: not UTF-8 text"),
+        (b"name: t\nseed: !!int x\n", "line 2, column 7: 'x' is not an integer"),
+        (b"name: t\nseed: " + b"9" * 5000 + b"\n", "an integer of more than"),
+        (b"name: !!python/object/apply:os.system [ls]\n", "the YAML tag !!python/object/apply:os.system"),
+        (b"name: t\narrivals: " + b"[" * 2000 + b"]" * 2000 + b"\n", "nested more than 100 levels deep"),
+    ],
+)
+def test_a_scenario_file_that_is_no_document_is_named(tmp_path: Path, content: bytes, problem: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert caught.value.source == str(path)
+    assert any(problem in error for error in caught.value.errors), caught.value.errors
+
+
+def test_a_scenario_in_json_reads_1e3_as_a_number(tmp_path: Path) -> None:
+    # YAML 1.1 reads 1e3 as a string, which is no duration; JSON reads the number it is
+    path = tmp_path / "s.json"
+    document = json.dumps(scenario(arrivals=[{"at": 0, "spec": SPEC, "runTime": "PLACEHOLDER"}]))
+    path.write_text(document.replace('"PLACEHOLDER"', "1e3"))
+    assert load_scenario(path).submissions[0].run_for == timedelta(seconds=1000)

@@ -72,7 +72,7 @@ def test_every_bad_cell_is_named_by_line_and_column() -> None:
         "line 3, column team: 'Research!' is not a team name (lowercase letters, digits and '-', at most 32, starting with a letter)",
         "line 4, column gpus: expected a whole number 0..16, got 17",
         "line 5, column replicas: expected a whole number 1..65, got 0",
-        "line 6, column run_s: expected a positive number and at most 604800, got '0'",
+        "line 6, column run_s: expected a positive number and at most 2592000 (the policy's maxRuntimeLimit, 30d), got '0'",
         "line 7, column gpus: expected a whole number 0..16, got '1.5'",
         "line 8, column submit_s: expected a number at least 0, got '-1'",
         "line 9: 2 columns, the header has 5",
@@ -170,10 +170,89 @@ def test_a_plan_sends_each_row_at_its_time_with_its_run_time(tmp_path: Path) -> 
 def test_a_gang_that_no_region_can_hold_is_refused(tmp_path: Path) -> None:
     # one region, at most four p4d nodes of 8 GPUs: a job of 5 replicas x 8 GPUs can never start
     (tmp_path / "groups.yaml").write_text(GROUPS)
-    rows = parse_trace("submit_s,team,gpus,replicas,run_s\n0,research,8,4,60\n0,research,8,5,60\n0,research,4,8,60\n")
+    rows = parse_trace(
+        "submit_s,team,gpus,replicas,run_s\n0,research,8,4,60\n0,research,8,5,60\n0,research,4,8,60\n"
+    )
     with pytest.raises(ScenarioError) as caught:
         trace_plan(rows, load_configuration(tmp_path / "groups.yaml"))
     assert caught.value.errors == [
         "line 3, column replicas: 5 replicas of 8 GPUs must run in one region, and the most any region's "
         "groups can hold at their max sizes is 4"
+    ]
+
+
+# ---- runs longer than a week, up to the configured maxRuntimeLimit -----------------------------
+
+DAY = 86_400
+
+
+def test_runs_longer_than_a_week_are_replayed_up_to_the_default_limit() -> None:
+    (row,) = parse_trace(f"submit_s,team,gpus,replicas,run_s\n0,research,8,1,{20 * DAY}\n")
+    assert row.run_s == 20 * DAY
+    spec = job_spec(row, registry="registry.example.com/squall")
+    # twice the run would pass the limit: the limit it is, and the spec is one Squall accepts
+    assert spec["maxRuntime"] == f"{30 * DAY}s"
+    parse_spec(spec, teams=["research"], registries=["registry.example.com/squall"])
+    assert errors_of(f"submit_s,team,gpus,replicas,run_s\n0,research,8,1,{31 * DAY}\n") == [
+        f"line 2, column run_s: expected a positive number and at most {30 * DAY} "
+        f"(the policy's maxRuntimeLimit, 30d), got '{31 * DAY}'"
+    ]
+
+
+def test_the_limit_is_the_one_the_replay_is_given(tmp_path: Path) -> None:
+    trace = f"submit_s,team,gpus,replicas,run_s\n0,research,8,1,{45 * DAY}\n"
+    (row,) = parse_trace(trace, max_run=timedelta(days=60))
+    spec = job_spec(row, registry="registry.example.com/squall", max_run=timedelta(days=60))
+    assert spec["maxRuntime"] == f"{60 * DAY}s"
+    parse_spec(
+        spec,
+        teams=["research"],
+        registries=["registry.example.com/squall"],
+        max_runtime_limit=timedelta(days=60),
+    )
+    with pytest.raises(ScenarioError) as caught:
+        parse_trace(trace, max_run=timedelta(days=1))
+    assert caught.value.errors == [
+        f"line 2, column run_s: expected a positive number and at most {DAY} (the policy's maxRuntimeLimit, 1d), "
+        f"got '{45 * DAY}'"
+    ]
+
+
+def test_a_groups_file_sets_the_limit_of_its_replay(tmp_path: Path) -> None:
+    (tmp_path / "groups.yaml").write_text(
+        GROUPS.replace("policy: {idleThreshold: PT2M}", "policy: {maxRuntimeLimit: P60D}")
+    )
+    config = load_configuration(tmp_path / "groups.yaml")
+    assert config.policy.max_runtime_limit == timedelta(days=60)
+    rows = parse_trace(
+        f"submit_s,team,gpus,replicas,run_s\n0,research,8,1,{45 * DAY}\n", max_run=timedelta(days=60)
+    )
+    plan = trace_plan(rows, config)
+    (submission,) = plan.submissions
+    assert json.loads(submission.body)["maxRuntime"] == f"{60 * DAY}s"
+    assert submission.run_for == timedelta(days=45)
+
+
+# ---- files and cells that are no trace ----------------------------------------------------------
+
+
+def test_a_trace_that_is_not_utf8_is_named_with_line_and_column(tmp_path: Path) -> None:
+    from squall.local.trace import read_trace
+
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"submit_s,team,gpus,replicas,run_s\n0,caf\xe9,1,1,60\n")
+    with pytest.raises(ScenarioError) as caught:
+        read_trace(path)
+    assert caught.value.errors == ["line 2, column 6: not UTF-8 text: byte 0xe9 cannot be decoded"]
+
+
+def test_cells_the_csv_module_refuses_are_errors_not_tracebacks() -> None:
+    huge = "x" * 200_000  # beyond the csv module's field limit
+    errors = errors_of(f'submit_s,team,gpus,replicas,run_s\n0,research,1,1,60\n0,"{huge}",1,1,60\n')
+    assert len(errors) == 1 and errors[0].startswith("line 3: field larger than field limit")
+
+
+def test_times_too_far_out_are_refused() -> None:
+    assert errors_of("submit_s,team,gpus,replicas,run_s\n1e300,research,1,1,60\n") == [
+        "line 2, column submit_s: expected a number at least 0 and at most 316224000 (ten years), got '1e300'"
     ]

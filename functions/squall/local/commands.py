@@ -79,8 +79,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from squall.local.trace import load_configuration, read_trace, trace_plan
 
     try:
-        rows = read_trace(args.trace)
-        plan = trace_plan(rows, load_configuration(args.groups), name=Path(args.trace).stem)
+        configuration = load_configuration(args.groups)
+        rows = read_trace(args.trace, max_run=configuration.policy.max_runtime_limit)
+        plan = trace_plan(rows, configuration, name=Path(args.trace).stem)
     except ScenarioError as exc:
         return _bad_input(exc)
     return _run(plan, args, follow_jobs=False)

@@ -37,7 +37,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
-import yaml
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -50,6 +49,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from squall import documents
 from squall.errors import RetryableError
 from squall.jobs import JobStatus, is_terminal
 from squall.local.clock import EPOCH, VirtualClock
@@ -160,6 +160,10 @@ class ArrivalModel(StrictModel):
     run_time: Span | None = None  # how long each pod runs; default: the scenario's defaultRunTime
     failure_probability: Annotated[float, Field(ge=0, le=1)] = 0.0
     deliver_twice: bool = False  # SQS hands the message over twice (at-least-once delivery)
+    # Who sends it: a principal's unique id (AROA...), what SQS reports as the SenderId.
+    sender: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_+=,.@:-]+$")] | None = (
+        None
+    )
     # What Squall should make of it: a job; REJECTED; ignored as a duplicate client id; dead-lettered.
     expect: Expect = "accepted"
 
@@ -274,7 +278,8 @@ class ScenarioModel(StrictModel):
     description: str = ""
     seed: int = 0
     clock: ClockModel = ClockModel()
-    teams: dict[str, str] | None = None  # team -> namespace; default: the local runtime's
+    # team -> namespace, or {namespace, submitters: [unique ids]}; default: the local runtime's
+    teams: dict[str, Any] | None = None
     registries: list[str] | None = None
     policy: dict[str, Any] = Field(default_factory=dict)  # cdk.json's policy keys
     regions: dict[str, RegionModel] = Field(default_factory=dict)
@@ -328,6 +333,7 @@ class Submission:
     run_for: timedelta | None = None
     exit_code: int = 0
     deliver_twice: bool = False
+    sender: str | None = None  # the SenderId SQS reports for it
 
 
 @dataclass(frozen=True)
@@ -346,15 +352,17 @@ class Plan:
     start: datetime = EPOCH
     default_run_time: timedelta = timedelta(minutes=3)
     description: str = ""
+    # team -> unique ids of the principals that may submit for it; a team left out is open to all.
+    submitters: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def load_document(path: Path) -> Any:
+    """A scenario, groups or spec file (YAML or JSON, see squall.documents)."""
     try:
-        return yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ScenarioError([f"cannot read: {exc.strerror}"], source=str(path)) from exc
-    except yaml.YAMLError as exc:
-        raise ScenarioError([f"not valid YAML: {exc}"], source=str(path)) from exc
+        return documents.load(path)
+    except documents.DocumentError as exc:
+        where = f"line {exc.line}, column {exc.column}: " if exc.line is not None else ""
+        raise ScenarioError([where + exc.message], source=str(path)) from exc
 
 
 def load_scenario(path: str | Path) -> Plan:
@@ -376,7 +384,13 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
         policy = PolicySettings()
     raw_groups = _node_groups(model.node_groups, base=base, errors=errors)
     groups = _parse_groups(raw_groups, errors)
-    teams = dict(model.teams or DEFAULT_TEAMS)
+    try:
+        entries = documents.read_teams(model.teams or DEFAULT_TEAMS, unique_ids_only=True)
+    except documents.ConfigError as exc:
+        errors.extend(exc.errors)
+        entries = {}
+    teams = {name: entry.namespace for name, entry in entries.items()}
+    submitters = {name: entry.submitters for name, entry in entries.items() if entry.submitters is not None}
     registries = list(model.registries or DEFAULT_REGISTRIES)
     capacity = {
         region: RegionCapacity(instances=dict(r.capacity), boot_time=r.boot_time)
@@ -384,7 +398,18 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
     }
     _check_places(model, groups, errors)
     rng = random.Random(model.seed)
-    submissions = _submissions(model, base=base, teams=teams, registries=registries, rng=rng, errors=errors)
+    submissions = _submissions(
+        model,
+        base=base,
+        rules=_Rules(
+            teams=teams,
+            registries=registries,
+            submitters=submitters,
+            max_runtime_limit=policy.max_runtime_limit,
+        ),
+        rng=rng,
+        errors=errors,
+    )
     if errors:
         raise ScenarioError(errors, source=source)
     return Plan(
@@ -402,7 +427,22 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
         speed=None if model.clock.speed == "max" else float(model.clock.speed),
         start=model.clock.start,
         default_run_time=model.default_run_time,
+        submitters=submitters,
     )
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """What the intake of the scenario's runtime checks a spec against."""
+
+    teams: dict[str, str]
+    registries: list[str]
+    submitters: dict[str, tuple[str, ...]]
+    max_runtime_limit: timedelta
+
+    def may_send(self, team: str, sender: str | None) -> bool:
+        allowed = self.submitters.get(team)
+        return allowed is None or (sender is not None and sender.split(":", 1)[0] in allowed)
 
 
 def _node_groups(
@@ -454,13 +494,7 @@ def _check_places(model: ScenarioModel, groups: list[NodeGroup], errors: list[st
 
 
 def _submissions(
-    model: ScenarioModel,
-    *,
-    base: Path,
-    teams: dict[str, str],
-    registries: list[str],
-    rng: random.Random,
-    errors: list[str],
+    model: ScenarioModel, *, base: Path, rules: _Rules, rng: random.Random, errors: list[str]
 ) -> list[Submission]:
     submissions: list[Submission] = []
     accepted_ids: set[str] = set()
@@ -480,9 +514,7 @@ def _submissions(
         )
         if data is None:
             continue
-        spec = _check_spec(
-            data, expect=arrival.expect, where=where, teams=teams, registries=registries, errors=errors
-        )
+        spec = _check_spec(data, arrival=arrival, where=where, rules=rules, errors=errors)
         copies: list[tuple[str, JobSpec | None]] = []
         for number in range(1, arrival.count + 1):
             copy = dict(data)
@@ -510,6 +542,7 @@ def _copies(
             run_for=arrival.run_time or model.default_run_time,
             exit_code=1 if fails else 0,
             deliver_twice=arrival.deliver_twice,
+            sender=arrival.sender,
         )
 
 
@@ -526,19 +559,28 @@ def _spec_file(base: Path, name: str | None, where: str, errors: list[str]) -> d
 
 
 def _check_spec(
-    data: dict[str, Any],
-    *,
-    expect: Expect,
-    where: str,
-    teams: dict[str, str],
-    registries: list[str],
-    errors: list[str],
+    data: dict[str, Any], *, arrival: ArrivalModel, where: str, rules: _Rules, errors: list[str]
 ) -> JobSpec | None:
+    """The spec, when Squall will accept it; the arrival's `expect` must agree with what Squall will do."""
+    expect = arrival.expect
     try:
-        spec = parse_spec(data, teams=list(teams), registries=registries)
+        spec = parse_spec(
+            data,
+            teams=list(rules.teams),
+            registries=rules.registries,
+            max_runtime_limit=rules.max_runtime_limit,
+        )
     except SpecError as exc:
         if expect != "rejected":
             errors.extend(f"{where}.spec.{issue.field}: {issue.message}" for issue in exc.issues)
+        return None
+    if not rules.may_send(spec.team, arrival.sender):
+        if expect != "rejected":
+            sender = arrival.sender or "an arrival without a sender (the runtime's default principal)"
+            errors.append(
+                f"{where}.sender: {sender} may not submit for team {spec.team} (its submitters: "
+                f"{', '.join(rules.submitters[spec.team]) or 'none'}); Squall will reject it (expect: rejected?)"
+            )
         return None
     if expect == "rejected":
         errors.append(f"{where}.expect: the spec is valid, Squall will not reject it")
@@ -629,6 +671,7 @@ class Simulation:
             capacity=plan.capacity,
             log_level=self.log_level if self.log_level is not None else logging.CRITICAL,
             backend=self.backend,
+            submitters=plan.submitters,
         ) as local:
             recorder = Recorder(clock=clock, cluster=cluster, fleet=local.fleet, groups=plan.groups)
             if before is not None:
@@ -789,7 +832,7 @@ class Simulation:
     # ---- arrivals and faults ------------------------------------------------------------------
 
     def _send(self, local: LocalRuntime, cluster: ObservedCluster, submission: Submission) -> None:
-        message_id = local.send(submission.body)
+        message_id = local.send(submission.body, sender=submission.sender)
         if submission.deliver_twice:
             local.deliver_twice.add(message_id)
         if submission.expect != "accepted":

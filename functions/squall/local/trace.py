@@ -19,7 +19,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from squall import documents
 from squall.local.fleet import RegionCapacity
 from squall.local.runtime import DEFAULT_REGISTRIES
 from squall.local.scenario import (
@@ -42,13 +43,17 @@ from squall.local.scenario import (
 from squall.planner import NodeGroup
 from squall.planner.offline import GroupsError, parse_groups
 from squall.settings import PolicySettings
+from squall.spec import DEFAULT_MAX_RUNTIME_LIMIT, format_duration
 
 COLUMNS = ("submit_s", "team", "gpus", "replicas", "run_s")
 TEAM = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")
 MAX_GPUS_PER_REPLICA = 16
 MAX_REPLICAS = 65  # a chief and 64 workers
-MAX_RUN_SECONDS = 7 * 24 * 3600
+# The default policy's maxRuntimeLimit; a replay accepts rows up to the limit of its configuration.
+DEFAULT_MAX_RUN = DEFAULT_MAX_RUNTIME_LIMIT
 MAX_ERRORS_SHOWN = 20
+MAX_ROWS = 1_000_000
+MAX_SUBMIT_SECONDS = 10 * 366 * 24 * 3600
 CPU_PER_GPU, MEMORY_GIB_PER_GPU = 3, 12
 CPU_ONLY, MEMORY_GIB_CPU_ONLY = 2, 8
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -79,19 +84,30 @@ class TraceRow:
 # ---- parsing -----------------------------------------------------------------------------------
 
 
-def read_trace(path: str | Path) -> list[TraceRow]:
+def read_trace(path: str | Path, *, max_run: timedelta = DEFAULT_MAX_RUN) -> list[TraceRow]:
+    """The rows of TRACE.csv; `max_run`: the configuration's maxRuntimeLimit, the longest run_s accepted."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScenarioError([f"cannot read: {exc.strerror}"], source=str(path)) from exc
-    return parse_trace(text, source=str(path))
+        text = documents.read_text(path)
+    except documents.DocumentError as exc:
+        where = f"line {exc.line}, column {exc.column}: " if exc.line is not None else ""
+        raise ScenarioError([where + exc.message], source=str(path)) from exc
+    return parse_trace(text, source=str(path), max_run=max_run)
 
 
-def parse_trace(text: str, *, source: str = "trace") -> list[TraceRow]:
-    """Rows of a trace; ScenarioError names the line and column of every problem."""
+def parse_trace(text: str, *, source: str = "trace", max_run: timedelta = DEFAULT_MAX_RUN) -> list[TraceRow]:
+    """Rows of a trace; ScenarioError names the line and column of every problem.
+
+    run_s may be at most `max_run` (the policy's maxRuntimeLimit): a job that ran longer
+    could not be submitted with a maxRuntime that lets it finish.
+    """
+    limit = f" (the policy's maxRuntimeLimit, {format_duration(max_run)})"
+    max_seconds = max_run.total_seconds()
     reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise ScenarioError([f"line 1: {exc}"], source=source) from None
     if header is None:
         raise ScenarioError(["line 1: empty file; expected the header " + ",".join(COLUMNS)], source=source)
     names = [h.strip() for h in header]
@@ -106,24 +122,43 @@ def parse_trace(text: str, *, source: str = "trace") -> list[TraceRow]:
     index = {c: names.index(c) for c in COLUMNS}
     rows: list[TraceRow] = []
     errors: list[str] = []
-    for record in reader:
+    for record in _records(reader, errors):
         line = reader.line_num
         if not record or all(not cell.strip() for cell in record):
             continue
+        if len(rows) >= MAX_ROWS:
+            errors.append(f"line {line}: a trace may hold at most {MAX_ROWS:,} jobs")
+            break
         if len(record) < len(names):
             errors.append(f"line {line}: {len(record)} columns, the header has {len(names)}")
             continue
         cells = {c: record[index[c]].strip() for c in COLUMNS}
         problems: list[str] = []
-        submit_s = _number(cells["submit_s"], "submit_s", line, problems, minimum=0.0)
+        submit_s = _number(
+            cells["submit_s"],
+            "submit_s",
+            line,
+            problems,
+            minimum=0.0,
+            maximum=MAX_SUBMIT_SECONDS,
+            why=" (ten years)",
+        )
         run_s = _number(
-            cells["run_s"], "run_s", line, problems, minimum=0.0, positive=True, maximum=MAX_RUN_SECONDS
+            cells["run_s"],
+            "run_s",
+            line,
+            problems,
+            minimum=0.0,
+            positive=True,
+            maximum=max_seconds,
+            why=limit,
+            always_name_maximum=True,
         )
         gpus = _whole(cells["gpus"], "gpus", line, problems, 0, MAX_GPUS_PER_REPLICA)
         replicas = _whole(cells["replicas"], "replicas", line, problems, 1, MAX_REPLICAS)
-        if not TEAM.match(cells["team"]):
+        if not TEAM.fullmatch(cells["team"]):
             problems.append(
-                f"line {line}, column team: {cells['team']!r} is not a team name "
+                f"line {line}, column team: {documents.shown(cells['team'])} is not a team name "
                 "(lowercase letters, digits and '-', at most 32, starting with a letter)"
             )
         errors.extend(problems)
@@ -141,6 +176,14 @@ def parse_trace(text: str, *, source: str = "trace") -> list[TraceRow]:
     return sorted(rows, key=lambda r: (r.submit_s, r.line))
 
 
+def _records(reader: Any, errors: list[str]) -> Iterator[list[str]]:
+    """The reader's records; a line the csv module cannot read ends the trace with an error naming it."""
+    try:
+        yield from reader
+    except csv.Error as exc:
+        errors.append(f"line {reader.line_num}: {exc}")
+
+
 def _number(
     cell: str,
     column: str,
@@ -150,16 +193,21 @@ def _number(
     minimum: float,
     positive: bool = False,
     maximum: float = math.inf,
+    why: str = "",
+    always_name_maximum: bool = False,
 ) -> float:
     try:
         value = float(cell)
     except ValueError:
-        problems.append(f"line {line}, column {column}: expected a number of seconds, got {cell!r}")
+        problems.append(
+            f"line {line}, column {column}: expected a number of seconds, got {documents.shown(cell)}"
+        )
         return 0.0
     if not math.isfinite(value) or value < minimum or (positive and value <= 0) or value > maximum:
         bound = "a positive number" if positive else f"a number at least {minimum:g}"
-        limit = f" and at most {maximum:g}" if math.isfinite(maximum) else ""
-        problems.append(f"line {line}, column {column}: expected {bound}{limit}, got {cell!r}")
+        named = math.isfinite(maximum) and (always_name_maximum or not value <= maximum)
+        limit = f" and at most {maximum:.0f}{why}" if named else ""
+        problems.append(f"line {line}, column {column}: expected {bound}{limit}, got {documents.shown(cell)}")
     return value
 
 
@@ -167,18 +215,22 @@ def _whole(cell: str, column: str, line: int, problems: list[str], low: int, hig
     try:
         value = int(cell)
     except ValueError:
-        problems.append(f"line {line}, column {column}: expected a whole number {low}..{high}, got {cell!r}")
+        problems.append(
+            f"line {line}, column {column}: expected a whole number {low}..{high}, got {documents.shown(cell)}"
+        )
         return low
     if not low <= value <= high:
-        problems.append(f"line {line}, column {column}: expected a whole number {low}..{high}, got {value}")
+        problems.append(
+            f"line {line}, column {column}: expected a whole number {low}..{high}, got {documents.shown(value)}"
+        )
     return value
 
 
 # ---- rows into jobs -------------------------------------------------------------------------------
 
 
-def job_spec(row: TraceRow, *, registry: str) -> dict[str, Any]:
-    """The job spec a trace row stands for."""
+def job_spec(row: TraceRow, *, registry: str, max_run: timedelta = DEFAULT_MAX_RUN) -> dict[str, Any]:
+    """The job spec a trace row stands for; its maxRuntime at most `max_run` (the policy's limit)."""
     spec: dict[str, Any] = {
         "name": "replay",
         "id": row.job_id,
@@ -186,7 +238,7 @@ def job_spec(row: TraceRow, *, registry: str) -> dict[str, Any]:
         "image": f"{registry}/trainer:replay",
         "resources": {"cpu": str(row.cpu), "memory": f"{row.memory_gib}Gi", "gpu": row.gpus},
         # Twice the recorded run time (at least an hour), so the deadline never cuts a replayed job.
-        "maxRuntime": f"{min(MAX_RUN_SECONDS, max(3600, math.ceil(2 * row.run_s)))}s",
+        "maxRuntime": f"{min(int(max_run.total_seconds()), max(3600, math.ceil(2 * row.run_s)))}s",
     }
     if row.replicas > 1:
         spec["replicas"] = {"chief": 1, "worker": {"count": row.replicas - 1}}
@@ -307,7 +359,7 @@ def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "
     submissions = [
         Submission(
             at=timedelta(seconds=row.submit_s),
-            body=json.dumps(job_spec(row, registry=registry)),
+            body=json.dumps(job_spec(row, registry=registry, max_run=config.policy.max_runtime_limit)),
             job_id=row.job_id,
             run_for=timedelta(seconds=row.run_s),
         )
