@@ -74,6 +74,34 @@ STATUS_INDEX_PARTITION_KEY = "gsi1pk"
 STATUS_INDEX_SORT_KEY = "gsi1sk"
 TTL_ATTRIBUTE = "expiresAt"
 
+# What each function's code asks of the job table (store.py, state.py,
+# drain_store.py, through the services it runs): a save is a transaction of an
+# UpdateItem and a PutItem; only reconcile queries the status index; only scale
+# deletes (its lease). No function scans.
+_ITEM_WRITES = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+TABLE_ACTIONS: dict[str, tuple[str, ...]] = {
+    SUBMIT: _ITEM_WRITES,
+    SCALE: (*_ITEM_WRITES, "dynamodb:Query", "dynamodb:DeleteItem"),
+    LIFECYCLE: (*_ITEM_WRITES, "dynamodb:Query"),
+    DRAIN: (*_ITEM_WRITES, "dynamodb:Query"),
+    RECONCILE: (*_ITEM_WRITES, "dynamodb:Query"),
+}
+STATUS_INDEX_READERS = frozenset({RECONCILE})
+
+# -- settings -------------------------------------------------------------------------
+
+# The functions' settings files, inside the Lambda asset (functions/squall/settings.py).
+SETTINGS_DIR = "squall-settings"
+# What each function reads from its settings (functions/squall/runtime.py and the
+# services it builds); nothing else goes into its file.
+SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
+    SUBMIT: ("teams", "submitters", "namespaces", "allowed_registries", "policy", "cluster", "event_bus_name"),
+    SCALE: ("node_groups", "policy", "cluster", "dry_run"),
+    LIFECYCLE: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
+    DRAIN: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
+    RECONCILE: ("teams", "namespaces", "allowed_registries", "policy", "cluster"),
+}
+
 # -- events ---------------------------------------------------------------------------
 
 # The default bus: Auto Scaling delivers its events there, and so do the
@@ -86,6 +114,10 @@ AUTOSCALING_SOURCE = "aws.autoscaling"
 LAUNCH_LIFECYCLE_ACTION = "EC2 Instance-launch Lifecycle Action"
 TERMINATE_LIFECYCLE_ACTION = "EC2 Instance-terminate Lifecycle Action"
 LAUNCH_UNSUCCESSFUL = "EC2 Instance Launch Unsuccessful"
+# How often EventBridge tries again to deliver an Auto Scaling event; the event's
+# maximum age (the hooks' timeouts) usually ends the retries first.
+EVENT_RETRY_ATTEMPTS = 8
+FAILED_EVENT_RETENTION_DAYS = 14
 
 # -- lifecycle hooks and GPU groups ---------------------------------------------------
 
@@ -118,13 +150,15 @@ def node_role_name(prefix: str, home_region: str) -> str:
 
 KUBERNETES_JOBS_GROUP = "squall-jobs"
 KUBERNETES_CAPACITY_GROUP = "squall-capacity"
-# Which Kubernetes groups (bound in stacks/rbac/squall-rbac.yaml) each function's
-# role is mapped to: submit and reconcile manage jobs in team namespaces; scale,
-# lifecycle and drain read pods and cordon, uncordon and drain nodes.
+KUBERNETES_GANGS_GROUP = "squall-gangs"
+# Which Kubernetes groups (bound by stacks/rbac) each function's role is mapped to:
+# submit and reconcile manage and read jobs in the team namespaces only; scale,
+# lifecycle and drain read every node's pods and cordon, uncordon and drain nodes;
+# scale also deletes the objects of a stranded gang (team namespaces only).
 KUBERNETES_GROUPS: dict[str, tuple[str, ...]] = {
     SUBMIT: (KUBERNETES_JOBS_GROUP,),
     RECONCILE: (KUBERNETES_JOBS_GROUP,),
-    SCALE: (KUBERNETES_CAPACITY_GROUP,),
+    SCALE: (KUBERNETES_CAPACITY_GROUP, KUBERNETES_GANGS_GROUP),
     LIFECYCLE: (KUBERNETES_CAPACITY_GROUP,),
     DRAIN: (KUBERNETES_CAPACITY_GROUP,),
 }

@@ -19,37 +19,37 @@ from stacks import constants
 from stacks.config import SquallConfig
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "squall"}
+READ_ROLE = "squall-jobs-read"
 WRITE_ROLE = "squall-jobs-write"
+GANG_RELEASE_ROLE = "squall-gang-release"
+# The roles bound in each team namespace, and the group each is bound to.
+NAMESPACED_ROLES = (
+    (READ_ROLE, constants.KUBERNETES_JOBS_GROUP),
+    (WRITE_ROLE, constants.KUBERNETES_JOBS_GROUP),
+    (GANG_RELEASE_ROLE, constants.KUBERNETES_GANGS_GROUP),
+)
 
 
 def base_manifests() -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(constants.RBAC_MANIFEST.read_text()) if doc]
 
 
-def team_role_binding(namespace: str) -> dict[str, Any]:
-    """Lets the squall-jobs group create and delete Jobs and Services in one namespace."""
+def team_role_binding(namespace: str, role: str = WRITE_ROLE, group: str = constants.KUBERNETES_JOBS_GROUP) -> dict[str, Any]:
+    """Binds one of Squall's ClusterRoles to one Kubernetes group in one team namespace."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": WRITE_ROLE, "namespace": namespace, "labels": dict(MANAGED_BY)},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": WRITE_ROLE,
-        },
-        "subjects": [
-            {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Group",
-                "name": constants.KUBERNETES_JOBS_GROUP,
-            }
-        ],
+        "metadata": {"name": role, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
     }
 
 
 def render_rbac(teams: Mapping[str, str]) -> list[dict[str, Any]]:
     namespaces = sorted(set(teams.values()))
-    return base_manifests() + [team_role_binding(ns) for ns in namespaces]
+    return base_manifests() + [
+        team_role_binding(ns, role, group) for ns in namespaces for role, group in NAMESPACED_ROLES
+    ]
 
 
 def role_arn(account: str, role_name: str) -> str:

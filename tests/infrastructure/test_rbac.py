@@ -70,21 +70,47 @@ def test_capacity_group_reads_pods_cordons_nodes_and_evicts(manifests: list[dict
     ]
 
 
-def test_jobs_group_writes_only_in_team_namespaces(manifests: list[dict[str, Any]]) -> None:
+def test_jobs_group_reads_and_writes_only_in_team_namespaces(manifests: list[dict[str, Any]]) -> None:
     roles = _by(manifests, "ClusterRole")
     write = _grants(roles["/squall-jobs-write"])
     assert ("batch", "jobs", "create") in write and ("", "services", "create") in write
     assert not any(resource in ("pods", "nodes", "secrets") for _, resource, _ in write)
-    # Writes are granted per namespace; only reads are cluster-wide.
-    cluster_bound = {b["roleRef"]["name"] for b in _by(manifests, "ClusterRoleBinding").values()}
-    assert "squall-jobs-write" not in cluster_bound
     read = _grants(roles["/squall-jobs-read"])
     assert {verb for _, _, verb in read} == {"get", "list"}
+    assert {resource for _, resource, _ in read} == {"jobs", "pods"}
+    # Neither is bound cluster-wide: the jobs functions list namespace by namespace.
+    cluster_bound = {b["roleRef"]["name"] for b in _by(manifests, "ClusterRoleBinding").values()}
+    assert cluster_bound == {"squall-capacity"}
     bindings = _by(manifests, "RoleBinding")
-    assert sorted(bindings) == ["team-research/squall-jobs-write", "team-vision/squall-jobs-write"]
-    for binding in bindings.values():
-        assert binding["roleRef"]["name"] == "squall-jobs-write"
-        assert binding["subjects"][0]["name"] == constants.KUBERNETES_JOBS_GROUP
+    jobs_bindings = {k: b for k, b in bindings.items() if b["subjects"][0]["name"] == constants.KUBERNETES_JOBS_GROUP}
+    assert sorted(jobs_bindings) == [
+        "team-research/squall-jobs-read",
+        "team-research/squall-jobs-write",
+        "team-vision/squall-jobs-read",
+        "team-vision/squall-jobs-write",
+    ]
+    for key, binding in jobs_bindings.items():
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": key.split("/")[1],
+        }
+
+
+def test_scale_may_release_a_stranded_gang_in_team_namespaces_only(manifests: list[dict[str, Any]]) -> None:
+    # The scale function deletes a stranded gang's Jobs and Services (service/scale.py _release).
+    assert constants.KUBERNETES_GANGS_GROUP in constants.KUBERNETES_GROUPS["scale"]
+    release = _grants(_by(manifests, "ClusterRole")["/squall-gang-release"])
+    assert release == {
+        ("batch", "jobs", "list"),
+        ("batch", "jobs", "delete"),
+        ("", "services", "list"),
+        ("", "services", "delete"),
+    }
+    bindings = {
+        k: b for k, b in _by(manifests, "RoleBinding").items() if b["subjects"][0]["name"] == constants.KUBERNETES_GANGS_GROUP
+    }
+    assert sorted(bindings) == ["team-research/squall-gang-release", "team-vision/squall-gang-release"]
 
 
 def test_every_group_a_function_is_mapped_to_is_bound(manifests: list[dict[str, Any]]) -> None:
@@ -104,7 +130,7 @@ def test_aws_auth_entries_name_the_fixed_role_names() -> None:
     assert entries["squall:scale"] == {
         "rolearn": "arn:aws:iam::123456789012:role/squall-scale-us-west-2",
         "username": "squall:scale",
-        "groups": ["squall-capacity"],
+        "groups": ["squall-capacity", "squall-gangs"],
     }
     assert len(entries) == 5  # no node role: the default creates no groups
 
