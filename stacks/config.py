@@ -53,6 +53,15 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 _ASG_NAME = re.compile(r"^[\w.+=@/-]{1,255}$")  # what an ARN's autoScalingGroupName can hold
+_NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # a DNS-1123 label
+TEAM_KEYS = ("namespace", "submitters", "gpuQuota", "weight")
+# Who may submit for a team: an IAM role or user ARN (resolved to its unique id by
+# the submit function at cold start), or such a unique id itself (AROA... for a
+# role, AIDA... for a user), which is what SQS reports as a message's SenderId.
+IAM_PRINCIPAL_ARN = re.compile(
+    r"^arn:aws(-[a-z]+)*:iam::(?P<account>\d{12}):(?P<kind>role|user)/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,128})$"
+)
+IAM_UNIQUE_ID = re.compile(r"^(AROA|AIDA)[A-Z0-9]{12,124}$")
 
 
 class ConfigError(ValueError):
@@ -80,6 +89,27 @@ class ClusterConfig:
             "certificate_authority": self.certificate_authority,
             "region": self.region,
         }
+
+
+@dataclass(frozen=True)
+class TeamConfig:
+    """A team (cdk.json ``teams``): its namespace and who may submit for it."""
+
+    name: str
+    namespace: str
+    # IAM role or user ARNs, or unique ids; empty: any principal allowed to send
+    # to the jobs queue may submit for the team.
+    submitters: tuple[str, ...] = ()
+    gpu_quota: int | None = None
+    weight: float | None = None
+
+    @property
+    def submitter_arns(self) -> tuple[str, ...]:
+        return tuple(s for s in self.submitters if IAM_PRINCIPAL_ARN.match(s))
+
+    @property
+    def submitter_ids(self) -> tuple[str, ...]:
+        return tuple(s for s in self.submitters if IAM_UNIQUE_ID.match(s))
 
 
 @dataclass(frozen=True)
@@ -139,7 +169,8 @@ class SquallConfig:
     cluster: ClusterConfig
     cluster_access: str
     vpc: VpcConfig | None
-    teams: Mapping[str, str]
+    teams: Mapping[str, str]  # team -> Kubernetes namespace
+    team_configs: Mapping[str, TeamConfig]
     allowed_registries: tuple[str, ...]
     node_groups: tuple[NodeGroupConfig, ...]
     capacity: Mapping[str, CapacityConfig]
@@ -151,6 +182,11 @@ class SquallConfig:
     log_level: str
     log_retention_days: int
     alarms: AlarmConfig
+
+    @property
+    def submitters(self) -> dict[str, tuple[str, ...]]:
+        """Team -> the principals that may submit for it, for the teams that name any."""
+        return {name: team.submitters for name, team in self.team_configs.items() if team.submitters}
 
     @property
     def remote_regions(self) -> tuple[str, ...]:
@@ -262,9 +298,7 @@ class _Reader:
         cluster_access = self.get("clusterAccess", str, "accessEntry")
         if cluster_access not in CLUSTER_ACCESS_MODES:
             self.problem("clusterAccess", f"one of {', '.join(CLUSTER_ACCESS_MODES)}")
-        teams = self.get("teams", dict, {})
-        if not teams or not all(isinstance(v, str) and v for v in teams.values()):
-            self.problem("teams", "expected an object of team name -> Kubernetes namespace")
+        team_configs = self.teams()
         node_groups = self.node_groups(regions)
         capacity = self.capacity(node_groups, cluster)
         policy = self.get("policy", dict, {})
@@ -293,7 +327,8 @@ class _Reader:
             cluster=cluster,
             cluster_access=cluster_access,
             vpc=self.vpc(),
-            teams=dict(teams),
+            teams={name: team.namespace for name, team in team_configs.items()},
+            team_configs=team_configs,
             allowed_registries=self.strings("allowedRegistries", self.ctx.get("allowedRegistries")),
             node_groups=node_groups,
             capacity=capacity,
@@ -309,6 +344,85 @@ class _Reader:
         if self.problems:
             raise ConfigError(self.problems)
         return config
+
+    def teams(self) -> dict[str, TeamConfig]:
+        """``teams``: name -> a namespace, or {namespace, submitters, gpuQuota, weight}."""
+        raw_all = self.get("teams", dict, {})
+        if not raw_all:
+            self.problem("teams", "expected an object of team name -> Kubernetes namespace or team object")
+        teams: dict[str, TeamConfig] = {}
+        for name, raw in raw_all.items():
+            path = f"teams.{name}"
+            if not name.strip():
+                self.problem("teams", "a team needs a name")
+                continue
+            if isinstance(raw, str):
+                raw = {"namespace": raw}
+            elif not isinstance(raw, dict):
+                self.problem(path, f"expected a namespace or an object with {', '.join(TEAM_KEYS)}")
+                continue
+            for key in sorted(set(raw) - set(TEAM_KEYS)):
+                self.problem(f"{path}.{key}", f"unknown key (known: {', '.join(TEAM_KEYS)})")
+            namespace = self.get(f"{path}.namespace", str, "", source=raw)
+            if not _NAMESPACE.match(namespace):
+                self.problem(
+                    f"{path}.namespace",
+                    f"{json.dumps(namespace)} is not a Kubernetes namespace name "
+                    "(lower-case letters, digits and dashes, at most 63 characters)",
+                )
+            team = TeamConfig(
+                name=name,
+                namespace=namespace,
+                submitters=self.submitters(f"{path}.submitters", raw),
+                gpu_quota=self.gpu_quota(f"{path}.gpuQuota", raw.get("gpuQuota")),
+                weight=self.weight(f"{path}.weight", raw.get("weight")),
+            )
+            teams[name] = team
+        return teams
+
+    def submitters(self, path: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
+        if "submitters" not in raw:
+            return ()
+        value = raw["submitters"]
+        if not isinstance(value, list) or not value:
+            self.problem(
+                path,
+                "a non-empty list of IAM role ARNs (leave submitters out to let any sender submit)",
+            )
+            return ()
+        accepted: list[str] = []
+        for i, principal in enumerate(value):
+            if isinstance(principal, str) and (IAM_PRINCIPAL_ARN.match(principal) or IAM_UNIQUE_ID.match(principal)):
+                accepted.append(principal)
+            else:
+                self.problem(
+                    f"{path}[{i}]",
+                    f"{json.dumps(principal)} is not an IAM role or user ARN "
+                    "(arn:aws:iam::<account>:role/<name>) or a role or user unique id (AROA..., AIDA...)",
+                )
+        if len(set(accepted)) != len(accepted):
+            self.problem(path, "lists a principal twice")
+        return tuple(dict.fromkeys(accepted))
+
+    def gpu_quota(self, path: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            self.problem(path, f"a whole number of GPUs, 0 or more, got {json.dumps(value)}")
+            return None
+        return value
+
+    def weight(self, path: str, value: Any) -> float | None:
+        if value is None:
+            return None
+        try:
+            number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        except OverflowError:
+            number = None
+        if number is None or not 0 < number < float("inf"):
+            self.problem(path, f"a positive number, got {json.dumps(value)}")
+            return None
+        return number
 
     def cluster(self, home_region: str) -> ClusterConfig:
         raw = self.get("cluster", dict, {})

@@ -27,7 +27,7 @@ from stacks.forwarding import EventForwarding
 from stacks.functions import SquallFunctions
 from stacks.lifecycle import HookSettings, LifecycleHooks
 from stacks.monitoring import Monitoring
-from stacks.queues import JobQueues
+from stacks.queues import JobQueues, failed_events_queue
 from stacks.table import JobTable
 from stacks.triggers import Triggers
 
@@ -40,18 +40,36 @@ def environment(config: SquallConfig, region: str) -> cdk.Environment:
 class ControlPlaneStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: SquallConfig, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        submit_spec = constants.FUNCTIONS[constants.SUBMIT]
-        drain_spec = constants.FUNCTIONS[constants.DRAIN]
+        teams = config.team_configs.values()
         self.queues = JobQueues(
             self,
             "Queues",
             prefix=config.prefix,
-            submit_timeout=cdk.Duration.seconds(submit_spec.timeout_seconds),
-            drain_timeout=cdk.Duration.seconds(drain_spec.timeout_seconds),
+            submitter_arns=[arn for team in teams for arn in team.submitter_arns],
+            submitter_ids=[unique_id for team in teams for unique_id in team.submitter_ids],
+        )
+        # Where lifecycle events go that the lifecycle function failed on (its
+        # on-failure destination), and Auto Scaling events the rules could not deliver.
+        self.lifecycle_failures = failed_events_queue(
+            self,
+            "LifecycleFailures",
+            queue_name=constants.lifecycle_failures_queue_name(config.prefix),
+            what="lifecycle events the lifecycle function failed on",
+        )
+        self.event_failures = failed_events_queue(
+            self,
+            "EventFailures",
+            queue_name=constants.event_failures_queue_name(config.prefix, config.home_region),
+            what="Auto Scaling events the rules could not deliver",
         )
         self.table = JobTable(self, "Jobs", prefix=config.prefix).table
         self.functions = SquallFunctions(
-            self, "Functions", config=config, table=self.table, queues=self.queues
+            self,
+            "Functions",
+            config=config,
+            table=self.table,
+            queues=self.queues,
+            lifecycle_failures=self.lifecycle_failures,
         )
         Triggers(
             self,
@@ -59,6 +77,8 @@ class ControlPlaneStack(cdk.Stack):
             functions=self.functions.by_handler,
             queues=self.queues,
             group_names=[g.asg_name for g in config.node_groups],
+            failed_events=self.event_failures,
+            hook_timeout=hook_timeout(config),
         )
         access_entries = config.cluster_access == "accessEntry"
         if access_entries:
@@ -74,6 +94,7 @@ class ControlPlaneStack(cdk.Stack):
             )
 
         cdk.CfnOutput(self, "JobsQueueUrl", value=self.queues.jobs.queue_url)
+        cdk.CfnOutput(self, "LifecycleFailuresQueueUrl", value=self.lifecycle_failures.queue_url)
         cdk.CfnOutput(self, "TableName", value=self.table.table_name)
         for handler, role in self.functions.roles.items():
             cdk.CfnOutput(self, f"{handler.capitalize()}RoleArn", value=role.role_arn)
@@ -94,8 +115,11 @@ class ForwardingStack(cdk.Stack):
         EventForwarding(
             self,
             "AutoScalingEvents",
+            prefix=config.prefix,
             home_region=config.home_region,
             group_names=[g.asg_name for g in config.groups_in(region)],
+            hook_timeout=hook_timeout(config),
+            alarm_email=config.alarms.email,
         )
 
 
@@ -131,7 +155,17 @@ class MonitoringStack(cdk.Stack):
             description=dashboard.describe(monitoring_deployment(config), config.alarms.thresholds),
             topic_name=f"{config.prefix}-alarms",
             alarm_email=config.alarms.email,
+            prefix=config.prefix,
+            failed_event_queues=(
+                constants.lifecycle_failures_queue_name(config.prefix),
+                constants.event_failures_queue_name(config.prefix, config.home_region),
+            ),
         )
+
+
+def hook_timeout(config: SquallConfig) -> cdk.Duration:
+    """How long a lifecycle event matters: past its hook's timeout Auto Scaling has answered it."""
+    return cdk.Duration.seconds(HookSettings.from_config(config).longest_timeout_seconds)
 
 
 def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:

@@ -1,37 +1,50 @@
-"""The five Squall functions, each with its own least-privilege role.
+"""The five Squall functions, each with its own least-privilege role and settings.
 
-Every function runs the same asset with its own handler and reads the same
-``SQUALL_*`` environment (functions/squall/settings.py). What differs is the
-role: each grant below names the one table, queue, bus or group it is for, and
-no statement allows a wildcard action. The few ``*`` resources are for actions
-that AWS cannot scope to a resource (Describe calls, X-Ray, VPC network
+Every function runs the same asset with its own handler. Its settings (node
+groups, policy, teams and their submitters, the cluster) are a JSON file written
+into the asset at synthesis, one per function with only what that function reads
+(constants.SETTINGS_NEEDED), because Lambda's 4 KB environment cannot hold a real
+configuration; the environment names the file and carries what is only known at
+deploy time (the table's name, the drain queue's URL). Without a configured
+certificate the functions read the cluster's with eks:DescribeCluster.
+
+Each role grants what its function's code calls, on the one table, queue, bus,
+group or cluster it is for: per-function DynamoDB actions, PutEvents for
+Squall's own event source only, Auto Scaling changes only on groups tagged as
+Squall's. No statement allows a wildcard action. The few ``*`` resources are for
+actions that AWS cannot scope to a resource (Describe calls, X-Ray, VPC network
 interfaces); each carries a cdk-nag suppression that says so.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
 from stacks import constants
-from stacks.config import SquallConfig, VpcConfig
-from stacks.packaging import lambda_code
+from stacks.config import IAM_PRINCIPAL_ARN, SquallConfig, VpcConfig
+from stacks.lifecycle import HookSettings
+from stacks.packaging import lambda_code, staged_source
 from stacks.queues import JobQueues
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
 # Tokens (queue URLs) resolve at deploy time; this is a generous bound on their length.
 _TOKEN_ALLOWANCE = 160
+# Lambda's bounds on an asynchronous event's maximum age.
+_EVENT_AGE_RANGE = (60, 21600)
 
 AUTOSCALING_DESCRIBE_ACTIONS = (
     "autoscaling:DescribeAutoScalingGroups",
@@ -73,44 +86,54 @@ class SquallFunctions(Construct):
         config: SquallConfig,
         table: dynamodb.ITable,
         queues: JobQueues,
+        lifecycle_failures: sqs.IQueue | None = None,
         code: lambda_.Code | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._config = config
-        self._code = code or lambda_code()
-        self._environment = function_environment(config, table=table, queues=queues)
+        self._code = code or lambda_code(source=self._staged_asset())
+        self._environments = {
+            handler: function_environment(config, handler=handler, table=table, queues=queues)
+            for handler in constants.FUNCTIONS
+        }
         self._network = _Network(self, "Network", config.vpc) if config.vpc else None
+        self._lifecycle_failures = lifecycle_failures
+        self._hooks = HookSettings.from_config(config)
 
         self.by_handler: dict[str, lambda_.Function] = {
             handler: self._function(handler, spec) for handler, spec in constants.FUNCTIONS.items()
         }
-        submit, scale, lifecycle, drain, reconcile = (
-            self.by_handler[h]
-            for h in (
-                constants.SUBMIT,
-                constants.SCALE,
-                constants.LIFECYCLE,
-                constants.DRAIN,
-                constants.RECONCILE,
-            )
+        submit, scale, lifecycle, drain = (
+            self.by_handler[h] for h in (constants.SUBMIT, constants.SCALE, constants.LIFECYCLE, constants.DRAIN)
         )
 
-        # Every function keeps job records, group backoff or drain state.
-        for function in self.by_handler.values():
-            table.grant_read_write_data(function)
+        # The job table: what each function's code calls (constants.TABLE_ACTIONS).
+        for handler, function in self.by_handler.items():
+            resources = [table.table_arn]
+            if handler in constants.STATUS_INDEX_READERS:
+                resources.append(f"{table.table_arn}/index/*")
+            self._allow(function, actions=constants.TABLE_ACTIONS[handler], resources=resources)
 
-        # Scale-check requests; also how lifecycle and drain wake the planner.
-        bus = events.EventBus.from_event_bus_name(self, "Bus", constants.EVENT_BUS_NAME)
-        for function in (submit, lifecycle, drain):
-            bus.grant_put_events_to(function)
+        # Scale-check requests come from the submit function only, as Squall's own source.
+        bus_arn = cdk.Stack.of(self).format_arn(
+            service="events", resource="event-bus", resource_name=constants.EVENT_BUS_NAME
+        )
+        self._allow(
+            submit,
+            actions=["events:PutEvents"],
+            resources=[bus_arn],
+            conditions={"StringEquals": {"events:source": [constants.SCALE_CHECK_SOURCE]}},
+        )
 
-        # Long drains continue through delayed messages; lost jobs are re-run
-        # through the jobs queue. Consuming is granted by the SQS event sources.
+        # Long drains continue through delayed messages. Consuming is granted by the
+        # SQS event sources (ChangeMessageVisibility included, for the drain's retries).
         queues.drain.grant_send_messages(lifecycle)
         queues.drain.grant_send_messages(drain)
-        queues.jobs.grant_send_messages(reconcile)
 
         group_arns = [self._group_arn(g.region, g.asg_name) for g in config.node_groups]
+        # Only groups tagged as this deployment's: a group of another team with the
+        # same name pattern, or one Squall no longer manages, is out of reach.
+        squall_tagged = {"StringEquals": {f"aws:ResourceTag/{constants.MANAGED_BY_TAG}": config.prefix}}
         # Describe calls cannot be scoped to a resource, but they can be kept to
         # Squall's regions.
         in_squall_regions = {"StringEquals": {"aws:RequestedRegion": list(config.regions)}}
@@ -120,9 +143,9 @@ class SquallFunctions(Construct):
             resources=["*"],
             conditions=in_squall_regions,
         )
-        self._allow(scale, actions=AUTOSCALING_SIZING_ACTIONS, resources=group_arns)
+        self._allow(scale, actions=AUTOSCALING_SIZING_ACTIONS, resources=group_arns, conditions=squall_tagged)
         for function in (lifecycle, drain):
-            self._allow(function, actions=LIFECYCLE_ACTIONS, resources=group_arns)
+            self._allow(function, actions=LIFECYCLE_ACTIONS, resources=group_arns, conditions=squall_tagged)
             self._allow(
                 function,
                 actions=ACTIVITY_DESCRIBE_ACTIONS,
@@ -130,9 +153,31 @@ class SquallFunctions(Construct):
                 conditions=in_squall_regions,
             )
 
+        # Without a configured certificate every function reads it from EKS at cold start.
+        if not config.cluster.certificate_authority:
+            cluster_arn = cdk.Stack.of(self).format_arn(
+                service="eks", region=config.cluster.region, resource="cluster", resource_name=config.cluster.name
+            )
+            for function in self.by_handler.values():
+                self._allow(function, actions=["eks:DescribeCluster"], resources=[cluster_arn])
+
+        # The submit function resolves the teams' submitter ARNs to unique ids.
+        principals = sorted({arn for team in config.team_configs.values() for arn in team.submitter_arns})
+        for kind, action in (("role", "iam:GetRole"), ("user", "iam:GetUser")):
+            arns = [arn for arn in principals if _principal_kind(arn) == kind]
+            self._allow(submit, actions=[action], resources=arns)
+
         # Last, so that every policy statement above exists when it is marked.
         for function in self.by_handler.values():
             _suppress_scoped_wildcards(function)
+
+    def _staged_asset(self) -> Path:
+        """The asset's source: the package and each function's settings file."""
+        stage = cdk.Stage.of(self)
+        assert stage is not None
+        directory = Path(stage.outdir) / f".squall-asset-{cdk.Stack.of(self).stack_name}"
+        settings = {handler: function_settings(self._config, handler) for handler in constants.FUNCTIONS}
+        return staged_source(directory=directory, settings=settings)
 
     @property
     def roles(self) -> dict[str, iam.IRole]:
@@ -163,6 +208,15 @@ class SquallFunctions(Construct):
             removal_policy=cdk.RemovalPolicy.DESTROY,
         )
         log_group.grant_write(role)
+        max_event_age = spec.max_event_age_seconds
+        on_failure = None
+        if handler == constants.LIFECYCLE:
+            # Past its hook's timeout Auto Scaling has answered the action itself: no
+            # point retrying longer. What still fails lands in a queue with an alarm.
+            low, high = _EVENT_AGE_RANGE
+            max_event_age = min(max(self._hooks.longest_timeout_seconds, low), high)
+            if self._lifecycle_failures is not None:
+                on_failure = destinations.SqsDestination(self._lifecycle_failures)
         function = lambda_.Function(
             self,
             construct_id,
@@ -175,10 +229,11 @@ class SquallFunctions(Construct):
             memory_size=spec.memory_mb,
             timeout=cdk.Duration.seconds(spec.timeout_seconds),
             reserved_concurrent_executions=spec.reserved_concurrency,
-            max_event_age=_seconds(spec.max_event_age_seconds),
+            max_event_age=_seconds(max_event_age),
             retry_attempts=spec.async_retries,
+            on_failure=on_failure,
             role=role,
-            environment=self._environment,
+            environment=self._environments[handler],
             log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE,
             vpc=self._network.vpc if self._network else None,
@@ -264,38 +319,49 @@ class _Network(Construct):
         return ec2.SubnetSelection(subnets=self.subnets)
 
 
+def function_settings(config: SquallConfig, handler: str) -> dict[str, Any]:
+    """What one function reads from its settings file (functions/squall/settings.py field names)."""
+    everything: dict[str, Any] = {
+        "teams": dict(config.teams),
+        "submitters": {team: list(principals) for team, principals in config.submitters.items()},
+        # The jobs functions' Kubernetes role reads the team namespaces only.
+        "namespaces": sorted(set(config.teams.values())),
+        "allowed_registries": list(config.allowed_registries),
+        "node_groups": [dict(g.raw) for g in config.node_groups],
+        "policy": dict(config.policy),
+        # An empty certificate is read from EKS at cold start (eks:DescribeCluster).
+        "cluster": config.cluster.settings(),
+        "event_bus_name": constants.EVENT_BUS_NAME,
+        "dry_run": config.dry_run,
+        "launch_hook_name": config.launch_hook_name,
+        "terminate_hook_name": config.terminate_hook_name,
+    }
+    return {key: everything[key] for key in constants.SETTINGS_NEEDED[handler]}
+
+
+def settings_file(handler: str) -> str:
+    """Where a function's settings file is, relative to the asset's root."""
+    return f"{constants.SETTINGS_DIR}/{handler}.json"
+
+
 def function_environment(
-    config: SquallConfig, *, table: dynamodb.ITable, queues: JobQueues
+    config: SquallConfig, *, handler: str, table: dynamodb.ITable, queues: JobQueues
 ) -> dict[str, str]:
-    """The SQUALL_* variables of every function (functions/squall/settings.py)."""
-
-    def compact(value: object) -> str:
-        return json.dumps(value, separators=(",", ":"), sort_keys=True)
-
+    """The variables of one function: its settings file, and what is known at deploy time only."""
     environment = {
+        "SQUALL_SETTINGS_FILE": settings_file(handler),
         "SQUALL_TABLE_NAME": table.table_name,
-        "SQUALL_JOBS_QUEUE_URL": queues.jobs.queue_url,
-        "SQUALL_DRAIN_QUEUE_URL": queues.drain.queue_url,
-        "SQUALL_EVENT_BUS_NAME": constants.EVENT_BUS_NAME,
-        "SQUALL_TEAMS": compact(dict(config.teams)),
-        "SQUALL_ALLOWED_REGISTRIES": compact(list(config.allowed_registries)),
-        "SQUALL_REGIONS": compact(list(config.regions)),
-        "SQUALL_NODE_GROUPS": compact([dict(g.raw) for g in config.node_groups]),
-        "SQUALL_POLICY": compact(dict(config.policy)),
-        "SQUALL_CLUSTER": compact(config.cluster.settings()),
-        "SQUALL_DRY_RUN": "true" if config.dry_run else "false",
-        "SQUALL_LAUNCH_HOOK_NAME": config.launch_hook_name,
-        "SQUALL_TERMINATE_HOOK_NAME": config.terminate_hook_name,
         "POWERTOOLS_SERVICE_NAME": "squall",
         "POWERTOOLS_METRICS_NAMESPACE": "Squall",
         "POWERTOOLS_LOG_LEVEL": config.log_level,
     }
+    if handler in (constants.LIFECYCLE, constants.DRAIN):
+        environment["SQUALL_DRAIN_QUEUE_URL"] = queues.drain.queue_url
     size = environment_size(environment)
     if size > constants.LAMBDA_ENVIRONMENT_LIMIT_BYTES:
         raise ValueError(
-            f"the functions' environment would be about {size} bytes; Lambda allows "
-            f"{constants.LAMBDA_ENVIRONMENT_LIMIT_BYTES}. Shorten nodeGroups (labels, "
-            "optional fields) or the cluster certificate."
+            f"the {handler} function's environment would be about {size} bytes; Lambda allows "
+            f"{constants.LAMBDA_ENVIRONMENT_LIMIT_BYTES}"
         )
     return environment
 
@@ -306,6 +372,11 @@ def environment_size(environment: Mapping[str, str]) -> int:
         len(key) + (_TOKEN_ALLOWANCE if cdk.Token.is_unresolved(value) else len(value.encode()))
         for key, value in environment.items()
     )
+
+
+def _principal_kind(arn: str) -> str:
+    match = IAM_PRINCIPAL_ARN.match(arn)
+    return match["kind"] if match else ""
 
 
 def _seconds(value: int | None) -> cdk.Duration | None:

@@ -55,6 +55,11 @@ class HookSettings:
             terminate_heartbeat_seconds=terminate,
         )
 
+    @property
+    def longest_timeout_seconds(self) -> int:
+        """How long an action of Squall's hooks can wait at most: past it, Auto Scaling answers it."""
+        return max(self.launch_timeout_seconds, self.terminate_heartbeat_seconds)
+
     def specifications(self) -> list[autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty]:
         """The hooks as part of a group Squall creates, so even its first launch is hooked."""
         return [

@@ -2,17 +2,22 @@
 
 Nothing about what is graphed or alarmed is decided here: this construct only
 maps the plain description (functions/squall/dashboard.py) onto CloudWatch, so
-the local runtime's dashboard and this one cannot drift apart.
+the local runtime's dashboard and this one cannot drift apart. The one addition
+is the failed-event queues (``FailedEventAlarms``): where lifecycle events and
+Auto Scaling events land that nothing could handle, each with an alarm on the
+same topic; a region other than the home region alarms on its own queue with a
+topic of its own (a CloudWatch alarm notifies topics in its region only).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
-from cdk_nag import NagPackSuppression, NagSuppressions
 from constructs import Construct
 
 from squall import dashboard as spec
@@ -67,30 +72,15 @@ class Monitoring(Construct):
         description: spec.Monitoring,
         topic_name: str,
         alarm_email: str = "",
+        failed_event_queues: Sequence[str] = (),
+        prefix: str = "squall",
     ) -> None:
         super().__init__(scope, construct_id)
         problems = spec.validate(description)
         if problems:
             raise ValueError("invalid monitoring description: " + "; ".join(problems))
 
-        self.topic = sns.Topic(
-            self, "AlarmTopic", topic_name=topic_name, display_name="Squall alarms", enforce_ssl=True
-        )
-        NagSuppressions.add_resource_suppressions(
-            self.topic,
-            [
-                NagPackSuppression(
-                    id="AwsSolutions-SNS2",
-                    reason=(
-                        "Alarm notifications carry alarm names and metric values only. "
-                        "Encrypting them would need a customer-managed KMS key whose policy "
-                        "lets CloudWatch publish; the AWS managed SNS key does not."
-                    ),
-                )
-            ],
-        )
-        if alarm_email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+        self.topic = alarm_topic(self, "AlarmTopic", topic_name=topic_name, alarm_email=alarm_email)
 
         self.dashboard = cloudwatch.Dashboard(
             self,
@@ -118,3 +108,56 @@ class Monitoring(Construct):
             created.add_alarm_action(action)
             created.add_ok_action(action)
             self.alarms[alarm.name] = created
+        failed = FailedEventAlarms(self, "FailedEvents", prefix=prefix, queue_names=failed_event_queues, topic=self.topic)
+        self.alarms.update(failed.alarms)
+
+
+def alarm_topic(scope: Construct, construct_id: str, *, topic_name: str, alarm_email: str) -> sns.Topic:
+    """The topic alarms notify (TLS only), with the on-call's e-mail subscribed if there is one."""
+    topic = sns.Topic(scope, construct_id, topic_name=topic_name, display_name="Squall alarms", enforce_ssl=True)
+    if alarm_email:
+        topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+    return topic
+
+
+class FailedEventAlarms(Construct):
+    """An alarm per failed-event queue: an event nobody handled is an operator's to look at."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        prefix: str,
+        queue_names: Sequence[str],
+        topic: sns.ITopic,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        action = actions.SnsAction(topic)
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        for queue_name in queue_names:
+            name = f"{prefix}-failed-events-{queue_name}"
+            alarm = cloudwatch.Alarm(
+                self,
+                name,
+                alarm_name=name,
+                alarm_description=(
+                    f"Events in {queue_name}: lifecycle or Auto Scaling events that could not be "
+                    "delivered or handled. Read one: its instance's lifecycle action was answered "
+                    "by the hook's default result, unless someone completes it by hand."
+                ),
+                metric=cloudwatch.Metric(
+                    namespace="AWS/SQS",
+                    metric_name="ApproximateNumberOfMessagesVisible",
+                    dimensions_map={"QueueName": queue_name},
+                    statistic="Maximum",
+                    period=cdk.Duration.minutes(1),
+                ),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            alarm.add_alarm_action(action)
+            alarm.add_ok_action(action)
+            self.alarms[name] = alarm

@@ -14,12 +14,13 @@ CDK skips bundling and stages the source directory as it is.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,28 @@ class PipBundling:
         remove_runtime_provided(output)
         copy_sources(self._source, output)
         return True
+
+
+def staged_source(
+    *,
+    directory: Path,
+    settings: Mapping[str, Mapping[str, Any]],
+    source: Path = constants.FUNCTIONS_DIR,
+) -> Path:
+    """The asset's source: the package as the asset takes it, and one settings file per function.
+
+    Written at synthesis into ``directory`` (inside the cloud assembly), so the
+    files are in the asset whether it is bundled or staged as it is, and a change
+    of settings is a change of the asset: every function starts cold with it.
+    """
+    if directory.exists():
+        shutil.rmtree(directory)
+    copy_sources(source, directory)
+    settings_dir = directory / constants.SETTINGS_DIR
+    settings_dir.mkdir(parents=True)
+    for handler, values in sorted(settings.items()):
+        (settings_dir / f"{handler}.json").write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+    return directory
 
 
 def lambda_code(

@@ -9,6 +9,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks import constants
@@ -33,6 +34,8 @@ class Triggers(Construct):
         functions: dict[str, lambda_.Function],
         queues: JobQueues,
         group_names: Sequence[str],
+        failed_events: sqs.IQueue,
+        hook_timeout: cdk.Duration,
     ) -> None:
         super().__init__(scope, construct_id)
         submit = functions[constants.SUBMIT]
@@ -86,6 +89,11 @@ class Triggers(Construct):
             ),
             targets=[targets.LambdaFunction(scale)],
         )
+        # Auto Scaling's events must not vanish: an event EventBridge cannot deliver
+        # is retried while it still matters, then kept in the failed-events queue
+        # (with an alarm). A scale check is stale after the scale function's own
+        # maximum event age; a lifecycle action once its hook has timed out.
+        scale_age = constants.FUNCTIONS[constants.SCALE].max_event_age_seconds or 120
         # A failed launch (no capacity, a limit) backs the group off and spills to
         # the next group at once.
         events.Rule(
@@ -93,7 +101,14 @@ class Triggers(Construct):
             "LaunchUnsuccessful",
             description="Squall: a managed group failed to launch an instance",
             event_pattern=autoscaling_pattern([constants.LAUNCH_UNSUCCESSFUL], group_names),
-            targets=[targets.LambdaFunction(scale)],
+            targets=[
+                targets.LambdaFunction(
+                    scale,
+                    dead_letter_queue=failed_events,
+                    max_event_age=cdk.Duration.seconds(scale_age),
+                    retry_attempts=constants.EVENT_RETRY_ATTEMPTS,
+                )
+            ],
         )
         events.Rule(
             self,
@@ -103,5 +118,12 @@ class Triggers(Construct):
                 [constants.LAUNCH_LIFECYCLE_ACTION, constants.TERMINATE_LIFECYCLE_ACTION],
                 group_names,
             ),
-            targets=[targets.LambdaFunction(lifecycle)],
+            targets=[
+                targets.LambdaFunction(
+                    lifecycle,
+                    dead_letter_queue=failed_events,
+                    max_event_age=hook_timeout,
+                    retry_attempts=constants.EVENT_RETRY_ATTEMPTS,
+                )
+            ],
         )

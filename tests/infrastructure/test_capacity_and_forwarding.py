@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-from aws_cdk.assertions import Match, Template
+from aws_cdk.assertions import Capture, Match, Template
 
 from .helpers import resources, role_statements
 from .scenario import FAKE_CA, HOME, NODE_SECURITY_GROUP, NODE_SUBNETS, REMOTE, Synthesis
@@ -189,6 +189,12 @@ def test_remote_auto_scaling_events_go_to_the_home_bus(full: Synthesis) -> None:
     }
     (target,) = rule["Properties"]["Targets"]
     assert target["Arn"] == home_bus
+    # an event the home bus does not take is retried while its hook waits (the 600 s
+    # launch hook), not for EventBridge's default 24 hours, then kept in this region
+    queues = resources(template, "AWS::SQS::Queue")
+    (queue_id,) = [k for k, q in queues.items() if q["Properties"]["QueueName"] == f"squall-events-failed-{REMOTE}"]
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [queue_id, "Arn"]}}
+    assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": 600, "MaximumRetryAttempts": 8}
     (role_id,) = resources(template, "AWS::IAM::Role")
     role = (
         stack.node.find_child("AutoScalingEvents")
@@ -198,3 +204,34 @@ def test_remote_auto_scaling_events_go_to_the_home_bus(full: Synthesis) -> None:
     statements = role_statements(template, role)
     assert statements == [{"Action": "events:PutEvents", "Effect": "Allow", "Resource": home_bus}]
     assert target["RoleArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
+
+
+def test_a_remote_regions_failed_events_alarm_on_a_topic_of_its_region(full: Synthesis) -> None:
+    template = full.template(full.stacks.forwarding[REMOTE])
+    topic = Capture()
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmName": f"squall-failed-events-squall-events-failed-{REMOTE}",
+            "Namespace": "AWS/SQS",
+            "Dimensions": [{"Name": "QueueName", "Value": f"squall-events-failed-{REMOTE}"}],
+            "Threshold": 1,
+            "AlarmActions": [topic],
+        },
+    )
+    raw = template.to_json()
+    (topic_props,) = [r["Properties"] for r in resources(raw, "AWS::SNS::Topic").values()]
+    assert topic.as_object() == {"Ref": next(iter(resources(raw, "AWS::SNS::Topic")))}
+    assert topic_props["TopicName"] == f"squall-alarms-{REMOTE}"
+    template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "gpu-oncall@example.com"})
+    # EventBridge, and only EventBridge, may put this rule's failures in the queue
+    template.has_resource_properties(
+        "AWS::SQS::QueuePolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [Match.object_like({"Action": "sqs:SendMessage", "Principal": {"Service": "events.amazonaws.com"}})]
+                )
+            }
+        },
+    )

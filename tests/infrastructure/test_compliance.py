@@ -31,14 +31,21 @@ def test_python_app_py_synthesises_every_stack_offline(default_app: AppRun) -> N
         "squall-forwarding-us-east-1.template.json",
         "squall-monitoring.template.json",
     ]
-    # Not bundled (that needs pip and the network): the asset is the source directory.
+    # Not bundled (that needs pip and the network): the asset is the package's sources
+    # as staged at synthesis, with every function's settings file.
     assets = json.loads((default_app.outdir / "squall-control-plane.assets.json").read_text())
-    sources = {f["source"]["path"] for f in assets["files"].values() if f["source"]["packaging"] == "zip"}
-    assert sources == {str(constants.FUNCTIONS_DIR)}
+    (source,) = {f["source"]["path"] for f in assets["files"].values() if f["source"]["packaging"] == "zip"}
+    staged = default_app.outdir / source
+    assert staged.parent == default_app.outdir and staged.name.startswith(".squall-asset-")
+    assert (staged / "squall" / "handlers" / "submit.py").is_file()
+    assert not (staged / "squall" / "local").exists() and not (staged / "squall" / "cli.py").exists()
+    assert sorted(p.name for p in (staged / constants.SETTINGS_DIR).iterdir()) == [
+        f"{handler}.json" for handler in sorted(constants.FUNCTIONS)
+    ]
 
 
-def test_cdk_nag_finds_nothing_unsuppressed(full: Synthesis) -> None:
-    for stack in _stacks(full):
+def test_cdk_nag_finds_nothing_unsuppressed(full: Synthesis, large: Synthesis) -> None:
+    for stack in [*_stacks(full), *_stacks(large)]:
         annotations = Annotations.from_stack(stack)
         errors = annotations.find_error("*", Match.string_like_regexp("AwsSolutions-.*"))
         warnings = annotations.find_warning("*", Match.string_like_regexp("AwsSolutions-.*"))
@@ -66,9 +73,41 @@ def test_every_suppression_says_why(templates: dict[str, Path]) -> None:
         "AwsSolutions-IAM5",
         "AwsSolutions-L1",
         "AwsSolutions-AS3",
-        "AwsSolutions-SNS2",
+        "AwsSolutions-SQS3",
         "CdkNagValidationFailure",
     }
+
+
+def _aws_solutions_rules() -> set[str]:
+    """The rule ids of the installed cdk-nag's AwsSolutions pack, read from its jsii bundle."""
+    import importlib.resources
+    import re
+    import tarfile
+
+    bundle = next(p for p in importlib.resources.files("cdk_nag._jsii").iterdir() if p.name.endswith(".tgz"))
+    with importlib.resources.as_file(bundle) as path, tarfile.open(path) as archive:
+        member = archive.extractfile("package/lib/packs/aws-solutions.js")
+        assert member is not None
+        source = member.read().decode()
+    return {f"AwsSolutions-{suffix}" for suffix in re.findall(r"ruleSuffixOverride: '([A-Z0-9]+)'", source)}
+
+
+def test_every_suppression_names_a_rule_the_pack_still_has(templates: dict[str, Path]) -> None:
+    rules = _aws_solutions_rules()
+    assert {"AwsSolutions-IAM5", "AwsSolutions-L1", "AwsSolutions-SQS3"} <= rules and len(rules) > 100
+    suppressed = {
+        rule["id"]
+        for path in templates.values()
+        for _, rule in _suppressions(json.loads(path.read_text()))
+        if rule["id"].startswith("AwsSolutions-")
+    }
+    # AwsSolutions-SNS2 (topic encryption) left the pack: a suppression of it guarded nothing.
+    assert suppressed - rules == set()
+    for path in templates.values():
+        for _, rule in _suppressions(json.loads(path.read_text())):
+            for applies_to in rule.get("applies_to", []):
+                if isinstance(applies_to, str) and applies_to.startswith("AwsSolutions-"):
+                    assert applies_to in rules, applies_to
 
 
 def test_no_iam_statement_allows_wildcard_actions(templates: dict[str, Path]) -> None:
@@ -101,8 +140,45 @@ def test_cfn_lint_reports_no_errors(templates: dict[str, Path]) -> None:
     assert problems == {}
 
 
+def test_cfn_lint_covers_every_stack_of_every_app(templates: dict[str, Path]) -> None:
+    assert sorted(name for name in templates if name.startswith("large/")) == [
+        "large/squall-capacity-eu-west-1.template.json",
+        "large/squall-capacity-us-east-1.template.json",
+        "large/squall-capacity-us-west-2.template.json",
+        "large/squall-control-plane.template.json",
+        "large/squall-forwarding-eu-west-1.template.json",
+        "large/squall-forwarding-us-east-1.template.json",
+        "large/squall-monitoring.template.json",
+    ]
+    assert len([n for n in templates if n.startswith("full/")]) == 5
+    assert len([n for n in templates if n.startswith("default/")]) == 5
+
+
 def _region(name: str, template: dict[str, Any]) -> str:
-    for region in ("us-east-1", "us-west-2"):
+    for region in ("us-east-1", "us-west-2", "eu-west-1"):
         if region in name:
             return region
     return "us-west-2"  # control plane and monitoring live in the home region
+
+
+def test_a_real_size_deployment_fits_lambdas_environment(large: Synthesis) -> None:
+    from stacks.functions import environment_size
+
+    # given ten node groups in three regions, a real certificate and a dozen teams with submitters
+    config = large.stacks.control_plane.functions._config
+    assert len(config.node_groups) == 10 and len(config.group_regions) == 3
+    assert len(config.cluster.certificate_authority) > 1400
+    template = large.template(large.stacks.control_plane).to_json()
+    # then every function's environment stays far below Lambda's 4 KB
+    functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    assert len(functions) == len(constants.FUNCTIONS)
+    for function in functions:
+        variables = function["Properties"]["Environment"]["Variables"]
+        sized = {k: v if isinstance(v, str) else json.dumps(v) for k, v in variables.items()}
+        assert environment_size(sized) < constants.LAMBDA_ENVIRONMENT_LIMIT_BYTES // 4, function["Properties"]["FunctionName"]
+    # and the settings are in the asset, whole: every group, the certificate, every team's submitters
+    staged = next(large.outdir.glob(".squall-asset-squall-control-plane"))
+    scale = json.loads((staged / constants.SETTINGS_DIR / "scale.json").read_text())
+    submit = json.loads((staged / constants.SETTINGS_DIR / "submit.json").read_text())
+    assert len(scale["node_groups"]) == 10 and scale["cluster"]["certificate_authority"] == config.cluster.certificate_authority
+    assert len(submit["submitters"]) == 12 and "node_groups" not in submit

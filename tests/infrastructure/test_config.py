@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
-from types import SimpleNamespace
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from stacks import constants
 from stacks.config import CDK_JSON, SETTINGS, ConfigError, SquallConfig, load_cdk_json_context, setting_keys
 from stacks.lifecycle import HookSettings
 
@@ -100,26 +99,64 @@ def test_hook_timeouts_follow_the_policy(context: dict[str, Any]) -> None:
         HookSettings.from_config(SquallConfig.from_context(context))
 
 
-def test_environment_too_large_for_lambda_is_refused_at_synthesis(context: dict[str, Any]) -> None:
-    from stacks.functions import environment_size, function_environment
-
-    stand_ins: dict[str, Any] = {
-        "table": SimpleNamespace(table_name="squall-jobs"),
-        "queues": SimpleNamespace(
-            jobs=SimpleNamespace(queue_url="https://sqs/jobs"),
-            drain=SimpleNamespace(queue_url="https://sqs/drain"),
-        ),
+def test_a_team_is_a_namespace_or_an_object_with_its_submitters(context: dict[str, Any]) -> None:
+    role = "arn:aws:iam::123456789012:role/research/trainer"
+    context["teams"] = {
+        "research": {"namespace": "team-research", "submitters": [role, "AROAEXAMPLEROLEID0001"], "gpuQuota": 64, "weight": 2},
+        "vision": "team-vision",
     }
-    environment = function_environment(SquallConfig.from_context(context), **stand_ins)
-    assert environment_size(environment) < constants.LAMBDA_ENVIRONMENT_LIMIT_BYTES
-    # given many large node groups
-    context["nodeGroups"] = [
-        {**group, "name": f"{group['name']}-{i}", "asgName": f"{group['asgName']}-{i}"}
-        for group in context["nodeGroups"]
-        for i in range(6)
-    ]
-    with pytest.raises(ValueError, match="Lambda allows 4096"):
-        function_environment(SquallConfig.from_context(context), **stand_ins)
+    config = SquallConfig.from_context(context)
+    assert config.teams == {"research": "team-research", "vision": "team-vision"}
+    research = config.team_configs["research"]
+    assert research.submitters == (role, "AROAEXAMPLEROLEID0001")
+    assert (research.submitter_arns, research.submitter_ids) == ((role,), ("AROAEXAMPLEROLEID0001",))
+    assert (research.gpu_quota, research.weight) == (64, 2.0)
+    assert config.team_configs["vision"].submitters == ()
+    assert config.submitters == {"research": (role, "AROAEXAMPLEROLEID0001")}
+
+
+def test_team_mistakes_are_named_by_their_field(context: dict[str, Any]) -> None:
+    context["teams"] = {
+        "research": {"namespace": "team-research", "submitter": ["x"], "submitters": ["arn:aws:iam::123:role/short", 7]},
+        "vision": {"namespace": "Team_Vision", "gpuQuota": -1, "weight": 0},
+        "nlp": {"submitters": []},
+        "ops": ["team-ops"],
+        "ml": {"namespace": "team-ml", "submitters": ["arn:aws:sts::123456789012:assumed-role/a/b"], "weight": True},
+    }
+    with pytest.raises(ConfigError) as caught:
+        SquallConfig.from_context(context)
+    problems = "\n".join(caught.value.problems)
+    for expected in (
+        "teams.research.submitter: unknown key (known: namespace, submitters, gpuQuota, weight)",
+        'teams.research.submitters[0]: "arn:aws:iam::123:role/short" is not an IAM role or user ARN',
+        "teams.research.submitters[1]: 7 is not an IAM role or user ARN",
+        'teams.vision.namespace: "Team_Vision" is not a Kubernetes namespace name',
+        "teams.vision.gpuQuota: a whole number of GPUs, 0 or more, got -1",
+        "teams.vision.weight: a positive number, got 0",
+        'teams.nlp.namespace: "" is not a Kubernetes namespace name',
+        "teams.nlp.submitters: a non-empty list of IAM role ARNs",
+        "teams.ops: expected a namespace or an object with namespace, submitters, gpuQuota, weight",
+        "teams.ml.submitters[0]:",
+        "teams.ml.weight: a positive number, got true",
+    ):
+        assert expected in problems
+
+
+def test_the_runtime_limit_is_operator_policy_with_a_thirty_day_default(context: dict[str, Any]) -> None:
+    assert context["policy"]["maxRuntimeLimit"] == "P30D"
+    assert "maxRuntimeLimit" in context["//"]["policy"]
+    assert SquallConfig.from_context(context).policy_settings.max_runtime_limit == timedelta(days=30)
+    context["policy"]["maxRuntimeLimit"] = "P60D"
+    config = SquallConfig.from_context(context)
+    assert config.policy_settings.max_runtime_limit == timedelta(days=60)
+    # and it reaches the functions that validate job specs, as written
+    from stacks.functions import function_settings
+
+    for handler in ("submit", "reconcile"):
+        assert function_settings(config, handler)["policy"]["maxRuntimeLimit"] == "P60D"
+    context["policy"]["maxRuntimeLimit"] = "forever"
+    with pytest.raises(ConfigError, match=r"policy\.maxRuntimeLimit"):
+        SquallConfig.from_context(context)
 
 
 def test_a_region_can_leave_its_hooks_to_the_platform_team(context: dict[str, Any]) -> None:

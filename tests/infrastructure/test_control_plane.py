@@ -12,12 +12,13 @@ from stacks import constants
 
 from .helpers import (
     actions_of,
+    as_list,
     function_statements,
     logical_id,
     resources,
     statements_with,
 )
-from .scenario import HOME, PRIVATE_SUBNETS, Synthesis
+from .scenario import HOME, PRIVATE_SUBNETS, SUBMITTER_ID, SUBMITTER_ROLE, SUBMITTER_USER, Synthesis
 
 pytestmark = pytest.mark.slow
 
@@ -103,14 +104,16 @@ def test_queues_refuse_unencrypted_transport(full: Synthesis, template: Template
             {
                 "Queues": [_ref(queue)],
                 "PolicyDocument": {
-                    "Statement": [
-                        Match.object_like(
-                            {
-                                "Effect": "Deny",
-                                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                            }
-                        )
-                    ]
+                    "Statement": Match.array_with(
+                        [
+                            Match.object_like(
+                                {
+                                    "Effect": "Deny",
+                                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                                }
+                            )
+                        ]
+                    )
                 },
             },
         )
@@ -222,40 +225,72 @@ def test_function_logs_have_retention(template: Template) -> None:
         )
 
 
-def test_environment_is_what_the_functions_settings_read(
+def test_each_function_reads_its_own_settings_file_from_the_asset(
     full: Synthesis, raw: dict[str, Any], fns: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from squall.settings import Settings
 
-    # given the environment of a function, with deploy-time references filled in
-    env = raw["Resources"][logical_id(fns["scale"])]["Properties"]["Environment"]["Variables"]
-    for key, value in env.items():
-        monkeypatch.setenv(key, value if isinstance(value, str) else f"resolved-{key.lower()}")
-    # when the function reads its settings
-    settings = Settings()
-    # then every value parses, and means what cdk.json said
-    assert settings.teams == {"research": "team-research"}
-    assert settings.regions == ["us-west-2", "us-east-1"]
-    assert [g["asgName"] for g in settings.node_groups] == GROUP_NAMES
-    assert settings.policy.provision_timeout.total_seconds() == 600
-    assert settings.cluster.name == "gpu-training"
-    assert settings.cluster.region == HOME
-    assert settings.event_bus_name == "default"
-    assert settings.launch_hook_name == "squall-launch"
-    assert settings.terminate_hook_name == "squall-terminate"
-    assert settings.dry_run is False
-    assert env["POWERTOOLS_SERVICE_NAME"] == "squall"
-    assert env["POWERTOOLS_METRICS_NAMESPACE"] == "Squall"
-    assert env["POWERTOOLS_LOG_LEVEL"] == "INFO"
+    staged = next(full.outdir.glob(".squall-asset-squall-control-plane"))
     queues = full.stacks.control_plane.queues
-    assert env["SQUALL_TABLE_NAME"] == _ref(full.stacks.control_plane.table)
-    assert env["SQUALL_JOBS_QUEUE_URL"] == _ref(queues.jobs)
-    assert env["SQUALL_DRAIN_QUEUE_URL"] == _ref(queues.drain)
-    # Every function gets the same environment.
-    assert all(
-        raw["Resources"][logical_id(fn)]["Properties"]["Environment"]["Variables"] == env
-        for fn in fns.values()
-    )
+    for handler, fn in fns.items():
+        # given a function's environment, with deploy-time references filled in
+        env = raw["Resources"][logical_id(fn)]["Properties"]["Environment"]["Variables"]
+        assert env["SQUALL_SETTINGS_FILE"] == f"{constants.SETTINGS_DIR}/{handler}.json"
+        assert env["SQUALL_TABLE_NAME"] == _ref(full.stacks.control_plane.table)
+        assert ("SQUALL_DRAIN_QUEUE_URL" in env) == (handler in ("lifecycle", "drain"))
+        if "SQUALL_DRAIN_QUEUE_URL" in env:
+            assert env["SQUALL_DRAIN_QUEUE_URL"] == _ref(queues.drain)
+        assert (env["POWERTOOLS_SERVICE_NAME"], env["POWERTOOLS_METRICS_NAMESPACE"]) == ("squall", "Squall")
+        assert env["POWERTOOLS_LOG_LEVEL"] == "INFO"
+        # and its settings file holds what that function reads, and nothing else
+        content = json.loads((staged / env["SQUALL_SETTINGS_FILE"]).read_text())
+        assert set(content) == set(constants.SETTINGS_NEEDED[handler])
+        monkeypatch.setenv("LAMBDA_TASK_ROOT", str(staged))
+        for key, value in env.items():
+            monkeypatch.setenv(key, value if isinstance(value, str) else f"resolved-{key.lower()}")
+        # when the function reads its settings
+        settings = Settings()
+        # then every value parses, and means what cdk.json said
+        assert settings.cluster.name == "gpu-training" and settings.cluster.region == HOME
+        assert settings.policy.provision_timeout.total_seconds() == 600
+        assert settings.policy.max_runtime_limit.days == 30
+        if handler in ("scale", "lifecycle", "drain"):
+            assert [g["asgName"] for g in settings.node_groups] == GROUP_NAMES
+            assert "teams" not in content and "submitters" not in content
+        if handler in ("lifecycle", "drain"):
+            assert (settings.launch_hook_name, settings.terminate_hook_name) == ("squall-launch", "squall-terminate")
+        if handler == "scale":
+            assert settings.dry_run is False
+        if handler in ("submit", "reconcile"):
+            assert settings.teams == {"research": "team-research", "vision": "team-vision"}
+            assert settings.namespaces == ["team-research", "team-vision"]
+            assert "node_groups" not in content
+        if handler == "submit":
+            assert settings.submitters == {"research": [SUBMITTER_ROLE, SUBMITTER_USER, SUBMITTER_ID]}
+            assert settings.event_bus_name == "default"
+
+
+def test_the_functions_environment_stays_small_whatever_the_configuration() -> None:
+    from types import SimpleNamespace
+
+    from stacks.config import SquallConfig, load_cdk_json_context
+    from stacks.functions import environment_size, function_environment
+
+    context = load_cdk_json_context()
+    context["nodeGroups"] = [
+        {**group, "name": f"{group['name']}-{i}", "asgName": f"{group['asgName']}-{i}"}
+        for group in context["nodeGroups"]
+        for i in range(50)
+    ]
+    config = SquallConfig.from_context(context)
+    stand_ins: dict[str, Any] = {
+        "table": SimpleNamespace(table_name="squall-jobs"),
+        "queues": SimpleNamespace(drain=SimpleNamespace(queue_url="https://sqs/drain")),
+    }
+    for handler in constants.FUNCTIONS:
+        environment = function_environment(config, handler=handler, **stand_ins)
+        assert environment_size(environment) < 1024
+        assert not any("nodeGroups" in v or "asgName" in v for v in environment.values())
 
 
 def test_functions_run_in_the_configured_private_subnets(
@@ -375,6 +410,7 @@ def _group_arn(region: str, name: str) -> dict[str, Any]:
     }
 
 
+SQUALL_TAGGED = {"StringEquals": {"aws:ResourceTag/squall.io/managed-by": "squall"}}
 GROUP_ARNS = [
     _group_arn("us-west-2", "squall-p3-usw2"),
     _group_arn("us-east-1", "squall-p3-use1"),
@@ -396,16 +432,27 @@ def test_every_function_has_its_own_role_without_managed_policies(
         assert props["RoleName"].startswith("squall-") and props["RoleName"].endswith(f"-{HOME}")
 
 
-def test_table_access_is_scoped_to_the_job_table(
+def test_table_access_is_what_each_functions_code_calls(
     full: Synthesis, raw: dict[str, Any], fns: dict[str, Any]
 ) -> None:
     table = full.stacks.control_plane.table
-    for fn in fns.values():
-        (statement,) = statements_with(function_statements(raw, fn), "dynamodb:PutItem")
-        assert statement["Resource"] == [
-            _arn(table),
-            {"Fn::Join": ["", [_arn(table), "/index/*"]]},
-        ]
+    expected = {
+        "submit": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+        "scale": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DeleteItem"},
+        "lifecycle": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+        "drain": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+        "reconcile": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+    }
+    for handler, fn in fns.items():
+        statements = [s for s in function_statements(raw, fn) if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))]
+        (statement,) = statements
+        assert set(as_list(statement["Action"])) == expected[handler], handler
+        # only reconcile queries the status index
+        index = {"Fn::Join": ["", [_arn(table), "/index/*"]]}
+        assert as_list(statement["Resource"]) == ([_arn(table), index] if handler == "reconcile" else [_arn(table)])
+    assert not {"dynamodb:Scan", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"} & actions_of(
+        function_statements(raw, fns["submit"])
+    )
 
 
 def test_scale_may_size_only_the_named_groups(raw: dict[str, Any], fns: dict[str, Any]) -> None:
@@ -419,6 +466,7 @@ def test_scale_may_size_only_the_named_groups(raw: dict[str, Any], fns: dict[str
         ]
     )
     assert sizing["Resource"] == GROUP_ARNS
+    assert sizing["Condition"] == SQUALL_TAGGED
     (describe,) = statements_with(statements, "autoscaling:DescribeAutoScalingGroups")
     assert describe["Resource"] == "*"
     assert describe["Condition"] == {"StringEquals": {"aws:RequestedRegion": ["us-west-2", "us-east-1"]}}
@@ -437,33 +485,23 @@ def test_lifecycle_and_drain_answer_hooks_of_named_groups_only(
             "autoscaling:RecordLifecycleActionHeartbeat",
         ]
         assert hooks["Resource"] == GROUP_ARNS
+        assert hooks["Condition"] == SQUALL_TAGGED
         (activities,) = statements_with(statements, "autoscaling:DescribeScalingActivities")
         assert activities["Action"] == "autoscaling:DescribeScalingActivities"
         assert activities["Condition"] == {
             "StringEquals": {"aws:RequestedRegion": ["us-west-2", "us-east-1"]}
         }
         assert "autoscaling:SetDesiredCapacity" not in actions_of(statements)
-        (send,) = statements_with(statements, "sqs:SendMessage")
-        assert send["Resource"] == _arn(drain_queue)
-        (put,) = statements_with(statements, "events:PutEvents")
-        assert put["Resource"] == {
-            "Fn::Join": [
-                "",
-                [
-                    "arn:",
-                    {"Ref": "AWS::Partition"},
-                    ":events:us-west-2:",
-                    {"Ref": "AWS::AccountId"},
-                    ":event-bus/default",
-                ],
-            ]
-        }
+        sends = statements_with(statements, "sqs:SendMessage")
+        assert [s["Resource"] for s in sends if s["Resource"] == _arn(drain_queue)] == [_arn(drain_queue)]
+        # they ask for no scale check: their code puts no events
+        assert "events:PutEvents" not in actions_of(statements)
     drain_receives = statements_with(function_statements(raw, fns["drain"]), "sqs:ReceiveMessage")
     assert [s["Resource"] for s in drain_receives] == [_arn(drain_queue)]
     assert "sqs:ReceiveMessage" not in actions_of(function_statements(raw, fns["lifecycle"]))
 
 
-def test_submit_consumes_jobs_and_reconcile_requeues_them(
+def test_submit_consumes_jobs_and_asks_for_scale_checks_as_squall_only(
     full: Synthesis, raw: dict[str, Any], fns: dict[str, Any]
 ) -> None:
     jobs = full.stacks.control_plane.queues.jobs
@@ -471,10 +509,136 @@ def test_submit_consumes_jobs_and_reconcile_requeues_them(
     assert [s["Resource"] for s in statements_with(submit, "sqs:ReceiveMessage")] == [_arn(jobs)]
     assert "sqs:SendMessage" not in actions_of(submit)
     assert not any(a.startswith("autoscaling:") for a in actions_of(submit))
+    (put,) = statements_with(submit, "events:PutEvents")
+    assert put["Resource"] == {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":events:us-west-2:", {"Ref": "AWS::AccountId"}, ":event-bus/default"],
+        ]
+    }
+    assert put["Condition"] == {"StringEquals": {"events:source": ["squall.jobs"]}}
+    # reconcile re-runs lost jobs through its own intake, not through the queue
     reconcile = function_statements(raw, fns["reconcile"])
-    assert [s["Resource"] for s in statements_with(reconcile, "sqs:SendMessage")] == [_arn(jobs)]
-    assert "sqs:ReceiveMessage" not in actions_of(reconcile)
-    assert not any(a.startswith(("autoscaling:", "events:")) for a in actions_of(reconcile))
+    assert not any(a.startswith(("sqs:", "autoscaling:", "events:")) for a in actions_of(reconcile))
+
+
+def test_only_submit_looks_up_the_submitters_and_only_those(raw: dict[str, Any], fns: dict[str, Any]) -> None:
+    submit = function_statements(raw, fns["submit"])
+    (get_role,) = statements_with(submit, "iam:GetRole")
+    (get_user,) = statements_with(submit, "iam:GetUser")
+    assert get_role["Resource"] == SUBMITTER_ROLE and get_user["Resource"] == SUBMITTER_USER
+    for handler in ("scale", "lifecycle", "drain", "reconcile"):
+        assert not any(a.startswith("iam:") for a in actions_of(function_statements(raw, fns[handler])))
+
+
+def test_only_the_teams_submitters_may_send_to_the_jobs_queue(full: Synthesis, template: Template) -> None:
+    jobs = full.stacks.control_plane.queues.jobs
+    template.has_resource_properties(
+        "AWS::SQS::QueuePolicy",
+        {
+            "Queues": [_ref(jobs)],
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        {
+                            "Sid": "OnlyTeamSubmittersSend",
+                            "Effect": "Deny",
+                            "Principal": {"AWS": "*"},
+                            "Action": "sqs:SendMessage",
+                            "Resource": _arn(jobs),
+                            "Condition": {
+                                "ArnNotLike": {"aws:PrincipalArn": sorted([SUBMITTER_ROLE, SUBMITTER_USER])},
+                                "StringNotLike": {"aws:userid": [SUBMITTER_ID, f"{SUBMITTER_ID}:*"]},
+                            },
+                        }
+                    ]
+                )
+            },
+        },
+    )
+    # the drain queue takes no such statement: only Squall's functions send to it
+    drain_policy = Capture()
+    template.has_resource_properties(
+        "AWS::SQS::QueuePolicy",
+        {"Queues": [_ref(full.stacks.control_plane.queues.drain)], "PolicyDocument": drain_policy},
+    )
+    assert all(s.get("Sid") != "OnlyTeamSubmittersSend" for s in drain_policy.as_object()["Statement"])
+
+
+def test_without_submitters_the_jobs_queue_takes_any_sender(default_app: Any) -> None:
+    template = json.loads((default_app.outdir / "squall-control-plane.template.json").read_text())
+    statements = [
+        statement
+        for policy in resources(template, "AWS::SQS::QueuePolicy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert statements and all(s.get("Sid") != "OnlyTeamSubmittersSend" for s in statements)
+
+
+def test_without_a_configured_certificate_every_function_may_describe_the_cluster(default_app: Any) -> None:
+    template = json.loads((default_app.outdir / "squall-control-plane.template.json").read_text())
+    cluster_arn = {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":eks:us-west-2:", {"Ref": "AWS::AccountId"}, ":cluster/gpu-training"],
+        ]
+    }
+    describing = {
+        role
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Action"] == "eks:DescribeCluster"
+        for role in (r["Ref"] for r in policy["Properties"]["Roles"])
+        if statement["Resource"] == cluster_arn
+    }
+    assert len(describing) == len(HANDLERS)
+
+
+def test_with_a_configured_certificate_no_function_describes_the_cluster(raw: dict[str, Any], fns: dict[str, Any]) -> None:
+    for fn in fns.values():
+        assert "eks:DescribeCluster" not in actions_of(function_statements(raw, fn))
+
+
+def test_failed_lifecycle_events_land_in_a_queue_and_stop_when_the_hook_has_expired(
+    full: Synthesis, template: Template, fns: dict[str, Any]
+) -> None:
+    plane = full.stacks.control_plane
+    # the lifecycle function's failed invocations go to its on-failure destination,
+    # and are not retried past the longest hook timeout (the 600 s launch hook)
+    template.has_resource_properties(
+        "AWS::Lambda::EventInvokeConfig",
+        {
+            "FunctionName": _ref(fns["lifecycle"]),
+            "MaximumEventAgeInSeconds": 600,
+            "DestinationConfig": {"OnFailure": {"Destination": _arn(plane.lifecycle_failures)}},
+        },
+    )
+    template.has_resource_properties(
+        "AWS::SQS::Queue",
+        {"QueueName": "squall-lifecycle-failures", "SqsManagedSseEnabled": True, "MessageRetentionPeriod": 14 * 86400},
+    )
+    # the Auto Scaling rules' targets retry a bounded number of times, while the
+    # event still matters, then keep the event in the failed-events queue
+    for pattern, target, age in (
+        ("EC2 Instance-launch Lifecycle Action", fns["lifecycle"], 600),
+        ("EC2 Instance Launch Unsuccessful", fns["scale"], 120),
+    ):
+        template.has_resource_properties(
+            "AWS::Events::Rule",
+            {
+                "EventPattern": Match.object_like({"detail-type": Match.array_with([pattern])}),
+                "Targets": [
+                    Match.object_like(
+                        {
+                            "Arn": _arn(target),
+                            "DeadLetterConfig": {"Arn": _arn(plane.event_failures)},
+                            "RetryPolicy": {"MaximumEventAgeInSeconds": age, "MaximumRetryAttempts": 8},
+                        }
+                    )
+                ],
+            },
+        )
+    template.has_resource_properties("AWS::SQS::Queue", {"QueueName": "squall-events-failed-us-west-2"})
 
 
 def test_functions_write_only_their_own_log_group(raw: dict[str, Any], fns: dict[str, Any]) -> None:

@@ -237,7 +237,25 @@ def test_cloudwatch_alarms_notify_the_topic(template: Template) -> None:
             "Threshold": 1,
         },
     )
-    template.resource_count_is("AWS::CloudWatch::Alarm", 6)
+    # plus one alarm per failed-event queue of the home region, on the same topic
+    for queue in ("squall-lifecycle-failures", "squall-events-failed-us-west-2"):
+        template.has_resource_properties(
+            "AWS::CloudWatch::Alarm",
+            {
+                "AlarmName": f"squall-failed-events-{queue}",
+                "Namespace": "AWS/SQS",
+                "MetricName": "ApproximateNumberOfMessagesVisible",
+                "Dimensions": [{"Name": "QueueName", "Value": queue}],
+                "Statistic": "Maximum",
+                "Threshold": 1,
+                "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+                "EvaluationPeriods": 1,
+                "TreatMissingData": "notBreaching",
+                "AlarmActions": [topic],
+                "OKActions": [topic],
+            },
+        )
+    template.resource_count_is("AWS::CloudWatch::Alarm", 8)
 
 
 @pytest.mark.slow

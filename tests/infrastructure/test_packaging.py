@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -109,3 +110,24 @@ def test_cdk_bundles_locally_without_docker(tmp_path: Path) -> None:
     assert (asset / "squall" / "handlers" / "submit.py").is_file()
     assert (asset / "pydantic").is_dir()
     assert not (asset / "squall" / "cli.py").exists()
+
+
+def test_the_staged_source_holds_the_package_and_each_functions_settings(tmp_path: Path) -> None:
+    from stacks.packaging import staged_source
+
+    # given a functions directory, and a staging directory left over from an earlier synthesis
+    source = _functions_tree(tmp_path / "functions")
+    staging = tmp_path / "cdk.out" / ".squall-asset-x"
+    (staging / "squall" / "gone.py").parent.mkdir(parents=True)
+    (staging / "squall" / "gone.py").write_text("")
+    # when the asset's source is staged
+    staged = staged_source(
+        directory=staging, settings={"scale": {"node_groups": [{"name": "g"}]}, "submit": {"teams": {}}}, source=source
+    )
+    # then it is the package as the asset takes it, plus one JSON file per function
+    assert (staged / "squall" / "handlers" / "submit.py").is_file()
+    assert not (staged / "squall" / "local").exists() and not (staged / "squall" / "cli.py").exists()
+    assert not (staged / "squall" / "gone.py").exists(), "nothing of an earlier synthesis remains"
+    settings = staged / constants.SETTINGS_DIR
+    assert sorted(p.name for p in settings.iterdir()) == ["scale.json", "submit.json"]
+    assert json.loads((settings / "scale.json").read_text()) == {"node_groups": [{"name": "g"}]}
