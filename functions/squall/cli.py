@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from squall import documents
+from squall.errors import SquallError
 from squall.jobs import JobStatus
 
 if TYPE_CHECKING:
@@ -125,10 +126,13 @@ def load_document(path: str) -> Any:
         raise CliError(str(exc)) from exc
 
 
-def load_spec(path: str) -> tuple[JobSpec, Any]:
+def load_spec(path: str, *, job_id: str | None = None) -> tuple[JobSpec, Any]:
+    """The job spec in a file, checked as the submit function checks it; `job_id` replaces its id."""
     from squall.spec import SpecError, parse_spec
 
     data = load_document(path)
+    if job_id is not None and isinstance(data, dict):
+        data = {**data, "id": job_id}
     teams, registries, limit = configured_teams(), configured_registries(), configured_max_runtime_limit()
     try:
         return parse_spec(data, teams=teams, registries=registries, max_runtime_limit=limit), data
@@ -154,8 +158,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     from squall import manifests
     from squall.spec import derive_job_id, expand_sweep
 
-    spec, _ = load_spec(args.file)
-    job_id = args.id or spec.id or derive_job_id(spec, message_id="render")
+    spec, _ = load_spec(args.file, job_id=args.id)  # an --id is checked as a spec's id is
+    job_id = spec.id or derive_job_id(spec, message_id="render")
     namespace = configured_teams()[spec.team]
     trials = expand_sweep(spec, job_id=job_id) or [(job_id, spec)]
     objects = [m for tid, s in trials for m in manifests.render(s, job_id=tid, namespace=namespace)]
@@ -231,7 +235,11 @@ def _send(body: Any) -> str:
     if not queue:
         raise CliError("SQUALL_JOBS_QUEUE_URL is not set: point it at the deployment's jobs queue")
     try:
-        response = boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+        text = json.dumps(body)
+    except (TypeError, ValueError) as exc:  # a YAML timestamp, say: JSON has none
+        raise CliError(f"the job spec cannot be sent as JSON: {exc}") from exc
+    try:
+        response = boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=text)
     except (BotoCoreError, ClientError) as exc:
         raise CliError(f"cannot send to the jobs queue: {exc}", code=EXIT_FAILED) from exc
     return str(response["MessageId"])
@@ -396,6 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"squall: {exc}", file=sys.stderr)
         return exc.code
+    except SquallError as exc:  # the deployment's table or queue failed us, already translated
+        print(f"squall: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except BrokenPipeError:  # `squall plan ... | head`: the reader has what it wanted
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (nothing more may be written to the closed pipe)
         return EXIT_OK

@@ -342,3 +342,63 @@ def test_the_plan_command_imports_neither_pydantic_nor_aws_clients() -> None:
     finally:
         groups.unlink(missing_ok=True)
     assert result.stderr.strip().splitlines()[-1] == "0 []", result.stderr
+
+
+def test_render_checks_an_id_given_on_the_command_line(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run(["render", "spec.json", "--id", "../../etc"], capsys)
+    assert code == 2 and "id:" in err
+    code, _ = run(["render", "spec.json", "--id", "gan-7", "--json"], capsys)
+    assert code == 0
+
+
+def test_a_failing_deployment_is_exit_1_with_its_reason(
+    here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from squall.errors import RetryableError
+
+    class Store:
+        def get(self, job_id: str) -> None:
+            raise RetryableError(f"get job {job_id}: ThrottlingException: Rate exceeded")
+
+    monkeypatch.setattr(cli, "_store", Store)
+    code, err = run(["status", "job-1"], capsys)
+    assert code == 1 and "squall: get job job-1: ThrottlingException" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["local", "run", "--scenario", "list.json"], "(scenario): expected an object with name, arrivals"),
+        (
+            ["simulate", "--trace", "trace.csv", "--groups", "list.json"],
+            "(groups): expected an object with nodeGroups",
+        ),
+    ],
+)
+def test_local_commands_refuse_documents_of_the_wrong_shape(
+    here: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    (here / "list.json").write_text("[1, 2]")
+    (here / "trace.csv").write_text("submit_s,team,gpus,replicas,run_s\n0,research,1,1,60\n")
+    code, err = run(argv, capsys)
+    assert code == 2 and words in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--speed", "0"], "--speed must be a positive number or 'max', got '0'"),
+        (["--speed", "nan"], "--speed must be a positive number or 'max'"),
+        (["--speed", "-5"], "--speed must be a positive number or 'max'"),
+        (["--dashboard", "/proc/no-such-place"], "--dashboard /proc/no-such-place: cannot write there"),
+    ],
+)
+def test_simulate_refuses_options_it_cannot_run_with(
+    here: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+) -> None:
+    (here / "trace.csv").write_text("submit_s,team,gpus,replicas,run_s\n0,research,1,1,60\n")
+    (here / "groups.json").write_text(json.dumps({"nodeGroups": [GROUP | {"asgName": "squall-p3-usw2"}]}))
+    code, err = run(["simulate", "--trace", "trace.csv", "--groups", "groups.json", "--json", *extra], capsys)
+    assert code == 2 and words in err

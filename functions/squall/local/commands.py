@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -94,14 +95,23 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
     from squall.local.render import write_dashboard
     from squall.local.scenario import Simulation
 
+    if args.dashboard:
+        try:  # before the run, not after it: a folder that cannot be written is bad input
+            Path(args.dashboard).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"squall: --dashboard {args.dashboard}: cannot write there: {exc.strerror}", file=sys.stderr)
+            return EXIT_USAGE
     speed = args.speed
     if speed is not None:
         if speed != "max":
             try:
-                plan = replace(plan, speed=float(speed))
+                factor = float(speed)
             except ValueError:
-                print(f"squall: --speed must be a number or 'max', got {speed!r}", file=sys.stderr)
+                factor = math.nan
+            if not math.isfinite(factor) or factor <= 0:
+                print(f"squall: --speed must be a positive number or 'max', got {speed[:40]!r}", file=sys.stderr)
                 return EXIT_USAGE
+            plan = replace(plan, speed=factor)
         else:
             plan = replace(plan, speed=None)
     view = (

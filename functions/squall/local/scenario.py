@@ -372,6 +372,13 @@ def load_scenario(path: str | Path) -> Plan:
 
 
 def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "") -> Plan:
+    if not isinstance(document, dict):
+        raise ScenarioError(
+            [
+                f"(scenario): expected an object with name, arrivals and the rest, got {documents.kind(document)}"
+            ],
+            source=source,
+        )
     try:
         model = ScenarioModel.model_validate(document)
     except ValidationError as exc:

@@ -288,7 +288,7 @@ def _replicas_per_node(row: TraceRow, group: NodeGroup) -> int:
 class GroupsFile(StrictModel):
     """GROUPS.yaml: node groups (as in cdk.json), and optionally policy and region capacity."""
 
-    node_groups: Sequence[dict[str, Any]]
+    node_groups: list[dict[str, Any]]
     policy: dict[str, Any] = Field(default_factory=dict)
     regions: dict[str, RegionModel] = Field(default_factory=dict)
 
@@ -314,6 +314,13 @@ def load_configuration(path: str | Path | None) -> Configuration:
     if isinstance(document, dict) and isinstance(document.get("context"), dict):
         context = document["context"]
         document = {"nodeGroups": context.get("nodeGroups", []), "policy": context.get("policy", {})}
+    if not isinstance(document, dict):
+        raise ScenarioError(
+            [
+                f"(groups): expected an object with nodeGroups (and policy, regions), got {documents.kind(document)}"
+            ],
+            source=str(file),
+        )
     try:
         model = GroupsFile.model_validate(document)
     except ValidationError as exc:

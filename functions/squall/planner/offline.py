@@ -134,7 +134,7 @@ def _group_list(doc: Mapping[str, Any] | Sequence[Any]) -> Sequence[Any]:
             )
         found = holder["nodeGroups"]
     if not isinstance(found, Sequence) or isinstance(found, str):
-        raise GroupsError([f"nodeGroups: expected a list, got {type(found).__name__}"])
+        raise GroupsError([f"nodeGroups: expected a list, got {kind(found)}"])
     return found
 
 
@@ -275,7 +275,7 @@ class _Fields:
     def ok_object(self) -> bool:
         if isinstance(self.raw, Mapping):
             return True
-        self.errors.append(f"{self.path}: expected an object, got {type(self.raw).__name__}")
+        self.errors.append(f"{self.path}: expected an object, got {kind(self.raw)}")
         return False
 
     def error(self, key: str, message: str) -> None:
@@ -387,7 +387,7 @@ class _Fields:
         if value is None:
             return []
         if not isinstance(value, list):
-            self.error(key, f"expected a list, got {type(value).__name__}")
+            self.error(key, f"expected a list, got {kind(value)}")
             return []
         parsed: list[_Value] = []
         for index, item in enumerate(value):
