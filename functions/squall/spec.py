@@ -116,6 +116,7 @@ MAX_ISSUES = 50
 MAX_ISSUE_FIELD_LENGTH = 200
 MAX_ISSUE_MESSAGE_LENGTH = 500
 MAX_ISSUES_JSON_BYTES = 48 * 1024
+ISSUES_CONSIDERED = MAX_ISSUES * 4  # the rest of a huge body's errors are only counted
 
 TF_PORT = 2222
 
@@ -127,9 +128,9 @@ class SpecError(ValueError):
     last "and N more" issue when some were left out. `total` counts them all.
     """
 
-    def __init__(self, issues: Sequence[Issue]) -> None:
-        self.total = len(issues)
-        self.issues = bound_issues(issues)
+    def __init__(self, issues: Sequence[Issue], *, more: int = 0) -> None:
+        self.total = len(issues) + more
+        self.issues = bound_issues(issues, more=more)
         super().__init__("; ".join(f"{i.field}: {i.message}" for i in self.issues))
 
 
@@ -144,16 +145,18 @@ class Issue:
         return {"field": self.field, "message": self.message}
 
 
-def bound_issues(issues: Sequence[Issue]) -> list[Issue]:
-    """The issues worth keeping: distinct, printable, clipped, and bounded in count and size."""
-    considered = issues[: MAX_ISSUES * 4]
+def bound_issues(issues: Sequence[Issue], *, more: int = 0) -> list[Issue]:
+    """The issues worth keeping: distinct, printable, clipped, and bounded in count and size.
+
+    `more` counts issues found but not even listed (a huge body's)."""
+    considered = issues[:ISSUES_CONSIDERED]
     distinct = list(
         dict.fromkeys(
             Issue(_clip(i.field, MAX_ISSUE_FIELD_LENGTH), _clip(i.message, MAX_ISSUE_MESSAGE_LENGTH))
             for i in considered
         )
     )
-    left_out = len(issues) - len(considered)
+    left_out = len(issues) - len(considered) + more
     kept: list[Issue] = []
     size = 2
     for issue in distinct:
@@ -665,7 +668,8 @@ _INSTANCE_OF = re.compile(r" or instance of \w+")
 def _issues(exc: ValidationError) -> list[Issue]:
     """Issues at the user's field paths, in the user's words (no pydantic internals)."""
     issues = []
-    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    for error in errors[:ISSUES_CONSIDERED]:
         loc = error["loc"]
         message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         message = _INSTANCE_OF.sub("", _AFTER_VALIDATION.sub("", message))
@@ -744,7 +748,8 @@ def _validate(model: type[_Model], data: Any, context: dict[str, Any]) -> Any:
         parsed = model.model_validate(data, context=context)
     except ValidationError as exc:
         named = {issue.field for issue in shape}  # pydantic's own words for the same text add nothing
-        raise SpecError(shape + [i for i in _issues(exc) if i.field not in named]) from exc
+        found = [i for i in _issues(exc) if i.field not in named]
+        raise SpecError(shape + found, more=max(0, exc.error_count() - ISSUES_CONSIDERED)) from exc
     except RecursionError as exc:
         raise SpecError([*shape, Issue("(body)", "is nested too deeply")]) from exc
     except Exception as exc:
