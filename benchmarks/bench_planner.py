@@ -621,7 +621,35 @@ def main() -> None:
         f"  for reference only (published figure, not measured here): ~{PUBLISHED_REFERENCE_PODS_PER_SECOND:,} pods/s "
         f"-> {ours / PUBLISHED_REFERENCE_PODS_PER_SECOND:,.1f}x"
     )
+    bench_many_shapes(scenario, planning=median)
     bench_command(scenario, planning=median, runs=args.command_runs, reader_sample=args.reader_sample)
+
+
+def bench_many_shapes(scenario: Scenario, *, planning: float) -> None:
+    """The same cluster with every single-GPU pod asking for its own cpu: thousands of shapes."""
+    rng = random.Random(11)
+    pods = [
+        replace(pod, requests=replace(pod.requests, cpu=rng.randint(100, 8_000)))
+        if pod.is_pending and pod.name.startswith("single-")
+        else pod
+        for pod in scenario.pods
+    ]
+    shapes = len({(p.requests, tuple(sorted(p.node_selector.items()))) for p in pods if p.is_pending})
+    started = time.perf_counter()
+    result = plan(
+        nodes=scenario.nodes,
+        pods=pods,
+        groups=scenario.groups,
+        health=scenario.health,
+        policy=Policy(),
+        now=NOW,
+    )
+    took = time.perf_counter() - started
+    launched = sum(s.to_desired - s.from_desired for s in result.scale_ups)
+    print(
+        f"  many shapes ({shapes:,} distinct pending shapes: every single-GPU pod its own cpu request): "
+        f"{took:.2f} s, {launched} new nodes -> {took / planning:,.1f}x the few-shape plan above"
+    )
 
 
 def bench_command(scenario: Scenario, *, planning: float, runs: int, reader_sample: int) -> None:

@@ -308,8 +308,11 @@ class Packer:
         capacity = option.capacity
         available = option.headroom if new else option.bins.get(capacity, 0)
         placed = 0
+        scale = [1.0 / have if have else 0.0 for have in capacity]
+        scaled = {shape: [need * k for need, k in zip(shape.request, scale, strict=True)] for shape in shapes}
+        totals = [sum(remaining[s] * s.request[i] for s in shapes) for i in range(4)]
         while available > 0:
-            mix, nodes = _balanced_mix(capacity, shapes, remaining)
+            mix, nodes = _balanced_mix(capacity, shapes, remaining, scaled=scaled, totals=totals)
             if not mix:
                 break
             # Half the nodes still needed at most, then look again: the proportions drift as
@@ -326,6 +329,8 @@ class Packer:
                 self._count_placed(option, shape, count * repeat)
                 remaining[shape] -= count * repeat
                 placed += count * repeat
+                for i in range(4):
+                    totals[i] -= count * repeat * shape.request[i]
             self._change_bins(option, free, repeat)
             available -= repeat
         return placed
@@ -430,12 +435,23 @@ class Packer:
         rooms = scan.rooms
         fits_signature = self.fit_of(shape).fits_signature
         request = shape.request
+        cpu, memory, gpu, _ = request
         start = index = scan.cursor
         placed = 0
-        while index < len(rooms):
+        end = len(rooms)
+        while index < end:
             room = rooms[index]
-            if fits_signature[room.signature]:
-                room_fit = fit_count(room.free, request)
+            free = room.free
+            # The comparisons first: with thousands of distinct shapes, most rooms a shape
+            # passes are too full for it, and this loop runs shapes x rooms times.
+            if (
+                free[0] >= cpu
+                and free[1] >= memory
+                and free[2] >= gpu
+                and free[3] > 0
+                and fits_signature[room.signature]
+            ):
+                room_fit = fit_count(free, request)
                 if room_fit:
                     take = min(room_fit, count - placed)
                     self._use_room(room, request, take)
@@ -617,7 +633,12 @@ def _restored_cursor(scan: _Scan, start: int, touched: list[Room]) -> int:
 
 
 def _balanced_mix(
-    capacity: Vector, shapes: Sequence[PodShape], remaining: Mapping[PodShape, int]
+    capacity: Vector,
+    shapes: Sequence[PodShape],
+    remaining: Mapping[PodShape, int],
+    *,
+    scaled: Mapping[PodShape, Sequence[float]],
+    totals: Sequence[int],
 ) -> tuple[dict[PodShape, int], int]:
     """What one node should hold, and how many nodes the shapes' rest needs at least.
 
@@ -626,30 +647,41 @@ def _balanced_mix(
     lacks of that ideal (its request times the shortfall, resource by resource, as shares
     of the node), so cpu-heavy and memory-heavy pods end up side by side. Past the ideal,
     the largest pod that fits goes next.
+
+    `scaled` holds each shape's request in shares of the node and `totals` what the
+    shapes' rest requests in all: the caller keeps both, so that a call costs a look at
+    each shape per pod it adds and nothing more.
     """
     scale = [1.0 / have if have else 0.0 for have in capacity]
-    totals = [sum(remaining[s] * s.request[i] for s in shapes) * scale[i] for i in range(4)]
-    nodes = max(1.0, *totals)
-    target = [total / nodes for total in totals]
+    shares = [totals[i] * scale[i] for i in range(4)]
+    nodes = max(1.0, *shares)
+    target = [share / nodes for share in shares]
     mix: dict[PodShape, int] = {}
     free = capacity
-    while True:
+    left = {shape: remaining[shape] for shape in shapes if remaining[shape] > 0}
+    while left:
         best: PodShape | None = None
         best_score = -1.0
         shortfall = [
             max(0.0, want - (1.0 - room * k)) for want, room, k in zip(target, free, scale, strict=True)
         ]
-        for shape in shapes:  # largest first: ties go to the larger pod
-            if remaining[shape] - mix.get(shape, 0) > 0 and fit_count(free, shape.request):
-                score = sum(
-                    need * k * gap for need, k, gap in zip(shape.request, scale, shortfall, strict=True)
-                )
+        cpu, memory, gpu, pods = free
+        for shape in left:  # largest first: ties go to the larger pod
+            request = shape.request
+            if request[0] <= cpu and request[1] <= memory and request[2] <= gpu and request[3] <= pods:
+                share = scaled[shape]
+                score = share[0] * shortfall[0] + share[1] * shortfall[1] + share[2] * shortfall[2]
+                score += share[3] * shortfall[3]
                 if score > best_score:
                     best, best_score = shape, score
         if best is None:
-            return mix, math.ceil(nodes)
+            break
         mix[best] = mix.get(best, 0) + 1
+        left[best] -= 1
+        if not left[best]:
+            del left[best]
         free = _minus(free, best.request, 1)
+    return mix, math.ceil(nodes)
 
 
 def _fullest_first(free: Vector) -> tuple[int, int, int, int]:
