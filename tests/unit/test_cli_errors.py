@@ -402,3 +402,11 @@ def test_simulate_refuses_options_it_cannot_run_with(
     (here / "groups.json").write_text(json.dumps({"nodeGroups": [GROUP | {"asgName": "squall-p3-usw2"}]}))
     code, err = run(["simulate", "--trace", "trace.csv", "--groups", "groups.json", "--json", *extra], capsys)
     assert code == 2 and words in err
+
+
+@pytest.mark.parametrize("limit", ["-5", "0", "lots", "9" * 50])
+def test_list_refuses_a_limit_out_of_range(capsys: pytest.CaptureFixture[str], limit: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["list", "--limit", limit])
+    assert exited.value.code == 2
+    assert "argument --limit:" in capsys.readouterr().err
