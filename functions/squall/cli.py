@@ -176,8 +176,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     now = _now(args.now) if args.now else datetime.now(UTC)
     paths = {"nodes": args.nodes, "pods": args.pods, "groups": args.groups}
     docs = {name: load_document(path) for name, path in paths.items()}
-    # The snapshot's objects live until the command ends and hold no cycles: spare the
-    # cycle collector from traversing them while the planner runs.
+    # The snapshot's millions of objects hold no cycles: spare the cycle collector from
+    # traversing them again and again while the planner runs.
     gc.freeze()
     try:
         result = plan_offline(
@@ -186,6 +186,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except PlanInputError as exc:
         where = f"--now {args.now}" if exc.document == "now" else paths[exc.document]
         raise CliError(f"{where}: {exc}") from exc
+    finally:
+        gc.unfreeze()
     print(json.dumps(result, indent=None if args.json else 2))
     return EXIT_OK
 
