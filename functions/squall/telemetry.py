@@ -32,6 +32,8 @@ class Metric(StrEnum):
     RUN_SECONDS = "RunSeconds"
     JOBS_IN_STATE = "JobsInState"  # dimension: State
     OLDEST_QUEUED_SECONDS = "OldestQueuedJobAgeSeconds"
+    # a job whose step failed in reconcile or the scale check (recorded on the job; the others went on)
+    JOB_ERRORS = "JobErrors"
     # scale
     PENDING_GPUS = "PendingGpus"
     PENDING_PODS = "PendingPods"

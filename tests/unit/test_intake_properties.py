@@ -31,10 +31,10 @@ from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.memory import InMemoryJobStore
 from squall.service.intake import Intake, IntakeConfig, MalformedMessage, Outcome
-from squall.service.reconcile import JOB_ERRORS, Reconciler
+from squall.service.reconcile import Reconciler
 from squall.spec import MAX_ISSUE_FIELD_LENGTH, MAX_ISSUE_MESSAGE_LENGTH, MAX_ISSUES, load_spec
 from squall.store import MAX_ITEM_BYTES, creation_values, item_size
-from squall.telemetry import RecordingMetrics
+from squall.telemetry import Metric, RecordingMetrics
 
 EXAMPLES = 10_000
 TIME_PER_BODY_S = 2.0
@@ -317,7 +317,7 @@ def check(body: str, sender: str | None) -> str:
         r.cluster.advance()
         report = r.reconciler.run()
         assert report.errors == [], report.errors
-    assert r.metrics.total(JOB_ERRORS) == 0
+    assert r.metrics.total(Metric.JOB_ERRORS) == 0
 
     elapsed = time.perf_counter() - started
     assert elapsed < TIME_PER_BODY_S, f"{elapsed:.2f} s for a body of {len(body)} characters"

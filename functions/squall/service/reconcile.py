@@ -30,9 +30,6 @@ logger = Logger(service=SERVICE, child=True)
 # Intake writes the record before the objects: give it time before calling them missing.
 CREATE_GRACE = timedelta(seconds=60)
 IMAGE_PULL_GRACE = timedelta(minutes=5)
-# Jobs that reconcile had to fail because a step on them raised (not the platform
-# being unavailable). Belongs with squall.telemetry.Metric.
-JOB_ERRORS = "JobErrors"
 MAX_ERROR_MESSAGE = 1000
 
 
@@ -110,7 +107,7 @@ class Reconciler:
         message = message[:MAX_ERROR_MESSAGE]
         report.errors.append(f"{job.id}: {reason}: {message}"[:MAX_ERROR_MESSAGE])
         logger.exception("reconcile failed for job; failing it", job_id=job.id, reason=reason)
-        self.metrics.add(JOB_ERRORS, 1)
+        self.metrics.add(Metric.JOB_ERRORS, 1)
         try:
             self._record(job, to=JobStatus.FAILED, reason=reason, message=message, report=report)
             for trial_id in job.trial_ids:

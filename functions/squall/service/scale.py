@@ -36,7 +36,6 @@ from squall.planner import (
 from squall.planner.kube import EMPTY_SINCE_ANNOTATION, ParseCache, node_cache, parse_pods, pod_cache
 from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleState
 from squall.service.intake import update_job
-from squall.service.reconcile import JOB_ERRORS
 from squall.telemetry import SERVICE, Metric
 
 logger = Logger(service=SERVICE, child=True)
@@ -289,7 +288,7 @@ class Scaler:
         """A step on one job raised unexpectedly: logged, counted and reported; the check goes on."""
         result.errors.append(f"{what}: {type(exc).__name__}: {exc}"[:1000])
         logger.exception("scale step failed for job", job_id=job_id, action=what)
-        self.metrics.add(JOB_ERRORS, 1)
+        self.metrics.add(Metric.JOB_ERRORS, 1)
 
     def _scale_down(self, node: str | None, instance: str, ref: GroupRef, *, now: datetime, result: ScaleResult) -> None:
         if node is not None:
