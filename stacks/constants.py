@@ -26,6 +26,7 @@ from squall.resources import (  # noqa: F401
     NODE_GROUP_TAG,
     RECONCILE,
     SCALE,
+    SQS_MAX_MESSAGE_BYTES,
     SUBMIT,
     SUBMIT_MAX_CONCURRENCY,
     VISIBILITY_TIMEOUT_FACTOR,

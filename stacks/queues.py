@@ -75,6 +75,7 @@ class JobQueues(Construct):
             f"{construct_id}DeadLetters",
             queue_name=constants.dead_letter_queue_name(name),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
+            max_message_size_bytes=constants.SQS_MAX_MESSAGE_BYTES,
             enforce_ssl=True,
             retention_period=cdk.Duration.days(constants.DEAD_LETTER_RETENTION_DAYS),
             redrive_allow_policy=sqs.RedriveAllowPolicy(
@@ -87,6 +88,7 @@ class JobQueues(Construct):
             construct_id,
             queue_name=name,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
+            max_message_size_bytes=constants.SQS_MAX_MESSAGE_BYTES,
             enforce_ssl=True,
             visibility_timeout=cdk.Duration.seconds(int(visibility_timeout)),
             dead_letter_queue=sqs.DeadLetterQueue(queue=dead_letters, max_receive_count=max_receive_count),

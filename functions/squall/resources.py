@@ -102,6 +102,9 @@ SUBMIT_MAX_CONCURRENCY = 5
 JOBS_MAX_RECEIVE_COUNT = 5
 DRAIN_MAX_RECEIVE_COUNT = 10
 DEAD_LETTER_RETENTION_DAYS = 14
+# SQS's largest message body (the queues set it explicitly); the local queues refuse
+# a longer one as SQS does, and intake never needs to read more.
+SQS_MAX_MESSAGE_BYTES = 1024 * 1024
 
 
 def visibility_timeout(consumer: str) -> timedelta:

@@ -438,3 +438,18 @@ def test_a_drain_step_that_fails_once_is_retried_after_the_step_delay_and_the_ho
         assert local.fleet.terminated_busy == []
         assert local.function_errors == [], "a failed step fails its record, not the invocation"
         assert local.drain_dead_letters == []
+
+
+def test_both_backends_refuse_a_body_sqs_would_refuse(world: World, backend: str) -> None:
+    from squall.local.queues import MessageTooLong
+    from squall.resources import SQS_MAX_MESSAGE_BYTES
+
+    # given a body within SQS's limit in characters but over it in bytes
+    body = "é" * (SQS_MAX_MESSAGE_BYTES // 2 + 1)
+    with world.start(backend) as local:
+        # when it is sent, then the queue refuses it as SendMessage would, and nothing is queued
+        with pytest.raises(MessageTooLong):
+            local.send(body)
+        local.send(job("fits"))
+        local.deliver()
+        assert [j.id for j in local.jobs()] == ["fits"]

@@ -66,6 +66,8 @@ def test_jobs_queue_has_dead_letter_queue_redrive_and_encryption(full: Synthesis
             "QueueName": "squall-jobs",
             "SqsManagedSseEnabled": True,
             "VisibilityTimeout": 6 * 60,  # 6 x the submit function's 60 s
+            # set, not left to the default: the local queues refuse what this refuses
+            "MaximumMessageSize": constants.SQS_MAX_MESSAGE_BYTES,
             "RedrivePolicy": {
                 "deadLetterTargetArn": _arn(queues.jobs_dead_letters),
                 "maxReceiveCount": constants.JOBS_MAX_RECEIVE_COUNT,

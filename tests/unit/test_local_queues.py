@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from squall import resources
 from squall.local import aws, runtime
 from squall.local.lambda_events import sqs_event
-from squall.local.queues import DEFAULT_SENDER_ID, SENDER_ATTRIBUTE, MemoryQueue
+from squall.local.queues import DEFAULT_SENDER_ID, SENDER_ATTRIBUTE, MemoryQueue, MessageTooLong
 from stacks import constants
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -61,3 +63,13 @@ def test_the_sender_reaches_the_function_as_sqs_reports_it() -> None:
     senders = {r["body"]: r["attributes"]["SenderId"] for r in event["Records"]}
     assert senders == {"mine": "AROAEXAMPLEROLEID0001:alice", "anyone": DEFAULT_SENDER_ID}
     assert all(SENDER_ATTRIBUTE not in r["messageAttributes"] for r in event["Records"])
+
+
+def test_the_memory_queue_refuses_a_body_longer_than_sqs_takes_counted_in_bytes() -> None:
+    queue = MemoryQueue()
+    largest = "x" * constants.SQS_MAX_MESSAGE_BYTES
+    queue.send(largest, at=T0)
+    # one character fewer, but "é" is two bytes of UTF-8: SQS counts bytes
+    with pytest.raises(MessageTooLong, match=f"shorter than {constants.SQS_MAX_MESSAGE_BYTES} bytes"):
+        queue.send("é" + "x" * (constants.SQS_MAX_MESSAGE_BYTES - 1), at=T0)
+    assert [len(m["Body"]) for m in queue.receive(10, at=T0)] == [constants.SQS_MAX_MESSAGE_BYTES]

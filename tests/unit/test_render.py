@@ -178,7 +178,7 @@ def test_lambda_and_sqs_metrics_fill_the_aws_graphs(board: spec.Dashboard) -> No
     assert durations["squall-submit"] == [90.0]
     assert queues == {
         "squall-jobs": [6.0],
-        "squall-drains": [],
+        "squall-drain": [],
         "squall-jobs-dlq": [1.0],
         "age squall-jobs": [30.0],
     }

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from squall.resources import JOBS_MAX_RECEIVE_COUNT, JOBS_VISIBILITY_TIMEOUT
+from squall.resources import JOBS_MAX_RECEIVE_COUNT, JOBS_VISIBILITY_TIMEOUT, SQS_MAX_MESSAGE_BYTES
 
 # SQS leaves a message received this many times (or more) out of
 # ApproximateAgeOfOldestMessage: it is moved to the back of the queue, redrive or not.
@@ -71,6 +71,20 @@ class LocalQueue(Protocol):
         ...
 
 
+class MessageTooLong(ValueError):
+    """SQS refuses a body longer than the queue's MaximumMessageSize (InvalidParameterValue)."""
+
+
+def check_body_size(body: str) -> None:
+    """SQS's rule, in bytes of UTF-8 as SQS counts them, for the queues that have no SQS behind them."""
+    size = len(body.encode("utf-8", "surrogatepass"))
+    if size > SQS_MAX_MESSAGE_BYTES:
+        raise MessageTooLong(
+            f"One or more parameters are invalid. Reason: Message must be shorter than "
+            f"{SQS_MAX_MESSAGE_BYTES} bytes (got {size})."
+        )
+
+
 class SqsQueue:
     """A queue on the local endpoint (moto), with its redrive policy doing the dead-lettering."""
 
@@ -97,6 +111,7 @@ class SqsQueue:
         self._hidden_until: dict[str, datetime] = {}
 
     def send(self, body: str, *, at: datetime, sender: str | None = None) -> str:
+        check_body_size(body)  # moto counts characters; SQS counts bytes
         extra: dict[str, Any] = {}
         if sender:
             extra["MessageAttributes"] = {SENDER_ATTRIBUTE: {"DataType": "String", "StringValue": sender}}
@@ -203,6 +218,7 @@ class MemoryQueue:
     _dead: list[_Message] = field(default_factory=list)
 
     def send(self, body: str, *, at: datetime, sender: str | None = None) -> str:
+        check_body_size(body)
         message = _Message(message_id=str(uuid.uuid4()), body=body, sent_at=at, sender=sender or DEFAULT_SENDER_ID)
         self._visible.append(message)
         return message.message_id
