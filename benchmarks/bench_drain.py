@@ -37,24 +37,24 @@ import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
 from squall import runtime  # noqa: E402
-from squall.drain import Outcome  # noqa: E402
-from squall.drain_queue import InMemoryDrainQueue  # noqa: E402
-from squall.drain_store import DynamoDrainStore  # noqa: E402
-from squall.fleet import FleetGroup, GroupRef, LifecycleResult, ScalingActivity  # noqa: E402
+from squall.adapters.aws.drain_store import DynamoDrainStore  # noqa: E402
+from squall.adapters.aws.job_store import DynamoJobStore  # noqa: E402
+from squall.adapters.aws.scale_state import DynamoScaleState  # noqa: E402
+from squall.core.drain import Outcome  # noqa: E402
+from squall.core.settings import Settings  # noqa: E402
+from squall.core.telemetry import RecordingMetrics  # noqa: E402
 from squall.handlers import drain as drain_handler  # noqa: E402
 from squall.handlers import lifecycle as lifecycle_handler  # noqa: E402
 from squall.local.aws import create_table  # noqa: E402
 from squall.local.clock import VirtualClock  # noqa: E402
 from squall.local.cluster import SimulatedCluster  # noqa: E402
+from squall.local.drain_queue import InMemoryDrainQueue  # noqa: E402
 from squall.local.lambda_events import LocalContext, eventbridge_event, sqs_event  # noqa: E402
 from squall.local.runtime import LocalScaleRequests  # noqa: E402
 from squall.planner.kube import parse_pods  # noqa: E402
-from squall.service.intake import Intake, IntakeConfig  # noqa: E402
-from squall.service.scale import cordon_patch  # noqa: E402
-from squall.settings import Settings  # noqa: E402
-from squall.state import DynamoScaleState  # noqa: E402
-from squall.store import DynamoJobStore  # noqa: E402
-from squall.telemetry import RecordingMetrics  # noqa: E402
+from squall.ports import FleetGroup, GroupRef, LifecycleResult, ScalingActivity  # noqa: E402
+from squall.services.intake import Intake, IntakeConfig  # noqa: E402
+from squall.services.scale import cordon_patch  # noqa: E402
 
 REGION = "us-west-2"
 ASG = "squall-p3-usw2"

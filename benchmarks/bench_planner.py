@@ -656,7 +656,7 @@ def bench_command(scenario: Scenario, *, planning: float, runs: int, reader_samp
     """The whole `squall plan` command in a fresh process, against the planning alone."""
     import yaml
 
-    from squall import documents
+    from squall.core import documents
 
     with tempfile.TemporaryDirectory() as folder:
         nodes, pods, groups = write_snapshot(scenario, Path(folder))
@@ -716,7 +716,7 @@ def bench_command(scenario: Scenario, *, planning: float, runs: int, reader_samp
     new = time.perf_counter() - started
     print(
         f"  reader, on {reader_sample} pods ({len(sample) / 2**20:.1f} MiB): PyYAML's pure-Python loader (the old reader) "
-        f"{old:.2f} s, squall.documents {new:.3f} s -> {old / new:,.0f}x"
+        f"{old:.2f} s, squall.core.documents {new:.3f} s -> {old / new:,.0f}x"
     )
 
 

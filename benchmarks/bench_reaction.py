@@ -19,10 +19,10 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from squall.core.settings import PolicySettings
 from squall.local.clock import VirtualClock, WallClock
 from squall.local.fleet import RegionCapacity
 from squall.local.runtime import LocalRuntime
-from squall.settings import PolicySettings
 
 GROUP = {
     "name": "p3-usw2",

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import yaml
 
+from squall.core.settings import PolicySettings
 from squall.local.scenario import EndModel, Plan, Simulation
 from squall.local.trace import Configuration, TraceRow, parse_trace, trace_plan
 from squall.planner.offline import parse_groups
-from squall.settings import PolicySettings
 
 REGIONS = ("us-west-2", "us-east-1", "eu-west-1")
 GPU_TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]

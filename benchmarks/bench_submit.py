@@ -18,8 +18,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from squall.core.jobs import JobStatus
 from squall.handlers import submit
-from squall.jobs import JobStatus
 from squall.local.lambda_events import LocalContext, sqs_event
 from squall.local.runtime import LocalRuntime
 

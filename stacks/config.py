@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from squall.dashboard import Thresholds
-from squall.settings import PolicySettings
+from squall.core.dashboard import Thresholds
+from squall.core.settings import PolicySettings
 from stacks import constants
 
 CDK_JSON = constants.REPO_ROOT / "cdk.json"
@@ -82,7 +82,7 @@ class ClusterConfig:
     kubernetes_version: str
 
     def settings(self) -> dict[str, str]:
-        """SQUALL_CLUSTER, as functions/squall/settings.py ClusterSettings reads it."""
+        """SQUALL_CLUSTER, as functions/squall/core/settings.py ClusterSettings reads it."""
         return {
             "name": self.name,
             "endpoint": self.endpoint,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 # Re-exported: shared with the local runtime, which plays these resources.
-from squall.resources import (  # noqa: F401
+from squall.core.resources import (  # noqa: F401
     DEAD_LETTER_RETENTION_DAYS,
     DRAIN,
     DRAIN_BATCH_SIZE,
@@ -91,7 +91,7 @@ STATUS_INDEX_READERS = frozenset({RECONCILE})
 
 # -- settings -------------------------------------------------------------------------
 
-# The functions' settings files, inside the Lambda asset (functions/squall/settings.py).
+# The functions' settings files, inside the Lambda asset (functions/squall/core/settings.py).
 SETTINGS_DIR = "squall-settings"
 # What each function reads from its settings (functions/squall/runtime.py and the
 # services it builds); nothing else goes into its file.
@@ -109,7 +109,7 @@ SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
 # forwarding rules of the other regions.
 EVENT_BUS_NAME = "default"
 SCHEDULE_MINUTES = 1
-SCALE_CHECK_SOURCE = "squall.jobs"
+SCALE_CHECK_SOURCE = "squall.core.jobs"
 SCALE_CHECK_DETAIL_TYPE = "Scale Check Requested"
 AUTOSCALING_SOURCE = "aws.autoscaling"
 LAUNCH_LIFECYCLE_ACTION = "EC2 Instance-launch Lifecycle Action"

@@ -18,7 +18,7 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from squall import dashboard
+from squall.core import dashboard
 from stacks import constants
 from stacks.capacity import GpuGroups
 from stacks.cluster_access import FunctionAccessEntries, NodeIdentity

@@ -320,7 +320,7 @@ class _Network(Construct):
 
 
 def function_settings(config: SquallConfig, handler: str) -> dict[str, Any]:
-    """What one function reads from its settings file (functions/squall/settings.py field names)."""
+    """What one function reads from its settings file (functions/squall/core/settings.py field names)."""
     everything: dict[str, Any] = {
         "teams": dict(config.teams),
         "submitters": {team: list(principals) for team, principals in config.submitters.items()},

@@ -1,7 +1,7 @@
-"""CloudWatch dashboard and alarms, translated from squall.dashboard's description.
+"""CloudWatch dashboard and alarms, translated from squall.core.dashboard's description.
 
 Nothing about what is graphed or alarmed is decided here: this construct only
-maps the plain description (functions/squall/dashboard.py) onto CloudWatch, so
+maps the plain description (functions/squall/core/dashboard.py) onto CloudWatch, so
 the local runtime's dashboard and this one cannot drift apart. The one addition
 is the failed-event queues (``FailedEventAlarms``): where lifecycle events and
 Auto Scaling events land that nothing could handle, each with an alarm on the
@@ -20,7 +20,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from squall import dashboard as spec
+from squall.core import dashboard as spec
 
 COMPARISONS = {
     spec.Comparison.GREATER_THAN_OR_EQUAL: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,

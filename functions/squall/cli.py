@@ -17,12 +17,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from squall import documents
-from squall.errors import SquallError
-from squall.jobs import JobStatus
+from squall.core import documents
+from squall.core.errors import SquallError
+from squall.core.jobs import JobStatus
 
 if TYPE_CHECKING:
-    from squall.spec import JobSpec
+    from squall.core.spec import JobSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CDK_JSON = Path("cdk.json")
@@ -102,7 +102,7 @@ def configured_max_runtime_limit() -> timedelta:
     """cdk.json's policy.maxRuntimeLimit, read as the functions read it; else the default."""
     from pydantic import ValidationError
 
-    from squall.settings import PolicySettings
+    from squall.core.settings import PolicySettings
 
     policy = _context().get("policy")
     if policy is None:
@@ -128,7 +128,7 @@ def load_document(path: str) -> Any:
 
 def load_spec(path: str, *, job_id: str | None = None) -> tuple[JobSpec, Any]:
     """The job spec in a file, checked as the submit function checks it; `job_id` replaces its id."""
-    from squall.spec import SpecError, parse_spec
+    from squall.core.spec import SpecError, parse_spec
 
     data = load_document(path)
     if job_id is not None and isinstance(data, dict):
@@ -155,8 +155,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     import yaml
 
-    from squall import manifests
-    from squall.spec import derive_job_id, expand_sweep
+    from squall.core import manifests
+    from squall.core.spec import derive_job_id, expand_sweep
 
     spec, _ = load_spec(args.file, job_id=args.id)  # an --id is checked as a spec's id is
     job_id = spec.id or derive_job_id(spec, message_id="render")
@@ -218,7 +218,7 @@ def _store() -> Any:
     import boto3
     from botocore.exceptions import BotoCoreError
 
-    from squall.store import DynamoJobStore
+    from squall.adapters.aws.job_store import DynamoJobStore
 
     table = os.environ.get("SQUALL_TABLE_NAME")
     if not table:
@@ -248,7 +248,7 @@ def _send(body: Any) -> str:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from squall.spec import derive_job_id
+    from squall.core.spec import derive_job_id
 
     spec, data = load_spec(args.file)
     message_id = _send(data)

@@ -10,10 +10,13 @@ plain dicts in the API's JSON shape (camelCase keys), exactly what
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from squall.jobs import Job, JobEvent, JobStatus
+from squall.core.asg_events import DrainStepMessage
+from squall.core.drain import DrainRecord
+from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.planner import GroupHealth
 
 KubeObject = dict[str, Any]
@@ -125,3 +128,175 @@ class ScaleState(Protocol):
     def record_decision(
         self, *, at: datetime, trigger: str, dry_run: bool, plan: dict[str, Any], acted: dict[str, Any]
     ) -> str: ...
+
+
+# ---- Auto Scaling: the node groups of every region, and their value types ----
+
+LifecycleResult = Literal["CONTINUE", "ABANDON"]
+
+# Auto Scaling reports many in-progress codes (PreInService, MidLifecycleAction,
+# WaitingForSpotInstanceId, ...); only these three mean the activity is over.
+TERMINAL_ACTIVITY_STATUSES = frozenset({"Successful", "Failed", "Cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """An Auto Scaling group, by name, in one region."""
+
+    name: str
+    region: str
+
+
+@dataclass(frozen=True, slots=True)
+class FleetInstance:
+    """One instance of a group, as Auto Scaling sees it.
+
+    ``lifecycle_state`` is Auto Scaling's own word (``Pending:Wait``, ``InService``,
+    ``Terminating:Wait``, ``Warmed:Running``, ...), kept as a string on purpose:
+    AWS adds states, and an unknown one must never break an observation.
+    ``launch_time`` is None unless the adapter was given EC2 clients.
+    """
+
+    instance_id: str
+    group: str
+    region: str
+    lifecycle_state: str
+    health_status: str
+    launch_time: datetime | None
+    protected_from_scale_in: bool
+    availability_zone: str
+
+    @property
+    def ref(self) -> GroupRef:
+        return GroupRef(name=self.group, region=self.region)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGroup:
+    """One Auto Scaling group: its sizes, its instances and its tags."""
+
+    name: str
+    region: str
+    desired: int
+    min_size: int
+    max_size: int
+    instances: tuple[FleetInstance, ...] = ()
+    tags: dict[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def ref(self) -> GroupRef:
+        return GroupRef(name=self.name, region=self.region)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingActivity:
+    """One scaling activity of a group (a launch or a termination attempt).
+
+    ``status_message`` carries AWS's own words on failure, e.g. "We currently do
+    not have sufficient p3.2xlarge capacity in the Availability Zone you
+    requested (us-west-2a). ..."; the planner backs a group off on those.
+    """
+
+    activity_id: str
+    group: str
+    region: str
+    status_code: str
+    status_message: str
+    description: str
+    start_time: datetime
+    end_time: datetime | None
+    cause: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.status_code in TERMINAL_ACTIVITY_STATUSES
+
+    @property
+    def failed(self) -> bool:
+        return self.status_code == "Failed"
+
+
+class Fleet(Protocol):
+    """The node groups of every configured region."""
+
+    def describe_groups(self, refs: Sequence[GroupRef]) -> list[FleetGroup]:
+        """The groups asked for, in the order asked; groups that do not exist are omitted."""
+        ...
+
+    def recent_activities(
+        self, refs: Sequence[GroupRef], *, since: datetime
+    ) -> list[ScalingActivity]:
+        """Scaling activities of these groups that started at or after ``since``.
+
+        Newest first within each group, groups in the order asked. A naive
+        ``since`` is taken as UTC, as Auto Scaling does.
+        """
+        ...
+
+    def set_desired_capacity(self, *, ref: GroupRef, desired: int) -> None:
+        """Set the group's desired capacity now, ignoring cooldowns."""
+        ...
+
+    def terminate_instance(self, *, region: str, instance_id: str, decrement: bool = True) -> None:
+        """Terminate this instance; with ``decrement`` the group does not replace it.
+
+        Raises NotFoundError when the instance is not (any more) in a group.
+        """
+        ...
+
+    def set_scale_in_protection(
+        self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool
+    ) -> None:
+        """Protect these instances of the group from scale-in, or lift the protection."""
+        ...
+
+    def complete_lifecycle_action(
+        self,
+        *,
+        ref: GroupRef,
+        hook_name: str,
+        instance_id: str,
+        token: str | None,
+        result: LifecycleResult,
+    ) -> None:
+        """Let a launch or termination waiting on ``hook_name`` go on (or abandon it).
+
+        Raises LifecycleActionGone when the action is no longer pending.
+        """
+        ...
+
+    def record_lifecycle_heartbeat(
+        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None
+    ) -> None:
+        """Extend the hook's timeout for this instance (a long drain).
+
+        Raises LifecycleActionGone when the action is no longer pending.
+        """
+        ...
+
+
+# ---- drains ----
+
+
+class DrainQueue(Protocol):
+    def send_step(self, message: DrainStepMessage, *, delay: timedelta) -> None:
+        """Deliver ``message`` to the drain function after ``delay`` (rounded up to seconds, at most 15 min)."""
+        ...
+
+    def retry_after(self, receipt_handles: Sequence[str], *, delay: timedelta) -> None:
+        """Deliver received messages again ``delay`` from now unless deleted first (not after the visibility timeout)."""
+        ...
+
+
+class DrainStore(Protocol):
+    """Drain records, one per instance, written under a version condition."""
+
+    def get(self, instance_id: str) -> DrainRecord | None: ...
+
+    def create(self, record: DrainRecord) -> None:
+        """Store a first record for the instance; ConflictError when one exists."""
+        ...
+
+    def save(self, record: DrainRecord) -> None:
+        """Store ``record`` (version n) if the stored one is still version n - 1; else ConflictError."""
+        ...

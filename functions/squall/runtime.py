@@ -18,21 +18,29 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from squall.drain import DrainPolicy
-from squall.drain_queue import DrainQueue
-from squall.drain_store import DrainStore
-from squall.fleet import Fleet
-from squall.identity import ClusterEndpoint
+from squall.adapters.aws.identity import ClusterEndpoint
+from squall.core.drain import DrainPolicy
+from squall.core.resources import DRAIN, FUNCTIONS
+from squall.core.settings import ClusterSettings, PolicySettings, Settings
+from squall.core.telemetry import SERVICE
 from squall.planner import NodeGroup, Policy
 from squall.planner.offline import parse_groups
-from squall.ports import Clock, Cluster, JobStore, KubeObject, MetricsSink, ScaleRequests, ScaleState
-from squall.resources import DRAIN, FUNCTIONS
-from squall.service.intake import Intake, IntakeConfig
-from squall.service.lifecycle import LifecycleConfig, LifecycleService
-from squall.service.reconcile import Reconciler
-from squall.service.scale import ParsedObjects, ScaleConfig, Scaler
-from squall.settings import ClusterSettings, PolicySettings, Settings
-from squall.telemetry import SERVICE
+from squall.ports import (
+    Clock,
+    Cluster,
+    DrainQueue,
+    DrainStore,
+    Fleet,
+    JobStore,
+    KubeObject,
+    MetricsSink,
+    ScaleRequests,
+    ScaleState,
+)
+from squall.services.intake import Intake, IntakeConfig
+from squall.services.lifecycle_hooks import LifecycleConfig, LifecycleService
+from squall.services.reconcile import Reconciler
+from squall.services.scale import ParsedObjects, ScaleConfig, Scaler
 
 logger = Logger(service=SERVICE, child=True)
 
@@ -223,16 +231,16 @@ def services(metrics: Any | None = None) -> Services:
 def _from_environment(metrics: Any | None) -> Services:
     import boto3
 
-    from squall.cluster import KubernetesCluster
-    from squall.drain_queue import SqsDrainQueue
-    from squall.drain_store import DynamoDrainStore
-    from squall.eks_auth import api_client_for
-    from squall.events import EventBridgeScaleRequests
-    from squall.fleet import AutoScalingFleet
-    from squall.identity import IamPrincipals, describe_cluster, resolve_submitters
-    from squall.state import DynamoScaleState
-    from squall.store import DynamoJobStore
-    from squall.telemetry import PowertoolsMetrics, RecordingMetrics
+    from squall.adapters.aws.autoscaling import AutoScalingFleet
+    from squall.adapters.aws.drain_queue import SqsDrainQueue
+    from squall.adapters.aws.drain_store import DynamoDrainStore
+    from squall.adapters.aws.eventbridge import EventBridgeScaleRequests
+    from squall.adapters.aws.identity import IamPrincipals, describe_cluster, resolve_submitters
+    from squall.adapters.aws.job_store import DynamoJobStore
+    from squall.adapters.aws.scale_state import DynamoScaleState
+    from squall.adapters.kubernetes.cluster import KubernetesCluster
+    from squall.adapters.kubernetes.eks_auth import api_client_for
+    from squall.core.telemetry import PowertoolsMetrics, RecordingMetrics
 
     settings = Settings()  # the settings file, and the SQUALL_* variables
     session = boto3.session.Session()

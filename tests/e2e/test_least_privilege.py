@@ -6,9 +6,9 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
-from squall.jobs import JobStatus, is_terminal
+from squall.core.jobs import JobStatus, is_terminal
+from squall.core.settings import PolicySettings
 from squall.local.runtime import LocalRuntime
-from squall.settings import PolicySettings
 from stacks import constants
 
 P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}

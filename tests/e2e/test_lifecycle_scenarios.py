@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from squall.jobs import JobStatus, is_terminal
+from squall.core.jobs import JobStatus, is_terminal
+from squall.core.settings import PolicySettings
 from squall.local.fleet import RegionCapacity
 from squall.local.runtime import LocalRuntime
-from squall.settings import PolicySettings
 
 P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
 TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]

@@ -9,22 +9,22 @@ from typing import Any
 
 import pytest
 
-from squall.drain import Outcome
-from squall.errors import RetryableError
-from squall.fleet import GroupRef
-from squall.jobs import JobStatus
-from squall.lifecycle import DrainStepMessage
-from squall.local.clock import VirtualClock
-from squall.local.runtime import LocalRuntime
-from squall.local.summary import ObservedCluster
-from squall.resources import (
+from squall.core.asg_events import DrainStepMessage
+from squall.core.drain import Outcome
+from squall.core.errors import RetryableError
+from squall.core.jobs import JobStatus
+from squall.core.resources import (
     DRAIN_VISIBILITY_TIMEOUT,
     FUNCTIONS,
     JOBS_MAX_RECEIVE_COUNT,
     JOBS_VISIBILITY_TIMEOUT,
 )
-from squall.settings import PolicySettings
-from squall.telemetry import RecordedMetric
+from squall.core.settings import PolicySettings
+from squall.core.telemetry import RecordedMetric
+from squall.local.clock import VirtualClock
+from squall.local.runtime import LocalRuntime
+from squall.local.summary import ObservedCluster
+from squall.ports import GroupRef
 
 ZERO = timedelta(0)
 P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
@@ -441,8 +441,8 @@ def test_a_drain_step_that_fails_once_is_retried_after_the_step_delay_and_the_ho
 
 
 def test_both_backends_refuse_a_body_sqs_would_refuse(world: World, backend: str) -> None:
+    from squall.core.resources import SQS_MAX_MESSAGE_BYTES
     from squall.local.queues import MessageTooLong
-    from squall.resources import SQS_MAX_MESSAGE_BYTES
 
     # given a body within SQS's limit in characters but over it in bytes
     body = "é" * (SQS_MAX_MESSAGE_BYTES // 2 + 1)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from squall.jobs import JobStatus
+from squall.core.jobs import JobStatus
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario import Simulation, SimulationResult, compile_scenario
 

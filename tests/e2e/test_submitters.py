@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from squall.jobs import JobStatus
+from squall.core.jobs import JobStatus
 from squall.local.runtime import LocalRuntime
 
 IMAGE = "registry.example.com/squall/tf-trainer:1.0"

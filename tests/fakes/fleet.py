@@ -26,15 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from squall.errors import NotFoundError, PermanentError
-from squall.fleet import (
-    FleetGroup,
-    FleetInstance,
-    GroupRef,
-    LifecycleActionGone,
-    LifecycleResult,
-    ScalingActivity,
-)
+from squall.core.errors import LifecycleActionGone, NotFoundError, PermanentError
+from squall.ports import FleetGroup, FleetInstance, GroupRef, LifecycleResult, ScalingActivity
 
 
 @dataclass(frozen=True)

@@ -230,7 +230,7 @@ def test_function_logs_have_retention(template: Template) -> None:
 def test_each_function_reads_its_own_settings_file_from_the_asset(
     full: Synthesis, raw: dict[str, Any], fns: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from squall.settings import Settings
+    from squall.core.settings import Settings
 
     staged = next(full.outdir.glob(".squall-asset-squall-control-plane"))
     queues = full.stacks.control_plane.queues
@@ -358,7 +358,7 @@ def test_scale_runs_every_minute_on_request_and_on_launch_failures(
     schedules = [r["ScheduleExpression"] for r in rules if "ScheduleExpression" in r]
     patterns = [r["EventPattern"] for r in rules if "EventPattern" in r]
     assert schedules == ["rate(1 minute)"]
-    assert {"source": ["squall.jobs"], "detail-type": ["Scale Check Requested"]} in patterns
+    assert {"source": ["squall.core.jobs"], "detail-type": ["Scale Check Requested"]} in patterns
     assert {
         "source": ["aws.autoscaling"],
         "detail-type": ["EC2 Instance Launch Unsuccessful"],
@@ -368,7 +368,7 @@ def test_scale_runs_every_minute_on_request_and_on_launch_failures(
 
 
 def test_scale_check_event_names_match_the_sender() -> None:
-    from squall import events
+    from squall.adapters.aws import eventbridge as events
 
     assert constants.SCALE_CHECK_SOURCE == events.SOURCE
     assert constants.SCALE_CHECK_DETAIL_TYPE == events.SCALE_CHECK_REQUESTED
@@ -518,7 +518,7 @@ def test_submit_consumes_jobs_and_asks_for_scale_checks_as_squall_only(
             ["arn:", {"Ref": "AWS::Partition"}, ":events:us-west-2:", {"Ref": "AWS::AccountId"}, ":event-bus/default"],
         ]
     }
-    assert put["Condition"] == {"StringEquals": {"events:source": ["squall.jobs"]}}
+    assert put["Condition"] == {"StringEquals": {"events:source": ["squall.core.jobs"]}}
     # reconcile re-runs lost jobs through its own intake, not through the queue
     reconcile = function_statements(raw, fns["reconcile"])
     assert not any(a.startswith(("sqs:", "autoscaling:", "events:")) for a in actions_of(reconcile))

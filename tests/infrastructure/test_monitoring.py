@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from squall import dashboard
-from squall.jobs import JobStatus
-from squall.telemetry import NAMESPACE, Metric
+from squall.core import dashboard
+from squall.core.jobs import JobStatus
+from squall.core.telemetry import NAMESPACE, Metric
 
 from .helpers import resources
 from .scenario import HOME, Synthesis

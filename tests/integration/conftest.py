@@ -10,13 +10,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from squall.adapters.aws.job_store import DynamoJobStore
+from squall.core.telemetry import RecordingMetrics
 from squall.local.aws import create_table
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
-from squall.service.intake import Intake, IntakeConfig
-from squall.service.reconcile import Reconciler
-from squall.store import DynamoJobStore
-from squall.telemetry import RecordingMetrics
+from squall.services.intake import Intake, IntakeConfig
+from squall.services.reconcile import Reconciler
 
 TEAMS = {"research": "team-research", "vision": "team-vision"}
 REGISTRIES = ["registry.example.com/squall"]

@@ -16,12 +16,12 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import OpenApiException
 
-from squall.cluster import KubernetesCluster
-from squall.eks_auth import CachedToken, build_api_client
-from squall.errors import NotFoundError, PermanentError, RetryableError, SquallError
-from squall.manifests import render
+from squall.adapters.kubernetes.cluster import KubernetesCluster
+from squall.adapters.kubernetes.eks_auth import CachedToken, build_api_client
+from squall.core.errors import NotFoundError, PermanentError, RetryableError, SquallError
+from squall.core.manifests import render
+from squall.core.spec import parse_spec
 from squall.ports import Cluster, KubeObject
-from squall.spec import parse_spec
 
 from .kube_server import KubeApi, running_kube_api
 

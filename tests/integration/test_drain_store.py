@@ -12,12 +12,12 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 from moto import mock_aws
 
-from squall import drain
-from squall.drain import DrainPolicy, DrainRecord, Kind, Outcome
-from squall.drain_store import DRAIN_RETENTION, DynamoDrainStore
-from squall.errors import ConflictError, PermanentError, RetryableError
+from squall.adapters.aws.drain_store import DRAIN_RETENTION, DynamoDrainStore
+from squall.adapters.aws.job_store import DynamoJobStore
+from squall.core import drain
+from squall.core.drain import DrainPolicy, DrainRecord, Kind, Outcome
+from squall.core.errors import ConflictError, PermanentError, RetryableError
 from squall.local.aws import create_table
-from squall.store import DynamoJobStore
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 

@@ -22,8 +22,9 @@ from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionEr
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from squall.errors import NotFoundError, PermanentError, RetryableError, SquallError
-from squall.fleet import AutoScalingFleet, Fleet, GroupRef, LifecycleActionGone
+from squall.adapters.aws.autoscaling import AutoScalingFleet
+from squall.core.errors import LifecycleActionGone, NotFoundError, PermanentError, RetryableError, SquallError
+from squall.ports import Fleet, GroupRef
 from tests.fakes.fleet import FakeFleet
 
 pytestmark = pytest.mark.timeout(120)

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from squall import runtime
+from squall.core.jobs import JobStatus
+from squall.core.settings import Settings
 from squall.handlers import reconcile, scale, submit
-from squall.jobs import JobStatus
 from squall.local.runtime import LocalScaleRequests
-from squall.settings import Settings
 from tests.conftest import load_event
 from tests.integration.conftest import REGISTRIES, TEAMS, World
 
@@ -51,7 +51,7 @@ def test_submit_reports_only_the_malformed_message_as_failed(
 def test_submit_fails_only_the_message_that_hit_a_transient_error(
     world: World, installed: LocalScaleRequests, lambda_context: Any
 ) -> None:
-    from squall.errors import RetryableError
+    from squall.core.errors import RetryableError
 
     world.cluster.next_error = RetryableError("503 from the API server")
     event = load_event("sqs_jobs_batch")
@@ -63,7 +63,7 @@ def test_submit_fails_only_the_message_that_hit_a_transient_error(
 def test_a_failing_scale_request_does_not_fail_the_batch(
     world: World, installed: LocalScaleRequests, lambda_context: Any
 ) -> None:
-    from squall.errors import RetryableError
+    from squall.core.errors import RetryableError
 
     def refuse(**_: Any) -> None:
         raise RetryableError("PutEvents throttled")

@@ -12,10 +12,10 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from squall import runtime
-from squall.errors import NotFoundError, PermanentError, RetryableError
-from squall.identity import IamPrincipals, describe_cluster, resolve_submitters
+from squall.adapters.aws.identity import IamPrincipals, describe_cluster, resolve_submitters
+from squall.core.errors import NotFoundError, PermanentError, RetryableError
+from squall.core.settings import ClusterSettings
 from squall.runtime import NamespacedCluster
-from squall.settings import ClusterSettings
 from tests.certificates import cluster_ca
 
 TRUST = json.dumps(
@@ -99,7 +99,7 @@ def test_the_cluster_certificate_and_endpoint_come_from_describe_cluster(aws_cre
 
 
 def test_settings_without_a_certificate_are_completed_from_describe_cluster() -> None:
-    from squall.identity import ClusterEndpoint
+    from squall.adapters.aws.identity import ClusterEndpoint
 
     settings = ClusterSettings(name="gpu-training", endpoint="https://configured", region="us-west-2")
     completed = runtime._described(settings, lambda: ClusterEndpoint(endpoint="https://found", certificate_authority="Q0E="))
@@ -135,7 +135,7 @@ def test_a_cold_start_resolves_submitters_and_reads_the_certificate_it_was_not_g
         )
         monkeypatch.setenv("SQUALL_SETTINGS_FILE", str(settings_file))
         monkeypatch.setenv("SQUALL_TABLE_NAME", "jobs")
-        import squall.identity as identity
+        import squall.adapters.aws.identity as identity
 
         original = identity.describe_cluster
 

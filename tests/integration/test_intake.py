@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from squall.errors import ConflictError, PermanentError, RetryableError
-from squall.jobs import JobStatus, Reason
-from squall.service.intake import MalformedMessage, Outcome
+from squall.core.errors import ConflictError, PermanentError, RetryableError
+from squall.core.jobs import JobStatus, Reason
+from squall.services.intake import MalformedMessage, Outcome
 from tests.integration.conftest import IMAGE, World
 
 
@@ -79,8 +79,8 @@ def test_json_that_is_not_an_object_is_rejected_not_lost(world: World, body: str
 
 
 def test_objects_that_exist_already_count_as_created(world: World) -> None:
-    from squall.manifests import render
-    from squall.spec import parse_spec
+    from squall.core.manifests import render
+    from squall.core.spec import parse_spec
 
     parsed = parse_spec(json.loads(spec(id="t-1")), teams=["research"], registries=["registry.example.com/squall"])
     for manifest in render(parsed, job_id="t-1", namespace="team-research"):
@@ -157,7 +157,7 @@ MALLORY = "AIDAMALLORYEXAMPLE"
 
 
 def guarded(world: World) -> Any:
-    from squall.service.intake import Intake, IntakeConfig
+    from squall.services.intake import Intake, IntakeConfig
     from tests.integration.conftest import REGISTRIES, TEAMS
 
     return Intake(

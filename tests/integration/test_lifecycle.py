@@ -17,21 +17,22 @@ import boto3
 import pytest
 
 from squall import runtime
-from squall.drain import TERMINATION_REASON_ANNOTATION, DrainRecord, Outcome
-from squall.drain_queue import InMemoryDrainQueue, SqsDrainQueue, delay_seconds
-from squall.drain_store import DynamoDrainStore
-from squall.errors import PermanentError, RetryableError
-from squall.fleet import GroupRef, ScalingActivity
+from squall.adapters.aws.drain_queue import SqsDrainQueue, delay_seconds
+from squall.adapters.aws.drain_store import DynamoDrainStore
+from squall.adapters.aws.scale_state import DynamoScaleState
+from squall.core.asg_events import DrainStepMessage, parse_lifecycle_event
+from squall.core.drain import TERMINATION_REASON_ANNOTATION, DrainRecord, Outcome
+from squall.core.errors import PermanentError, RetryableError
+from squall.core.jobs import JobStatus
+from squall.core.settings import Settings
 from squall.handlers import drain as drain_handler
 from squall.handlers import lifecycle as lifecycle_handler
-from squall.jobs import JobStatus
-from squall.lifecycle import DrainStepMessage, parse_lifecycle_event
+from squall.local.drain_queue import InMemoryDrainQueue
 from squall.local.lambda_events import sqs_event
 from squall.local.runtime import LocalScaleRequests
-from squall.service.lifecycle import Handled, LifecycleService, StepMessageEarly
-from squall.service.scale import CORDON_ANNOTATION
-from squall.settings import Settings
-from squall.state import DynamoScaleState
+from squall.ports import GroupRef, ScalingActivity
+from squall.services.lifecycle_hooks import Handled, LifecycleService, StepMessageEarly
+from squall.services.scale import CORDON_ANNOTATION
 from tests.conftest import load_event
 from tests.fakes.fleet import FakeFleet
 from tests.integration.conftest import GPU_NODE, IMAGE, REGISTRIES, TEAMS, World

@@ -6,15 +6,15 @@ from datetime import timedelta
 
 import pytest
 
-from squall.errors import RetryableError
-from squall.fleet import GroupRef, LifecycleActionGone
+from squall.core.errors import LifecycleActionGone, RetryableError
+from squall.core.manifests import render
+from squall.core.spec import parse_spec
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
 from squall.local.memory import InMemoryAutoScaling
-from squall.manifests import render
 from squall.planner import NodeGroup, Resources
-from squall.spec import parse_spec
+from squall.ports import GroupRef
 
 GROUP = NodeGroup(
     name="p3-usw2",

@@ -6,7 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from squall.jobs import JobStatus, Reason
+from squall.core.jobs import JobStatus, Reason
 from tests.integration.conftest import IMAGE, World
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from squall.errors import RetryableError
-from squall.jobs import JobStatus, Reason, note
+from squall.core.errors import RetryableError
+from squall.core.jobs import JobStatus, Reason, note
 from tests.integration.conftest import IMAGE, World
 
 

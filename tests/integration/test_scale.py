@@ -12,9 +12,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from squall.errors import NotFoundError, RetryableError
-from squall.fleet import GroupRef
-from squall.jobs import JobStatus
+from squall.adapters.aws.scale_state import DynamoScaleState
+from squall.core.errors import NotFoundError, RetryableError
+from squall.core.jobs import JobStatus
+from squall.core.telemetry import RecordingMetrics
 from squall.local.aws import create_table
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
@@ -22,10 +23,9 @@ from squall.local.fleet import LocalFleet, RegionCapacity
 from squall.local.memory import InMemoryAutoScaling, InMemoryJobStore, InMemoryScaleState
 from squall.planner import GroupHealth, Policy
 from squall.planner.offline import parse_groups
-from squall.service.intake import Intake, IntakeConfig
-from squall.service.scale import ScaleConfig, Scaler
-from squall.state import DynamoScaleState
-from squall.telemetry import RecordingMetrics
+from squall.ports import GroupRef
+from squall.services.intake import Intake, IntakeConfig
+from squall.services.scale import ScaleConfig, Scaler
 
 P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
 GROUPS = [

@@ -12,11 +12,11 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from squall.errors import ConflictError, DuplicateJobError, PermanentError, RetryableError
-from squall.jobs import JobStatus, Reason, new_job, note, transition
+from squall.adapters.aws.job_store import DynamoJobStore
+from squall.core.errors import ConflictError, DuplicateJobError, PermanentError, RetryableError
+from squall.core.jobs import JobStatus, Reason, new_job, note, transition
 from squall.local.aws import create_table
 from squall.local.memory import InMemoryJobStore
-from squall.store import DynamoJobStore
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -120,7 +120,7 @@ def test_the_sender_of_a_job_round_trips(store: Any) -> None:
 
 
 def test_an_item_over_dynamodbs_limit_is_refused_with_the_same_error_by_both_stores(store: Any) -> None:
-    from squall.errors import ItemTooLargeError
+    from squall.core.errors import ItemTooLargeError
 
     # given a job whose record would be over 400 KB, and one whose update would be
     big, big_event = queued("big", spec={"env": {"BLOB": "x" * 420_000}})
@@ -137,7 +137,7 @@ def test_an_item_over_dynamodbs_limit_is_refused_with_the_same_error_by_both_sto
 
 
 def test_an_item_just_inside_the_limit_is_stored_by_both(aws_credentials: None) -> None:
-    from squall.store import MAX_ITEM_BYTES, creation_values, item_size
+    from squall.adapters.aws.job_store import MAX_ITEM_BYTES, creation_values, item_size
 
     job, event = queued(spec={"x": ""})
     padding = MAX_ITEM_BYTES - item_size(creation_values(job, event)) - 8
@@ -153,8 +153,8 @@ def test_an_item_just_inside_the_limit_is_stored_by_both(aws_credentials: None) 
 def test_dynamodbs_item_size_answers_are_translated() -> None:
     from botocore.exceptions import ClientError
 
-    from squall.errors import ItemTooLargeError
-    from squall.store import translate
+    from squall.adapters.aws.job_store import translate
+    from squall.core.errors import ItemTooLargeError
 
     put = ClientError(
         {"Error": {"Code": "ValidationException", "Message": "Item size has exceeded the maximum allowed size"}},

@@ -356,7 +356,7 @@ def test_render_checks_an_id_given_on_the_command_line(
 def test_a_failing_deployment_is_exit_1_with_its_reason(
     here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from squall.errors import RetryableError
+    from squall.core.errors import RetryableError
 
     class Store:
         def get(self, job_id: str) -> None:

@@ -1,4 +1,4 @@
-"""squall.documents: the one reader of every file Squall reads, and what it refuses."""
+"""squall.core.documents: the one reader of every file Squall reads, and what it refuses."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from squall import documents
-from squall.documents import ConfigError, DocumentError, Team, parse, read_teams
+from squall.core import documents
+from squall.core.documents import ConfigError, DocumentError, Team, parse, read_teams
 
 
 def error_of(data: bytes | str, *, source: str = "f.yaml") -> DocumentError:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from squall import drain
-from squall.drain import Arrival, DrainPolicy, DrainRecord, Kind, NodeState, Outcome, PodRef, Verdict
+from squall.core import drain
+from squall.core.drain import Arrival, DrainPolicy, DrainRecord, Kind, NodeState, Outcome, PodRef, Verdict
 from squall.planner import GroupHealth, Pod, Policy
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

@@ -14,15 +14,15 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import boto3
 import pytest
 
-from squall.eks_auth import (
+from squall.adapters.kubernetes.eks_auth import (
     API_RETRIES,
     CachedToken,
     api_client_for,
     build_api_client,
     eks_token,
 )
-from squall.errors import RetryableError
-from squall.settings import ClusterSettings
+from squall.core.errors import RetryableError
+from squall.core.settings import ClusterSettings
 
 ACCESS_KEY = "AKIDEXAMPLE"
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from squall.errors import NotFoundError, PermanentError, RetryableError
-from squall.fleet import Fleet, GroupRef, LifecycleActionGone, ScalingActivity
+from squall.core.errors import LifecycleActionGone, NotFoundError, PermanentError, RetryableError
+from squall.ports import Fleet, GroupRef, ScalingActivity
 from tests.fakes.fleet import FakeFleet, FleetCall
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from squall.jobs import Job, JobStatus, Reason
+from squall.adapters.aws.job_store import MAX_ITEM_BYTES, creation_values, item_size
+from squall.core.jobs import Job, JobStatus, Reason
+from squall.core.spec import MAX_ISSUE_FIELD_LENGTH, MAX_ISSUE_MESSAGE_LENGTH, MAX_ISSUES
+from squall.core.telemetry import RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.memory import InMemoryJobStore
-from squall.service.intake import MAX_RECORDED_BODY, Intake, IntakeConfig, MalformedMessage, Outcome
-from squall.spec import MAX_ISSUE_FIELD_LENGTH, MAX_ISSUE_MESSAGE_LENGTH, MAX_ISSUES
-from squall.store import MAX_ITEM_BYTES, creation_values, item_size
-from squall.telemetry import RecordingMetrics
+from squall.services.intake import MAX_RECORDED_BODY, Intake, IntakeConfig, MalformedMessage, Outcome
 
 TEAMS = {"research": "team-research"}
 REGISTRIES = ["registry.example.com/squall"]

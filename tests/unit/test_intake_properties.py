@@ -26,15 +26,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from squall.jobs import JobStatus
+from squall.adapters.aws.job_store import MAX_ITEM_BYTES, creation_values, item_size
+from squall.core.jobs import JobStatus
+from squall.core.spec import MAX_ISSUE_FIELD_LENGTH, MAX_ISSUE_MESSAGE_LENGTH, MAX_ISSUES, load_spec
+from squall.core.telemetry import Metric, RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.memory import InMemoryJobStore
-from squall.service.intake import Intake, IntakeConfig, MalformedMessage, Outcome
-from squall.service.reconcile import Reconciler
-from squall.spec import MAX_ISSUE_FIELD_LENGTH, MAX_ISSUE_MESSAGE_LENGTH, MAX_ISSUES, load_spec
-from squall.store import MAX_ITEM_BYTES, creation_values, item_size
-from squall.telemetry import Metric, RecordingMetrics
+from squall.services.intake import Intake, IntakeConfig, MalformedMessage, Outcome
+from squall.services.reconcile import Reconciler
 
 EXAMPLES = 10_000
 TIME_PER_BODY_S = 2.0

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from squall.errors import InvalidTransitionError
-from squall.jobs import ALLOWED, TERMINAL, JobStatus, Reason, new_job, note, reason_code, transition
+from squall.core.errors import InvalidTransitionError
+from squall.core.jobs import ALLOWED, TERMINAL, JobStatus, Reason, new_job, note, reason_code, transition
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from squall.jobs import JobStatus, Reason
-from squall.kubestatus import observe
+from squall.core.jobs import JobStatus, Reason
+from squall.core.kubestatus import observe
 
 
 def k8s_job(kind: str, index: int, *, condition: str | None = None, reason: str = "", failed: int = 0) -> dict[str, Any]:

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from squall.handlers.scale import trigger_of
-from squall.lifecycle import (
+from squall.core.asg_events import (
     DrainStepMessage,
     DrainStepRecord,
     InvalidEventError,
@@ -18,6 +17,7 @@ from squall.lifecycle import (
     parse_launch_unsuccessful,
     parse_lifecycle_event,
 )
+from squall.handlers.scale import trigger_of
 from tests.conftest import load_event
 
 

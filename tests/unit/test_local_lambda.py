@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from squall import dashboard as spec
+from squall.core import dashboard as spec
+from squall.core.telemetry import Metric
 from squall.local.lambda_events import HANDLERS, function_name
 from squall.local.render import local_deployment
 from squall.local.runtime import ASYNC_RETRIES, ASYNC_RETRY_DELAYS, DRAIN_MAX_RECEIVE_COUNT
-from squall.telemetry import Metric
 from stacks import constants
 
 # What the runtime records in the AWS namespaces, beside Squall's own metrics.

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from squall import resources
+from squall.core import resources
 from squall.local import aws, runtime
 from squall.local.lambda_events import sqs_event
 from squall.local.queues import DEFAULT_SENDER_ID, SENDER_ATTRIBUTE, MemoryQueue, MessageTooLong

@@ -8,8 +8,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from squall.manifests import render, tf_config
-from squall.spec import JobSpec, parse_spec
+from squall.core.manifests import render, tf_config
+from squall.core.spec import JobSpec, parse_spec
 
 K8S_VERSION = "1.32.0"
 
@@ -144,7 +144,7 @@ def test_every_manifest_validates_against_the_upstream_schemas(overrides: dict[s
 
 
 def test_longest_possible_trial_names_stay_valid() -> None:
-    from squall.spec import expand_sweep
+    from squall.core.spec import expand_sweep
 
     spec = parse(**LONGEST)
     trial_id, trial = expand_sweep(spec, job_id=spec.id or "")[-1]

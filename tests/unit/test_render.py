@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from squall import dashboard as spec
+from squall.core import dashboard as spec
+from squall.core.telemetry import RecordedMetric
 from squall.local.render import (
     dashboard_body,
     graph_series,
@@ -20,7 +21,6 @@ from squall.local.render import (
     write_dashboard,
 )
 from squall.planner.offline import parse_groups
-from squall.telemetry import RecordedMetric
 
 START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 GROUPS, _ = parse_groups(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from squall.settings import SETTINGS_FILE_VARIABLE, Settings, SettingsFileError, settings_file_path
+from squall.core.settings import SETTINGS_FILE_VARIABLE, Settings, SettingsFileError, settings_file_path
 
 
 @pytest.fixture(autouse=True)

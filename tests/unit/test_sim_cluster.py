@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from squall.errors import NotFoundError, PermanentError, RetryableError
-from squall.jobs import JobStatus, Reason
-from squall.kubestatus import Observation, observe
+from squall.core.errors import NotFoundError, PermanentError, RetryableError
+from squall.core.jobs import JobStatus, Reason
+from squall.core.kubestatus import Observation, observe
+from squall.core.manifests import render
+from squall.core.spec import JobSpec
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SharedObjectChanged, SimulatedCluster
-from squall.manifests import render
 from squall.planner.quantity import parse_cpu_millicores, parse_whole_count
 from squall.ports import Cluster
-from squall.spec import JobSpec
 
 NS = "team-a"
 GPU_NODE = {"cpu": "8", "memory": "60Gi", "nvidia.com/gpu": "4", "pods": "58"}

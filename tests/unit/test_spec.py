@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from squall.spec import (
+from squall.core.spec import (
     CancelCommand,
     Issue,
     SpecError,
@@ -340,7 +340,7 @@ def test_a_configured_max_runtime_limit_is_named_in_the_error() -> None:
 def test_a_recorded_spec_loads_back_whatever_the_policy_is_now() -> None:
     from datetime import timedelta
 
-    from squall.spec import load_spec, recorded
+    from squall.core.spec import load_spec, recorded
 
     # accepted under a 60-day limit; reconcile reads it after the limit went back to 30 days
     parsed = parse_spec(
@@ -390,7 +390,7 @@ def test_parameter_names_that_collide_as_env_names_are_refused() -> None:
 
 
 def test_every_trial_of_an_accepted_sweep_loads_back() -> None:
-    from squall.spec import load_spec, recorded
+    from squall.core.spec import load_spec, recorded
 
     parsed = parse_spec(
         spec(args=["--x"] * 254, sweep={"parameters": {"lr": ["v" * 1024], "bs": [1, 2]}, "maxTrials": 2}),
@@ -423,7 +423,7 @@ def test_the_largest_message_is_bounded_in_the_objects_it_creates() -> None:
 
 
 def test_the_issues_kept_are_bounded_with_a_last_and_n_more() -> None:
-    from squall.spec import MAX_ISSUES
+    from squall.core.spec import MAX_ISSUES
 
     # a 3.6 KB body that used to yield 2,000 issues
     body = spec(env={f"K{i}": i for i in range(600)})
@@ -436,7 +436,7 @@ def test_the_issues_kept_are_bounded_with_a_last_and_n_more() -> None:
 
 
 def test_issue_text_is_clipped_and_printable() -> None:
-    from squall.spec import MAX_ISSUE_FIELD_LENGTH, MAX_ISSUE_MESSAGE_LENGTH
+    from squall.core.spec import MAX_ISSUE_FIELD_LENGTH, MAX_ISSUE_MESSAGE_LENGTH
 
     with pytest.raises(SpecError) as caught:
         parse_spec(spec(**{"x\n" * 5000: 1}, team="t\x00" * 5000), teams=TEAMS, registries=REGISTRIES)
@@ -455,12 +455,12 @@ def test_a_body_too_deep_or_too_large_is_refused_before_validation() -> None:
 
 
 def test_an_unexpected_exception_in_a_check_is_a_field_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import squall.spec
+    import squall.core.spec
 
     def broken(value: Any) -> int:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(squall.spec, "parse_cpu_millicores", broken)
+    monkeypatch.setattr(squall.core.spec, "parse_cpu_millicores", broken)
     assert "could not be checked" in errors(spec(resources={"cpu": "1"}))["resources.cpu"]
 
 

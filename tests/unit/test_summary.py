@@ -6,7 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from squall.jobs import Job, JobStatus, new_job, transition
+from squall.core.jobs import Job, JobStatus, new_job, transition
+from squall.core.manifests import render
+from squall.core.spec import parse_spec
 from squall.local.clock import VirtualClock
 from squall.local.summary import (
     InvocationKilled,
@@ -18,8 +20,6 @@ from squall.local.summary import (
     percentile,
     queue_waits,
 )
-from squall.manifests import render
-from squall.spec import parse_spec
 
 CLOCK = VirtualClock()
 T0 = CLOCK.now()

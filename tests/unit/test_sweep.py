@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squall.spec import (
+from squall.core.spec import (
     MAX_SWEEP_PARAMETERS,
     MAX_SWEEP_VALUES,
     SpecError,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from squall.core.spec import parse_spec
 from squall.local.scenario import ScenarioError
 from squall.local.trace import job_spec, load_configuration, parse_trace, trace_plan
-from squall.spec import parse_spec
 
 GROUPS = """
 nodeGroups:

@@ -87,8 +87,8 @@ def test_unknown_flag_is_a_config_error() -> None:
 def test_trials_of_a_sweep_as_squall_renders_them() -> None:
     # Squall's own sweep expansion and rendering: values arrive both as
     # --<name>=<value> args (the name as the sweep spells it) and as env vars.
-    from squall.manifests import render
-    from squall.spec import expand_sweep, parse_spec
+    from squall.core.manifests import render
+    from squall.core.spec import expand_sweep, parse_spec
 
     spec = parse_spec(
         {

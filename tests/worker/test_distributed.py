@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 from trainer import exits
 
-from squall.manifests import render
-from squall.spec import parse_spec
+from squall.core.manifests import render
+from squall.core.spec import parse_spec
 from tests.worker.harness import (
     METRIC_LINE,
     checkpoint_steps,

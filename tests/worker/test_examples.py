@@ -9,8 +9,8 @@ import pytest
 import yaml
 from trainer.config import parse_config
 
-from squall.manifests import render
-from squall.spec import expand_sweep, parse_spec
+from squall.core.manifests import render
+from squall.core.spec import expand_sweep, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 CONTEXT = yaml.safe_load((REPO / "cdk.json").read_text())["context"]

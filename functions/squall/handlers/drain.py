@@ -9,9 +9,9 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from squall.lifecycle import DrainStepRecord
+from squall.core.asg_events import DrainStepRecord
+from squall.core.telemetry import NAMESPACE, SERVICE
 from squall.runtime import services
-from squall.telemetry import NAMESPACE, SERVICE
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)

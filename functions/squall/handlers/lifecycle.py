@@ -7,9 +7,9 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from squall.lifecycle import InvalidEventError, parse_lifecycle_event
+from squall.core.asg_events import InvalidEventError, parse_lifecycle_event
+from squall.core.telemetry import NAMESPACE, SERVICE
 from squall.runtime import services
-from squall.telemetry import NAMESPACE, SERVICE
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)

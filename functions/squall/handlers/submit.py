@@ -9,10 +9,10 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from squall.errors import SquallError
+from squall.core.errors import SquallError
+from squall.core.telemetry import NAMESPACE, SERVICE
 from squall.runtime import services
-from squall.service.intake import MalformedMessage
-from squall.telemetry import NAMESPACE, SERVICE
+from squall.services.intake import MalformedMessage
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)

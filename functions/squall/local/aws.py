@@ -22,7 +22,7 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
-from squall import resources
+from squall.core import resources
 from squall.local.queues import MOTO_VISIBILITY_TIMEOUT_SECONDS
 
 PREFIX = "squall"  # cdk.json's default prefix

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from squall.errors import NotFoundError, PermanentError
-from squall.manifests import GPU, JOB_ID, MANAGED_BY
+from squall.core.errors import NotFoundError, PermanentError
+from squall.core.manifests import GPU, JOB_ID, MANAGED_BY
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, parse_whole_count
 from squall.ports import Clock, KubeObject
 

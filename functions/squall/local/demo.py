@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from squall.jobs import JobStatus
+from squall.core.jobs import JobStatus
 from squall.local.live import RichView, make_view
 from squall.local.render import DashboardFiles, write_dashboard
 from squall.local.runtime import LocalRuntime

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from squall.errors import RetryableError
-from squall.fleet import FleetGroup, FleetInstance, GroupRef, LifecycleActionGone, ScalingActivity
+from squall.core.errors import LifecycleActionGone, RetryableError
+from squall.core.manifests import CAPACITY_TYPE, NODE_GROUP
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.lambda_events import eventbridge_event
-from squall.manifests import CAPACITY_TYPE, NODE_GROUP
 from squall.planner import NodeGroup
 from squall.planner.quantity import format_cpu, format_memory
+from squall.ports import FleetGroup, FleetInstance, GroupRef, ScalingActivity
 
 ICE_MESSAGE = (
     "We currently do not have sufficient {instance_type} capacity in the Availability Zone you "

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
 
-from squall.jobs import JobStatus, is_terminal
+from squall.core.jobs import JobStatus, is_terminal
+from squall.core.telemetry import Metric
 from squall.local.runtime import LocalRuntime
 from squall.local.summary import Recorder, instances
-from squall.telemetry import Metric
 
 STATE_ORDER = [s.value for s in JobStatus]
 

@@ -17,12 +17,25 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from squall.drain import DrainRecord
-from squall.errors import ConflictError, DuplicateJobError, ItemTooLargeError, NotFoundError, PermanentError
-from squall.fleet import FleetGroup, FleetInstance, GroupRef
-from squall.jobs import Job, JobEvent, JobStatus
+from squall.adapters.aws.job_store import (
+    FIRST_EVENT,
+    MAX_ITEM_BYTES,
+    creation_values,
+    event_values,
+    item_size,
+    job_values,
+)
+from squall.core.drain import DrainRecord
+from squall.core.errors import (
+    ConflictError,
+    DuplicateJobError,
+    ItemTooLargeError,
+    NotFoundError,
+    PermanentError,
+)
+from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.planner import GroupHealth
-from squall.store import FIRST_EVENT, MAX_ITEM_BYTES, creation_values, event_values, item_size, job_values
+from squall.ports import FleetGroup, FleetInstance, GroupRef
 
 
 class InMemoryJobStore:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from squall.resources import JOBS_MAX_RECEIVE_COUNT, JOBS_VISIBILITY_TIMEOUT, SQS_MAX_MESSAGE_BYTES
+from squall.core.resources import JOBS_MAX_RECEIVE_COUNT, JOBS_VISIBILITY_TIMEOUT, SQS_MAX_MESSAGE_BYTES
 
 # SQS leaves a message received this many times (or more) out of
 # ApproximateAgeOfOldestMessage: it is moved to the back of the queue, redrive or not.

@@ -1,6 +1,6 @@
 """The CloudWatch dashboard, drawn locally from the metrics the functions emitted.
 
-squall.dashboard describes the dashboard once; the CDK monitoring construct deploys
+squall.core.dashboard describes the dashboard once; the CDK monitoring construct deploys
 it, and this module renders the same description three ways:
 
 - `dashboard_body`: the dashboard body JSON exactly as the CDK construct synthesises
@@ -32,11 +32,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from squall import dashboard as spec
+from squall.core import dashboard as spec
+from squall.core.telemetry import NAMESPACE, SERVICE, RecordedMetric
 from squall.local.aws import DEAD_LETTER_QUEUE, DRAIN_QUEUE, JOBS_QUEUE, REGION
 from squall.local.lambda_events import FUNCTION_PREFIX, HANDLERS, function_name
 from squall.planner import NodeGroup
-from squall.telemetry import NAMESPACE, SERVICE, RecordedMetric
 
 PREFIX = FUNCTION_PREFIX
 DEFAULT_INTERVAL = "-PT3H"  # the CDK construct's default_interval

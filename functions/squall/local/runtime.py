@@ -40,14 +40,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from squall import resources as deployed
 from squall import runtime
-from squall.drain_queue import InMemoryDrainQueue, QueuedStep
-from squall.drain_store import DynamoDrainStore
-from squall.events import MAX_JOB_IDS
-from squall.fleet import AutoScalingFleet
-from squall.jobs import Job, JobEvent, is_terminal
-from squall.lifecycle import DrainStepMessage
+from squall.adapters.aws.autoscaling import AutoScalingFleet
+from squall.adapters.aws.drain_store import DynamoDrainStore
+from squall.adapters.aws.eventbridge import MAX_JOB_IDS
+from squall.adapters.aws.job_store import DynamoJobStore
+from squall.adapters.aws.scale_state import DynamoScaleState
+from squall.core import resources as deployed
+from squall.core.asg_events import DrainStepMessage
+from squall.core.jobs import Job, JobEvent, is_terminal
+from squall.core.settings import PolicySettings, Settings
+from squall.core.telemetry import SERVICE, RecordedMetric, RecordingMetrics
 from squall.local.aws import (
     ACCOUNT,
     DEAD_LETTER_QUEUE,
@@ -64,6 +67,7 @@ from squall.local.aws import (
 )
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
+from squall.local.drain_queue import InMemoryDrainQueue, QueuedStep
 from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
 from squall.local.lambda_events import (
     InvocationKilled,
@@ -77,10 +81,6 @@ from squall.local.memory import InMemoryAutoScaling, InMemoryDrainStore, InMemor
 from squall.local.queues import LocalQueue, MemoryQueue, SqsQueue
 from squall.planner import NodeGroup
 from squall.planner.offline import parse_groups
-from squall.settings import PolicySettings, Settings
-from squall.state import DynamoScaleState
-from squall.store import DynamoJobStore
-from squall.telemetry import SERVICE, RecordedMetric, RecordingMetrics
 
 DEFAULT_TEAMS = {"research": "team-research", "vision": "team-vision"}
 DEFAULT_REGISTRIES = ["registry.example.com/squall", "123456789012.dkr.ecr.us-west-2.amazonaws.com"]
@@ -545,7 +545,7 @@ class LocalRuntime:
             event = scheduled_event(rule="squall-scale", at=self.clock.now(), region=REGION)
         else:
             event = eventbridge_event(
-                source="squall.jobs",
+                source="squall.core.jobs",
                 detail_type="Scale Check Requested",
                 # As EventBridgeScaleRequests puts it: at most MAX_JOB_IDS named, all counted.
                 detail={"reason": trigger, "jobIds": list(job_ids[:MAX_JOB_IDS]), "jobCount": len(job_ids)},

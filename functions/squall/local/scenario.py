@@ -49,9 +49,11 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from squall import documents
-from squall.errors import RetryableError
-from squall.jobs import JobStatus, is_terminal
+from squall.core import documents
+from squall.core.errors import RetryableError
+from squall.core.jobs import JobStatus, is_terminal
+from squall.core.settings import PolicySettings
+from squall.core.spec import JobSpec, SpecError, derive_job_id, expand_sweep, parse_spec
 from squall.local.clock import EPOCH, VirtualClock
 from squall.local.fleet import RegionCapacity
 from squall.local.runtime import DEFAULT_REGISTRIES, DEFAULT_TEAMS, LocalRuntime
@@ -65,8 +67,6 @@ from squall.local.summary import (
 )
 from squall.planner import NodeGroup
 from squall.planner.offline import GroupsError, parse_groups
-from squall.settings import PolicySettings
-from squall.spec import JobSpec, SpecError, derive_job_id, expand_sweep, parse_spec
 
 ZERO = timedelta(0)
 # Steps at one instant before moving on: a scale check launches instances that the
@@ -357,7 +357,7 @@ class Plan:
 
 
 def load_document(path: Path) -> Any:
-    """A scenario, groups or spec file (YAML or JSON, see squall.documents)."""
+    """A scenario, groups or spec file (YAML or JSON, see squall.core.documents)."""
     try:
         return documents.load(path)
     except documents.DocumentError as exc:

@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from squall.jobs import Job, is_terminal
+from squall.core.jobs import Job, is_terminal
+from squall.core.manifests import JOB_ID
+from squall.core.telemetry import Metric, RecordingMetrics
 from squall.local.cluster import SimulatedCluster
 from squall.local.fleet import LocalFleet
 from squall.local.lambda_events import InvocationKilled
-from squall.manifests import JOB_ID
 from squall.planner import NodeGroup
 from squall.ports import Clock, KubeObject
-from squall.telemetry import Metric, RecordingMetrics
 
 # Cluster port methods that change something: where a function can die half way.
 MUTATING_CALLS = ("create", "delete_job_objects", "patch_node", "evict")

@@ -27,7 +27,9 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from squall import documents
+from squall.core import documents
+from squall.core.settings import PolicySettings
+from squall.core.spec import DEFAULT_MAX_RUNTIME_LIMIT, format_duration
 from squall.local.fleet import RegionCapacity
 from squall.local.runtime import DEFAULT_REGISTRIES
 from squall.local.scenario import (
@@ -42,8 +44,6 @@ from squall.local.scenario import (
 )
 from squall.planner import NodeGroup
 from squall.planner.offline import GroupsError, parse_groups
-from squall.settings import PolicySettings
-from squall.spec import DEFAULT_MAX_RUNTIME_LIMIT, format_duration
 
 COLUMNS = ("submit_s", "team", "gpus", "replicas", "run_s")
 TEAM = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")

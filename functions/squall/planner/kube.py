@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from squall.documents import kind, shown
 from squall.planner.model import (
     GPU_RESOURCE,
     Node,
@@ -25,6 +24,7 @@ from squall.planner.model import (
     Toleration,
 )
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, parse_whole_count
+from squall.planner.text import kind, shown
 
 JOB_ID_LABEL = "squall.io/job-id"
 CORDONED_AT_ANNOTATION = "squall.io/cordoned-at"

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from squall.documents import kind, shown
 from squall.planner.kube import parse_nodes, parse_pods, parse_time
 from squall.planner.model import (
     GPU_RESOURCE,
@@ -30,6 +29,7 @@ from squall.planner.model import (
 )
 from squall.planner.planning import plan
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, parse_whole_count
+from squall.planner.text import kind, shown
 
 DEFAULT_PODS_PER_NODE = 110
 # Bounds on what a group may declare: more than any real Auto Scaling group holds, and

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from decimal import ROUND_CEILING, Decimal
 
-from squall.documents import kind, shown
+from squall.planner.text import kind, shown
 
 _DECIMAL_SUFFIXES: dict[str, Decimal] = {
     "n": Decimal("1e-9"),

@@ -19,13 +19,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
 
-from squall.errors import NotFoundError, PermanentError, RetryableError
+from squall.core.errors import LifecycleActionGone, NotFoundError, PermanentError, RetryableError
+from squall.ports import (
+    TERMINAL_ACTIVITY_STATUSES,
+    Fleet,
+    FleetGroup,
+    FleetInstance,
+    GroupRef,
+    LifecycleResult,
+    ScalingActivity,
+)
 
 __all__ = [
     "TERMINAL_ACTIVITY_STATUSES",
@@ -38,158 +47,6 @@ __all__ = [
     "LifecycleResult",
     "ScalingActivity",
 ]
-
-LifecycleResult = Literal["CONTINUE", "ABANDON"]
-
-# Auto Scaling reports many in-progress codes (PreInService, MidLifecycleAction,
-# WaitingForSpotInstanceId, ...); only these three mean the activity is over.
-TERMINAL_ACTIVITY_STATUSES = frozenset({"Successful", "Failed", "Cancelled"})
-
-
-class LifecycleActionGone(PermanentError):
-    """The lifecycle action is no longer pending: already completed, or timed out.
-
-    Auto Scaling answers ``ValidationError: No active Lifecycle Action found ...``
-    for both; callers treat it as "already completed" (at-least-once delivery
-    makes a second completion normal).
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class GroupRef:
-    """An Auto Scaling group, by name, in one region."""
-
-    name: str
-    region: str
-
-
-@dataclass(frozen=True, slots=True)
-class FleetInstance:
-    """One instance of a group, as Auto Scaling sees it.
-
-    ``lifecycle_state`` is Auto Scaling's own word (``Pending:Wait``, ``InService``,
-    ``Terminating:Wait``, ``Warmed:Running``, ...), kept as a string on purpose:
-    AWS adds states, and an unknown one must never break an observation.
-    ``launch_time`` is None unless the adapter was given EC2 clients.
-    """
-
-    instance_id: str
-    group: str
-    region: str
-    lifecycle_state: str
-    health_status: str
-    launch_time: datetime | None
-    protected_from_scale_in: bool
-    availability_zone: str
-
-    @property
-    def ref(self) -> GroupRef:
-        return GroupRef(name=self.group, region=self.region)
-
-
-@dataclass(frozen=True, slots=True)
-class FleetGroup:
-    """One Auto Scaling group: its sizes, its instances and its tags."""
-
-    name: str
-    region: str
-    desired: int
-    min_size: int
-    max_size: int
-    instances: tuple[FleetInstance, ...] = ()
-    tags: dict[str, str] = field(default_factory=dict, hash=False)
-
-    @property
-    def ref(self) -> GroupRef:
-        return GroupRef(name=self.name, region=self.region)
-
-
-@dataclass(frozen=True, slots=True)
-class ScalingActivity:
-    """One scaling activity of a group (a launch or a termination attempt).
-
-    ``status_message`` carries AWS's own words on failure, e.g. "We currently do
-    not have sufficient p3.2xlarge capacity in the Availability Zone you
-    requested (us-west-2a). ..."; the planner backs a group off on those.
-    """
-
-    activity_id: str
-    group: str
-    region: str
-    status_code: str
-    status_message: str
-    description: str
-    start_time: datetime
-    end_time: datetime | None
-    cause: str = ""
-
-    @property
-    def finished(self) -> bool:
-        return self.status_code in TERMINAL_ACTIVITY_STATUSES
-
-    @property
-    def failed(self) -> bool:
-        return self.status_code == "Failed"
-
-
-class Fleet(Protocol):
-    """The node groups of every configured region."""
-
-    def describe_groups(self, refs: Sequence[GroupRef]) -> list[FleetGroup]:
-        """The groups asked for, in the order asked; groups that do not exist are omitted."""
-        ...
-
-    def recent_activities(
-        self, refs: Sequence[GroupRef], *, since: datetime
-    ) -> list[ScalingActivity]:
-        """Scaling activities of these groups that started at or after ``since``.
-
-        Newest first within each group, groups in the order asked. A naive
-        ``since`` is taken as UTC, as Auto Scaling does.
-        """
-        ...
-
-    def set_desired_capacity(self, *, ref: GroupRef, desired: int) -> None:
-        """Set the group's desired capacity now, ignoring cooldowns."""
-        ...
-
-    def terminate_instance(self, *, region: str, instance_id: str, decrement: bool = True) -> None:
-        """Terminate this instance; with ``decrement`` the group does not replace it.
-
-        Raises NotFoundError when the instance is not (any more) in a group.
-        """
-        ...
-
-    def set_scale_in_protection(
-        self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool
-    ) -> None:
-        """Protect these instances of the group from scale-in, or lift the protection."""
-        ...
-
-    def complete_lifecycle_action(
-        self,
-        *,
-        ref: GroupRef,
-        hook_name: str,
-        instance_id: str,
-        token: str | None,
-        result: LifecycleResult,
-    ) -> None:
-        """Let a launch or termination waiting on ``hook_name`` go on (or abandon it).
-
-        Raises LifecycleActionGone when the action is no longer pending.
-        """
-        ...
-
-    def record_lifecycle_heartbeat(
-        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None
-    ) -> None:
-        """Extend the hook's timeout for this instance (a long drain).
-
-        Raises LifecycleActionGone when the action is no longer pending.
-        """
-        ...
-
 
 # --- the adapter -------------------------------------------------------------------
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from squall.errors import ConflictError, InvalidTransitionError, PermanentError, RetryableError
-from squall.jobs import Job, JobStatus, Reason, is_terminal, note, reason_code, transition
-from squall.kubestatus import Observation, job_id_of, observe
+from squall.core.errors import ConflictError, InvalidTransitionError, PermanentError, RetryableError
+from squall.core.jobs import Job, JobStatus, Reason, is_terminal, note, reason_code, transition
+from squall.core.kubestatus import Observation, job_id_of, observe
+from squall.core.spec import SpecError, load_spec
+from squall.core.telemetry import SERVICE, Metric
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
-from squall.service.intake import Intake, update_job
-from squall.spec import SpecError, load_spec
-from squall.telemetry import SERVICE, Metric
+from squall.services.intake import Intake, update_job
 
 logger = Logger(service=SERVICE, child=True)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from squall.adapters.aws.job_store import call_dynamodb, from_iso, from_item, iso, to_item, translate
 from squall.planner import GroupHealth
-from squall.store import call_dynamodb, from_iso, from_item, iso, to_item, translate
 
 DECISION_RETENTION = timedelta(days=14)
 

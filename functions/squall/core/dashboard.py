@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from squall.jobs import JobStatus
-from squall.telemetry import NAMESPACE, SERVICE, Metric
+from squall.core.jobs import JobStatus
+from squall.core.telemetry import NAMESPACE, SERVICE, Metric
 
 __all__ = [
     "DASHBOARD_COLUMNS",

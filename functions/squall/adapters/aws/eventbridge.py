@@ -8,10 +8,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from squall.errors import RetryableError
-from squall.store import translate
+from squall.adapters.aws.job_store import translate
+from squall.core.errors import RetryableError
 
-SOURCE = "squall.jobs"
+SOURCE = "squall.core.jobs"
 SCALE_CHECK_REQUESTED = "Scale Check Requested"
 MAX_JOB_IDS = 50  # keep the event far below EventBridge's 256 KB entry limit
 

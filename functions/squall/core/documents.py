@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from squall.planner.text import SHOWN_LENGTH, kind, shown  # noqa: F401  (re-exported: the readers use them)
+
 # A kubectl snapshot of 10,000 pods is about 50 MB; a cluster ten times that size still fits.
 MAX_BYTES = 512 * 2**20
 MAX_DEPTH = 100
@@ -36,7 +38,6 @@ MAX_ALIAS_EXPANSION = 1_000_000
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _CONTAINERS = (dict, list)
-SHOWN_LENGTH = 60
 
 
 class DocumentError(ValueError):
@@ -540,36 +541,3 @@ def _source(path: str | Path) -> str:
 
 def _size(count: int) -> str:
     return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count:,} bytes"
-
-
-def kind(value: object) -> str:
-    """What a reader of JSON or YAML calls a value: 'a string', 'a list', 'null', ..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return f"a {type(value).__name__}"
-
-
-def shown(value: object, limit: int = SHOWN_LENGTH) -> str:
-    """A value as an error message shows it: its repr cut short; containers and huge integers described.
-
-    A refused value may be a list of a million items, megabytes of text, or an integer
-    too long for Python to print: the message must stay short and never fail itself.
-    """
-    if isinstance(value, Mapping):
-        return f"an object of {len(value)} keys"
-    if isinstance(value, list | tuple):
-        return f"a list of {len(value)} items"
-    if isinstance(value, int) and value.bit_length() > 3 * limit:
-        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

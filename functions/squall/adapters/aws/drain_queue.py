@@ -1,4 +1,4 @@
-"""The drain queue: the DrainQueue port, its SQS adapter, and an in-memory one.
+"""The drain queue on SQS (the DrainQueue port is in squall.ports).
 
 A drain or a launch wait continues by sending itself a delayed message, never by
 sleeping in a function: SQS holds the message back for DelaySeconds (at most 15
@@ -17,29 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from datetime import timedelta
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from squall.errors import RetryableError
-from squall.lifecycle import DrainStepMessage
-from squall.ports import Clock
-from squall.store import translate
+from squall.adapters.aws.job_store import translate
+from squall.core.asg_events import DrainStepMessage
+from squall.core.errors import RetryableError
 
 MAX_DELAY_SECONDS = 900  # SQS's limit on DelaySeconds
 MAX_BATCH = 10  # entries in one SQS batch call
-
-
-class DrainQueue(Protocol):
-    def send_step(self, message: DrainStepMessage, *, delay: timedelta) -> None:
-        """Deliver ``message`` to the drain function after ``delay`` (rounded up to seconds, at most 15 min)."""
-        ...
-
-    def retry_after(self, receipt_handles: Sequence[str], *, delay: timedelta) -> None:
-        """Deliver received messages again ``delay`` from now unless deleted first (not after the visibility timeout)."""
-        ...
 
 
 def delay_seconds(delay: timedelta) -> int:
@@ -75,41 +63,3 @@ class SqsDrainQueue:
             failed.extend(f"{f.get('Code', '')}: {f.get('Message', '')}" for f in response.get("Failed", []))
         if failed:
             raise RetryableError(f"change the visibility of drain steps: {len(failed)} failed ({failed[0]})")
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedStep:
-    due_at: datetime
-    message: DrainStepMessage
-
-
-@dataclass
-class InMemoryDrainQueue:
-    """DrainQueue on a list, for the local runtime and tests: messages come due on the clock."""
-
-    clock: Clock
-    sent: list[QueuedStep] = field(default_factory=list)  # every message ever sent, in order
-    waiting: list[QueuedStep] = field(default_factory=list)
-    # receipt handle -> when the received message is visible again, as the function
-    # asked (ChangeMessageVisibility); whoever plays the queue honours it
-    visible_again: dict[str, datetime] = field(default_factory=dict)
-
-    def send_step(self, message: DrainStepMessage, *, delay: timedelta) -> None:
-        queued = QueuedStep(due_at=self.clock.now() + timedelta(seconds=delay_seconds(delay)), message=message)
-        self.sent.append(queued)
-        self.waiting.append(queued)
-
-    def retry_after(self, receipt_handles: Sequence[str], *, delay: timedelta) -> None:
-        due = self.clock.now() + timedelta(seconds=delay_seconds(delay))
-        for handle in receipt_handles:
-            self.visible_again[handle] = due
-
-    def next_due(self) -> datetime | None:
-        return min((q.due_at for q in self.waiting), default=None)
-
-    def take_due(self) -> list[DrainStepMessage]:
-        """The messages due by now, oldest first; they leave the queue."""
-        now = self.clock.now()
-        due = sorted((q for q in self.waiting if q.due_at <= now), key=lambda q: q.due_at)
-        self.waiting = [q for q in self.waiting if q.due_at > now]
-        return [q.message for q in due]

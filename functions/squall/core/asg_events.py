@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, SqsRecordModel
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError, model_validator
 
-from squall.errors import PermanentError
+from squall.core.errors import PermanentError
 
 AUTOSCALING_SOURCE = "aws.autoscaling"
 LAUNCH_ACTION = "EC2 Instance-launch Lifecycle Action"

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from squall.jobs import JobStatus, Reason
-from squall.manifests import JOB_ID, REPLICA_INDEX, REPLICA_TYPE
+from squall.core.jobs import JobStatus, Reason
+from squall.core.manifests import JOB_ID, REPLICA_INDEX, REPLICA_TYPE
 
 IMAGE_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"})
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from squall.errors import (
+from squall.core.errors import (
     ConflictError,
     DuplicateJobError,
     ItemTooLargeError,
@@ -31,7 +31,7 @@ from squall.errors import (
     RetryableError,
     SquallError,
 )
-from squall.jobs import Job, JobEvent, JobStatus
+from squall.core.jobs import Job, JobEvent, JobStatus
 
 T = TypeVar("T")
 

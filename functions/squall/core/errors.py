@@ -46,3 +46,12 @@ class DuplicateJobError(ConflictError):
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         super().__init__(f"job {job_id} exists already")
+
+
+class LifecycleActionGone(PermanentError):
+    """The lifecycle action is no longer pending: already completed, or timed out.
+
+    Auto Scaling answers ``ValidationError: No active Lifecycle Action found ...``
+    for both; callers treat it as "already completed" (at-least-once delivery
+    makes a second completion normal).
+    """

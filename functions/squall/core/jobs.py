@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from squall.errors import InvalidTransitionError
+from squall.core.errors import InvalidTransitionError
 
 
 class JobStatus(StrEnum):

@@ -46,12 +46,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from squall.jobs import Reason, reason_code
+from squall.core.jobs import Reason, reason_code
 from squall.planner import GroupHealth, Pod, Policy, backoff_duration
 from squall.planner.health import PROVISION_TIMEOUT
 from squall.planner.kube import instance_id_from_provider_id, parse_node
 
-Result = Literal["CONTINUE", "ABANDON"]  # the same words as squall.fleet.LifecycleResult
+Result = Literal["CONTINUE", "ABANDON"]  # the same words as squall.adapters.aws.autoscaling.LifecycleResult
 
 # The contract with whoever terminates an instance on purpose (the scale function
 # sets ``scale-in`` when it cordons a node to remove it): why the node goes.

@@ -15,7 +15,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from squall.spec import TF_PORT, JobSpec, Replica, format_parameter
+from squall.core.spec import TF_PORT, JobSpec, Replica, format_parameter
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB_ID = "squall.io/job-id"

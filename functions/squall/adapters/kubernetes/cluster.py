@@ -8,7 +8,7 @@ into models is the slowest part of a list on a large cluster.
 
 Every call carries a (connect, read) timeout, so a hung API server costs a
 Lambda seconds, not its whole time budget; every third-party exception leaves
-as a `squall.errors` type, chained, with a message naming what was being done.
+as a `squall.core.errors` type, chained, with a message naming what was being done.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import urllib3
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, V1Eviction, V1Job, V1ObjectMeta, V1Service
 from kubernetes.client.exceptions import ApiException, OpenApiException
 
-from squall.errors import NotFoundError, PermanentError, RetryableError, SquallError
-from squall.manifests import JOB_ID, MANAGED_BY, job_selector
+from squall.core.errors import NotFoundError, PermanentError, RetryableError, SquallError
+from squall.core.manifests import JOB_ID, MANAGED_BY, job_selector
 from squall.ports import Cluster, KubeObject
 
 DEFAULT_REQUEST_TIMEOUT: Final = (3.0, 15.0)  # seconds: (connect, read)

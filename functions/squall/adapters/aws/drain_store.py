@@ -1,4 +1,4 @@
-"""Drain records in the jobs table (DynamoDB), and the DrainStore port.
+"""Drain records in the jobs table (DynamoDB); the DrainStore port is in squall.ports.
 
 - drain:  pk=DRAIN#<instance-id>  sk=DRAIN  kind=drain, the record's fields, version,
           expiresAt (epoch seconds, the table's TTL attribute)
@@ -12,30 +12,16 @@ run at once, can never both move a drain on: the loser gets ConflictError and st
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from squall.drain import DrainRecord, Kind, Outcome
-from squall.errors import ConflictError
-from squall.store import call_dynamodb, from_item, to_item, translate
+from squall.adapters.aws.job_store import call_dynamodb, from_item, to_item, translate
+from squall.core.drain import DrainRecord, Kind, Outcome
+from squall.core.errors import ConflictError
 
 # Finished drains stay readable this long (for `squall` and post-mortems), then TTL removes them.
 DRAIN_RETENTION = timedelta(days=7)
-
-
-class DrainStore(Protocol):
-    """Drain records, one per instance, written under a version condition."""
-
-    def get(self, instance_id: str) -> DrainRecord | None: ...
-
-    def create(self, record: DrainRecord) -> None:
-        """Store a first record for the instance; ConflictError when one exists."""
-        ...
-
-    def save(self, record: DrainRecord) -> None:
-        """Store ``record`` (version n) if the stored one is still version n - 1; else ConflictError."""
-        ...
 
 
 def drain_key(instance_id: str) -> dict[str, Any]:

@@ -24,8 +24,8 @@ import botocore.exceptions
 import urllib3
 from kubernetes.client import ApiClient, Configuration
 
-from squall.errors import RetryableError
-from squall.settings import ClusterSettings
+from squall.core.errors import RetryableError
+from squall.core.settings import ClusterSettings
 
 TOKEN_PREFIX: Final = "k8s-aws-v1."
 CLUSTER_ID_HEADER: Final = "x-k8s-aws-id"

@@ -1,6 +1,6 @@
 """Lifecycle hooks: drain before terminate, wait for a usable node before launch.
 
-The shell around the pure state machine in ``squall.drain``. A lifecycle event
+The shell around the pure state machine in ``squall.core.drain``. A lifecycle event
 creates the instance's drain record and takes the first step at once (an empty
 node, or one that never joined, is answered in that same invocation); every later
 step comes through the delayed drain queue. A step is bounded work: observe the
@@ -27,8 +27,9 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from squall import drain
-from squall.drain import (
+from squall.core import drain
+from squall.core.asg_events import DrainStepMessage, LaunchLifecycleEvent, LifecycleEvent
+from squall.core.drain import (
     Arrival,
     Decision,
     DrainPolicy,
@@ -39,18 +40,31 @@ from squall.drain import (
     PodRef,
     Verdict,
 )
-from squall.drain_queue import DrainQueue
-from squall.drain_store import DrainStore
-from squall.errors import ConflictError, NotFoundError, PermanentError, RetryableError, SquallError
-from squall.fleet import Fleet, GroupRef, LifecycleActionGone
-from squall.jobs import Job, is_terminal, note
-from squall.lifecycle import DrainStepMessage, LaunchLifecycleEvent, LifecycleEvent
+from squall.core.errors import (
+    ConflictError,
+    LifecycleActionGone,
+    NotFoundError,
+    PermanentError,
+    RetryableError,
+    SquallError,
+)
+from squall.core.jobs import Job, is_terminal, note
+from squall.core.telemetry import SERVICE, Metric
 from squall.planner import GroupHealth, NodeGroup, Policy
 from squall.planner.kube import parse_pods
-from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleState
-from squall.service.intake import update_job
-from squall.service.scale import cordon_patch
-from squall.telemetry import SERVICE, Metric
+from squall.ports import (
+    Clock,
+    Cluster,
+    DrainQueue,
+    DrainStore,
+    Fleet,
+    GroupRef,
+    JobStore,
+    MetricsSink,
+    ScaleState,
+)
+from squall.services.intake import update_job
+from squall.services.scale import cordon_patch
 
 logger = Logger(service=SERVICE, child=True)
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from squall.drain import TERMINATION_REASON_ANNOTATION
-from squall.errors import NotFoundError, SquallError
-from squall.fleet import Fleet, FleetGroup, GroupRef
-from squall.jobs import Reason, is_terminal, note, reason_code
+from squall.core.drain import TERMINATION_REASON_ANNOTATION
+from squall.core.errors import NotFoundError, SquallError
+from squall.core.jobs import Reason, is_terminal, note, reason_code
+from squall.core.telemetry import SERVICE, Metric
 from squall.planner import (
     REGION_LABEL,
     GroupHealth,
@@ -34,9 +34,8 @@ from squall.planner import (
     plan,
 )
 from squall.planner.kube import EMPTY_SINCE_ANNOTATION, ParseCache, node_cache, parse_pods, pod_cache
-from squall.ports import Clock, Cluster, JobStore, MetricsSink, ScaleState
-from squall.service.intake import update_job
-from squall.telemetry import SERVICE, Metric
+from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
+from squall.services.intake import update_job
 
 logger = Logger(service=SERVICE, child=True)
 

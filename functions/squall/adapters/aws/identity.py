@@ -23,7 +23,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from squall.errors import NotFoundError, PermanentError, RetryableError, SquallError
+from squall.core.errors import NotFoundError, PermanentError, RetryableError, SquallError
 
 # arn:<partition>:iam::<account>:role/<path/>name (or user/...); IAM's Get calls take the name.
 PRINCIPAL_ARN = re.compile(

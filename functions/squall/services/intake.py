@@ -20,11 +20,10 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from squall import manifests
-from squall.errors import ConflictError, DuplicateJobError, ItemTooLargeError, PermanentError
-from squall.jobs import Job, JobStatus, Reason, is_terminal, new_job, transition
-from squall.ports import Clock, Cluster, JobStore, MetricsSink
-from squall.spec import (
+from squall.core import manifests
+from squall.core.errors import ConflictError, DuplicateJobError, ItemTooLargeError, PermanentError
+from squall.core.jobs import Job, JobStatus, Reason, is_terminal, new_job, transition
+from squall.core.spec import (
     DEFAULT_MAX_RUNTIME_LIMIT,
     DNS_LABEL,
     CancelCommand,
@@ -36,7 +35,8 @@ from squall.spec import (
     parse_message,
     recorded,
 )
-from squall.telemetry import SERVICE, Metric
+from squall.core.telemetry import SERVICE, Metric
+from squall.ports import Clock, Cluster, JobStore, MetricsSink
 
 logger = Logger(service=SERVICE, child=True)
 
