@@ -40,7 +40,7 @@ from squall import runtime  # noqa: E402
 from squall.adapters.aws.drain_store import DynamoDrainStore  # noqa: E402
 from squall.adapters.aws.job_store import DynamoJobStore  # noqa: E402
 from squall.adapters.aws.scale_state import DynamoScaleState  # noqa: E402
-from squall.core.drain import Outcome  # noqa: E402
+from squall.core.drain import DrainOutcome  # noqa: E402
 from squall.core.settings import Settings  # noqa: E402
 from squall.core.telemetry import RecordingMetrics  # noqa: E402
 from squall.handlers import drain as drain_handler  # noqa: E402
@@ -198,7 +198,7 @@ def squall_drain(world: World) -> Measured:
             invocations += 1
     runtime.install(None)
     record = DynamoDrainStore(world.dynamodb, table).get(INSTANCE)
-    assert record is not None and record.outcome is Outcome.DRAINED, (answer, record)
+    assert record is not None and record.outcome is DrainOutcome.DRAINED, (answer, record)
     return Measured(
         cluster_calls=len(world.cluster.calls) - before,
         invocations=invocations,

@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from squall.core.settings import PolicySettings
-from squall.local.scenario import EndModel, Plan, Simulation
+from squall.local.scenario import EndModel, ScenarioPlan, Simulation
 from squall.local.trace import Configuration, TraceRow, parse_trace, trace_plan
 from squall.planner.offline import parse_groups
 
@@ -136,7 +136,7 @@ def configuration() -> Configuration:
     )
 
 
-def replay(plan: Plan) -> tuple[dict[str, object], float, float]:
+def replay(plan: ScenarioPlan) -> tuple[dict[str, object], float, float]:
     """Summary, wall seconds, the process's peak resident memory in MiB so far."""
     started = time.perf_counter()
     result = Simulation(plan, backend="memory", pace=False).run()
@@ -150,7 +150,7 @@ def window(rows: list[TraceRow], *, start_hours: float, hours: float) -> list[Tr
     return [replace(r, submit_s=r.submit_s - begin) for r in rows if begin <= r.submit_s < end]
 
 
-def event_driven(plan: Plan, hours: float) -> float:
+def event_driven(plan: ScenarioPlan, hours: float) -> float:
     started = time.perf_counter()
     Simulation(
         replace(plan, end=EndModel(when="time", at=timedelta(hours=hours))), backend="memory", pace=False
@@ -158,7 +158,7 @@ def event_driven(plan: Plan, hours: float) -> float:
     return time.perf_counter() - started
 
 
-def fixed_step(plan: Plan, hours: float, *, step: timedelta) -> float:
+def fixed_step(plan: ScenarioPlan, hours: float, *, step: timedelta) -> float:
     """The runtime's own loop: deliver, advance, run due schedules, every `step` of virtual time."""
     from squall.local.clock import VirtualClock
     from squall.local.runtime import LocalRuntime

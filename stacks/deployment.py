@@ -181,7 +181,7 @@ def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:
             constants.dead_letter_queue_name(jobs),
             constants.dead_letter_queue_name(drain),
         ),
-        groups=tuple(dashboard.GroupRef(g.name, g.region) for g in config.node_groups),
+        groups=tuple(dashboard.DashboardGroup(g.name, g.region) for g in config.node_groups),
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from squall.core.asg_events import DrainStepMessage
-from squall.core.drain import Outcome
+from squall.core.drain import DrainOutcome
 from squall.core.errors import RetryableError
 from squall.core.jobs import JobStatus
 from squall.core.resources import (
@@ -431,7 +431,7 @@ def test_a_drain_step_that_fails_once_is_retried_after_the_step_delay_and_the_ho
         (failed_at,) = failures
         record = local.backend.drain_store.get(instance)
         assert record is not None and record.finished_at is not None
-        assert (record.outcome, record.result) == (Outcome.DRAINED, "CONTINUE")
+        assert (record.outcome, record.result) == (DrainOutcome.DRAINED, "CONTINUE")
         assert record.finished_at - failed_at == policy.drain_step_delay
         assert record.finished_at < record.started_at + local.hook_heartbeat_timeout
         assert local.fleet.stats.timed_out == 0 and local.fleet.hook_stats()["hooksLeftOpen"] == 0

@@ -22,7 +22,7 @@ DEPLOYMENT = dashboard.Deployment(
     jobs_queue="squall-jobs",
     drain_queue="squall-drain",
     dead_letter_queues=("squall-jobs-dlq", "squall-drain-dlq"),
-    groups=(dashboard.GroupRef("p3-usw2", "us-west-2"), dashboard.GroupRef("p3-use1", "us-east-1")),
+    groups=(dashboard.DashboardGroup("p3-usw2", "us-west-2"), dashboard.DashboardGroup("p3-use1", "us-east-1")),
 )
 
 
@@ -147,7 +147,7 @@ def test_thresholds_come_from_the_settings() -> None:
 
 
 def test_rows_wrap_at_24_columns() -> None:
-    many = replace(DEPLOYMENT, groups=tuple(dashboard.GroupRef(f"g{i}", "us-west-2") for i in range(7)))
+    many = replace(DEPLOYMENT, groups=tuple(dashboard.DashboardGroup(f"g{i}", "us-west-2") for i in range(7)))
     rows = dashboard.describe(many).dashboard.rows()
     assert all(sum(w.width for w in row) <= 24 for row in rows)
     group_rows = [row for row in rows if any(getattr(w, "title", "").startswith("g") for w in row)]

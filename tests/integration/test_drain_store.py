@@ -15,7 +15,7 @@ from moto import mock_aws
 from squall.adapters.aws.drain_store import DRAIN_RETENTION, DynamoDrainStore
 from squall.adapters.aws.job_store import DynamoJobStore
 from squall.core import drain
-from squall.core.drain import DrainPolicy, DrainRecord, Kind, Outcome
+from squall.core.drain import DrainOutcome, DrainPolicy, DrainRecord, Kind
 from squall.core.errors import ConflictError, PermanentError, RetryableError
 from squall.local.aws import create_table
 
@@ -65,7 +65,7 @@ def test_a_record_reads_back_as_it_was_written(drains: DynamoDrainStore) -> None
         refused=2,
         heartbeats=1,
         result="CONTINUE",
-        outcome=Outcome.PAST_DEADLINE,
+        outcome=DrainOutcome.PAST_DEADLINE,
         detail="deadline passed",
         finished_at=T0 + timedelta(minutes=30),
         next_step_id="",
@@ -112,7 +112,7 @@ def test_a_save_of_a_record_never_created_conflicts(drains: DynamoDrainStore) ->
 
 def test_the_item_carries_its_ttl_and_stays_out_of_job_listings(drains: DynamoDrainStore, dynamodb: Any) -> None:
     active = record()
-    finished = record("i-0ffffffffffffffff", finished_at=T0 + timedelta(minutes=3), outcome=Outcome.DRAINED)
+    finished = record("i-0ffffffffffffffff", finished_at=T0 + timedelta(minutes=3), outcome=DrainOutcome.DRAINED)
     drains.create(active)
     drains.create(finished)
 

@@ -9,7 +9,7 @@ import pytest
 
 from squall.core.errors import ConflictError, PermanentError, RetryableError
 from squall.core.jobs import JobStatus, Reason
-from squall.services.intake import MalformedMessage, Outcome
+from squall.services.intake import IntakeOutcome, MalformedMessage
 from tests.integration.conftest import IMAGE, World
 
 
@@ -19,7 +19,7 @@ def spec(**overrides: Any) -> str:
 
 def test_a_spec_is_recorded_queued_with_its_objects(world: World) -> None:
     result = world.intake.handle(body=spec(id="t-1"), message_id="m-1")
-    assert (result.outcome, result.job_id) == (Outcome.CREATED, "t-1")
+    assert (result.outcome, result.job_id) == (IntakeOutcome.CREATED, "t-1")
     job = world.store.get("t-1")
     assert job is not None and job.status is JobStatus.QUEUED and job.gpus == 1
     assert [j["metadata"]["name"] for j in world.cluster.list_jobs(job_id="t-1")] == ["t-1-worker-0"]
@@ -29,7 +29,7 @@ def test_a_spec_is_recorded_queued_with_its_objects(world: World) -> None:
 def test_a_duplicate_delivery_of_one_message_makes_one_job(world: World) -> None:
     first = world.intake.handle(body=spec(), message_id="m-1")
     again = world.new_intake().handle(body=spec(), message_id="m-1")
-    assert again.outcome is Outcome.REDELIVERED and again.job_id == first.job_id
+    assert again.outcome is IntakeOutcome.REDELIVERED and again.job_id == first.job_id
     assert len(world.store.list_by_status(JobStatus.QUEUED)) == 1
     assert len(world.cluster.list_jobs()) == 1
     assert len(world.store.events(first.job_id)) == 1
@@ -38,7 +38,7 @@ def test_a_duplicate_delivery_of_one_message_makes_one_job(world: World) -> None
 def test_two_messages_with_the_same_client_id_make_one_job(world: World) -> None:
     world.intake.handle(body=spec(id="mine", args=["--first"]), message_id="m-1")
     second = world.intake.handle(body=spec(id="mine", args=["--second"]), message_id="m-2")
-    assert second.outcome is Outcome.DUPLICATE
+    assert second.outcome is IntakeOutcome.DUPLICATE
     job = world.store.get("mine")
     assert job is not None and job.spec["args"] == ["--first"] and job.message_id == "m-1"
     assert world.metrics.total("JobsDuplicate") == 1
@@ -47,7 +47,7 @@ def test_two_messages_with_the_same_client_id_make_one_job(world: World) -> None
 def test_an_invalid_spec_is_recorded_rejected_with_every_error(world: World) -> None:
     body = json.dumps({"name": "Bad Name", "team": "nope", "image": "docker.io/x:1", "extra": 1})
     result = world.intake.handle(body=body, message_id="m-1")
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     job = world.store.get(result.job_id)
     assert job is not None and job.status is JobStatus.REJECTED and job.reason == Reason.INVALID_SPEC
     assert {e["field"] for e in job.errors} == {"name", "team", "image", "extra"}
@@ -61,7 +61,7 @@ def test_an_invalid_spec_is_recorded_rejected_with_every_error(world: World) -> 
 def test_a_rejected_spec_does_not_take_the_client_id(world: World) -> None:
     world.intake.handle(body=spec(id="retry-me", resources={"gpu": -1}), message_id="m-1")
     fixed = world.intake.handle(body=spec(id="retry-me"), message_id="m-2")
-    assert fixed.outcome is Outcome.CREATED
+    assert fixed.outcome is IntakeOutcome.CREATED
 
 
 @pytest.mark.parametrize("body", ["{not json", "", "\x00\x01", "[1, 2"])
@@ -74,7 +74,7 @@ def test_a_body_that_is_not_json_is_a_malformed_message(world: World, body: str)
 @pytest.mark.parametrize("body", ['"just a string"', "42", "null", "[]"])
 def test_json_that_is_not_an_object_is_rejected_not_lost(world: World, body: str) -> None:
     result = world.intake.handle(body=body, message_id="m-1")
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     assert world.store.get(result.job_id) is not None
 
 
@@ -85,7 +85,7 @@ def test_objects_that_exist_already_count_as_created(world: World) -> None:
     parsed = parse_spec(json.loads(spec(id="t-1")), teams=["research"], registries=["registry.example.com/squall"])
     for manifest in render(parsed, job_id="t-1", namespace="team-research"):
         world.cluster.create(manifest)  # as if an earlier attempt had made them (409 now)
-    assert world.intake.handle(body=spec(id="t-1"), message_id="m-1").outcome is Outcome.CREATED
+    assert world.intake.handle(body=spec(id="t-1"), message_id="m-1").outcome is IntakeOutcome.CREATED
     assert len(world.cluster.list_jobs()) == 1
 
 
@@ -97,7 +97,7 @@ def test_a_transient_kubernetes_error_fails_the_message_and_the_redelivery_finis
     assert world.store.get("t-1") is not None, "recorded before the cluster was asked"
     assert world.cluster.list_jobs() == []
     again = world.new_intake().handle(body=spec(id="t-1"), message_id="m-1")
-    assert again.outcome is Outcome.REDELIVERED
+    assert again.outcome is IntakeOutcome.REDELIVERED
     assert len(world.cluster.list_jobs(job_id="t-1")) == 1
     assert len(world.store.events("t-1")) == 1
 
@@ -105,7 +105,7 @@ def test_a_transient_kubernetes_error_fails_the_message_and_the_redelivery_finis
 def test_a_permanent_kubernetes_refusal_fails_the_job_with_the_reason(world: World) -> None:
     world.cluster.next_error = PermanentError("create Job team-research/t-1-worker-0: 403 Forbidden")
     result = world.intake.handle(body=spec(id="t-1"), message_id="m-1")
-    assert result.outcome is Outcome.FAILED
+    assert result.outcome is IntakeOutcome.FAILED
     job = world.store.get("t-1")
     assert job is not None and job.status is JobStatus.FAILED and job.reason == Reason.CLUSTER_REFUSED
     assert "403" in world.store.events("t-1")[-1].message
@@ -123,7 +123,7 @@ def test_a_lost_race_on_cancel_rereads_and_wins_on_the_latest_version(world: Wor
         original_save(job, event)
 
     world.store.save = save_losing_once  # type: ignore[method-assign]
-    assert world.intake.cancel(job_id="t-1", reason="user").outcome is Outcome.CANCELLED
+    assert world.intake.cancel(job_id="t-1", reason="user").outcome is IntakeOutcome.CANCELLED
     assert calls["n"] == 2
     assert world.store.get("t-1").status is JobStatus.CANCELLED  # type: ignore[union-attr]
 
@@ -131,12 +131,12 @@ def test_a_lost_race_on_cancel_rereads_and_wins_on_the_latest_version(world: Wor
 def test_cancel_deletes_objects_and_records_why(world: World) -> None:
     world.intake.handle(body=spec(id="t-1"), message_id="m-1")
     result = world.intake.handle(body=json.dumps({"action": "cancel", "id": "t-1", "reason": "wrong lr"}), message_id="m-2")
-    assert result.outcome is Outcome.CANCELLED
+    assert result.outcome is IntakeOutcome.CANCELLED
     assert world.cluster.list_jobs() == []
     events = world.store.events("t-1")
     assert (events[-1].status, events[-1].reason, events[-1].message) == (JobStatus.CANCELLED, Reason.CANCEL_REQUESTED, "wrong lr")
-    assert world.intake.cancel(job_id="t-1", reason="again").outcome is Outcome.ALREADY_FINISHED
-    assert world.intake.cancel(job_id="nope", reason="x").outcome is Outcome.NOT_FOUND
+    assert world.intake.cancel(job_id="t-1", reason="again").outcome is IntakeOutcome.ALREADY_FINISHED
+    assert world.intake.cancel(job_id="nope", reason="x").outcome is IntakeOutcome.NOT_FOUND
 
 
 def test_a_sweep_records_parent_and_trials_and_starts_only_parallelism(world: World) -> None:
@@ -171,7 +171,7 @@ def guarded(world: World) -> Any:
 
 def test_a_submitter_of_the_team_may_submit_and_is_recorded(world: World) -> None:
     result = guarded(world).handle(body=spec(id="t-1"), message_id="m-1", sender_id=f"{ALICE}:alice-session")
-    assert result.outcome is Outcome.CREATED
+    assert result.outcome is IntakeOutcome.CREATED
     job = world.store.get("t-1")
     assert job is not None and job.submitted_by == f"{ALICE}:alice-session"
 
@@ -179,7 +179,7 @@ def test_a_submitter_of_the_team_may_submit_and_is_recorded(world: World) -> Non
 @pytest.mark.parametrize("sender", [MALLORY, f"{MALLORY}:{ALICE}", None, ""])
 def test_a_sender_the_team_does_not_list_is_rejected_with_the_reason(world: World, sender: str | None) -> None:
     result = guarded(world).handle(body=spec(id="t-1"), message_id="m-1", sender_id=sender)
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     (error,) = result.errors
     assert error["field"] == "team" and "'research'" in error["message"]
     assert (MALLORY if sender else "(no SenderId)") in error["message"]
@@ -191,7 +191,7 @@ def test_a_sender_the_team_does_not_list_is_rejected_with_the_reason(world: Worl
 
 def test_a_team_without_submitters_is_open_to_every_sender(world: World) -> None:
     result = guarded(world).handle(body=spec(id="v-1", team="vision"), message_id="m-1", sender_id=MALLORY)
-    assert result.outcome is Outcome.CREATED
+    assert result.outcome is IntakeOutcome.CREATED
 
 
 def test_a_cancel_from_a_sender_the_team_does_not_list_is_refused(world: World) -> None:
@@ -200,12 +200,12 @@ def test_a_cancel_from_a_sender_the_team_does_not_list_is_refused(world: World) 
     cancel = json.dumps({"action": "cancel", "id": "t-1"})
 
     refused = intake.handle(body=cancel, message_id="m-2", sender_id=MALLORY)
-    assert refused.outcome is Outcome.FORBIDDEN
+    assert refused.outcome is IntakeOutcome.FORBIDDEN
     assert world.store.get("t-1").status is JobStatus.QUEUED  # type: ignore[union-attr]
     assert len(world.cluster.list_jobs()) == 2
 
     done = intake.handle(body=cancel, message_id="m-3", sender_id=f"{ALICE}:later")
-    assert done.outcome is Outcome.CANCELLED
+    assert done.outcome is IntakeOutcome.CANCELLED
     assert world.cluster.list_jobs() == []
     assert {world.store.get(t).status for t in ("t-1-t000", "t-1-t001")} == {JobStatus.CANCELLED}  # type: ignore[union-attr]
 
@@ -219,12 +219,12 @@ def test_a_rejected_record_fits_dynamodb_even_for_a_body_with_thousands_of_issue
     # 3.6 KB that used to make 2,000 issues and a 2.2 MB record that DynamoDB refused
     body = json.dumps({"sweep": {"parameters": {f"p{i}": [[]] * 100 for i in range(9)}}}, separators=(",", ":"))
     result = world.intake.handle(body=body, message_id="m-1")
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     job = world.store.get(result.job_id)
     assert job is not None and len(job.errors) == 51 and job.errors[-1]["message"].startswith("and ")
 
 
 def test_a_sweep_whose_trials_would_not_load_is_rejected_at_intake(world: World) -> None:
     result = world.intake.handle(body=spec(args=["-v"] * 256, sweep={"parameters": {"lr": [1]}}), message_id="m-1")
-    assert result.outcome is Outcome.REJECTED and result.errors[0]["field"] == "args"
+    assert result.outcome is IntakeOutcome.REJECTED and result.errors[0]["field"] == "args"
     assert world.store.list_by_status(JobStatus.QUEUED) == []

@@ -20,8 +20,9 @@ from squall import runtime
 from squall.adapters.aws.drain_queue import SqsDrainQueue, delay_seconds
 from squall.adapters.aws.drain_store import DynamoDrainStore
 from squall.adapters.aws.scale_state import DynamoScaleState
+from squall.conventions import CORDONED_AT_ANNOTATION, TERMINATION_REASON_ANNOTATION
 from squall.core.asg_events import DrainStepMessage, parse_lifecycle_event
-from squall.core.drain import TERMINATION_REASON_ANNOTATION, DrainRecord, Outcome
+from squall.core.drain import DrainOutcome, DrainRecord
 from squall.core.errors import PermanentError, RetryableError
 from squall.core.jobs import JobStatus
 from squall.core.settings import Settings
@@ -32,7 +33,6 @@ from squall.local.lambda_events import sqs_event
 from squall.local.runtime import LocalScaleRequests
 from squall.ports import GroupRef, ScalingActivity
 from squall.services.lifecycle_hooks import Handled, LifecycleService, StepMessageEarly
-from squall.services.scale import CORDON_ANNOTATION
 from tests.conftest import load_event
 from tests.fakes.fleet import FakeFleet
 from tests.integration.conftest import GPU_NODE, IMAGE, REGISTRIES, TEAMS, World
@@ -202,7 +202,7 @@ def test_a_terminating_node_is_drained_its_jobs_told_and_the_action_continued(
     # then the node is cordoned with Squall's marker and both pods are evicted at once
     node = world.cluster.get_node("gpu-1")
     assert node is not None and node["spec"]["unschedulable"] is True
-    assert CORDON_ANNOTATION in node["metadata"]["annotations"]
+    assert CORDONED_AT_ANNOTATION in node["metadata"]["annotations"]
     assert sorted(evictions(world)) == sorted(p for p in harness.record().pods_left)
     assert len(evictions(world)) == 2
     # and each job says why it is losing its pod
@@ -215,7 +215,7 @@ def test_a_terminating_node_is_drained_its_jobs_told_and_the_action_continued(
     assert harness.run() == 1
     # then the pods are gone and the instance may terminate
     record = harness.record()
-    assert record.outcome is Outcome.DRAINED and record.result == "CONTINUE"
+    assert record.outcome is DrainOutcome.DRAINED and record.result == "CONTINUE"
     assert harness.fleet.instance(INSTANCE).lifecycle_state == "Terminating:Proceed"
     assert world.metrics.total("DrainsStarted") == 1 and world.metrics.total("DrainsCompleted") == 1
     assert world.metrics.total("HooksCompleted") == 1 and world.metrics.total("DrainSeconds") == 30
@@ -240,7 +240,7 @@ def test_an_empty_node_the_scaler_cordoned_is_answered_in_the_same_invocation(ha
     # when
     handled = harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
     # then no step message is needed: one invocation, two Kubernetes calls, no eviction
-    assert handled.record is not None and handled.record.outcome is Outcome.DRAINED
+    assert handled.record is not None and handled.record.outcome is DrainOutcome.DRAINED
     assert handled.record.cause == "scale-in"
     assert harness.queue.sent == []
     assert [c.method for c in harness.world.cluster.calls[calls_before:]] == ["list_nodes", "list_pods"]
@@ -280,7 +280,7 @@ def test_a_spot_reclaimed_schedulable_node_is_cordoned_and_its_cause_found_in_th
 def test_an_instance_that_never_joined_is_continued_at_once(harness: Harness) -> None:
     harness.terminating(INSTANCE)
     handled = harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
-    assert handled.record is not None and handled.record.outcome is Outcome.NO_NODE
+    assert handled.record is not None and handled.record.outcome is DrainOutcome.NO_NODE
     assert "never joined" in handled.record.detail
     assert harness.fleet.instance(INSTANCE).lifecycle_state == "Terminating:Proceed"
     assert harness.queue.sent == []
@@ -338,7 +338,7 @@ def test_a_late_launch_event_is_ignored_and_a_terminate_replaces_a_launch_wait(h
     replaced = harness.on_event(harness.event("lifecycle_terminate", LAUNCHED))
     # then the terminate takes over and is answered at once (no node)
     assert replaced.outcome == "replace" and replaced.record is not None
-    assert replaced.record.outcome is Outcome.NO_NODE
+    assert replaced.record.outcome is DrainOutcome.NO_NODE
     assert harness.fleet.instance(LAUNCHED).lifecycle_state == "Terminating:Proceed"
     # and the launch's pending step finds a record that no longer waits for it
     assert harness.lifecycle.step(launch_step).outcome == "finished"
@@ -360,7 +360,7 @@ def test_an_action_completed_by_someone_else_is_finished_quietly(harness: Harnes
     harness.run()
     # then the first heartbeat learns it, and the drain ends without errors or further steps
     record = harness.record()
-    assert record.outcome is Outcome.ACTION_GONE and record.done and record.result is None
+    assert record.outcome is DrainOutcome.ACTION_GONE and record.done and record.result is None
     assert harness.queue.waiting == []
     assert harness.fleet.calls_to("complete_lifecycle_action") == []
     assert harness.world.metrics.total("HooksCompleted") == 0
@@ -374,7 +374,7 @@ def test_a_second_completion_of_a_finished_drain_is_taken_as_done(harness: Harne
     # when the drain completes it
     handled = harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
     # then the record keeps how it ended, and says the action was completed already
-    assert handled.record is not None and handled.record.outcome is Outcome.DRAINED
+    assert handled.record is not None and handled.record.outcome is DrainOutcome.DRAINED
     assert "already completed" in handled.record.detail
     assert harness.world.metrics.total("HooksCompleted") == 0
 
@@ -404,7 +404,7 @@ def test_eviction_blocked_by_a_pdb_past_the_deadline_completes_with_heartbeats_a
     assert all(timedelta(seconds=150) < gap <= timedelta(seconds=180) for gap in gaps)
     # ... and at the deadline completed anyway with CONTINUE, naming the pod left
     assert harness.now == started + timedelta(minutes=30)
-    assert record.outcome is Outcome.PAST_DEADLINE and record.result == "CONTINUE"
+    assert record.outcome is DrainOutcome.PAST_DEADLINE and record.result == "CONTINUE"
     assert record.pods_left_count == 1 and record.pods_left[0].startswith("team-research/job-a")
     assert record.pods_left[0] in record.detail
     assert harness.fleet.instance(INSTANCE).lifecycle_state == "Terminating:Proceed"
@@ -453,7 +453,7 @@ def test_a_pdb_lets_pods_go_one_at_a_time(harness: Harness) -> None:
     # then one pod went per step, as replacements started elsewhere; the refused ones were
     # tried again on later steps, and every pod left before the deadline
     record = harness.record()
-    assert record.outcome is Outcome.DRAINED and record.evicted == 3 and record.refused == 3
+    assert record.outcome is DrainOutcome.DRAINED and record.evicted == 3 and record.refused == 3
     assert record.attempts == 4
     assert world.metrics.total("DrainsPastDeadline") == 0
 
@@ -469,7 +469,7 @@ def test_a_node_deleted_mid_drain_completes_the_action(harness: Harness) -> None
     harness.world.cluster.remove_node("gpu-1")
     harness.run()
     record = harness.record()
-    assert record.outcome is Outcome.NODE_DELETED and record.result == "CONTINUE"
+    assert record.outcome is DrainOutcome.NODE_DELETED and record.result == "CONTINUE"
     assert harness.fleet.instance(INSTANCE).lifecycle_state == "Terminating:Proceed"
 
 
@@ -513,7 +513,7 @@ def test_a_step_that_dies_before_saving_is_resumed_from_dynamodb(harness: Harnes
     retaken = harness.lifecycle.step(message)
     assert retaken.outcome == "step" and retaken.record is not None and retaken.record.done
     # and Auto Scaling's "no active lifecycle action" for the second completion means done
-    assert harness.record().outcome is Outcome.DRAINED
+    assert harness.record().outcome is DrainOutcome.DRAINED
     assert len(harness.fleet.calls_to("complete_lifecycle_action")) == 2
     assert harness.world.metrics.total("HooksCompleted") == 1
 
@@ -545,7 +545,7 @@ def test_a_lifecycle_function_that_dies_after_creating_the_record_is_resumed_by_
     assert len(harness.queue.waiting) == 1
     harness.world.cluster.delete_job_objects(namespace="team-research", job_id="job-a")
     harness.run()
-    assert harness.record().outcome is Outcome.DRAINED
+    assert harness.record().outcome is DrainOutcome.DRAINED
     assert harness.reasons("job-a").count("NodeLost:terminate") == 1
 
 
@@ -577,7 +577,7 @@ def test_kubernetes_api_errors_delay_the_drain_but_never_stop_it(harness: Harnes
     world.cluster.fail_calls("evict", RetryableError("500 Internal Server Error"))
     harness.run()
     record = harness.record()
-    assert record.outcome is Outcome.DRAINED
+    assert record.outcome is DrainOutcome.DRAINED
     assert len(evictions(world)) == 2 and record.evicted == 1
 
 
@@ -588,7 +588,7 @@ def test_an_api_that_stays_down_past_the_deadline_still_gets_the_action_complete
     harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
     harness.run()
     record = harness.record()
-    assert record.outcome is Outcome.PAST_DEADLINE and record.result == "CONTINUE"
+    assert record.outcome is DrainOutcome.PAST_DEADLINE and record.result == "CONTINUE"
     assert "connection refused" in record.detail
     assert harness.fleet.instance(INSTANCE).lifecycle_state == "Terminating:Proceed"
 
@@ -609,7 +609,7 @@ def test_a_launch_continues_once_the_node_is_ready_with_its_gpus(harness: Harnes
     harness.run()
     # then the launch is continued, and only then
     record = harness.record(LAUNCHED)
-    assert record.outcome is Outcome.READY and record.result == "CONTINUE" and record.node_name == "gpu-new"
+    assert record.outcome is DrainOutcome.READY and record.result == "CONTINUE" and record.node_name == "gpu-new"
     assert harness.fleet.instance(LAUNCHED).lifecycle_state == "Pending:Proceed"
     assert record.finished_at is not None and record.finished_at - record.started_at == timedelta(seconds=150)
     assert harness.world.metrics.total("HooksCompleted") == 1
@@ -626,7 +626,7 @@ def test_a_launch_past_the_provision_timeout_is_abandoned_and_the_group_backed_o
     # then at the provision timeout the launch is abandoned ...
     record = harness.record(LAUNCHED)
     assert harness.now == started + timedelta(minutes=10)
-    assert record.outcome is Outcome.PROVISION_TIMEOUT and record.result == "ABANDON"
+    assert record.outcome is DrainOutcome.PROVISION_TIMEOUT and record.result == "ABANDON"
     assert harness.fleet.instance(LAUNCHED).lifecycle_state == "Terminating"
     assert harness.world.metrics.total("LaunchesAbandoned") == 1
     # ... the 600 s hook was heartbeaten so that the answer is Squall's, not a timeout's ...
@@ -720,7 +720,7 @@ def test_a_failed_step_is_asked_back_after_the_step_delay_not_the_visibility_tim
     assert harness.record().version == 2 and not harness.record().done
     harness.world.clock.advance(STEP)
     assert harness.lifecycle.step(message, receipt_handle="receipt-2").outcome == "step"
-    assert harness.record().outcome is Outcome.DRAINED
+    assert harness.record().outcome is DrainOutcome.DRAINED
     assert "receipt-2" not in harness.queue.visible_again, "a step that ends is not asked back"
 
 

@@ -8,8 +8,18 @@ from typing import Any
 
 import pytest
 
+from squall import conventions
 from squall.core import drain
-from squall.core.drain import Arrival, DrainPolicy, DrainRecord, Kind, NodeState, Outcome, PodRef, Verdict
+from squall.core.drain import (
+    Arrival,
+    DrainOutcome,
+    DrainPolicy,
+    DrainRecord,
+    Kind,
+    NodeState,
+    PodRef,
+    Verdict,
+)
 from squall.planner import GroupHealth, Pod, Policy
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -152,7 +162,7 @@ def test_a_node_with_only_daemonset_mirror_and_finished_pods_is_drained() -> Non
     pods = [pod("fluent-bit", daemonset=True), pod("kube-proxy", mirror=True), pod("old", phase="Failed")]
     decision = drain.decide(terminate_record(), node=node(), pods=pods, now=at(1), policy=POLICY)
     assert decision.complete == "CONTINUE"
-    assert decision.record.outcome is Outcome.DRAINED and decision.record.done
+    assert decision.record.outcome is DrainOutcome.DRAINED and decision.record.done
     assert decision.record.finished_at == at(1) and decision.next_step_in is None
 
 
@@ -164,7 +174,7 @@ def test_past_the_deadline_the_action_is_completed_anyway_and_the_pods_left_are_
     decision = drain.decide(record, node=node(), pods=pods, now=record.deadline, policy=POLICY)
     # then CONTINUE, nothing evicted any more, and the pods left are named
     assert decision.complete == "CONTINUE" and decision.evictions == ()
-    assert decision.record.outcome is Outcome.PAST_DEADLINE
+    assert decision.record.outcome is DrainOutcome.PAST_DEADLINE
     assert "team-a/a-worker-0" in decision.record.detail and "team-a/late" in decision.record.detail
     assert decision.record.pods_left_count == 2
     # and the job not noted yet learns it lost its pod
@@ -174,7 +184,7 @@ def test_past_the_deadline_the_action_is_completed_anyway_and_the_pods_left_are_
 def test_no_node_for_the_instance_completes_at_once() -> None:
     decision = drain.decide(terminate_record(), node=None, pods=None, now=at(1), policy=POLICY)
     assert decision.complete == "CONTINUE"
-    assert decision.record.outcome is Outcome.NO_NODE
+    assert decision.record.outcome is DrainOutcome.NO_NODE
     assert "never joined" in decision.record.detail
 
 
@@ -182,7 +192,7 @@ def test_a_node_deleted_mid_drain_completes() -> None:
     record = terminate_record(node_name="gpu-1", pods_left=("team-a/x",), pods_left_count=1)
     decision = drain.decide(record, node=None, pods=None, now=at(90), policy=POLICY)
     assert decision.complete == "CONTINUE"
-    assert decision.record.outcome is Outcome.NODE_DELETED
+    assert decision.record.outcome is DrainOutcome.NODE_DELETED
     assert "gpu-1" in decision.record.detail
 
 
@@ -192,7 +202,7 @@ def test_a_cordoned_node_needs_its_pods_listed() -> None:
 
 
 def test_a_finished_record_decides_nothing() -> None:
-    record = terminate_record(finished_at=at(5), outcome=Outcome.DRAINED, result="CONTINUE")
+    record = terminate_record(finished_at=at(5), outcome=DrainOutcome.DRAINED, result="CONTINUE")
     decision = drain.decide(record, node=node(), pods=[pod("x")], now=at(60), policy=POLICY)
     assert decision == drain.Decision(record=record)
 
@@ -276,7 +286,7 @@ def test_an_unobservable_node_is_tried_again_before_the_deadline() -> None:
 def test_an_unobservable_node_past_the_deadline_is_answered_as_the_hook_would() -> None:
     terminate = terminate_record()
     decision = drain.decide_unobserved(terminate, error="503", now=terminate.deadline, policy=POLICY)
-    assert decision.complete == "CONTINUE" and decision.record.outcome is Outcome.PAST_DEADLINE
+    assert decision.complete == "CONTINUE" and decision.record.outcome is DrainOutcome.PAST_DEADLINE
     launch = launch_record()
     decision = drain.decide_unobserved(launch, error="503", now=launch.deadline, policy=POLICY)
     assert decision.complete == "ABANDON" and not decision.back_off
@@ -299,7 +309,7 @@ def test_a_launch_waits_until_the_gpus_are_allocatable() -> None:
 def test_a_ready_node_with_its_gpus_continues_the_launch() -> None:
     decision = drain.decide(launch_record(), node=node(cordoned=False), pods=None, now=at(150), policy=POLICY)
     assert decision.complete == "CONTINUE" and not decision.back_off
-    assert decision.record.outcome is Outcome.READY
+    assert decision.record.outcome is DrainOutcome.READY
 
 
 @pytest.mark.parametrize(
@@ -316,7 +326,7 @@ def test_past_the_provision_timeout_a_launch_is_abandoned_and_the_group_backed_o
     record = launch_record()
     decision = drain.decide(record, node=observed, pods=None, now=record.deadline, policy=POLICY)
     assert decision.complete == "ABANDON" and decision.back_off
-    assert decision.record.outcome is Outcome.PROVISION_TIMEOUT
+    assert decision.record.outcome is DrainOutcome.PROVISION_TIMEOUT
     assert words in decision.record.detail and "provision timeout" in decision.record.detail
 
 
@@ -360,10 +370,10 @@ def test_eviction_results_and_gone_actions_fold_into_the_record() -> None:
     record = drain.evictions_done(terminate_record(evicted=2), accepted=3, refused=1)
     assert (record.evicted, record.refused) == (5, 1)
     gone = drain.action_gone(record, now=at(40))
-    assert gone.done and gone.outcome is Outcome.ACTION_GONE and gone.result is None
-    completed = terminate_record(finished_at=at(5), outcome=Outcome.DRAINED, result="CONTINUE", detail="drained")
+    assert gone.done and gone.outcome is DrainOutcome.ACTION_GONE and gone.result is None
+    completed = terminate_record(finished_at=at(5), outcome=DrainOutcome.DRAINED, result="CONTINUE", detail="drained")
     again = drain.action_gone(completed, now=at(40))
-    assert again.outcome is Outcome.DRAINED and again.finished_at == at(5) and "already completed" in again.detail
+    assert again.outcome is DrainOutcome.DRAINED and again.finished_at == at(5) and "already completed" in again.detail
 
 
 # ---- causes ---------------------------------------------------------------------------------
@@ -408,7 +418,7 @@ def test_the_node_of_an_instance_is_found_by_provider_id() -> None:
     nodes: list[dict[str, Any]] = [
         {"metadata": {"name": "other"}, "spec": {"providerID": "aws:///us-west-2a/i-0ffff"}},
         {
-            "metadata": {"name": "gpu-1", "annotations": {drain.TERMINATION_REASON_ANNOTATION: "scale-in"}},
+            "metadata": {"name": "gpu-1", "annotations": {conventions.TERMINATION_REASON_ANNOTATION: "scale-in"}},
             "spec": {"providerID": f"aws:///us-west-2b/{INSTANCE}", "unschedulable": True},
             "status": {
                 "allocatable": {"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4"},
@@ -421,7 +431,7 @@ def test_the_node_of_an_instance_is_found_by_provider_id() -> None:
     state = drain.node_state(found)
     assert state == NodeState(
         name="gpu-1", ready=True, unschedulable=True, gpus=4,
-        annotations={drain.TERMINATION_REASON_ANNOTATION: "scale-in"},
+        annotations={conventions.TERMINATION_REASON_ANNOTATION: "scale-in"},
     )
     assert drain.find_node(nodes, "i-0123") is None
 

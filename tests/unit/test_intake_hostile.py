@@ -16,7 +16,7 @@ from squall.core.telemetry import RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.memory import InMemoryJobStore
-from squall.services.intake import MAX_RECORDED_BODY, Intake, IntakeConfig, MalformedMessage, Outcome
+from squall.services.intake import MAX_RECORDED_BODY, Intake, IntakeConfig, IntakeOutcome, MalformedMessage
 
 TEAMS = {"research": "team-research"}
 REGISTRIES = ["registry.example.com/squall"]
@@ -73,7 +73,7 @@ def test_a_small_body_with_thousands_of_issues_makes_a_record_that_fits(rig: Rig
     # when
     result = rig.intake.handle(body=hostile, message_id="m-1")
     # then it is REJECTED with at most MAX_ISSUES issues and a last "and N more"
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     job = assert_bounded_rejection(rig, result.job_id)
     assert len(job.errors) == MAX_ISSUES + 1
     assert job.errors[-1]["field"] == "(body)" and job.errors[-1]["message"].startswith("and ")
@@ -95,7 +95,7 @@ def test_a_small_body_with_thousands_of_issues_makes_a_record_that_fits(rig: Rig
 )
 def test_a_rejected_record_fits_the_item_limit_whatever_the_body(rig: Rig, hostile: str) -> None:
     result = rig.intake.handle(body=hostile, message_id="m-1")
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     job = assert_bounded_rejection(rig, result.job_id)
     assert job.name in ("", "train") and job.team in ("", "research")
 
@@ -119,7 +119,7 @@ def test_a_35_kb_hostile_body_is_handled_in_bounded_memory(rig: Rig, hostile: st
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     assert_bounded_rejection(rig, result.job_id)
     assert peak < 50 * 1024**2, f"{peak / 1024**2:.0f} MB"
 
@@ -142,20 +142,20 @@ def test_a_body_json_refuses_is_a_malformed_message(rig: Rig, hostile: str) -> N
 
 def test_json_nested_within_the_decoders_reach_is_rejected_not_raised(rig: Rig) -> None:
     result = rig.intake.handle(body=body(env=json.loads("[" * 500 + "]" * 500)), message_id="m-1")
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     assert any("nested" in e["message"] for e in assert_bounded_rejection(rig, result.job_id).errors)
 
 
 @pytest.mark.parametrize("runtime", ["99999999999d", "999999999d", "9" * 30 + "s"])
 def test_an_overflowing_max_runtime_is_a_field_error(rig: Rig, runtime: str) -> None:
     result = rig.intake.handle(body=body(maxRuntime=runtime), message_id="m-1")
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     assert [e["field"] for e in result.errors] == ["maxRuntime"]
 
 
 def test_a_body_larger_than_sqs_carries_is_rejected_without_parsing(rig: Rig) -> None:
     result = rig.intake.handle(body=body(args=["x" * 1_100_000]), message_id="m-1")
-    assert result.outcome is Outcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     assert "1 MiB" in result.errors[0]["message"]
     assert_bounded_rejection(rig, result.job_id)
 
@@ -163,13 +163,13 @@ def test_a_body_larger_than_sqs_carries_is_rejected_without_parsing(rig: Rig) ->
 def test_a_sweep_that_would_wedge_reconcile_is_rejected_at_intake(rig: Rig) -> None:
     # args at the limit plus a trial argument: the trial would not load back
     result = rig.intake.handle(body=body(args=["-v"] * 256, sweep={"parameters": {"lr": [1, 2]}}), message_id="m-1")
-    assert result.outcome is Outcome.REJECTED and result.errors[0]["field"] == "args"
+    assert result.outcome is IntakeOutcome.REJECTED and result.errors[0]["field"] == "args"
     # a parameter value longer than an argument may be
     result = rig.intake.handle(body=body(sweep={"parameters": {"lr": ["x" * 4100]}}), message_id="m-2")
-    assert result.outcome is Outcome.REJECTED and result.errors[0]["field"] == "sweep.parameters.lr[0]"
+    assert result.outcome is IntakeOutcome.REJECTED and result.errors[0]["field"] == "sweep.parameters.lr[0]"
     # a lone surrogate in a value
     result = rig.intake.handle(body=body(sweep={"parameters": {"lr": ["\ud800"]}}), message_id="m-3")
-    assert result.outcome is Outcome.REJECTED and result.errors[0]["field"] == "sweep.parameters.lr[0]"
+    assert result.outcome is IntakeOutcome.REJECTED and result.errors[0]["field"] == "sweep.parameters.lr[0]"
     assert rig.store.list_by_status(JobStatus.QUEUED) == []
 
 
@@ -177,7 +177,7 @@ def test_a_sweep_that_would_wedge_reconcile_is_rejected_at_intake(rig: Rig) -> N
 def test_a_sweep_of_ten_trillion_combinations_makes_max_trials_records(rig: Rig) -> None:
     sweep = {"parameters": {f"p{i}": list(range(20)) for i in range(10)}, "maxTrials": 10, "parallelism": 2}
     result = rig.intake.handle(body=body(id="huge", sweep=sweep), message_id="m-1")
-    assert result.outcome is Outcome.CREATED
+    assert result.outcome is IntakeOutcome.CREATED
     parent = rig.store.get("huge")
     assert parent is not None and len(parent.trial_ids) == 10
     assert len(rig.store.list_all()) == 11
@@ -187,7 +187,7 @@ def test_a_sweep_of_ten_trillion_combinations_makes_max_trials_records(rig: Rig)
 def test_a_client_id_shaped_like_a_trial_cannot_take_another_jobs_trial(rig: Rig) -> None:
     rig.intake.handle(body=body(id="exp", sweep={"parameters": {"lr": [1, 2]}}), message_id="m-1")
     result = rig.intake.handle(body=body(id="exp-t001", team="research"), message_id="m-2")
-    assert result.outcome is Outcome.REJECTED and result.errors[0]["field"] == "id"
+    assert result.outcome is IntakeOutcome.REJECTED and result.errors[0]["field"] == "id"
     trial = rig.store.get("exp-t001")
     assert trial is not None and trial.parent_id == "exp"
 

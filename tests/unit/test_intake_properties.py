@@ -33,7 +33,7 @@ from squall.core.telemetry import Metric, RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.memory import InMemoryJobStore
-from squall.services.intake import Intake, IntakeConfig, MalformedMessage, Outcome
+from squall.services.intake import Intake, IntakeConfig, IntakeOutcome, MalformedMessage
 from squall.services.reconcile import Reconciler
 
 EXAMPLES = 10_000
@@ -290,13 +290,13 @@ def check(body: str, sender: str | None) -> str:
         assert not decodes(body), "only a body that is not JSON is dead-lettered"
         assert r.store.list_all() == []
     else:
-        assert result.outcome in {Outcome.CREATED, Outcome.REJECTED, Outcome.NOT_FOUND, Outcome.FAILED}, (
+        assert result.outcome in {IntakeOutcome.CREATED, IntakeOutcome.REJECTED, IntakeOutcome.NOT_FOUND, IntakeOutcome.FAILED}, (
             result
         )
         jobs = r.store.list_all()
         for job in jobs:
             assert item_size(creation_values(job, r.store.events(job.id)[0])) <= MAX_ITEM_BYTES
-        if result.outcome is Outcome.REJECTED:
+        if result.outcome is IntakeOutcome.REJECTED:
             (job,) = jobs
             assert job.status is JobStatus.REJECTED and job.id == result.job_id
             assert 1 <= len(job.errors) <= MAX_ISSUES + 1
@@ -304,7 +304,7 @@ def check(body: str, sender: str | None) -> str:
                 assert len(error["field"]) <= MAX_ISSUE_FIELD_LENGTH
                 assert len(error["message"]) <= MAX_ISSUE_MESSAGE_LENGTH
                 assert not internal_path(error["field"], body), error
-        if result.outcome is Outcome.CREATED:
+        if result.outcome is IntakeOutcome.CREATED:
             parent = r.store.get(result.job_id)
             assert parent is not None
             sweep = parent.spec.get("sweep")

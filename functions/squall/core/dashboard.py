@@ -26,9 +26,9 @@ __all__ = [
     "Alarm",
     "Comparison",
     "Dashboard",
+    "DashboardGroup",
     "Deployment",
     "Graph",
-    "GroupRef",
     "MetricRef",
     "MissingData",
     "Monitoring",
@@ -177,7 +177,7 @@ class Monitoring:
 
 
 @dataclass(frozen=True)
-class GroupRef:
+class DashboardGroup:
     """A node group as the scale function reports it: dimensions Group and Region."""
 
     name: str
@@ -193,7 +193,7 @@ class Deployment:
     jobs_queue: str
     drain_queue: str
     dead_letter_queues: tuple[str, ...]
-    groups: tuple[GroupRef, ...] = ()
+    groups: tuple[DashboardGroup, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -337,7 +337,7 @@ def _capacity(deployment: Deployment) -> Section:
     )
 
 
-def _groups(groups: Sequence[GroupRef]) -> Section:
+def _groups(groups: Sequence[DashboardGroup]) -> Section:
     widgets: list[Widget] = [
         Graph(
             f"{group.name} ({group.region}): desired vs in service",

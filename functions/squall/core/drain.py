@@ -55,7 +55,6 @@ Result = Literal["CONTINUE", "ABANDON"]  # the same words as squall.adapters.aws
 
 # The contract with whoever terminates an instance on purpose (the scale function
 # sets ``scale-in`` when it cordons a node to remove it): why the node goes.
-TERMINATION_REASON_ANNOTATION = "squall.io/termination-reason"
 DEFAULT_CAUSE = "terminate"
 # SQS holds a message back at most 15 minutes; a step is never due later than that.
 MAX_STEP_DELAY = timedelta(seconds=900)
@@ -86,7 +85,7 @@ class Kind(StrEnum):
     TERMINATE = "terminate"
 
 
-class Outcome(StrEnum):
+class DrainOutcome(StrEnum):
     """Why a record finished."""
 
     DRAINED = "drained"  # every pod is gone
@@ -187,7 +186,7 @@ class DrainRecord:
     refused: int = 0  # evictions refused by a PodDisruptionBudget, or failed
     heartbeats: int = 0
     result: Result | None = None
-    outcome: Outcome | None = None
+    outcome: DrainOutcome | None = None
     detail: str = ""  # what an operator wants to know about how it ended
     finished_at: datetime | None = None
     next_step_id: str = ""  # the step message the record waits for
@@ -364,11 +363,11 @@ def decide_unobserved(record: DrainRecord, *, error: str, now: datetime, policy:
     if now < record.deadline:
         return _continue(record, now=now, policy=policy)
     if record.kind is Kind.LAUNCH:
-        return _complete(record, result="ABANDON", outcome=Outcome.PROVISION_TIMEOUT, detail=record.detail, now=now)
+        return _complete(record, result="ABANDON", outcome=DrainOutcome.PROVISION_TIMEOUT, detail=record.detail, now=now)
     return _complete(
         record,
         result="CONTINUE",
-        outcome=Outcome.PAST_DEADLINE,
+        outcome=DrainOutcome.PAST_DEADLINE,
         detail=f"drain deadline passed; {record.detail}",
         now=now,
     )
@@ -383,14 +382,14 @@ def _decide_terminate(
             return _complete(
                 record,
                 result="CONTINUE",
-                outcome=Outcome.NO_NODE,
+                outcome=DrainOutcome.NO_NODE,
                 detail=f"no node has the providerID of {record.instance_id}: it never joined the cluster",
                 now=now,
             )
         return _complete(
             record,
             result="CONTINUE",
-            outcome=Outcome.NODE_DELETED,
+            outcome=DrainOutcome.NODE_DELETED,
             detail=f"node {record.node_name} was deleted mid-drain; its pods went with it",
             now=now,
         )
@@ -410,13 +409,13 @@ def _decide_terminate(
     )
     if not left:
         return _complete(
-            record, result="CONTINUE", outcome=Outcome.DRAINED, detail=f"node {node.name} drained", now=now
+            record, result="CONTINUE", outcome=DrainOutcome.DRAINED, detail=f"node {node.name} drained", now=now
         )
     if now >= record.deadline:
         return _complete(
             record,
             result="CONTINUE",
-            outcome=Outcome.PAST_DEADLINE,
+            outcome=DrainOutcome.PAST_DEADLINE,
             detail=(
                 f"drain deadline passed with {len(left)} pod(s) left on {node.name}: "
                 + ", ".join(p.key for p in left[:10])
@@ -437,7 +436,7 @@ def _decide_launch(record: DrainRecord, *, node: NodeState | None, now: datetime
         return _complete(
             record,
             result="CONTINUE",
-            outcome=Outcome.READY,
+            outcome=DrainOutcome.READY,
             detail=f"node {node.name} is Ready with {node.gpus} GPU(s) allocatable",
             now=now,
         )
@@ -452,7 +451,7 @@ def _decide_launch(record: DrainRecord, *, node: NodeState | None, now: datetime
     return _complete(
         record,
         result="ABANDON",
-        outcome=Outcome.PROVISION_TIMEOUT,
+        outcome=DrainOutcome.PROVISION_TIMEOUT,
         detail=f"{PROVISION_TIMEOUT}: {state} {_minutes(record.deadline - record.started_at)} after launch",
         now=now,
         back_off=True,
@@ -522,7 +521,7 @@ def _complete(
     record: DrainRecord,
     *,
     result: Result,
-    outcome: Outcome,
+    outcome: DrainOutcome,
     detail: str,
     now: datetime,
     notes: tuple[JobNote, ...] = (),
@@ -546,7 +545,7 @@ def action_gone(record: DrainRecord, *, now: datetime) -> DrainRecord:
         return dataclasses.replace(record, detail=f"{record.detail}; the action was already completed"[:1000])
     return dataclasses.replace(
         record,
-        outcome=Outcome.ACTION_GONE,
+        outcome=DrainOutcome.ACTION_GONE,
         detail="the lifecycle action was completed elsewhere or timed out",
         finished_at=now,
     )

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from squall.conventions import JOB_ID_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from squall.core.jobs import JobStatus, Reason
-from squall.core.manifests import JOB_ID, REPLICA_INDEX, REPLICA_TYPE
 
 IMAGE_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"})
 
@@ -29,7 +29,7 @@ class Observation:
 
 def job_id_of(obj: dict[str, Any]) -> str | None:
     labels = obj.get("metadata", {}).get("labels") or {}
-    value = labels.get(JOB_ID)
+    value = labels.get(JOB_ID_LABEL)
     return value if isinstance(value, str) else None
 
 
@@ -50,10 +50,10 @@ def _reruns(k8s_job: dict[str, Any]) -> int:
 
 def _is_primary(k8s_job: dict[str, Any], *, has_chief: bool) -> bool:
     labels = k8s_job.get("metadata", {}).get("labels") or {}
-    kind = labels.get(REPLICA_TYPE)
+    kind = labels.get(REPLICA_TYPE_LABEL)
     if has_chief:
         return kind == "chief"
-    return kind == "worker" and labels.get(REPLICA_INDEX) == "0"
+    return kind == "worker" and labels.get(REPLICA_INDEX_LABEL) == "0"
 
 
 def _waiting_reason(pod: dict[str, Any]) -> str | None:
@@ -81,7 +81,7 @@ def observe(
     if not k8s_jobs:
         return Observation(status=None, reason=Reason.OBJECTS_MISSING)
     has_chief = any(
-        (j.get("metadata", {}).get("labels") or {}).get(REPLICA_TYPE) == "chief" for j in k8s_jobs
+        (j.get("metadata", {}).get("labels") or {}).get(REPLICA_TYPE_LABEL) == "chief" for j in k8s_jobs
     )
     # Each replica's Job re-runs its own pod up to backoffLimit (the spec's retries):
     # the job has used as many retries as its most re-run replica. A node lost under

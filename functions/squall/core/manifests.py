@@ -15,17 +15,19 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from squall.conventions import (
+    CAPACITY_TYPE_LABEL,
+    GPU_RESOURCE,
+    JOB_ID_LABEL,
+    MANAGED_BY_LABEL,
+    NODE_GROUP_LABEL,
+    REGION_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    TEAM_LABEL,
+)
 from squall.core.spec import TF_PORT, JobSpec, Replica, format_parameter
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-JOB_ID = "squall.io/job-id"
-REPLICA_TYPE = "squall.io/replica-type"
-REPLICA_INDEX = "squall.io/replica-index"
-TEAM = "squall.io/team"
-NODE_GROUP = "squall.io/node-group"
-CAPACITY_TYPE = "squall.io/capacity-type"
-REGION = "topology.kubernetes.io/region"
-GPU = "nvidia.com/gpu"
 CONTAINER = "trainer"
 
 DEFAULT_TTL_AFTER_FINISHED = timedelta(hours=1)
@@ -37,12 +39,12 @@ def object_name(job_id: str, replica: Replica) -> str:
 
 
 def job_labels(job_id: str) -> dict[str, str]:
-    return {MANAGED_BY: "squall", JOB_ID: job_id}
+    return {MANAGED_BY_LABEL: "squall", JOB_ID_LABEL: job_id}
 
 
 def job_selector(job_id: str) -> str:
     """Label selector for every object of one job."""
-    return f"{MANAGED_BY}=squall,{JOB_ID}={job_id}"
+    return f"{MANAGED_BY_LABEL}=squall,{JOB_ID_LABEL}={job_id}"
 
 
 def tf_config(spec: JobSpec, *, job_id: str, namespace: str, replica: Replica) -> str:
@@ -94,7 +96,7 @@ def _metadata(*, name: str, namespace: str, job_id: str, spec: JobSpec, replica:
         "name": name,
         "namespace": namespace,
         "labels": job_labels(job_id)
-        | {REPLICA_TYPE: replica.type, REPLICA_INDEX: str(replica.index), TEAM: spec.team},
+        | {REPLICA_TYPE_LABEL: replica.type, REPLICA_INDEX_LABEL: str(replica.index), TEAM_LABEL: spec.team},
     }
 
 
@@ -117,7 +119,7 @@ def _job(
         "containers": [_container(spec, job_id=job_id, namespace=namespace, replica=replica, distributed=distributed)],
     }
     if replica.resources.gpu > 0:
-        pod_spec["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+        pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     affinity = _affinity(spec, job_id=job_id, distributed=distributed)
     if affinity:
         pod_spec["affinity"] = affinity
@@ -176,7 +178,7 @@ def _container(
     limits: dict[str, str] = {"memory": resources.memory}
     if resources.gpu > 0:
         # Extended resources cannot be overcommitted: requests must equal limits.
-        requests[GPU] = limits[GPU] = str(resources.gpu)
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(resources.gpu)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
@@ -201,13 +203,13 @@ def _affinity(spec: JobSpec, *, job_id: str, distributed: bool) -> dict[str, Any
     expressions: list[dict[str, Any]] = []
     placement = spec.placement
     if placement.regions:
-        expressions.append({"key": REGION, "operator": "In", "values": list(placement.regions)})
+        expressions.append({"key": REGION_LABEL, "operator": "In", "values": list(placement.regions)})
     if placement.node_groups:
-        expressions.append({"key": NODE_GROUP, "operator": "In", "values": list(placement.node_groups)})
+        expressions.append({"key": NODE_GROUP_LABEL, "operator": "In", "values": list(placement.node_groups)})
     if placement.spot == "required":
-        expressions.append({"key": CAPACITY_TYPE, "operator": "In", "values": ["spot"]})
+        expressions.append({"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": ["spot"]})
     elif placement.spot == "never":
-        expressions.append({"key": CAPACITY_TYPE, "operator": "NotIn", "values": ["spot"]})
+        expressions.append({"key": CAPACITY_TYPE_LABEL, "operator": "NotIn", "values": ["spot"]})
     affinity: dict[str, Any] = {}
     if expressions:
         affinity["nodeAffinity"] = {
@@ -217,18 +219,18 @@ def _affinity(spec: JobSpec, *, job_id: str, distributed: bool) -> dict[str, Any
         }
     if distributed:
         # All replicas of one job in one region (the cluster spans regions). The
-        # region follows the GPU replicas: CPU-only replicas (parameter servers)
-        # may only join a region where a GPU replica is bound already, so they
+        # region follows the GPU_RESOURCE replicas: CPU-only replicas (parameter servers)
+        # may only join a region where a GPU_RESOURCE replica is bound already, so they
         # cannot take free CPU room in a region that has no GPUs left and pin the
-        # whole gang there. The first GPU replica matches its own term and so may
+        # whole gang there. The first GPU_RESOURCE replica matches its own term and so may
         # go anywhere, as kube-scheduler allows for the first pod of a group.
-        selector: dict[str, Any] = {"matchLabels": {JOB_ID: job_id}}
+        selector: dict[str, Any] = {"matchLabels": {JOB_ID_LABEL: job_id}}
         leaders = sorted({r.type for r in spec.replica_list() if r.resources.gpu > 0})
         if leaders and len(leaders) < len({r.type for r in spec.replica_list()}):
-            selector["matchExpressions"] = [{"key": REPLICA_TYPE, "operator": "In", "values": leaders}]
+            selector["matchExpressions"] = [{"key": REPLICA_TYPE_LABEL, "operator": "In", "values": leaders}]
         affinity["podAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": selector, "topologyKey": REGION}
+                {"labelSelector": selector, "topologyKey": REGION_LABEL}
             ]
         }
     return affinity
@@ -236,7 +238,7 @@ def _affinity(spec: JobSpec, *, job_id: str, distributed: bool) -> dict[str, Any
 
 def _service(*, job_id: str, namespace: str, replica: Replica) -> dict[str, Any]:
     name = object_name(job_id, replica)
-    labels = job_labels(job_id) | {REPLICA_TYPE: replica.type, REPLICA_INDEX: str(replica.index)}
+    labels = job_labels(job_id) | {REPLICA_TYPE_LABEL: replica.type, REPLICA_INDEX_LABEL: str(replica.index)}
     return {
         "apiVersion": "v1",
         "kind": "Service",

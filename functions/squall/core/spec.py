@@ -257,7 +257,7 @@ def format_duration(value: timedelta) -> str:
     return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
 
 
-class Resources(_Model):
+class ReplicaResources(_Model):
     """Requests of one replica. cpu and memory are Kubernetes quantities."""
 
     cpu: str = "1"
@@ -313,7 +313,7 @@ class ReplicaGroup(_Model):
     """A replica type's count, and optionally its own resources; a bare count is allowed too."""
 
     count: StrictInt
-    resources: Resources | None = None
+    resources: ReplicaResources | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -437,7 +437,7 @@ class Replica:
 
     type: str
     index: int
-    resources: Resources
+    resources: ReplicaResources
 
 
 class JobSpec(_Model):
@@ -459,7 +459,7 @@ class JobSpec(_Model):
     env: dict[str, Annotated[str, Field(max_length=MAX_ENV_VALUE_LENGTH)]] = Field(
         default_factory=dict, max_length=MAX_ENV
     )
-    resources: Resources = Field(default_factory=Resources)
+    resources: ReplicaResources = Field(default_factory=ReplicaResources)
     replicas: dict[ReplicaType, ReplicaGroup] | None = None
     placement: Placement = Field(default_factory=Placement)
     priority: Annotated[StrictInt, Field(ge=0, le=100)] = 50

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from squall.conventions import GPU_RESOURCE, JOB_ID_LABEL, MANAGED_BY_LABEL
 from squall.core.errors import NotFoundError, PermanentError
-from squall.core.manifests import GPU, JOB_ID, MANAGED_BY
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, parse_whole_count
 from squall.ports import Clock, KubeObject
 
@@ -402,7 +402,7 @@ class SimulatedCluster:
         self._schedule_dirty = False
         self._placement_cache: dict[str, _Placement] = {}
         # Node indexes the scheduler scans instead of every node: nodes holding pods,
-        # those of them with a GPU free, and the empty ones by shape, sorted by name.
+        # those of them with a GPU_RESOURCE free, and the empty ones by shape, sorted by name.
         self._busy: dict[str, _Node] = {}
         self._busy_gpu_free: dict[str, _Node] = {}
         self._empty: dict[_Shape, list[str]] = {}
@@ -602,7 +602,7 @@ class SimulatedCluster:
             raise ValueError(f"node {name} exists already")
         cpu = parse_cpu_millicores(allocatable.get("cpu", 0))
         memory = parse_memory_bytes(allocatable.get("memory", 0))
-        gpus = parse_whole_count(allocatable.get(GPU, 0))
+        gpus = parse_whole_count(allocatable.get(GPU_RESOURCE, 0))
         max_pods = parse_whole_count(allocatable.get("pods", _DEFAULT_MAX_PODS))
         now = self._now()
         node_labels = {HOSTNAME_LABEL: name, **dict(labels or {})}
@@ -878,7 +878,7 @@ class SimulatedCluster:
         obj.setdefault("spec", {}).setdefault("type", "ClusterIP")
         obj.setdefault("status", {"loadBalancer": {}})
         self._services[key] = obj
-        if (job_id := labels.get(JOB_ID)) is not None:
+        if (job_id := labels.get(JOB_ID_LABEL)) is not None:
             self._services_by_id.setdefault(job_id, {})[key] = None
 
     # ==== the Job controller =========================================================
@@ -945,8 +945,8 @@ class SimulatedCluster:
         job = _Job(
             key=key,
             obj=obj,
-            job_id=labels.get(JOB_ID),
-            managed=labels.get(MANAGED_BY) == "squall",
+            job_id=labels.get(JOB_ID_LABEL),
+            managed=labels.get(MANAGED_BY_LABEL) == "squall",
             template=parsed,
             pod_labels=pod_labels,
             pod_spec=pod_spec,
@@ -1368,8 +1368,8 @@ class SimulatedCluster:
     def _pick_node(self, pod: _Pod, domains: list[tuple[str, set[str]]] | None) -> _Node | None:
         """The node kube-scheduler would pick: the most allocated that fits, ties by name.
 
-        Partly used nodes are looked at one by one (for a GPU pod only those with a
-        GPU free); empty nodes of one shape all score the same, so only the first
+        Partly used nodes are looked at one by one (for a GPU_RESOURCE pod only those with a
+        GPU_RESOURCE free); empty nodes of one shape all score the same, so only the first
         of each shape (by name) that passes the filters is looked at.
         """
         template = pod.job.template
@@ -1432,7 +1432,7 @@ class SimulatedCluster:
         return domains
 
     def _pods_matching(self, selector: _Selector, namespaces: frozenset[str] | None) -> Iterator[_Pod]:
-        job_id = dict(selector.match_labels).get(JOB_ID)
+        job_id = dict(selector.match_labels).get(JOB_ID_LABEL)
         keys: Iterable[Key] = self._pods_by_id.get(job_id, ()) if job_id is not None else self._pods
         for key in keys:
             if namespaces is not None and key[0] not in namespaces:
@@ -1558,7 +1558,7 @@ class SimulatedCluster:
         if node.gpu_installed:
             # Until the device plugin registers, the node reports no GPUs at all.
             for section in ("capacity", "allocatable"):
-                node.obj["status"][section][GPU] = str(allocatable)
+                node.obj["status"][section][GPU_RESOURCE] = str(allocatable)
 
     def _refresh_node(self, node: _Node) -> None:
         """Re-derive the lifecycle taints and what the scheduler caches about nodes."""
@@ -1668,7 +1668,7 @@ def _requests(pod_spec: Mapping[str, Any]) -> tuple[int, int, int]:
         return (
             amount("cpu", parse_cpu_millicores),
             amount("memory", parse_memory_bytes),
-            amount(GPU, parse_whole_count),
+            amount(GPU_RESOURCE, parse_whole_count),
         )
 
     main = [of(c) for c in pod_spec.get("containers") or []]
@@ -1783,7 +1783,7 @@ def _healthy(pod: _Pod) -> bool:
 def _most_allocated(node: _Node, *, cpu: int, memory: int, gpu: int) -> float:
     """kube-scheduler's MostAllocated score: how full the node would be with the pod.
 
-    GPUs count only for pods that ask for them, so CPU-only pods do not crowd onto GPU nodes.
+    GPUs count only for pods that ask for them, so CPU-only pods do not crowd onto GPU_RESOURCE nodes.
     """
     score = _used_fraction(node.cpu, node.free_cpu - cpu) + _used_fraction(
         node.memory, node.free_memory - memory

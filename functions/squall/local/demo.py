@@ -26,7 +26,7 @@ from squall.core.jobs import JobStatus
 from squall.local.live import RichView, make_view
 from squall.local.render import DashboardFiles, write_dashboard
 from squall.local.runtime import LocalRuntime
-from squall.local.scenario import Plan, Simulation, SimulationResult, compile_scenario
+from squall.local.scenario import ScenarioPlan, Simulation, SimulationResult, compile_scenario
 
 IMAGE = "registry.example.com/squall/tf-trainer:1.0"
 DASHBOARD_DIR = Path("out/dashboard")
@@ -180,7 +180,7 @@ def run_demo(
     return DemoResult(summary=summary, ok=result.ok, dashboard=drawn[0] if drawn else None)
 
 
-def _dashboard(local: LocalRuntime, plan: Plan, directory: Path, say: Callable[[str], None]) -> DashboardFiles:
+def _dashboard(local: LocalRuntime, plan: ScenarioPlan, directory: Path, say: Callable[[str], None]) -> DashboardFiles:
     endpoint = local.backend.resources.endpoint if local.backend.resources is not None else None
     files = write_dashboard(
         directory,

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from squall.conventions import CAPACITY_TYPE_LABEL, NODE_GROUP_LABEL
 from squall.core.errors import LifecycleActionGone, RetryableError
-from squall.core.manifests import CAPACITY_TYPE, NODE_GROUP
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.lambda_events import eventbridge_event
@@ -560,7 +560,7 @@ class LocalFleet:
                 "pods": str(allocatable.pods),
             },
             labels=template.template_labels()
-            | {NODE_GROUP: template.name, CAPACITY_TYPE: "spot" if template.spot else "on-demand"},
+            | {NODE_GROUP_LABEL: template.name, CAPACITY_TYPE_LABEL: "spot" if template.spot else "on-demand"},
             taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in template.taints],
             provider_id=f"aws:///{tracked.zone}/{tracked.instance_id}",
             gpus_ready=allocatable.gpu == 0 or self._capacity(tracked.region).gpu_plugin_delay <= timedelta(0),

@@ -52,7 +52,7 @@ def local_deployment(groups: Sequence[NodeGroup]) -> spec.Deployment:
         jobs_queue=JOBS_QUEUE,
         drain_queue=DRAIN_QUEUE,
         dead_letter_queues=(DEAD_LETTER_QUEUE,),
-        groups=tuple(spec.GroupRef(g.name, g.region) for g in groups),
+        groups=tuple(spec.DashboardGroup(g.name, g.region) for g in groups),
     )
 
 

@@ -3,7 +3,7 @@
 A scenario file (YAML, see docs/simulator.md) names regions with their capacity
 per instance type and boot time, node groups (or cdk.json's), job arrivals, faults
 at given times, how fast the virtual clock runs, and when the run ends. It is read
-into strict models (every error names its field), compiled into a `Plan`, and a
+into strict models (every error names its field), compiled into a `ScenarioPlan`, and a
 `Simulation` drives the local runtime through it:
 
 - Arrivals are sent to the jobs queue at their time, their pods told how long to
@@ -20,7 +20,7 @@ The runtime owns its function invocations: a failed one is recorded, counted in
 Lambda's metrics and retried (or not) by its trigger there; the simulation only
 reads the failures for its notes and summary.
 
-Trace replay (`squall simulate`) builds a Plan from a CSV instead of a file.
+Trace replay (`squall simulate`) builds a ScenarioPlan from a CSV instead of a file.
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ class Submission:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ScenarioPlan:
     name: str
     node_groups: list[dict[str, Any]]
     groups: list[NodeGroup]
@@ -365,13 +365,13 @@ def load_document(path: Path) -> Any:
         raise ScenarioError([where + exc.message], source=str(path)) from exc
 
 
-def load_scenario(path: str | Path) -> Plan:
+def load_scenario(path: str | Path) -> ScenarioPlan:
     """Read and check a scenario file; ScenarioError lists every problem with its field."""
     path = Path(path)
     return compile_scenario(load_document(path), base=path.parent, source=str(path))
 
 
-def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "") -> Plan:
+def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "") -> ScenarioPlan:
     if not isinstance(document, dict):
         raise ScenarioError(
             [
@@ -419,7 +419,7 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
     )
     if errors:
         raise ScenarioError(errors, source=source)
-    return Plan(
+    return ScenarioPlan(
         name=model.name,
         description=model.description,
         node_groups=raw_groups,
@@ -631,11 +631,11 @@ class SimulationResult:
 
 
 class Simulation:
-    """Drives a LocalRuntime through a Plan on a virtual clock, jumping between events."""
+    """Drives a LocalRuntime through a ScenarioPlan on a virtual clock, jumping between events."""
 
     def __init__(
         self,
-        plan: Plan,
+        plan: ScenarioPlan,
         *,
         backend: str = "moto",
         view: View | None = None,

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from squall.conventions import JOB_ID_LABEL
 from squall.core.jobs import Job, is_terminal
-from squall.core.manifests import JOB_ID
 from squall.core.telemetry import Metric, RecordingMetrics
 from squall.local.cluster import SimulatedCluster
 from squall.local.fleet import LocalFleet
@@ -95,7 +95,7 @@ class ObservedCluster(SimulatedCluster):
                     at=self._observed_clock.now(),
                     kind="created",
                     namespace=str(metadata.get("namespace")),
-                    job_id=(metadata.get("labels") or {}).get(JOB_ID),
+                    job_id=(metadata.get("labels") or {}).get(JOB_ID_LABEL),
                     name=str(metadata.get("name")),
                 )
             )

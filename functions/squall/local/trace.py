@@ -34,9 +34,9 @@ from squall.local.fleet import RegionCapacity
 from squall.local.runtime import DEFAULT_REGISTRIES
 from squall.local.scenario import (
     EndModel,
-    Plan,
     RegionModel,
     ScenarioError,
+    ScenarioPlan,
     StrictModel,
     Submission,
     load_document,
@@ -354,8 +354,8 @@ def load_configuration(path: str | Path | None) -> Configuration:
     )
 
 
-def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "trace") -> Plan:
-    """A Plan that sends every row at its time; ScenarioError if some row can never run."""
+def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "trace") -> ScenarioPlan:
+    """A ScenarioPlan that sends every row at its time; ScenarioError if some row can never run."""
     problems = unplaceable(rows, config.groups)
     if problems:
         shown = problems[:MAX_ERRORS_SHOWN] + (
@@ -372,7 +372,7 @@ def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "
         )
         for row in rows
     ]
-    return Plan(
+    return ScenarioPlan(
         name=name,
         node_groups=config.node_groups,
         groups=config.groups,

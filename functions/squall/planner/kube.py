@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
+from squall.conventions import CORDONED_AT_ANNOTATION, EMPTY_SINCE_ANNOTATION, JOB_ID_LABEL, MIRROR_ANNOTATION
 from squall.planner.model import (
     GPU_RESOURCE,
     Node,
@@ -25,13 +26,6 @@ from squall.planner.model import (
 )
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, parse_whole_count
 from squall.planner.text import kind, shown
-
-JOB_ID_LABEL = "squall.io/job-id"
-CORDONED_AT_ANNOTATION = "squall.io/cordoned-at"
-# Set by the scale function when it first finds a node empty: finished pods are
-# deleted within a minute, so their finishedAt cannot carry a node's idle time.
-EMPTY_SINCE_ANNOTATION = "squall.io/empty-since"
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 _INSTANCE_ID = re.compile(r"i-[0-9a-zA-Z]+")
 _FRACTION = re.compile(r"(\.\d{6})\d+")

@@ -55,7 +55,7 @@ class MalformedMessage(PermanentError):
     """A body that is not JSON at all: it goes to the dead-letter queue, not to the job table."""
 
 
-class Outcome(StrEnum):
+class IntakeOutcome(StrEnum):
     CREATED = "created"
     REDELIVERED = "redelivered"
     DUPLICATE = "duplicate"
@@ -69,7 +69,7 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True)
 class IntakeResult:
-    outcome: Outcome
+    outcome: IntakeOutcome
     job_id: str
     errors: tuple[dict[str, str], ...] = ()
 
@@ -172,10 +172,10 @@ class Intake:
                     job_id=job_id, message_id=message_id,
                 )
                 self.metrics.add(Metric.JOBS_DUPLICATE, 1)
-                return IntakeResult(outcome=Outcome.DUPLICATE, job_id=job_id)
+                return IntakeResult(outcome=IntakeOutcome.DUPLICATE, job_id=job_id)
             # Our own earlier delivery: finish what it may have left half done.
             self._start(existing, spec=spec, trials=trials)
-            return IntakeResult(outcome=Outcome.REDELIVERED, job_id=job_id)
+            return IntakeResult(outcome=IntakeOutcome.REDELIVERED, job_id=job_id)
         except ItemTooLargeError as exc:
             # The spec's own bound keeps records far below this; should the store still
             # refuse one, the sender is told, and the message is not retried in vain.
@@ -189,9 +189,9 @@ class Intake:
             # The cluster refused the objects (a missing namespace, an admission
             # webhook): retrying cannot help, so the job fails with the reason.
             self._fail_unstartable(job, exc)
-            return IntakeResult(outcome=Outcome.FAILED, job_id=job_id)
+            return IntakeResult(outcome=IntakeOutcome.FAILED, job_id=job_id)
         logger.info("job submitted", job_id=job_id, team=spec.team, gpus=job.gpus)
-        return IntakeResult(outcome=Outcome.CREATED, job_id=job_id)
+        return IntakeResult(outcome=IntakeOutcome.CREATED, job_id=job_id)
 
     def _fail_unstartable(self, job: Job, exc: PermanentError) -> None:
         logger.warning("cluster refused job objects", job_id=job.id, error=str(exc))
@@ -288,7 +288,7 @@ class Intake:
         except DuplicateJobError:
             pass  # the same message delivered again: it was rejected already
         logger.info("job rejected", job_id=job_id, reason=reason, issues=error.total, errors=list(errors))
-        return IntakeResult(outcome=Outcome.REJECTED, job_id=job_id, errors=errors)
+        return IntakeResult(outcome=IntakeOutcome.REJECTED, job_id=job_id, errors=errors)
 
     # ---- cancel --------------------------------------------------------
 
@@ -296,7 +296,7 @@ class Intake:
         job = self.store.get(job_id)
         if job is None:
             logger.info("cancel for unknown job", job_id=job_id)
-            return IntakeResult(outcome=Outcome.NOT_FOUND, job_id=job_id)
+            return IntakeResult(outcome=IntakeOutcome.NOT_FOUND, job_id=job_id)
         if not self.may_send(team=job.team, sender_id=sender_id):
             logger.warning(
                 "cancel refused",
@@ -305,7 +305,7 @@ class Intake:
                 sender_id=sender_id,
                 reason=_not_allowed(team=job.team, sender_id=sender_id, what="cancel"),
             )
-            return IntakeResult(outcome=Outcome.FORBIDDEN, job_id=job_id)
+            return IntakeResult(outcome=IntakeOutcome.FORBIDDEN, job_id=job_id)
         return self._cancel(job, reason=reason)
 
     def _cancel(self, job: Job, *, reason: str) -> IntakeResult:
@@ -330,9 +330,9 @@ class Intake:
             else None,
         )
         if cancelled is None:
-            return IntakeResult(outcome=Outcome.ALREADY_FINISHED, job_id=job_id)
+            return IntakeResult(outcome=IntakeOutcome.ALREADY_FINISHED, job_id=job_id)
         self.metrics.add(Metric.JOBS_CANCELLED, 1)
-        return IntakeResult(outcome=Outcome.CANCELLED, job_id=job_id)
+        return IntakeResult(outcome=IntakeOutcome.CANCELLED, job_id=job_id)
 
 
 def principal_of(sender_id: str | None) -> str | None:

@@ -27,16 +27,17 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
+from squall import conventions
 from squall.core import drain
 from squall.core.asg_events import DrainStepMessage, LaunchLifecycleEvent, LifecycleEvent
 from squall.core.drain import (
     Arrival,
     Decision,
+    DrainOutcome,
     DrainPolicy,
     DrainRecord,
     Kind,
     NodeState,
-    Outcome,
     PodRef,
     Verdict,
 )
@@ -338,7 +339,7 @@ class LifecycleService:
         return drain.node_state(found) if found is not None else None
 
     def _cause(self, record: DrainRecord, node: NodeState | None) -> str:
-        annotation = node.annotations.get(drain.TERMINATION_REASON_ANNOTATION) if node else None
+        annotation = node.annotations.get(conventions.TERMINATION_REASON_ANNOTATION) if node else None
         activity_cause = None
         if not annotation and not record.cause_hint and node is not None:
             activity_cause = self._termination_activity(record)
@@ -512,7 +513,7 @@ class LifecycleService:
             self.metrics.add(
                 Metric.DRAIN_SECONDS, (record.finished_at - record.started_at).total_seconds(), unit="Seconds"
             )
-            if record.outcome is Outcome.PAST_DEADLINE:
+            if record.outcome is DrainOutcome.PAST_DEADLINE:
                 self.metrics.add(Metric.DRAINS_PAST_DEADLINE, 1)
         elif record.result == "ABANDON":
             self.metrics.add(Metric.LAUNCHES_ABANDONED, 1)

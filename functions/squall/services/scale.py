@@ -17,7 +17,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from squall.core.drain import TERMINATION_REASON_ANNOTATION
+from squall.conventions import CORDONED_AT_ANNOTATION, EMPTY_SINCE_ANNOTATION, TERMINATION_REASON_ANNOTATION
 from squall.core.errors import NotFoundError, SquallError
 from squall.core.jobs import Reason, is_terminal, note, reason_code
 from squall.core.telemetry import SERVICE, Metric
@@ -33,14 +33,13 @@ from squall.planner import (
     ScalingFailure,
     plan,
 )
-from squall.planner.kube import EMPTY_SINCE_ANNOTATION, ParseCache, node_cache, parse_pods, pod_cache
+from squall.planner.kube import ParseCache, node_cache, parse_pods, pod_cache
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
 from squall.services.intake import update_job
 
 logger = Logger(service=SERVICE, child=True)
 
 LEASE = "scale"
-CORDON_ANNOTATION = "squall.io/cordoned-at"
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class ScaleResult:
 
 def cordon_patch(at: datetime, *, reason: str | None = None) -> dict[str, Any]:
     """Squall's cordon; with a reason, the drain names it on the jobs it moves (NodeLost:<reason>)."""
-    annotations = {CORDON_ANNOTATION: at.isoformat()}
+    annotations = {CORDONED_AT_ANNOTATION: at.isoformat()}
     if reason:
         annotations[TERMINATION_REASON_ANNOTATION] = reason
     return {"spec": {"unschedulable": True}, "metadata": {"annotations": annotations}}
@@ -71,7 +70,7 @@ def cordon_patch(at: datetime, *, reason: str | None = None) -> dict[str, Any]:
 
 UNCORDON_PATCH: dict[str, Any] = {
     "spec": {"unschedulable": False},
-    "metadata": {"annotations": {CORDON_ANNOTATION: None, TERMINATION_REASON_ANNOTATION: None}},
+    "metadata": {"annotations": {CORDONED_AT_ANNOTATION: None, TERMINATION_REASON_ANNOTATION: None}},
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from squall.adapters.aws.job_store import call_dynamodb, from_item, to_item, translate
-from squall.core.drain import DrainRecord, Kind, Outcome
+from squall.core.drain import DrainOutcome, DrainRecord, Kind
 from squall.core.errors import ConflictError
 
 # Finished drains stay readable this long (for `squall` and post-mortems), then TTL removes them.
@@ -97,7 +97,7 @@ def record_from_item(item: dict[str, Any]) -> DrainRecord:
         refused=int(v.get("refused", 0)),
         heartbeats=int(v.get("heartbeats", 0)),
         result="ABANDON" if result == "ABANDON" else "CONTINUE" if result == "CONTINUE" else None,
-        outcome=Outcome(v["outcome"]) if v.get("outcome") else None,
+        outcome=DrainOutcome(v["outcome"]) if v.get("outcome") else None,
         detail=v.get("detail", ""),
         finished_at=datetime.fromisoformat(v["finishedAt"]) if v.get("finishedAt") else None,
         next_step_id=v.get("nextStepId", ""),

@@ -24,8 +24,9 @@ import urllib3
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, V1Eviction, V1Job, V1ObjectMeta, V1Service
 from kubernetes.client.exceptions import ApiException, OpenApiException
 
+from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL
 from squall.core.errors import NotFoundError, PermanentError, RetryableError, SquallError
-from squall.core.manifests import JOB_ID, MANAGED_BY, job_selector
+from squall.core.manifests import job_selector
 from squall.ports import Cluster, KubeObject
 
 DEFAULT_REQUEST_TIMEOUT: Final = (3.0, 15.0)  # seconds: (connect, read)
@@ -154,7 +155,7 @@ class KubernetesCluster:
     # ==== reads ======================================================================
 
     def list_jobs(self, *, namespace: str | None = None, job_id: str | None = None) -> list[KubeObject]:
-        selector = job_selector(job_id) if job_id is not None else f"{MANAGED_BY}=squall"
+        selector = job_selector(job_id) if job_id is not None else f"{MANAGED_BY_LABEL}=squall"
         doing = f"list Jobs{_scope(namespace=namespace, job_id=job_id)}"
         if namespace is None:
             jobs = self._list(doing, self._batch.list_job_for_all_namespaces, label_selector=selector)
@@ -173,7 +174,7 @@ class KubernetesCluster:
     ) -> list[KubeObject]:
         selectors: dict[str, str] = {}
         if job_id is not None:
-            selectors["label_selector"] = f"{JOB_ID}={job_id}"
+            selectors["label_selector"] = f"{JOB_ID_LABEL}={job_id}"
         if node_name is not None:
             selectors["field_selector"] = f"spec.nodeName={node_name}"
         doing = f"list Pods{_scope(namespace=namespace, job_id=job_id, node_name=node_name)}"

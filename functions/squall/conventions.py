@@ -1,0 +1,27 @@
+"""Squall's names in Kubernetes: the labels and annotations it sets and reads.
+
+One name each, used by the manifests Squall renders, the planner that reads the
+cluster, the services that mark nodes, and the simulated cluster. The lowest layer:
+it imports nothing. docs/design.md lists what each one means.
+"""
+
+from __future__ import annotations
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+JOB_ID_LABEL = "squall.io/job-id"
+REPLICA_TYPE_LABEL = "squall.io/replica-type"
+REPLICA_INDEX_LABEL = "squall.io/replica-index"
+TEAM_LABEL = "squall.io/team"
+NODE_GROUP_LABEL = "squall.io/node-group"
+CAPACITY_TYPE_LABEL = "squall.io/capacity-type"
+REGION_LABEL = "topology.kubernetes.io/region"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Set when Squall cordons a node; Squall uncordons only nodes that carry it.
+CORDONED_AT_ANNOTATION = "squall.io/cordoned-at"
+# Set by the scale function when it first finds a node empty: finished pods are
+# deleted within a minute, so their finishedAt cannot carry a node's idle time.
+EMPTY_SINCE_ANNOTATION = "squall.io/empty-since"
+# Why a node is going (scale-in, spot-reclaim, ...), for the pods' NodeLost reason.
+TERMINATION_REASON_ANNOTATION = "squall.io/termination-reason"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
