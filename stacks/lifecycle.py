@@ -34,7 +34,7 @@ class HookSettings:
     def from_config(cls, config: SquallConfig) -> HookSettings:
         policy = config.policy_settings
         # A launch Squall has not confirmed within the provision timeout is a
-        # failed launch for the planner too (DESIGN.md, "Capacity planning").
+        # failed launch for the planner too (docs/design.md, "Planning rules").
         launch = int(policy.provision_timeout.total_seconds())
         # The drain function heartbeats at every step, so the timeout only has to
         # outlast a few steps; the drain deadline bounds the whole drain.

@@ -7,7 +7,7 @@ import json
 import pytest
 from trainer.tf_config import Mode, TFConfigError, parse_tf_config, read_tf_config
 
-# The example in DESIGN.md, "Distributed TensorFlow", verbatim.
+# The example in README.md, "Distributed TensorFlow", verbatim.
 DESIGN_EXAMPLE = (
     '{"cluster":{"chief":["mnist-chief-0.team-a.svc:2222"],"ps":["mnist-ps-0.team-a.svc:2222",'
     '"mnist-ps-1.team-a.svc:2222"],"worker":["mnist-worker-0.team-a.svc:2222",'
