@@ -455,12 +455,12 @@ def test_a_body_too_deep_or_too_large_is_refused_before_validation() -> None:
 
 
 def test_an_unexpected_exception_in_a_check_is_a_field_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import squall.core.spec
+    import squall.core.spec.model
 
     def broken(value: Any) -> int:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(squall.core.spec, "parse_cpu_millicores", broken)
+    monkeypatch.setattr(squall.core.spec.model, "parse_cpu_millicores", broken)
     assert "could not be checked" in errors(spec(resources={"cpu": "1"}))["resources.cpu"]
 
 

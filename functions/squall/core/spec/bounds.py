@@ -1,0 +1,171 @@
+"""What a rejection reports, bounded: the issues at the user's field paths, and the
+body-shape checks that bound the work of validating a hostile body before pydantic
+sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from squall.core.spec.limits import (
+    ISSUES_CONSIDERED,
+    MAX_BODY_DEPTH,
+    MAX_BODY_VALUES,
+    MAX_ISSUE_FIELD_LENGTH,
+    MAX_ISSUE_MESSAGE_LENGTH,
+    MAX_ISSUES,
+    MAX_ISSUES_JSON_BYTES,
+)
+
+
+class SpecError(ValueError):
+    """A job spec or command that cannot be accepted; `issues` lists its problems.
+
+    The list is bounded (see `bound_issues`): at most MAX_ISSUES, each clipped, and a
+    last "and N more" issue when some were left out. `total` counts them all.
+    """
+
+    def __init__(self, issues: Sequence[Issue], *, more: int = 0) -> None:
+        self.total = len(issues) + more
+        self.issues = bound_issues(issues, more=more)
+        super().__init__("; ".join(f"{i.field}: {i.message}" for i in self.issues))
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One validation problem: the field path as the user wrote it, and why."""
+
+    field: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message}
+
+
+def bound_issues(issues: Sequence[Issue], *, more: int = 0) -> list[Issue]:
+    """The issues worth keeping: distinct, printable, clipped, and bounded in count and size.
+
+    `more` counts issues found but not even listed (a huge body's)."""
+    considered = issues[:ISSUES_CONSIDERED]
+    distinct = list(
+        dict.fromkeys(
+            Issue(_clip(i.field, MAX_ISSUE_FIELD_LENGTH), _clip(i.message, MAX_ISSUE_MESSAGE_LENGTH))
+            for i in considered
+        )
+    )
+    left_out = len(issues) - len(considered) + more
+    kept: list[Issue] = []
+    size = 2
+    for issue in distinct:
+        cost = len(json.dumps(issue.to_dict())) + 2
+        if len(kept) == MAX_ISSUES or size + cost > MAX_ISSUES_JSON_BYTES:
+            break
+        kept.append(issue)
+        size += cost
+    left_out += len(distinct) - len(kept)
+    if left_out:
+        kept.append(Issue(field="(body)", message=f"and {left_out} more issues"))
+    return kept
+
+
+def _clip(text: str, limit: int) -> str:
+    """Printable text (control characters and lone surrogates escaped), at most `limit` characters."""
+    text = text[: limit + 1]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _path(loc: Sequence[str | int]) -> str:
+    path = ""
+    for item in loc:
+        if isinstance(item, int):
+            path += f"[{item}]"
+        else:
+            path += f".{item}" if path else item
+    return path or "(body)"
+
+
+_AFTER_VALIDATION = re.compile(r" after validation")
+_INSTANCE_OF = re.compile(r" or instance of \w+")
+
+
+def validation_issues(exc: ValidationError) -> list[Issue]:
+    """Issues at the user's field paths, in the user's words (no pydantic internals)."""
+    issues = []
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    for error in errors[:ISSUES_CONSIDERED]:
+        loc = error["loc"]
+        message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        message = _INSTANCE_OF.sub("", _AFTER_VALIDATION.sub("", message))
+        if error["type"] == "extra_forbidden":
+            message = "unknown field; check the spelling against the job spec reference"
+        elif error["type"] == "missing":
+            message = "is required"
+        if "[key]" in loc:
+            message = f"not an allowed key: {message}"
+            loc = tuple(item for item in loc if item != "[key]")
+        issues.append(Issue(field=_path(loc), message=message))
+    return issues
+
+
+def _has_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _key_text(key: object) -> str:
+    text = key if isinstance(key, str) else repr(key)
+    return text if len(text) <= 64 else text[:63] + "…"
+
+
+def shape_issues(data: Any) -> tuple[list[Issue], bool]:
+    """Problems pydantic would not name or would be slow to: text that is not Unicode, and size.
+
+    Returns the issues and whether the body is too large or deep to validate at all.
+    Walks without recursion and stops at MAX_BODY_VALUES.
+    """
+    issues: list[Issue] = []
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    seen = 0
+    while stack:
+        node, path, depth = stack.pop()
+        seen += 1
+        if seen > MAX_BODY_VALUES:
+            issues.append(
+                Issue("(body)", f"has more than {MAX_BODY_VALUES} values; a job spec has far fewer")
+            )
+            return issues, True
+        if isinstance(node, str):
+            if _has_surrogate(node):
+                issues.append(Issue(path or "(body)", "is not valid Unicode text (a lone surrogate)"))
+            continue
+        if isinstance(node, Mapping):
+            entries: list[tuple[object, Any]] = list(node.items())
+        elif isinstance(node, list | tuple):
+            entries = list(enumerate(node))
+        else:
+            continue
+        if depth >= MAX_BODY_DEPTH:
+            issues.append(Issue(path or "(body)", f"is nested more than {MAX_BODY_DEPTH} levels deep"))
+            return issues, True
+        for key, value in reversed(entries):
+            if isinstance(key, int) and not isinstance(node, Mapping):
+                child = f"{path}[{key}]"
+            else:
+                child = f"{path}.{_key_text(key)}" if path else _key_text(key)
+                if isinstance(key, str) and _has_surrogate(key):
+                    issues.append(Issue(child, "the key is not valid Unicode text (a lone surrogate)"))
+            stack.append((value, child, depth + 1))
+    return issues, False

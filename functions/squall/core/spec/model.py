@@ -1,0 +1,504 @@
+"""The job spec's models: strict (unknown fields are errors), frozen, every bound explicit.
+
+Users never write a pod spec, so nothing here can ask for privileged containers,
+host paths or host networking.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from squall.core.spec.durations import format_duration, parse_duration
+from squall.core.spec.limits import (
+    DEFAULT_MAX_RUNTIME_LIMIT,
+    DNS_LABEL,
+    ENV_NAME,
+    IMAGE_REF,
+    LABEL_VALUE,
+    MAX_ARG_LENGTH,
+    MAX_ARGS,
+    MAX_COMMAND,
+    MAX_CPU_MILLIS,
+    MAX_ENV,
+    MAX_ENV_VALUE_LENGTH,
+    MAX_GPUS,
+    MAX_ID_LENGTH,
+    MAX_IMAGE_LENGTH,
+    MAX_IMAGE_NAME_LENGTH,
+    MAX_MEMORY_BYTES,
+    MAX_NAME_LENGTH,
+    MAX_OBJECTS_PER_MESSAGE,
+    MAX_PARAMETER_NAME_LENGTH,
+    MAX_REPLICAS,
+    MAX_SWEEP_PARAMETERS,
+    MAX_SWEEP_TRIALS,
+    MAX_SWEEP_VALUE_LENGTH,
+    MAX_SWEEP_VALUES,
+    MAX_TRIAL_ID_LENGTH,
+    MAX_URI_LENGTH,
+    REGION,
+    REJECTED_PREFIX,
+    RESERVED_ENV,
+    S3_URI,
+    TRIAL_SUFFIX,
+)
+from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        str_strip_whitespace=False,
+    )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _checked(fn: F) -> F:
+    """A validator whose unexpected exception becomes a field error, not a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, AssertionError):
+            raise
+        except Exception as exc:
+            raise ValueError(f"could not be checked ({type(exc).__name__})") from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _field_error(loc: tuple[str | int, ...], message: str) -> ValidationError:
+    """An error at a field path, raised from a model validator (pydantic prefixes the model's path)."""
+    return ValidationError.from_exception_data(
+        "JobSpec", [{"type": "value_error", "loc": loc, "input": None, "ctx": {"error": message}}]
+    )
+
+
+def _dns_label(value: str, *, what: str, max_length: int) -> str:
+    if len(value) > max_length:
+        raise ValueError(f"{what} must be at most {max_length} characters, got {len(value)}")
+    if not DNS_LABEL.fullmatch(value):
+        raise ValueError(
+            f"{what} must be a DNS-1123 label: lowercase letters, digits and '-', "
+            "starting with a letter and ending with a letter or digit"
+        )
+    return value
+
+
+class ReplicaResources(_Model):
+    """Requests of one replica. cpu and memory are Kubernetes quantities."""
+
+    cpu: str = "1"
+    memory: str = "4Gi"
+    gpu: Annotated[StrictInt, Field(ge=0, le=MAX_GPUS)] = 0
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    @_checked
+    def _cpu(cls, value: Any) -> str:
+        text = _quantity_text(value)
+        millis = parse_cpu_millicores(text)
+        if millis <= 0 or millis > MAX_CPU_MILLIS:
+            raise ValueError(f"must be between 1m and {MAX_CPU_MILLIS // 1000} cores, got {text!r}")
+        return text
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    @_checked
+    def _memory(cls, value: Any) -> str:
+        text = _quantity_text(value)
+        size = parse_memory_bytes(text)
+        if size < 1024**2 or size > MAX_MEMORY_BYTES:
+            raise ValueError(f"must be between 1Mi and 2Ti, got {text!r}")
+        return text
+
+    @property
+    def cpu_millis(self) -> int:
+        return parse_cpu_millicores(self.cpu)
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_memory_bytes(self.memory)
+
+
+def _quantity_text(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError("must be a Kubernetes quantity such as '500m', '8' or '60Gi'")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    text = str(value)
+    if len(text) > 64:
+        raise ValueError(
+            "must be a Kubernetes quantity such as '500m', '8' or '60Gi' (at most 64 characters)"
+        )
+    if text != text.strip():
+        # Kubernetes would be handed the text verbatim.
+        raise ValueError(f"must not have spaces around it, got {text!r}")
+    return text
+
+
+class ReplicaGroup(_Model):
+    """A replica type's count, and optionally its own resources; a bare count is allowed too."""
+
+    count: StrictInt
+    resources: ReplicaResources | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_count(cls, data: Any) -> Any:
+        if isinstance(data, int) and not isinstance(data, bool):
+            return {"count": data}
+        if not isinstance(data, Mapping | ReplicaGroup):
+            raise ValueError("must be a count such as 4, or an object such as {count: 4, resources: {...}}")
+        return data
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Recorded as the user wrote it most often: a bare count.
+        return self.count if self.resources is None else handler(self)
+
+
+class Placement(_Model):
+    regions: list[Annotated[str, AfterValidator(lambda v: _region(v))]] = Field(
+        default_factory=list, max_length=16
+    )
+    node_groups: list[Annotated[str, AfterValidator(lambda v: _node_group(v))]] = Field(
+        default_factory=list, max_length=64
+    )
+    spot: Literal["allowed", "required", "never"] = "allowed"
+
+
+def _region(value: str) -> str:
+    if len(value) > 32 or not REGION.fullmatch(value):
+        raise ValueError("must be an AWS region name such as 'us-west-2'")
+    return value
+
+
+def _node_group(value: str) -> str:
+    # Rendered as a label value in the pods' node affinity.
+    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+        raise ValueError(
+            "must be a node group name: at most 63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _sweep_value(value: Any) -> bool | int | float | str:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if value.bit_length() > 4 * MAX_SWEEP_VALUE_LENGTH or len(str(value)) > MAX_SWEEP_VALUE_LENGTH:
+            raise ValueError(f"must have at most {MAX_SWEEP_VALUE_LENGTH} digits")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number (NaN and Infinity are not allowed)")
+        return value
+    if isinstance(value, str):
+        if len(value) > MAX_SWEEP_VALUE_LENGTH:
+            raise ValueError(f"must be at most {MAX_SWEEP_VALUE_LENGTH} characters, got {len(value)}")
+        return value
+    raise ValueError("must be a number, a string or a boolean")
+
+
+SweepValue = Annotated[bool | int | float | str, PlainValidator(_sweep_value)]
+
+
+class Sweep(_Model):
+    parameters: dict[str, Annotated[list[SweepValue], Field(min_length=1, max_length=MAX_SWEEP_VALUES)]] = (
+        Field(min_length=1, max_length=MAX_SWEEP_PARAMETERS)
+    )
+    strategy: Literal["grid", "random"] = "grid"
+    max_trials: Annotated[StrictInt, Field(ge=1, le=MAX_SWEEP_TRIALS)] = 16
+    parallelism: Annotated[StrictInt, Field(ge=1, le=MAX_SWEEP_TRIALS)] = 4
+    seed: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] = 0
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters(cls, value: dict[str, list[SweepValue]]) -> dict[str, list[SweepValue]]:
+        env_names: dict[str, str] = {}
+        for name in value:
+            if len(name) > MAX_PARAMETER_NAME_LENGTH or not ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"parameter name {name[:80]!r} must be a letter or '_' followed by "
+                    f"letters, digits or '_' (at most {MAX_PARAMETER_NAME_LENGTH})"
+                )
+            other = env_names.setdefault(name.upper(), name)
+            if other != name:
+                raise ValueError(
+                    f"parameters {other!r} and {name!r} would both be SQUALL_PARAM_{name.upper()}"
+                )
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_parallelism(cls, data: Any) -> Any:
+        # Default: 4 trials at once, or all of them when there are fewer.
+        if isinstance(data, dict) and "parallelism" not in data:
+            trials = data.get("maxTrials", data.get("max_trials", 16))
+            if isinstance(trials, int) and not isinstance(trials, bool):
+                data = {**data, "parallelism": max(1, min(4, trials))}
+        return data
+
+    @model_validator(mode="after")
+    def _parallelism(self) -> Sweep:
+        if self.parallelism > self.max_trials:
+            raise ValueError("parallelism must not exceed maxTrials")
+        return self
+
+    def combinations(self) -> int:
+        """How many points the grid has (it is never built: see expand_sweep)."""
+        return math.prod(len(values) for values in self.parameters.values())
+
+
+class ReplicaType(StrEnum):
+    CHIEF = "chief"
+    WORKER = "worker"
+    PS = "ps"
+    EVALUATOR = "evaluator"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One pod of a job, after the replica counts are expanded."""
+
+    type: str
+    index: int
+    resources: ReplicaResources
+
+
+class JobSpec(_Model):
+    # Set by Squall on sweep trials, never by users (rejected at the queue).
+    # Declared first so that validating `id` can see them.
+    parent_id: str | None = None
+    trial_parameters: dict[str, SweepValue] | None = None
+
+    name: str
+    team: str
+    id: str | None = None
+    image: str
+    command: list[Annotated[str, Field(max_length=MAX_ARG_LENGTH)]] = Field(
+        default_factory=list, max_length=MAX_COMMAND
+    )
+    args: list[Annotated[str, Field(max_length=MAX_ARG_LENGTH)]] = Field(
+        default_factory=list, max_length=MAX_ARGS
+    )
+    env: dict[str, Annotated[str, Field(max_length=MAX_ENV_VALUE_LENGTH)]] = Field(
+        default_factory=dict, max_length=MAX_ENV
+    )
+    resources: ReplicaResources = Field(default_factory=ReplicaResources)
+    replicas: dict[ReplicaType, ReplicaGroup] | None = None
+    placement: Placement = Field(default_factory=Placement)
+    priority: Annotated[StrictInt, Field(ge=0, le=100)] = 50
+    max_runtime: str = "24h"
+    retries: Annotated[StrictInt, Field(ge=0, le=10)] = 2
+    checkpoint_uri: str | None = None
+    output_uri: str | None = None
+    sweep: Sweep | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _dns_label(value, what="name", max_length=MAX_NAME_LENGTH)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        # Trial ids are the parent's id plus "-t<nnn>"; only those may be longer, or end so.
+        if info.data.get("parent_id"):
+            return _dns_label(value, what="id", max_length=MAX_TRIAL_ID_LENGTH)
+        _dns_label(value, what="id", max_length=MAX_ID_LENGTH)
+        if TRIAL_SUFFIX.search(value):
+            raise ValueError(
+                "id must not end in '-t' and digits: Squall names sweep trials '<id>-t<nnn>', "
+                "so this id could be another job's trial"
+            )
+        if value.startswith(REJECTED_PREFIX):
+            raise ValueError(f"id must not start with {REJECTED_PREFIX!r}: Squall names rejected messages so")
+        return value
+
+    @field_validator("team")
+    @classmethod
+    def _team(cls, value: str, info: ValidationInfo) -> str:
+        teams = _context(info, "teams")
+        if teams is not None and value not in teams:
+            allowed = ", ".join(sorted(teams)) or "(none configured)"
+            raise ValueError(f"team {value[:80]!r} is not configured; allowed: {allowed}")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    @_checked
+    def _image(cls, value: str, info: ValidationInfo) -> str:
+        match = IMAGE_REF.fullmatch(value) if len(value) <= MAX_IMAGE_LENGTH else None
+        if match is None or len(match["name"]) > MAX_IMAGE_NAME_LENGTH:
+            raise ValueError(
+                "must be a container image reference, [registry[:port]/]repository[:tag][@digest], "
+                "such as 'registry.example.com/squall/tf-trainer:1.0'"
+            )
+        registries = _context(info, "registries")
+        # The repository (not the tag) must lie under an allowed registry path; the
+        # grammar has already refused '..' and empty path components.
+        if registries is not None and not any(
+            match["name"].startswith(r.rstrip("/") + "/") for r in registries
+        ):
+            allowed = ", ".join(sorted(registries)) or "(none configured)"
+            raise ValueError(f"image must come from an allowed registry: {allowed}")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if len(key) > 128 or not ENV_NAME.fullmatch(key):
+                raise ValueError(f"env name {key[:80]!r} must match [A-Za-z_][A-Za-z0-9_]* (at most 128)")
+            if key.startswith(RESERVED_ENV):
+                raise ValueError(f"env name {key!r} is reserved: Squall sets TF_CONFIG and SQUALL_*")
+        return value
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(
+        cls, value: dict[ReplicaType, ReplicaGroup] | None
+    ) -> dict[ReplicaType, ReplicaGroup] | None:
+        if value is None:
+            return None
+        for kind, group in value.items():
+            limit = MAX_REPLICAS[kind.value]
+            if not 0 <= group.count <= limit:
+                raise ValueError(f"{kind.value} count must be between 0 and {limit}, got {group.count}")
+        if sum(group.count for group in value.values()) == 0:
+            raise ValueError("at least one replica is needed")
+        if not (_count(value.get(ReplicaType.WORKER)) or _count(value.get(ReplicaType.CHIEF))):
+            # Success is the chief's (else worker 0's) completion: without either the
+            # job could never succeed and would re-run until its retries are spent.
+            if value.get(ReplicaType.PS):
+                raise ValueError("ps replicas need a chief or workers to serve")
+            raise ValueError(
+                "an evaluator needs a chief or workers to evaluate: at least one chief or worker is needed"
+            )
+        return value
+
+    @field_validator("max_runtime")
+    @classmethod
+    @_checked
+    def _max_runtime(cls, value: str, info: ValidationInfo) -> str:
+        duration = parse_duration(value)
+        context = info.context or {}
+        if context.get("stored"):
+            return value  # policy was checked when the job was accepted
+        limit = context.get("max_runtime_limit") or DEFAULT_MAX_RUNTIME_LIMIT
+        if duration > limit:
+            raise ValueError(f"must be at most {format_duration(limit)} (the configured maxRuntimeLimit)")
+        return value
+
+    @field_validator("checkpoint_uri", "output_uri")
+    @classmethod
+    def _uri(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > MAX_URI_LENGTH or not S3_URI.fullmatch(value)):
+            raise ValueError("must be an s3:// URI such as 's3://bucket/prefix'")
+        return value
+
+    @model_validator(mode="after")
+    def _bounded(self) -> JobSpec:
+        """Bounds across fields: what a trial adds to the args, and what one message creates."""
+        if self.sweep is not None and len(self.args) + len(self.sweep.parameters) > MAX_ARGS:
+            extra = len(self.sweep.parameters)
+            raise _field_error(
+                ("args",),
+                f"has {len(self.args)} entries and each trial adds one per sweep parameter ({extra}): "
+                f"at most {MAX_ARGS - extra} here",
+            )
+        replicas = len(self.replica_list())
+        per_job = replicas * 2 if replicas > 1 else 1  # a Job each, and a Service each when distributed
+        at_once = self.sweep.parallelism if self.sweep is not None else 1
+        if per_job * at_once > MAX_OBJECTS_PER_MESSAGE:
+            where: tuple[str, ...] = (
+                ("sweep", "parallelism") if per_job <= MAX_OBJECTS_PER_MESSAGE else ("replicas",)
+            )
+            services = " and a Service" if replicas > 1 else ""
+            raise _field_error(
+                where,
+                f"this job would create {per_job * at_once} Kubernetes objects at once "
+                f"({replicas} replicas, a Job{services} each, times {at_once} trials at a time); "
+                f"at most {MAX_OBJECTS_PER_MESSAGE} per message",
+            )
+        return self
+
+    # ---- derived views -------------------------------------------------
+
+    @property
+    def runtime_limit(self) -> timedelta:
+        return parse_duration(self.max_runtime)
+
+    @property
+    def is_distributed(self) -> bool:
+        return len(self.replica_list()) > 1
+
+    def replica_list(self) -> list[Replica]:
+        """Every pod of the job in TF_CONFIG order (chief, evaluator, ps, worker)."""
+        if self.replicas is None:
+            return [Replica(type=ReplicaType.WORKER.value, index=0, resources=self.resources)]
+        replicas: list[Replica] = []
+        for kind in sorted(self.replicas, key=lambda k: k.value):
+            group = self.replicas[kind]
+            resources = group.resources if group.resources is not None else self.resources
+            replicas.extend(
+                Replica(type=kind.value, index=i, resources=resources) for i in range(group.count)
+            )
+        return replicas
+
+    def total_gpus(self) -> int:
+        return sum(r.resources.gpu for r in self.replica_list())
+
+
+def _count(group: ReplicaGroup | None) -> int:
+    return 0 if group is None else group.count
+
+
+def _context(info: ValidationInfo, key: str) -> Collection[str] | None:
+    context = info.context or {}
+    value = context.get(key)
+    return None if value is None else list(value)
+
+
+class CancelCommand(_Model):
+    action: Literal["cancel"]
+    id: str
+    reason: Annotated[str, Field(max_length=512)] = "requested by user"
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return _dns_label(value, what="id", max_length=MAX_TRIAL_ID_LENGTH)

@@ -1,0 +1,137 @@
+"""Parsing queue bodies and recorded specs, and what one message may cost.
+
+A sweep is expanded in time proportional to its trials, not its grid; a recorded
+spec (the job's and each trial's) has a size limit well inside DynamoDB's item
+limit; and every recorded spec is loaded back with the same rules before it is
+accepted, so reconcile can always read what intake wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Mapping
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from squall.core.spec.bounds import Issue, SpecError, shape_issues, validation_issues
+from squall.core.spec.limits import DEFAULT_MAX_RUNTIME_LIMIT, ISSUES_CONSIDERED, MAX_RECORDED_SPEC_BYTES
+from squall.core.spec.model import CancelCommand, JobSpec
+from squall.core.spec.sweep import expand_sweep
+
+
+def _validate(model: type[BaseModel], data: Any, context: dict[str, Any]) -> Any:
+    shape, too_large = shape_issues(data)
+    if too_large:
+        raise SpecError(shape)
+    try:
+        parsed = model.model_validate(data, context=context)
+    except ValidationError as exc:
+        named = {issue.field for issue in shape}  # pydantic's own words for the same text add nothing
+        found = [i for i in validation_issues(exc) if i.field not in named]
+        raise SpecError(shape + found, more=max(0, exc.error_count() - ISSUES_CONSIDERED)) from exc
+    except RecursionError as exc:
+        raise SpecError([*shape, Issue("(body)", "is nested too deeply")]) from exc
+    except Exception as exc:
+        # A bug in a check must not become a traceback for the sender.
+        raise SpecError([*shape, Issue("(body)", f"could not be validated ({type(exc).__name__})")]) from exc
+    if shape:
+        raise SpecError(shape)
+    return parsed
+
+
+def parse_spec(
+    data: Any,
+    *,
+    teams: Collection[str],
+    registries: Collection[str],
+    max_runtime_limit: timedelta = DEFAULT_MAX_RUNTIME_LIMIT,
+) -> JobSpec:
+    """Validate a job spec against the configured teams and registries.
+
+    Raises SpecError listing its problems (never only the first), bounded.
+    Beyond the fields, the spec as recorded and every trial of its sweep must load
+    back with `load_spec`, the rules reconcile reads them with.
+    """
+    if not isinstance(data, Mapping):
+        raise SpecError([Issue(field="(body)", message="a job spec must be a JSON object")])
+    for reserved in ("parentId", "parent_id", "trialParameters", "trial_parameters"):
+        if reserved in data:
+            raise SpecError([Issue(field=reserved, message="is set by Squall for sweep trials only")])
+    spec: JobSpec = _validate(
+        JobSpec,
+        data,
+        {"teams": teams, "registries": registries, "max_runtime_limit": max_runtime_limit},
+    )
+    # The id a message would get has the same length and form as this stand-in.
+    check_recorded(spec, job_id=spec.id or f"{spec.name}-{'0' * 8}")
+    return spec
+
+
+def parse_message(
+    data: Any,
+    *,
+    teams: Collection[str],
+    registries: Collection[str],
+    max_runtime_limit: timedelta = DEFAULT_MAX_RUNTIME_LIMIT,
+) -> JobSpec | CancelCommand:
+    """A queue message body (already decoded JSON): a job spec or a command."""
+    if isinstance(data, Mapping) and "action" in data:
+        command: CancelCommand = _validate(CancelCommand, data, {})
+        return command
+    return parse_spec(data, teams=teams, registries=registries, max_runtime_limit=max_runtime_limit)
+
+
+def recorded(spec: JobSpec) -> dict[str, Any]:
+    """The spec as the job record keeps it (JSON-ready, by alias, without unset options)."""
+    return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def load_spec(data: Any) -> JobSpec:
+    """A recorded spec (a job's or a sweep trial's), with the rules it was accepted by.
+
+    Operator policy (teams, registries, maxRuntimeLimit) was checked at intake and
+    may have changed since: it is not applied again. Raises SpecError.
+    """
+    if not isinstance(data, Mapping):
+        raise SpecError([Issue(field="(body)", message="a recorded job spec must be an object")])
+    spec: JobSpec = _validate(JobSpec, data, {"stored": True})
+    return spec
+
+
+def check_recorded(spec: JobSpec, *, job_id: str) -> None:
+    """Raise SpecError unless the spec and each of its trials records within bounds and loads back."""
+    issues: list[Issue] = []
+    records: list[tuple[str | None, JobSpec]] = [(None, spec), *expand_sweep(spec, job_id=job_id)]
+    for number, (trial_id, record) in enumerate(records):
+        what = "the job spec" if trial_id is None else f"trial {number} ({trial_id})"
+        where = "(body)" if trial_id is None else "sweep"
+        text = json.dumps(recorded(record), separators=(",", ":"))
+        if len(text) > MAX_RECORDED_SPEC_BYTES:
+            issues.append(
+                Issue(where, f"{what} takes {len(text)} bytes as recorded; at most {MAX_RECORDED_SPEC_BYTES}")
+            )
+            break
+        try:
+            load_spec(json.loads(text))
+        except SpecError as exc:
+            issues.extend(
+                Issue(where, f"{what} would be invalid: {i.field}: {i.message}") for i in exc.issues
+            )
+            break
+    if issues:
+        raise SpecError(issues)
+
+
+def derive_job_id(spec: JobSpec, *, message_id: str) -> str:
+    """The client's id, else the name plus a stable hash of the delivery's message id.
+
+    SQS redelivers a message with the same message id, so a duplicate delivery
+    maps to the same job and is recognised as a duplicate, not created twice.
+    """
+    if spec.id:
+        return spec.id
+    digest = hashlib.sha256(message_id.encode()).hexdigest()[:8]
+    return f"{spec.name}-{digest}"
