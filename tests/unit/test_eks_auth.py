@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 import boto3
 import pytest
+from botocore.exceptions import NoCredentialsError
 
 from squall.adapters.kubernetes.eks_auth import (
     API_RETRIES,
@@ -21,7 +22,7 @@ from squall.adapters.kubernetes.eks_auth import (
     build_api_client,
     eks_token,
 )
-from squall.core.errors import RetryableError
+from squall.core.errors import PermanentError
 from squall.core.settings import ClusterSettings
 
 ACCESS_KEY = "AKIDEXAMPLE"
@@ -132,7 +133,10 @@ def test_the_cluster_header_is_signed(session: boto3.Session) -> None:
     assert not signature_holds(url, cluster_name="squall-staging")
 
 
-def test_missing_credentials_are_a_retryable_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+# Issue #12 decides retryable vs permanent once (squall.adapters.aws.errors): no credentials at
+# all is a deployment fault, permanent, where this test used to pin RetryableError; credentials a
+# provider failed to fetch stay retryable (test_adapter_errors.py).
+def test_missing_credentials_are_a_permanent_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
@@ -141,10 +145,10 @@ def test_missing_credentials_are_a_retryable_error(monkeypatch: pytest.MonkeyPat
     for name in ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
         monkeypatch.delenv(name, raising=False)
 
-    with pytest.raises(RetryableError, match="generate an EKS token for cluster squall-prod") as info:
+    with pytest.raises(PermanentError, match="generate an EKS token for cluster squall-prod") as info:
         eks_token(cluster_name="squall-prod", region=REGION, session=boto3.Session())
 
-    assert info.value.__cause__ is not None
+    assert isinstance(info.value.__cause__, NoCredentialsError)
 
 
 # ==== caching ========================================================================

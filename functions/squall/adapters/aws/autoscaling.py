@@ -8,9 +8,9 @@ Observations are plain frozen dataclasses, so the planner can take them without
 knowing that AWS exists.
 
 The adapter does I/O and nothing else. Every botocore exception is translated
-into a Squall error (chained with ``raise ... from exc``): throttling, contention
-and transport failures are retryable, everything else is permanent, with two
-refinements callers rely on: ``NotFoundError`` for an instance or group Auto
+into a Squall error by squall.adapters.aws.errors (chained with ``raise ... from
+exc``): throttling, contention and transport failures are retryable, everything
+else is permanent, with two refinements of the Fleet's own that callers rely on: ``NotFoundError`` for an instance or group Auto
 Scaling does not know (any more), and ``LifecycleActionGone`` when a lifecycle
 action has already been completed or has timed out.
 """
@@ -18,14 +18,15 @@ action has already been completed or has timed out.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
+from botocore.exceptions import ClientError
 
-from squall.core.errors import LifecycleActionGone, NotFoundError, PermanentError, RetryableError
+from squall.adapters.aws import errors
+from squall.core.errors import LifecycleActionGone, NotFoundError, PermanentError, SquallError
 from squall.ports import (
     TERMINAL_ACTIVITY_STATUSES,
     Fleet,
@@ -60,28 +61,7 @@ _PROTECTION_IDS_PER_CALL = 50
 _EC2_IDS_PER_CALL = 200
 _EC2_PAGE_SIZE = 1000
 
-_RETRYABLE_CODES = frozenset(
-    {
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestLimitExceeded",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "SlowDown",
-        "ResourceContention",
-        "ScalingActivityInProgress",
-        "InternalFailure",
-        "InternalError",
-        "ServiceUnavailable",
-        "Unavailable",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "PriorRequestNotComplete",
-    }
-)
-_NOT_FOUND_CODES = frozenset({"InvalidInstanceID.NotFound"})
+# Auto Scaling words "no such group or instance" as a ValidationError.
 _NOT_FOUND_WORDS = ("not found", "is not part of auto scaling group")
 _LIFECYCLE_GONE_WORDS = "no active lifecycle action found"
 
@@ -113,16 +93,17 @@ class AutoScalingFleet:
         found: dict[GroupRef, FleetGroup] = {}
         for region, names in _names_by_region(refs).items():
             for batch in _chunks(names, _GROUP_NAMES_PER_CALL):
-                with _translated("DescribeAutoScalingGroups", region=region):
-                    paginator = self._clients(region).get_paginator("describe_auto_scaling_groups")
-                    pages = paginator.paginate(
-                        AutoScalingGroupNames=batch,
-                        PaginationConfig={"PageSize": _GROUP_NAMES_PER_CALL},
-                    )
-                    for page in pages:
-                        for raw in page.get("AutoScalingGroups", []):
-                            group = _group(raw, region=region)
-                            found[group.ref] = group
+                for page in _pages(
+                    "DescribeAutoScalingGroups",
+                    clients=self._clients,
+                    region=region,
+                    method="describe_auto_scaling_groups",
+                    page_size=_GROUP_NAMES_PER_CALL,
+                    AutoScalingGroupNames=batch,
+                ):
+                    for raw in page.get("AutoScalingGroups", []):
+                        group = _group(raw, region=region)
+                        found[group.ref] = group
         if self._ec2_clients is not None:
             found = self._with_launch_times(found)
         return [found[ref] for ref in dict.fromkeys(refs) if ref in found]
@@ -133,13 +114,15 @@ class AutoScalingFleet:
         since = _aware(since)
         activities: list[ScalingActivity] = []
         for ref in dict.fromkeys(refs):
-            with _translated("DescribeScalingActivities", region=ref.region):
-                paginator = self._clients(ref.region).get_paginator("describe_scaling_activities")
-                pages = paginator.paginate(
-                    AutoScalingGroupName=ref.name,
-                    PaginationConfig={"PageSize": _ACTIVITIES_PER_PAGE},
-                )
-                activities.extend(_activities_since(pages, ref=ref, since=since))
+            pages = _pages(
+                "DescribeScalingActivities",
+                clients=self._clients,
+                region=ref.region,
+                method="describe_scaling_activities",
+                page_size=_ACTIVITIES_PER_PAGE,
+                AutoScalingGroupName=ref.name,
+            )
+            activities.extend(_activities_since(pages, ref=ref, since=since))
         return activities
 
     # act -------------------------------------------------------------------------
@@ -210,19 +193,20 @@ class AutoScalingFleet:
         launch_times: dict[str, datetime] = {}
         for region, ids in ids_by_region.items():
             for batch in _chunks(ids, _EC2_IDS_PER_CALL):
-                with _translated("DescribeInstances", region=region):
-                    paginator = self._ec2_clients(region).get_paginator("describe_instances")
-                    # A filter, not InstanceIds: an id EC2 no longer knows must not
-                    # fail the whole observation.
-                    pages = paginator.paginate(
-                        Filters=[{"Name": "instance-id", "Values": batch}],
-                        PaginationConfig={"PageSize": _EC2_PAGE_SIZE},
-                    )
-                    for page in pages:
-                        for reservation in page.get("Reservations", []):
-                            for raw in reservation.get("Instances", []):
-                                if raw.get("LaunchTime") is not None:
-                                    launch_times[raw["InstanceId"]] = raw["LaunchTime"]
+                # A filter, not InstanceIds: an id EC2 no longer knows must not
+                # fail the whole observation.
+                for page in _pages(
+                    "DescribeInstances",
+                    clients=self._ec2_clients,
+                    region=region,
+                    method="describe_instances",
+                    page_size=_EC2_PAGE_SIZE,
+                    Filters=[{"Name": "instance-id", "Values": batch}],
+                ):
+                    for reservation in page.get("Reservations", []):
+                        for raw in reservation.get("Instances", []):
+                            if raw.get("LaunchTime") is not None:
+                                launch_times[raw["InstanceId"]] = raw["LaunchTime"]
         return {
             ref: replace(
                 group,
@@ -322,34 +306,31 @@ def _lifecycle_params(
     return params
 
 
-@contextmanager
-def _translated(operation: str, *, region: str) -> Iterator[None]:
-    """Turn any botocore exception raised inside into a Squall error, chained."""
-    try:
-        yield
-    except ClientError as exc:
-        raise _client_error(exc, operation=operation, region=region) from exc
-    except (ConnectionError, HTTPClientError) as exc:
-        raise RetryableError(f"{operation} in {region}: {exc}") from exc
-    except BotoCoreError as exc:
-        raise PermanentError(f"{operation} in {region}: {exc}") from exc
+def _translated(operation: str, *, region: str) -> AbstractContextManager[None]:
+    """Turn any botocore exception raised inside into a Squall error, chained (with the Fleet's rules)."""
+    return errors.translated(f"{operation} in {region}", rules=_FLEET_RULES)
 
 
-def _client_error(
-    exc: ClientError, *, operation: str, region: str
-) -> RetryableError | PermanentError:
-    error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    message = str(error.get("Message", ""))
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-    text = f"{operation} in {region}: {code}: {message}"
-    lowered = message.lower()
-    if code in _RETRYABLE_CODES or status >= 500:
-        return RetryableError(text)
-    if _LIFECYCLE_GONE_WORDS in lowered:
-        return LifecycleActionGone(text)
-    if code in _NOT_FOUND_CODES or (
-        code == "ValidationError" and any(words in lowered for words in _NOT_FOUND_WORDS)
-    ):
+def _pages(
+    api: str, *, clients: Callable[[str], Any], region: str, method: str, page_size: int, **params: Any
+) -> Iterator[dict[str, Any]]:
+    """The pages of one paginated call in one region (boto3's paginator), read as they are needed."""
+    doing = f"{api} in {region}"
+    with errors.translated(doing, rules=_FLEET_RULES):
+        client = clients(region)  # building a client can fail too (a malformed region)
+    yield from errors.pages(doing, client, method, page_size=page_size, rules=_FLEET_RULES, **params)
+
+
+def _lifecycle_gone(exc: ClientError, text: str) -> SquallError | None:
+    """Auto Scaling's answer for an action already completed or timed out (a ValidationError)."""
+    return LifecycleActionGone(text) if _LIFECYCLE_GONE_WORDS in errors.error_message(exc).lower() else None
+
+
+def _group_or_instance_gone(exc: ClientError, text: str) -> SquallError | None:
+    lowered = errors.error_message(exc).lower()
+    if errors.error_code(exc) == "ValidationError" and any(words in lowered for words in _NOT_FOUND_WORDS):
         return NotFoundError(text)
-    return PermanentError(text)
+    return None
+
+
+_FLEET_RULES: tuple[errors.Rule, ...] = (_lifecycle_gone, _group_or_instance_gone)

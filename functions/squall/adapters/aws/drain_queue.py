@@ -20,9 +20,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from squall.adapters.aws.job_store import translate
+from squall.adapters.aws.errors import translated
 from squall.core.asg_events import DrainStepMessage
 from squall.core.errors import RetryableError
 
@@ -43,12 +41,10 @@ class SqsDrainQueue:
         self._url = queue_url
 
     def send_step(self, message: DrainStepMessage, *, delay: timedelta) -> None:
-        try:
+        with translated(f"send drain step for {message.instance_id}"):
             self._client.send_message(
                 QueueUrl=self._url, MessageBody=message.body(), DelaySeconds=delay_seconds(delay)
             )
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(f"send drain step for {message.instance_id}", exc) from exc
 
     def retry_after(self, receipt_handles: Sequence[str], *, delay: timedelta) -> None:
         seconds = delay_seconds(delay)
@@ -56,10 +52,8 @@ class SqsDrainQueue:
         for start in range(0, len(receipt_handles), MAX_BATCH):
             batch = receipt_handles[start : start + MAX_BATCH]
             entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": seconds} for i, h in enumerate(batch)]
-            try:
+            with translated("change the visibility of drain steps"):
                 response = self._client.change_message_visibility_batch(QueueUrl=self._url, Entries=entries)
-            except (ClientError, BotoCoreError) as exc:
-                raise translate("change the visibility of drain steps", exc) from exc
             failed.extend(f"{f.get('Code', '')}: {f.get('Message', '')}" for f in response.get("Failed", []))
         if failed:
             raise RetryableError(f"change the visibility of drain steps: {len(failed)} failed ({failed[0]})")

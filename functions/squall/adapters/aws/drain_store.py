@@ -14,9 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from squall.adapters.aws.job_store import call_dynamodb, from_item, to_item, translate
+from squall.adapters.aws.job_store import call_dynamodb, from_item, on_conflict, to_item
 from squall.core.drain import DrainOutcome, DrainRecord, Kind
 from squall.core.errors import ConflictError
 
@@ -139,13 +137,14 @@ class DynamoDrainStore:
         }
         if values:
             args["ExpressionAttributeValues"] = values
-        try:
-            self._client.put_item(**args)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                raise ConflictError(
-                    f"drain {record.instance_id}: {what} lost to another writer (version {record.version})"
-                ) from exc
-            raise translate(f"{what} drain {record.instance_id}", exc) from exc
-        except BotoCoreError as exc:
-            raise translate(f"{what} drain {record.instance_id}", exc) from exc
+        call_dynamodb(
+            f"{what} drain {record.instance_id}",
+            lambda: self._client.put_item(**args),
+            rules=(
+                on_conflict(
+                    lambda: ConflictError(
+                        f"drain {record.instance_id}: {what} lost to another writer (version {record.version})"
+                    )
+                ),
+            ),
+        )

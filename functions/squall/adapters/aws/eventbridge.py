@@ -6,9 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from squall.adapters.aws.job_store import translate
+from squall.adapters.aws.errors import translated
 from squall.core.errors import RetryableError
 
 SOURCE = "squall.core.jobs"
@@ -29,10 +27,8 @@ class EventBridgeScaleRequests:
             "Detail": json.dumps(detail),
             "EventBusName": self._bus,
         }
-        try:
+        with translated("request scale check"):
             response = self._client.put_events(Entries=[entry])
-        except (ClientError, BotoCoreError) as exc:
-            raise translate("request scale check", exc) from exc
         if response.get("FailedEntryCount"):
             code = response["Entries"][0].get("ErrorCode", "unknown")
             raise RetryableError(f"request scale check: {code}")

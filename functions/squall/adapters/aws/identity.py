@@ -10,8 +10,7 @@ grant cannot outlive the role it was given to.
 The cluster's certificate authority, when the settings leave it out, comes from
 EKS DescribeCluster: the functions cannot verify the API server without it.
 
-The only module besides runtime.py and the other adapters that imports boto3's
-exceptions; every error leaves as Squall's own (``raise ... from``).
+Every botocore error leaves as Squall's own, through squall.adapters.aws.errors.
 """
 
 from __future__ import annotations
@@ -21,31 +20,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from squall.core.errors import NotFoundError, PermanentError, RetryableError, SquallError
+from squall.adapters.aws.errors import translated
+from squall.core.errors import NotFoundError, PermanentError, RetryableError
 
 # arn:<partition>:iam::<account>:role/<path/>name (or user/...); IAM's Get calls take the name.
 PRINCIPAL_ARN = re.compile(
     r"^arn:aws(?:-[a-z]+)*:iam::(?P<account>\d{12}):(?P<kind>role|user)/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,128})$"
 )
 UNIQUE_ID = re.compile(r"^(AROA|AIDA)[A-Z0-9]{12,124}$")
-_RETRYABLE_CODES = frozenset(
-    {"Throttling", "ThrottlingException", "ServiceFailure", "ServiceUnavailable", "ServerException", "RequestLimitExceeded"}
-)
-_NOT_FOUND_CODES = frozenset({"NoSuchEntity", "ResourceNotFoundException"})
-
-
-def _translate(what: str, exc: ClientError | BotoCoreError) -> SquallError:
-    if isinstance(exc, BotoCoreError):
-        return RetryableError(f"{what}: {exc}")
-    code = exc.response.get("Error", {}).get("Code", "")
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-    if code in _RETRYABLE_CODES or status >= 500:
-        return RetryableError(f"{what}: {code}")
-    if code in _NOT_FOUND_CODES:
-        return NotFoundError(f"{what}: {code}")
-    return PermanentError(f"{what}: {code}: {exc}")
 
 
 class IamPrincipals:
@@ -64,15 +46,13 @@ class IamPrincipals:
                 f"{principal!r} is not an IAM role or user ARN, nor a unique id (AROA..., AIDA...)"
             )
         name = match["name"]
-        try:
+        with translated(f"look up {principal}"):
             if match["kind"] == "role":
                 found = self._client.get_role(RoleName=name)["Role"]
                 arn, unique_id = found["Arn"], found["RoleId"]
             else:
                 found = self._client.get_user(UserName=name)["User"]
                 arn, unique_id = found["Arn"], found["UserId"]
-        except (ClientError, BotoCoreError) as exc:
-            raise _translate(f"look up {principal}", exc) from exc
         # Same name, other path or account: not the principal the deployment named.
         if arn.lower() != principal.lower():
             raise NotFoundError(f"look up {principal}: IAM knows {name} as {arn}")
@@ -120,10 +100,8 @@ class ClusterEndpoint:
 
 def describe_cluster(client: Any, name: str) -> ClusterEndpoint:
     """The API endpoint and certificate authority of an EKS cluster (eks:DescribeCluster)."""
-    try:
+    with translated(f"describe EKS cluster {name}"):
         cluster = client.describe_cluster(name=name)["cluster"]
-    except (ClientError, BotoCoreError) as exc:
-        raise _translate(f"describe EKS cluster {name}", exc) from exc
     authority = (cluster.get("certificateAuthority") or {}).get("data") or ""
     endpoint = cluster.get("endpoint") or ""
     if not authority or not endpoint:

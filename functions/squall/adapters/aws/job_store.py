@@ -13,7 +13,6 @@ whole: an event is never lost or written twice.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
@@ -23,6 +22,8 @@ from typing import Any, TypeVar
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
+from squall.adapters.aws import errors
+from squall.adapters.aws.errors import Rule, cancellation_codes, error_code, error_message
 from squall.core.errors import (
     ConflictError,
     DuplicateJobError,
@@ -34,18 +35,6 @@ from squall.core.errors import (
 from squall.core.jobs import Job, JobEvent, JobStatus
 
 T = TypeVar("T")
-
-RETRYABLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "TransactionInProgressException",
-        "LimitExceededException",
-    }
-)
 
 # DynamoDB's limit on one item, attribute names and values in UTF-8: "400 KB". Taken as
 # 400,000 bytes, a little under what DynamoDB (409,600) and moto (405,000) refuse, so
@@ -64,30 +53,52 @@ def from_item(item: dict[str, Any]) -> dict[str, Any]:
     return {k: _deserializer.deserialize(v) for k, v in item.items()}
 
 
-def translate(what: str, exc: ClientError | BotoCoreError) -> SquallError:
-    """Squall's error for a botocore one: throttling, 5xx and transport are retryable."""
-    if isinstance(exc, BotoCoreError):
-        return RetryableError(f"{what}: {exc}")
-    code = exc.response.get("Error", {}).get("Code", "")
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-    if code in RETRYABLE_CODES or status >= 500:
-        return RetryableError(f"{what}: {code}")
-    if _item_too_large(exc):
-        return ItemTooLargeError(f"{what}: {code}: {exc}")
-    return PermanentError(f"{what}: {code}: {exc}")
-
-
-def _item_too_large(exc: ClientError) -> bool:
+def _item_too_large(exc: ClientError, text: str) -> SquallError | None:
     """DynamoDB's answer to an item over 400 KB, for a put (ValidationException) or in a transaction."""
-    error = exc.response.get("Error", {})
-    messages = [str(error.get("Message", ""))] if error.get("Code") == "ValidationException" else []
-    if error.get("Code") == "TransactionCanceledException":
+    code = error_code(exc)
+    messages = [error_message(exc)] if code == "ValidationException" else []
+    if code == "TransactionCanceledException":
         messages = [
             str(r.get("Message", ""))
             for r in exc.response.get("CancellationReasons") or []
             if r.get("Code") == "ValidationError"
         ]
-    return any("size" in m and "exceeded" in m for m in messages)
+    if any("size" in m and "exceeded" in m for m in messages):
+        return ItemTooLargeError(text)
+    return None
+
+
+# A transaction cancelled only because another one held an item, or for throughput: try again.
+_TRANSIENT_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+
+
+def _transaction_contention(exc: ClientError, text: str) -> SquallError | None:
+    if error_code(exc) != "TransactionCanceledException":
+        return None
+    reasons = set(cancellation_codes(exc)) - {"None"}
+    if reasons and reasons <= _TRANSIENT_CANCELLATIONS:
+        return RetryableError(text)
+    return None
+
+
+def conditional_failed(exc: ClientError) -> bool:
+    """A condition of a put, update or delete (or of one item of a transaction) did not hold."""
+    if error_code(exc) == "ConditionalCheckFailedException":
+        return True
+    return error_code(exc) == "TransactionCanceledException" and "ConditionalCheckFailed" in cancellation_codes(exc)
+
+
+def on_conflict(error: Callable[[], SquallError]) -> Rule:
+    """A rule that answers a failed condition with ``error()`` (ConflictError, DuplicateJobError)."""
+    return lambda exc, _text: error() if conditional_failed(exc) else None
+
+
+DYNAMODB_RULES: tuple[Rule, ...] = (_transaction_contention, _item_too_large)
+
+
+def translate(what: str, exc: ClientError | BotoCoreError, *, rules: tuple[Rule, ...] = ()) -> SquallError:
+    """Squall's error for a botocore one from DynamoDB (squall.adapters.aws.errors, with DynamoDB's rules)."""
+    return errors.translate(what, exc, rules=(*rules, *DYNAMODB_RULES))
 
 
 def item_size(values: Mapping[str, Any]) -> int:
@@ -124,12 +135,28 @@ def _value_size(value: Any) -> int:
     raise TypeError(f"no DynamoDB size for {type(value).__name__}")
 
 
-def call_dynamodb(what: str, fn: Callable[[], T]) -> T:
-    """Run one DynamoDB call, translating its errors into Squall's."""
-    try:
-        return fn()
-    except (ClientError, BotoCoreError) as exc:
-        raise translate(what, exc) from exc
+def call_dynamodb(what: str, fn: Callable[[], T], *, rules: tuple[Rule, ...] = ()) -> T:
+    """Run one DynamoDB call, translating its errors into Squall's (``rules`` first)."""
+    result: T = errors.call(what, fn, rules=(*rules, *DYNAMODB_RULES))
+    return result
+
+
+def query_pages(
+    what: str, client: Any, operation: str, /, *, limit: int | None = None, **params: Any
+) -> Iterator[dict[str, Any]]:
+    """The items of a DynamoDB query or scan, page by page (boto3's paginator), at most ``limit``.
+
+    Pages are read only as far as the items are: the limit bounds the requests too.
+    """
+    if limit is not None and limit <= 0:
+        return
+    seen = 0
+    for page in errors.pages(what, client, operation, rules=DYNAMODB_RULES, **params):
+        for item in page.get("Items", []):
+            yield item
+            seen += 1
+            if limit is not None and seen >= limit:
+                return
 
 
 def iso(value: datetime | None) -> str | None:
@@ -273,16 +300,6 @@ def event_from_item(item: dict[str, Any]) -> JobEvent:
     )
 
 
-def _conditional_failure(exc: ClientError) -> bool:
-    error = exc.response.get("Error", {})
-    if error.get("Code") == "ConditionalCheckFailedException":
-        return True
-    reasons = exc.response.get("CancellationReasons") or []
-    return error.get("Code") == "TransactionCanceledException" and any(
-        r.get("Code") == "ConditionalCheckFailed" for r in reasons
-    )
-
-
 class DynamoJobStore:
     """JobStore on one DynamoDB table (see the module docstring for the keys)."""
 
@@ -297,16 +314,13 @@ class DynamoJobStore:
         write units of a two-item transaction and is just as atomic.
         """
         item = to_item(creation_values(job, event))
-        try:
-            self._client.put_item(
+        call_dynamodb(
+            f"create job {job.id}",
+            lambda: self._client.put_item(
                 TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)"
-            )
-        except ClientError as exc:
-            if _conditional_failure(exc):
-                raise DuplicateJobError(job.id) from exc
-            raise translate(f"create job {job.id}", exc) from exc
-        except BotoCoreError as exc:
-            raise translate(f"create job {job.id}", exc) from exc
+            ),
+            rules=(on_conflict(lambda: DuplicateJobError(job.id)),),
+        )
 
     def save(self, job: Job, event: JobEvent) -> None:
         """The job (version n) and its event, in one transaction, if the stored job is version n - 1."""
@@ -327,14 +341,11 @@ class DynamoJobStore:
             "Item": event_to_item(event),
             "ConditionExpression": "attribute_not_exists(pk)",
         }
-        try:
-            self._client.transact_write_items(TransactItems=[{"Update": update_job}, {"Put": put_event}])
-        except ClientError as exc:
-            if _conditional_failure(exc):
-                raise ConflictError(f"job {job.id} changed since version {job.version - 1}") from exc
-            raise translate(f"save job {job.id}", exc) from exc
-        except BotoCoreError as exc:
-            raise translate(f"save job {job.id}", exc) from exc
+        call_dynamodb(
+            f"save job {job.id}",
+            lambda: self._client.transact_write_items(TransactItems=[{"Update": update_job}, {"Put": put_event}]),
+            rules=(on_conflict(lambda: ConflictError(f"job {job.id} changed since version {job.version - 1}")),),
+        )
 
     def get(self, job_id: str) -> Job | None:
         response = call_dynamodb(
@@ -347,7 +358,11 @@ class DynamoJobStore:
     def events(self, job_id: str) -> list[JobEvent]:
         """The first event from the job item, the rest from the event items: one query."""
         events: list[JobEvent] = []
-        for item in self._query(
+        for item in query_pages(
+            f"read events of job {job_id}",
+            self._client,
+            "query",
+            TableName=self._table,
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues=to_item({":pk": f"JOB#{job_id}"}),
             ConsistentRead=True,
@@ -360,46 +375,27 @@ class DynamoJobStore:
         return sorted(events, key=lambda e: e.version)
 
     def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
-        items = self._query(
+        items = query_pages(
+            f"list {status.value} jobs",
+            self._client,
+            "query",
+            limit=limit,
+            TableName=self._table,
             IndexName="status-index",
             KeyConditionExpression="gsi1pk = :status",
             ExpressionAttributeValues=to_item({":status": f"STATUS#{status.value}"}),
-            limit=limit,
         )
         return [job_from_item(i) for i in items]
 
     def list_all(self, *, limit: int = 100_000) -> list[Job]:
         """Every job, in no particular order: one scan, for tools and small tables."""
-        jobs: list[Job] = []
-        start: dict[str, Any] | None = None
-        while len(jobs) < limit:
-            args: dict[str, Any] = {
-                "TableName": self._table,
-                "FilterExpression": "kind = :kind",
-                "ExpressionAttributeValues": to_item({":kind": "job"}),
-            }
-            if start:
-                args["ExclusiveStartKey"] = start
-            page = call_dynamodb("scan jobs", functools.partial(self._client.scan, **args))
-            jobs.extend(job_from_item(item) for item in page.get("Items", []))
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                break
-        return jobs[:limit]
-
-    def _query(self, *, limit: int | None = None, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        seen = 0
-        start: dict[str, Any] | None = None
-        while True:
-            page_args = dict(kwargs, TableName=self._table)
-            if start:
-                page_args["ExclusiveStartKey"] = start
-            page = call_dynamodb("query", functools.partial(self._client.query, **page_args))
-            for item in page.get("Items", []):
-                yield item
-                seen += 1
-                if limit is not None and seen >= limit:
-                    return
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return
+        items = query_pages(
+            "scan jobs",
+            self._client,
+            "scan",
+            limit=limit,
+            TableName=self._table,
+            FilterExpression="kind = :kind",
+            ExpressionAttributeValues=to_item({":kind": "job"}),
+        )
+        return [job_from_item(i) for i in items]

@@ -11,15 +11,21 @@ item first (or after it expired) acts, the other one returns at once.
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from squall.adapters.aws.job_store import call_dynamodb, from_iso, from_item, iso, to_item, translate
+from squall.adapters.aws.job_store import (
+    call_dynamodb,
+    from_iso,
+    from_item,
+    iso,
+    on_conflict,
+    query_pages,
+    to_item,
+)
+from squall.core.errors import ConflictError
 from squall.planner import GroupHealth
 
 DECISION_RETENTION = timedelta(days=14)
@@ -34,69 +40,58 @@ class DynamoScaleState:
 
     def acquire_lease(self, *, name: str, holder: str, now: datetime, duration: timedelta) -> bool:
         """True when `holder` now holds the lease; False when someone else does."""
+        item = to_item({"pk": f"LEASE#{name}", "sk": "LEASE", "holder": holder, "expiresAt": int((now + duration).timestamp())})
         try:
-            self._client.put_item(
-                TableName=self._table,
-                Item=to_item(
-                    {
-                        "pk": f"LEASE#{name}",
-                        "sk": "LEASE",
-                        "holder": holder,
-                        "expiresAt": int((now + duration).timestamp()),
-                    }
+            call_dynamodb(
+                f"acquire lease {name}",
+                lambda: self._client.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(pk) OR expiresAt < :now OR holder = :holder",
+                    ExpressionAttributeValues=to_item({":now": int(now.timestamp()), ":holder": holder}),
                 ),
-                ConditionExpression="attribute_not_exists(pk) OR expiresAt < :now OR holder = :holder",
-                ExpressionAttributeValues=to_item({":now": int(now.timestamp()), ":holder": holder}),
+                rules=(on_conflict(lambda: ConflictError(f"lease {name} is held by someone else")),),
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            raise translate(f"acquire lease {name}", exc) from exc
-        except BotoCoreError as exc:
-            raise translate(f"acquire lease {name}", exc) from exc
+        except ConflictError:
+            return False
         return True
 
     def release_lease(self, *, name: str, holder: str) -> None:
         try:
-            self._client.delete_item(
-                TableName=self._table,
-                Key=to_item({"pk": f"LEASE#{name}", "sk": "LEASE"}),
-                ConditionExpression="holder = :holder",
-                ExpressionAttributeValues=to_item({":holder": holder}),
+            call_dynamodb(
+                f"release lease {name}",
+                lambda: self._client.delete_item(
+                    TableName=self._table,
+                    Key=to_item({"pk": f"LEASE#{name}", "sk": "LEASE"}),
+                    ConditionExpression="holder = :holder",
+                    ExpressionAttributeValues=to_item({":holder": holder}),
+                ),
+                rules=(on_conflict(lambda: ConflictError(f"lease {name} is not held by {holder}")),),
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return  # it expired and someone else holds it now: nothing of ours to release
-            raise translate(f"release lease {name}", exc) from exc
-        except BotoCoreError as exc:
-            raise translate(f"release lease {name}", exc) from exc
+        except ConflictError:
+            return  # it expired and someone else holds it now: nothing of ours to release
 
     # ---- group health -------------------------------------------------------
 
     def load_health(self) -> dict[str, GroupHealth]:
         health: dict[str, GroupHealth] = {}
-        start: dict[str, Any] | None = None
-        while True:
-            args: dict[str, Any] = {
-                "TableName": self._table,
-                "KeyConditionExpression": "pk = :pk",
-                "ExpressionAttributeValues": to_item({":pk": "HEALTH"}),
-                "ConsistentRead": True,
-            }
-            if start:
-                args["ExclusiveStartKey"] = start
-            page = call_dynamodb("load group health", functools.partial(self._client.query, **args))
-            for item in page.get("Items", []):
-                values = from_item(item)
-                health[values["sk"]] = GroupHealth(
-                    backoff_until=from_iso(values.get("backoffUntil")),
-                    consecutive_failures=int(values.get("consecutiveFailures", 0)),
-                    last_failure_at=from_iso(values.get("lastFailureAt")),
-                    reason=values.get("reason", ""),
-                )
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return health
+        for item in query_pages(
+            "load group health",
+            self._client,
+            "query",
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues=to_item({":pk": "HEALTH"}),
+            ConsistentRead=True,
+        ):
+            values = from_item(item)
+            health[values["sk"]] = GroupHealth(
+                backoff_until=from_iso(values.get("backoffUntil")),
+                consecutive_failures=int(values.get("consecutiveFailures", 0)),
+                last_failure_at=from_iso(values.get("lastFailureAt")),
+                reason=values.get("reason", ""),
+            )
+        return health
 
     def save_health(self, group: str, health: GroupHealth) -> None:
         item = to_item(

@@ -20,11 +20,10 @@ from functools import partial
 from typing import Any, Final
 
 import boto3
-import botocore.exceptions
 import urllib3
 from kubernetes.client import ApiClient, Configuration
 
-from squall.core.errors import RetryableError
+from squall.adapters.aws.errors import translated
 from squall.core.settings import ClusterSettings
 
 TOKEN_PREFIX: Final = "k8s-aws-v1."
@@ -45,7 +44,7 @@ TokenProvider = Callable[[], str]
 def eks_token(*, cluster_name: str, region: str, session: boto3.Session | None = None) -> str:
     """A bearer token for one EKS cluster from the session's credentials (no network call)."""
     session = session or boto3.Session()
-    try:
+    with translated(f"generate an EKS token for cluster {cluster_name}"):
         sts = session.client("sts", region_name=region)
 
         def bind_to_cluster(request: Any, **_: Any) -> None:
@@ -56,8 +55,6 @@ def eks_token(*, cluster_name: str, region: str, session: boto3.Session | None =
         url = sts.generate_presigned_url(
             "get_caller_identity", Params={}, ExpiresIn=PRESIGNED_URL_EXPIRES, HttpMethod="GET"
         )
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-        raise RetryableError(f"generate an EKS token for cluster {cluster_name}: {exc}") from exc
     encoded = base64.urlsafe_b64encode(url.encode("utf-8")).decode("ascii").rstrip("=")
     return TOKEN_PREFIX + encoded
 
