@@ -131,3 +131,15 @@ def test_a_message_without_a_sender_id_is_still_handled(
     response = submit.handler(event, lambda_context)
     assert len(response["batchItemFailures"]) == 1
     assert world.store.list_by_status(JobStatus.QUEUED)[0].submitted_by is None
+
+
+def test_every_handler_shares_the_one_logger_metrics_and_tracer() -> None:
+    import importlib
+
+    from squall.handlers import observability
+
+    for name in ("submit", "reconcile", "scale", "lifecycle", "drain"):
+        module = importlib.import_module(f"squall.handlers.{name}")
+        assert module.logger is observability.logger, name
+        assert module.metrics is observability.metrics, name
+        assert module.tracer is observability.tracer, name

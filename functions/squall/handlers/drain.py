@@ -5,17 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from squall.core.asg_events import DrainStepRecord
-from squall.core.telemetry import NAMESPACE, SERVICE
+from squall.handlers.observability import logger, metrics, tracer
 from squall.runtime import services
 
-logger = Logger(service=SERVICE)
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
-tracer = Tracer(service=SERVICE)
 # A batch whose every record failed still answers with a partial response, so that
 # each message keeps its own retry count on its way to the dead-letter queue. A
 # body that is not a step message fails its record only (and is dead-lettered).

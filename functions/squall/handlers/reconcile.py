@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from squall.core.telemetry import NAMESPACE, SERVICE
+from squall.handlers.observability import logger, metrics, tracer
 from squall.runtime import services
-
-logger = Logger(service=SERVICE)
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
-tracer = Tracer(service=SERVICE)
 
 
 @logger.inject_lambda_context

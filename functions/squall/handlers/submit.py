@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from squall.core.errors import SquallError
-from squall.core.telemetry import NAMESPACE, SERVICE
+from squall.handlers.observability import logger, metrics, tracer
 from squall.runtime import services
 from squall.services.intake import MalformedMessage
 
-logger = Logger(service=SERVICE)
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
-tracer = Tracer(service=SERVICE)
 # A batch whose every record failed still answers with a partial response, so that
 # each message keeps its own retry count on its way to the dead-letter queue.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
