@@ -61,6 +61,6 @@ def test_nothing_becomes_rejected_after_acceptance() -> None:
 
 def test_a_note_keeps_the_state_and_numbers_the_event() -> None:
     job, _ = queued()
-    noted, event = note(job, reason=reason_code(Reason.SCALING_UP, "p3-usw2"), at=T0)
-    assert noted.status is JobStatus.QUEUED and noted.reason == "ScalingUp:p3-usw2"
+    noted, event = note(job, reason=reason_code(Reason.GANG_RELEASED, "us-west-2"), at=T0)
+    assert noted.status is JobStatus.QUEUED and noted.reason == "GangReleased:us-west-2"
     assert event.version == 2 and event.previous is JobStatus.QUEUED

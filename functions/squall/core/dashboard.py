@@ -54,7 +54,6 @@ class Stat(StrEnum):
     MINIMUM = "Minimum"
     P50 = "p50"
     P90 = "p90"
-    P99 = "p99"
 
 
 class Comparison(StrEnum):

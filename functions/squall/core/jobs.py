@@ -45,20 +45,18 @@ ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
 
 
 class Reason(StrEnum):
-    """Reason codes on job events. Some take a suffix, e.g. ``ScalingUp:p3-usw2``."""
+    """Reason codes on job events. Some take a suffix, e.g. ``GangReleased:us-west-2``."""
 
     SUBMITTED = "Submitted"
     SWEEP_SUBMITTED = "SweepSubmitted"
-    TRIAL_OF = "TrialOf"
     INVALID_SPEC = "InvalidSpec"
     WAITING_FOR_CAPACITY = "WaitingForCapacity"
     WAITING_FOR_TRIAL_SLOT = "WaitingForTrialSlot"
-    SCALING_UP = "ScalingUp"
     REGION_FALLBACK = "RegionFallback"
     STARTED = "Started"
     COMPLETED = "Completed"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"  # Kubernetes' own (activeDeadlineSeconds), passed through by kubestatus
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
     APPLICATION_ERROR = "ApplicationError"
     NODE_LOST = "NodeLost"

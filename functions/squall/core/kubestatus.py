@@ -94,7 +94,7 @@ def observe(
             reason = str(failed.get("reason") or Reason.BACKOFF_LIMIT_EXCEEDED)
             if reason == "PodFailurePolicy":
                 reason = Reason.APPLICATION_ERROR
-            elif reason == "BackoffLimitExceeded" and retries_used:
+            elif reason == Reason.BACKOFF_LIMIT_EXCEEDED and retries_used:
                 reason = Reason.RETRIES_EXHAUSTED
             return Observation(
                 status=JobStatus.FAILED,

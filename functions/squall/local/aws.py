@@ -32,7 +32,6 @@ TABLE = resources.table_name(PREFIX)
 JOBS_QUEUE = resources.jobs_queue_name(PREFIX)
 DEAD_LETTER_QUEUE = resources.dead_letter_queue_name(JOBS_QUEUE)
 DRAIN_QUEUE = resources.drain_queue_name(PREFIX)
-DRAIN_DEAD_LETTER_QUEUE = resources.dead_letter_queue_name(DRAIN_QUEUE)
 MAX_RECEIVE_COUNT = resources.JOBS_MAX_RECEIVE_COUNT
 
 FAKE_CREDENTIALS = {

@@ -111,11 +111,9 @@ class _Tracked:
 
 @dataclass
 class HookStats:
-    launch_hooks: int = 0
     terminate_hooks: int = 0
     completed: int = 0
     timed_out: int = 0
-    abandoned: int = 0
 
 
 @dataclass
@@ -295,7 +293,6 @@ class LocalFleet:
         assert self.hooks is not None
         tracked.state = "Pending:Wait"
         tracked.hook = self._new_hook(self.hooks.launch, default_result="ABANDON", timeout=self.hooks.launch_timeout)
-        self.stats.launch_hooks += 1
         self.outbox.append(self._event(tracked, transition="autoscaling:EC2_INSTANCE_LAUNCHING"))
 
     def _record_termination(self, tracked: _Tracked, *, cause: str) -> None:
@@ -333,7 +330,6 @@ class LocalFleet:
                 tracked.state = "InService"
                 return
             # ABANDON on launch: Auto Scaling terminates it and launches a replacement.
-            self.stats.abandoned += 1
             tracked.state = "Terminating:Proceed"
             self._observed = None
             self.adapter.terminate_instance(region=tracked.region, instance_id=tracked.instance_id, decrement=False)

@@ -177,7 +177,6 @@ class RichView:
         self._seen: dict[str, str] = {}
         self._interval = 1.0 / fps
         self._drawn = 0.0
-        self._frame: Frame | None = None
         self._live = Live(console=console, auto_refresh=False, transient=False)
         self._live.start()
 
@@ -207,7 +206,6 @@ class RichView:
         self._live.stop()
 
     def _draw(self, frame: Frame) -> None:
-        self._frame = frame
         lines = [*self.notes, *self.events]
         self._live.update(render_frame(frame, title=self.title, events=lines), refresh=True)
 

@@ -48,7 +48,7 @@ from squall.adapters.aws.job_store import DynamoJobStore
 from squall.adapters.aws.scale_state import DynamoScaleState
 from squall.core import resources as deployed
 from squall.core.asg_events import DrainStepMessage
-from squall.core.jobs import Job, JobEvent, is_terminal
+from squall.core.jobs import Job, JobEvent
 from squall.core.settings import PolicySettings, Settings
 from squall.core.telemetry import SERVICE, RecordedMetric, RecordingMetrics
 from squall.local.aws import (
@@ -153,9 +153,6 @@ class FailedEvent:
 
 @dataclass
 class DeliveryStats:
-    batches: int = 0
-    messages: int = 0
-    failures: int = 0
     redelivered: int = 0
 
 
@@ -339,7 +336,7 @@ class LocalRuntime:
         cluster = cluster or SimulatedCluster(clock=clock)
         # The functions log every job at INFO, as they should in CloudWatch; here the
         # caller shows progress itself. Metrics go to the recording sink instead of EMF.
-        from squall.handlers import drain, lifecycle, reconcile, scale, submit  # noqa: F401  (loggers exist now)
+        from squall.handlers import observability  # noqa: F401  (the functions' logger exists now)
 
         for name in list(logging.root.manager.loggerDict):
             if name == SERVICE or name.startswith(f"{SERVICE}."):
@@ -484,14 +481,10 @@ class LocalRuntime:
             if not messages:
                 return handled
             response = self.invoke("submit", sqs_event(messages, queue_arn=self.queue.arn, region=REGION))
-            self.deliveries.batches += 1
-            self.deliveries.messages += len(messages)
             handled += len(messages)
             if response is None:
-                self.deliveries.failures += len(messages)
                 return handled
             failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
-            self.deliveries.failures += len(failed)
             twice = [m for m in messages if m["MessageId"] in self.deliver_twice and m["MessageId"] not in failed]
             if twice:
                 # The same records again, as an at-least-once queue may deliver them.
@@ -696,15 +689,8 @@ class LocalRuntime:
     def jobs(self) -> list[Job]:
         return self.store.list_all()
 
-    def job_counts(self) -> Counter[str]:
-        return Counter(job.status.value for job in self.jobs())
-
     def events(self, job_id: str) -> list[JobEvent]:
         return self.store.events(job_id)
-
-    def all_finished(self) -> bool:
-        jobs = self.jobs()
-        return bool(jobs) and all(is_terminal(job.status) for job in jobs)
 
 
 def _minute(at: datetime) -> datetime:

@@ -407,7 +407,7 @@ def fallbacks(
         ]
         if preferred:
             origin = min(preferred, key=lambda g: g.priority)
-            found.append(f"RegionFallback:{origin.region}->{target.region}")
+            found.append(reason_code(Reason.REGION_FALLBACK, f"{origin.region}->{target.region}"))
     return found
 
 
