@@ -2,8 +2,9 @@
 
 One check at a time (a lease in DynamoDB), whatever invoked it: the schedule, a
 scale-check request from intake, or a launch-unsuccessful event. Acting follows
-the safety rules of DESIGN.md: uncordon before launching, never lower desired
-capacity to remove a node, re-check a node is still empty right before it goes.
+the safety rules of docs/design.md ("Planning rules"): uncordon before launching,
+never lower desired capacity to remove a node, re-check a node is still empty right
+before it goes.
 """
 
 from __future__ import annotations
