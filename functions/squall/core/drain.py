@@ -47,8 +47,11 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from squall.core.jobs import Reason, reason_code
-from squall.planner import GroupHealth, Pod, Policy, backoff_duration
+from squall.planner import Pod
+
+# The planner's one backoff rule, which the lifecycle service applies to an abandoned launch.
 from squall.planner.health import PROVISION_TIMEOUT
+from squall.planner.health import launch_backoff as launch_backoff
 from squall.planner.kube import instance_id_from_provider_id, parse_node
 
 Result = Literal["CONTINUE", "ABANDON"]  # the same words as squall.adapters.aws.autoscaling.LifecycleResult
@@ -363,14 +366,11 @@ def decide_unobserved(record: DrainRecord, *, error: str, now: datetime, policy:
     if now < record.deadline:
         return _continue(record, now=now, policy=policy)
     if record.kind is Kind.LAUNCH:
-        return _complete(record, result="ABANDON", outcome=DrainOutcome.PROVISION_TIMEOUT, detail=record.detail, now=now)
-    return _complete(
-        record,
-        result="CONTINUE",
-        outcome=DrainOutcome.PAST_DEADLINE,
-        detail=f"drain deadline passed; {record.detail}",
-        now=now,
-    )
+        result: Result = "ABANDON"
+        outcome, detail = DrainOutcome.PROVISION_TIMEOUT, record.detail
+    else:
+        result, outcome, detail = "CONTINUE", DrainOutcome.PAST_DEADLINE, f"drain deadline passed; {record.detail}"
+    return _complete(record, result=result, outcome=outcome, detail=detail, now=now)
 
 
 def _decide_terminate(
@@ -379,20 +379,12 @@ def _decide_terminate(
     if node is None:
         record = _step_taken(record)
         if record.node_name is None:
-            return _complete(
-                record,
-                result="CONTINUE",
-                outcome=DrainOutcome.NO_NODE,
-                detail=f"no node has the providerID of {record.instance_id}: it never joined the cluster",
-                now=now,
-            )
-        return _complete(
-            record,
-            result="CONTINUE",
-            outcome=DrainOutcome.NODE_DELETED,
-            detail=f"node {record.node_name} was deleted mid-drain; its pods went with it",
-            now=now,
-        )
+            outcome = DrainOutcome.NO_NODE
+            detail = f"no node has the providerID of {record.instance_id}: it never joined the cluster"
+        else:
+            outcome = DrainOutcome.NODE_DELETED
+            detail = f"node {record.node_name} was deleted mid-drain; its pods went with it"
+        return _complete(record, result="CONTINUE", outcome=outcome, detail=detail, now=now)
     if not node.unschedulable:
         marked = dataclasses.replace(record, node_name=node.name, cordoned=True)
         return Decision(record=marked, cordon=node.name, observe_again=True)
@@ -611,29 +603,6 @@ def classify_termination(activity_cause: str) -> str:
         if any(word in lowered for word in words):
             return cause
     return DEFAULT_CAUSE
-
-
-# ---- backoff ------------------------------------------------------------------------------
-
-
-def launch_backoff(
-    previous: GroupHealth, *, failed_at: datetime, reason: str, now: datetime, policy: Policy
-) -> GroupHealth:
-    """The group's health after a launch abandoned at ``failed_at``, by the planner's rules.
-
-    A failure at or before the last one counted is not counted again (the planner
-    may have noticed the same provision timeout first); consecutive failures double
-    the backoff up to the maximum, and a backoff already in force is never shortened.
-    """
-    last = previous.last_failure_at
-    if last is not None and failed_at <= last:
-        return previous
-    fresh = previous.consecutive_failures == 0 or last is None or failed_at - last >= policy.failure_window
-    consecutive = 1 if fresh else previous.consecutive_failures + 1
-    until = now + backoff_duration(consecutive, policy)
-    if previous.backoff_until is not None and previous.backoff_until > until:
-        until = previous.backoff_until
-    return GroupHealth(backoff_until=until, consecutive_failures=consecutive, last_failure_at=failed_at, reason=reason)
 
 
 def _minutes(duration: timedelta) -> str:

@@ -109,27 +109,60 @@ def _new_failures(
 def _backed_off(
     view: GroupView, *, previous: GroupHealth, failures: list[ScalingFailure], policy: Policy, now: datetime
 ) -> tuple[GroupHealth, tuple[str, ...]]:
-    latest = failures[-1].time
-    fresh_start = previous.last_failure_at is None or _recovered_since(
-        view, previous.last_failure_at, policy=policy, until=latest
-    )
-    consecutive = 1 if fresh_start else previous.consecutive_failures + 1
-    duration = backoff_duration(consecutive, policy)
-    # From now, not from the failure: a failure noticed late still says the capacity is short.
-    until = now + duration
-    if previous.backoff_until is not None and previous.backoff_until > until:
-        until = previous.backoff_until  # never shorten a backoff already in force
-    health = GroupHealth(
-        backoff_until=until,
-        consecutive_failures=consecutive,
-        last_failure_at=latest,
+    last = previous.last_failure_at
+    health = launch_backoff(
+        previous,
+        failed_at=failures[-1].time,
         reason=_describe(failures[-1]),
+        now=now,
+        policy=policy,
+        recovered=last is not None and view.ready_since_launch(last),
     )
+    until = health.backoff_until.isoformat() if health.backoff_until else "?"
     reasons = (
         *(f"{_describe(f)} (at {f.time.isoformat()})" for f in failures[-3:]),
-        f"backoff {_minutes(duration)} (failure {consecutive} in a row) until {until.isoformat()}",
+        f"backoff {_minutes(backoff_duration(health.consecutive_failures, policy))} "
+        f"(failure {health.consecutive_failures} in a row) until {until}",
     )
     return health, reasons
+
+
+def launch_backoff(
+    previous: GroupHealth,
+    *,
+    failed_at: datetime,
+    reason: str,
+    now: datetime,
+    policy: Policy,
+    recovered: bool = False,
+) -> GroupHealth:
+    """The group's health after a launch failure at ``failed_at``: the one backoff rule.
+
+    Used by the planner (failed scaling activities, provision timeouts it notices) and
+    by the lifecycle service (a launch it abandoned). A failure at or before the last
+    one counted is not counted again. The count starts afresh when the group had no
+    failure, has ``recovered`` since the last one (an instance launched after it became
+    a ready node) or the last one is a failure window old; otherwise each failure
+    doubles the backoff up to the maximum. The backoff runs from ``now``, not from the
+    failure (a failure noticed late still says the capacity is short), and a backoff
+    already in force is never shortened.
+    """
+    last = previous.last_failure_at
+    if last is not None and failed_at <= last:
+        return previous
+    fresh = (
+        recovered
+        or previous.consecutive_failures == 0
+        or last is None
+        or failed_at - last >= policy.failure_window
+    )
+    consecutive = 1 if fresh else previous.consecutive_failures + 1
+    until = now + backoff_duration(consecutive, policy)
+    if previous.backoff_until is not None and previous.backoff_until > until:
+        until = previous.backoff_until
+    return GroupHealth(
+        backoff_until=until, consecutive_failures=consecutive, last_failure_at=failed_at, reason=reason
+    )
 
 
 def _recovered(
@@ -148,10 +181,6 @@ def _recovered(
     # Keep last_failure_at, so that the old failures are never counted again.
     health = GroupHealth(last_failure_at=last)
     return health, Backoff(group=view.group.name, health=health, reasons=(f"recovered: {why}",))
-
-
-def _recovered_since(view: GroupView, since: datetime, *, policy: Policy, until: datetime) -> bool:
-    return view.ready_since_launch(since) or until - since >= policy.failure_window
 
 
 def _give_back(view: GroupView, health: GroupHealth) -> GiveBack | None:

@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 
 from squall.planner import GroupHealth, NodeGroup, Policy, ScalingFailure, backoff_duration, classify_failure
+from squall.planner.health import launch_backoff
 
 from .builders import NOW, ago, group, instance, node_of, pending_pods, pod, run_plan, scale_ups
 
@@ -224,8 +225,19 @@ def test_now_must_be_timezone_aware() -> None:
         run_plan(now=NOW.replace(tzinfo=None))
 
 
-def test_booting_instances_of_a_group_whose_nodes_do_not_join_are_not_waited_for() -> None:
-    # given: west is backed off because its instances never became nodes, and has one booting
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        # west's instances never became nodes: the pod does not wait for its booting one, it spills to east
+        ("provision timeout: no node joined the cluster 10m after launch", {"east": (0, 1)}),
+        # west is short of capacity, but its one instance launched fine and boots: the pod waits
+        # for the instance already on its way, nothing scales twice
+        ("insufficient capacity: We currently do not have sufficient p3.2xlarge capacity", {}),
+    ],
+    ids=["nodes-do-not-join-not-waited-for", "short-of-capacity-still-counted"],
+)
+def test_booting_instances_of_a_backed_off_group(reason: str, expected: dict[str, tuple[int, int]]) -> None:
+    # given: west is backed off and has one booting instance
     west = group("west", region="us-west-2", priority=10, desired=1, instances=[instance("i-9", launched=ago(minutes=1))])
     east = group("east", region="us-east-1", priority=20)
     health = {
@@ -233,28 +245,69 @@ def test_booting_instances_of_a_group_whose_nodes_do_not_join_are_not_waited_for
             backoff_until=NOW + timedelta(minutes=10),
             consecutive_failures=1,
             last_failure_at=ago(minutes=2),
-            reason="provision timeout: no node joined the cluster 10m after launch",
+            reason=reason,
         )
     }
     # when
     result = run_plan(groups=[west, east], pods=pending_pods(1, gpu=1), health=health)
-    # then the pod does not wait for west's booting instance: it spills to east
-    assert scale_ups(result) == {"east": (0, 1)}
+    # then
+    assert scale_ups(result) == expected
 
 
-def test_booting_instances_of_a_group_short_of_capacity_are_still_counted() -> None:
-    # given: west is backed off for capacity, but its one instance launched fine and boots
-    west = group("west", region="us-west-2", priority=10, desired=1, instances=[instance("i-9", launched=ago(minutes=1))])
-    east = group("east", region="us-east-1", priority=20)
-    health = {
-        "west": GroupHealth(
-            backoff_until=NOW + timedelta(minutes=10),
-            consecutive_failures=1,
-            last_failure_at=ago(minutes=2),
-            reason="insufficient capacity: We currently do not have sufficient p3.2xlarge capacity",
-        )
-    }
-    # when
-    result = run_plan(groups=[west, east], pods=pending_pods(1, gpu=1), health=health)
-    # then the pod waits for the instance already on its way: nothing scales twice
-    assert scale_ups(result) == {}
+# ---- the one backoff rule (planner.health.launch_backoff), as the lifecycle service applies it ----
+
+
+def test_an_abandoned_launch_backs_a_healthy_group_off_from_now_for_the_base() -> None:
+    health = launch_backoff(
+        GroupHealth(), failed_at=ago(minutes=2), reason="provision timeout", now=NOW, policy=Policy()
+    )
+    assert health == GroupHealth(
+        backoff_until=NOW + timedelta(minutes=5),
+        consecutive_failures=1,
+        last_failure_at=ago(minutes=2),
+        reason="provision timeout",
+    )
+
+
+def test_failures_in_a_row_double_the_backoff_up_to_the_maximum() -> None:
+    health = GroupHealth()
+    durations = []
+    for minute in range(5):
+        health = launch_backoff(health, failed_at=ago(minutes=50 - minute), reason="r", now=NOW, policy=Policy())
+        assert health.backoff_until is not None
+        durations.append(health.backoff_until - NOW)
+    assert durations == [timedelta(minutes=m) for m in (5, 10, 20, 30, 30)]
+    assert health.consecutive_failures == 5
+
+
+def test_launch_backoff_does_not_count_a_failure_twice() -> None:
+    previous = GroupHealth(
+        backoff_until=NOW + timedelta(minutes=10), consecutive_failures=2, last_failure_at=ago(minutes=3), reason="x"
+    )
+    for failed_at in (ago(minutes=3), ago(minutes=4)):
+        assert launch_backoff(previous, failed_at=failed_at, reason="again", now=NOW, policy=Policy()) is previous
+
+
+def test_a_failure_a_window_after_the_last_or_after_a_recovery_counts_from_one() -> None:
+    previous = GroupHealth(consecutive_failures=3, last_failure_at=ago(minutes=61), reason="old")
+    late = launch_backoff(previous, failed_at=ago(minutes=0), reason="new", now=NOW, policy=Policy())
+    assert late.consecutive_failures == 1
+    recent = GroupHealth(consecutive_failures=3, last_failure_at=ago(minutes=10), reason="old")
+    assert launch_backoff(recent, failed_at=NOW, reason="new", now=NOW, policy=Policy()).consecutive_failures == 4
+    recovered = launch_backoff(recent, failed_at=NOW, reason="new", now=NOW, policy=Policy(), recovered=True)
+    assert recovered.consecutive_failures == 1
+
+
+def test_a_backoff_in_force_is_never_shortened() -> None:
+    previous = GroupHealth(
+        backoff_until=NOW + timedelta(hours=2), consecutive_failures=1, last_failure_at=ago(minutes=70), reason="x"
+    )
+    health = launch_backoff(previous, failed_at=NOW, reason="new", now=NOW, policy=Policy())
+    assert health.backoff_until == NOW + timedelta(hours=2)
+    assert health.consecutive_failures == 1
+
+
+def test_the_drain_module_applies_the_planners_rule() -> None:
+    from squall.core import drain
+
+    assert drain.launch_backoff is launch_backoff
