@@ -20,7 +20,7 @@ from squall.core.drain import (
     PodRef,
     Verdict,
 )
-from squall.planner import GroupHealth, Pod, Policy
+from squall.planner import Pod
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 POLICY = DrainPolicy(
@@ -29,36 +29,33 @@ POLICY = DrainPolicy(
 INSTANCE = "i-0a1b2c3d4e5f60718"
 
 
-def terminate_record(**changes: object) -> DrainRecord:
+# What differs between the two kinds of lifecycle action the tests start.
+_STARTS: dict[Kind, dict[str, Any]] = {
+    Kind.TERMINATE: {"hook_name": "squall-terminate", "token": "tok-1", "heartbeat_timeout": timedelta(seconds=300)},
+    Kind.LAUNCH: {"hook_name": "squall-launch", "token": "tok-launch", "gpus_expected": 4},
+}
+
+
+def _record(kind: Kind, **changes: Any) -> DrainRecord:
     record = drain.start(
-        kind=Kind.TERMINATE,
+        kind=kind,
         instance_id=INSTANCE,
         asg_name="squall-p3-usw2",
         group="p3-usw2",
         region="us-west-2",
-        hook_name="squall-terminate",
-        token="tok-1",
         started_at=T0,
         policy=POLICY,
-        heartbeat_timeout=timedelta(seconds=300),
+        **_STARTS[kind],
     )
-    return dataclasses.replace(record, cause="spot-reclaim", **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(record, **changes)
+
+
+def terminate_record(**changes: object) -> DrainRecord:
+    return _record(Kind.TERMINATE, **{"cause": "spot-reclaim", **changes})
 
 
 def launch_record(**changes: object) -> DrainRecord:
-    record = drain.start(
-        kind=Kind.LAUNCH,
-        instance_id=INSTANCE,
-        asg_name="squall-p3-usw2",
-        group="p3-usw2",
-        region="us-west-2",
-        hook_name="squall-launch",
-        token="tok-launch",
-        started_at=T0,
-        policy=POLICY,
-        gpus_expected=4,
-    )
-    return dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+    return _record(Kind.LAUNCH, **changes)
 
 
 def node(*, cordoned: bool = True, ready: bool = True, gpus: int = 4, **annotations: str) -> NodeState:
@@ -434,36 +431,3 @@ def test_the_node_of_an_instance_is_found_by_provider_id() -> None:
         annotations={conventions.TERMINATION_REASON_ANNOTATION: "scale-in"},
     )
     assert drain.find_node(nodes, "i-0123") is None
-
-
-# ---- backoff --------------------------------------------------------------------------------
-
-
-PLANNER = Policy(backoff_base=timedelta(minutes=5), backoff_max=timedelta(minutes=30), failure_window=timedelta(hours=1))
-
-
-def test_an_abandoned_launch_backs_a_healthy_group_off_for_the_base_time() -> None:
-    health = drain.launch_backoff(GroupHealth(), failed_at=at(600), reason="provision timeout", now=at(601), policy=PLANNER)
-    assert health.backoff_until == at(601) + timedelta(minutes=5)
-    assert health.consecutive_failures == 1 and health.last_failure_at == at(600)
-
-
-def test_consecutive_abandoned_launches_double_the_backoff() -> None:
-    previous = GroupHealth(backoff_until=at(900), consecutive_failures=2, last_failure_at=at(300), reason="x")
-    health = drain.launch_backoff(previous, failed_at=at(1200), reason="provision timeout", now=at(1201), policy=PLANNER)
-    assert health.consecutive_failures == 3
-    assert health.backoff_until == at(1201) + timedelta(minutes=20)
-
-
-def test_a_failure_counted_already_changes_nothing_and_a_backoff_is_never_shortened() -> None:
-    counted = GroupHealth(backoff_until=at(3000), consecutive_failures=1, last_failure_at=at(600), reason="x")
-    assert drain.launch_backoff(counted, failed_at=at(600), reason="y", now=at(700), policy=PLANNER) is counted
-    long = GroupHealth(backoff_until=at(7200), consecutive_failures=1, last_failure_at=at(100), reason="x")
-    health = drain.launch_backoff(long, failed_at=at(600), reason="y", now=at(700), policy=PLANNER)
-    assert health.backoff_until == at(7200) and health.consecutive_failures == 2
-
-
-def test_a_failure_after_the_window_starts_the_count_again() -> None:
-    old = GroupHealth(consecutive_failures=4, last_failure_at=at(0), reason="x")
-    health = drain.launch_backoff(old, failed_at=at(7200), reason="y", now=at(7201), policy=PLANNER)
-    assert health.consecutive_failures == 1

@@ -1,6 +1,6 @@
 """Launch failures, provision timeouts, backoff, give-back, recovery, odd lifecycle states."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -255,56 +255,59 @@ def test_booting_instances_of_a_backed_off_group(reason: str, expected: dict[str
 
 
 # ---- the one backoff rule (planner.health.launch_backoff), as the lifecycle service applies it ----
+# (moved here from tests/unit/test_drain.py: core.drain re-exports the planner's rule)
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+PLANNER = Policy(backoff_base=timedelta(minutes=5), backoff_max=timedelta(minutes=30), failure_window=timedelta(hours=1))
 
 
-def test_an_abandoned_launch_backs_a_healthy_group_off_from_now_for_the_base() -> None:
-    health = launch_backoff(
-        GroupHealth(), failed_at=ago(minutes=2), reason="provision timeout", now=NOW, policy=Policy()
-    )
-    assert health == GroupHealth(
-        backoff_until=NOW + timedelta(minutes=5),
-        consecutive_failures=1,
-        last_failure_at=ago(minutes=2),
-        reason="provision timeout",
-    )
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_an_abandoned_launch_backs_a_healthy_group_off_for_the_base_time() -> None:
+    health = launch_backoff(GroupHealth(), failed_at=at(600), reason="provision timeout", now=at(601), policy=PLANNER)
+    assert health.backoff_until == at(601) + timedelta(minutes=5)
+    assert health.consecutive_failures == 1 and health.last_failure_at == at(600)
+
+
+def test_consecutive_abandoned_launches_double_the_backoff() -> None:
+    previous = GroupHealth(backoff_until=at(900), consecutive_failures=2, last_failure_at=at(300), reason="x")
+    health = launch_backoff(previous, failed_at=at(1200), reason="provision timeout", now=at(1201), policy=PLANNER)
+    assert health.consecutive_failures == 3
+    assert health.backoff_until == at(1201) + timedelta(minutes=20)
+
+
+def test_a_failure_counted_already_changes_nothing_and_a_backoff_is_never_shortened() -> None:
+    counted = GroupHealth(backoff_until=at(3000), consecutive_failures=1, last_failure_at=at(600), reason="x")
+    assert launch_backoff(counted, failed_at=at(600), reason="y", now=at(700), policy=PLANNER) is counted
+    long = GroupHealth(backoff_until=at(7200), consecutive_failures=1, last_failure_at=at(100), reason="x")
+    health = launch_backoff(long, failed_at=at(600), reason="y", now=at(700), policy=PLANNER)
+    assert health.backoff_until == at(7200) and health.consecutive_failures == 2
+
+
+def test_a_failure_after_the_window_starts_the_count_again() -> None:
+    old = GroupHealth(consecutive_failures=4, last_failure_at=at(0), reason="x")
+    health = launch_backoff(old, failed_at=at(7200), reason="y", now=at(7201), policy=PLANNER)
+    assert health.consecutive_failures == 1
 
 
 def test_failures_in_a_row_double_the_backoff_up_to_the_maximum() -> None:
     health = GroupHealth()
     durations = []
-    for minute in range(5):
-        health = launch_backoff(health, failed_at=ago(minutes=50 - minute), reason="r", now=NOW, policy=Policy())
+    for step in range(5):
+        health = launch_backoff(health, failed_at=at(60 * step), reason="r", now=at(60 * step), policy=PLANNER)
         assert health.backoff_until is not None
-        durations.append(health.backoff_until - NOW)
+        durations.append(health.backoff_until - at(60 * step))
     assert durations == [timedelta(minutes=m) for m in (5, 10, 20, 30, 30)]
     assert health.consecutive_failures == 5
 
 
-def test_launch_backoff_does_not_count_a_failure_twice() -> None:
-    previous = GroupHealth(
-        backoff_until=NOW + timedelta(minutes=10), consecutive_failures=2, last_failure_at=ago(minutes=3), reason="x"
-    )
-    for failed_at in (ago(minutes=3), ago(minutes=4)):
-        assert launch_backoff(previous, failed_at=failed_at, reason="again", now=NOW, policy=Policy()) is previous
-
-
-def test_a_failure_a_window_after_the_last_or_after_a_recovery_counts_from_one() -> None:
-    previous = GroupHealth(consecutive_failures=3, last_failure_at=ago(minutes=61), reason="old")
-    late = launch_backoff(previous, failed_at=ago(minutes=0), reason="new", now=NOW, policy=Policy())
-    assert late.consecutive_failures == 1
-    recent = GroupHealth(consecutive_failures=3, last_failure_at=ago(minutes=10), reason="old")
-    assert launch_backoff(recent, failed_at=NOW, reason="new", now=NOW, policy=Policy()).consecutive_failures == 4
-    recovered = launch_backoff(recent, failed_at=NOW, reason="new", now=NOW, policy=Policy(), recovered=True)
+def test_a_failure_after_a_recovery_starts_the_count_again() -> None:
+    recent = GroupHealth(consecutive_failures=3, last_failure_at=at(0), reason="old")
+    assert launch_backoff(recent, failed_at=at(600), reason="new", now=at(600), policy=PLANNER).consecutive_failures == 4
+    recovered = launch_backoff(recent, failed_at=at(600), reason="new", now=at(600), policy=PLANNER, recovered=True)
     assert recovered.consecutive_failures == 1
-
-
-def test_a_backoff_in_force_is_never_shortened() -> None:
-    previous = GroupHealth(
-        backoff_until=NOW + timedelta(hours=2), consecutive_failures=1, last_failure_at=ago(minutes=70), reason="x"
-    )
-    health = launch_backoff(previous, failed_at=NOW, reason="new", now=NOW, policy=Policy())
-    assert health.backoff_until == NOW + timedelta(hours=2)
-    assert health.consecutive_failures == 1
 
 
 def test_the_drain_module_applies_the_planners_rule() -> None:
