@@ -118,6 +118,14 @@ class Harness:
         event["detail"].update(detail)
         return event
 
+    def protected_pod_terminating(self) -> None:
+        """Job job-a's pod on gpu-1, kept by a PDB, and gpu-1's instance terminating."""
+        self.node(INSTANCE, "gpu-1")
+        self.submit("job-a")
+        self.settle()
+        self.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
+        self.terminating(INSTANCE)
+
     def terminating(self, instance_id: str) -> None:
         self.fleet.add_instance(self.ref, instance_id, lifecycle_state="Terminating:Wait")
 
@@ -309,11 +317,7 @@ def test_an_invalid_event_is_reported_not_raised(harness: Harness, lambda_contex
 
 def test_a_duplicated_event_does_not_run_the_drain_twice(harness: Harness) -> None:
     # given a drain under way for a pod that takes a while to evict
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
-    harness.terminating(INSTANCE)
+    harness.protected_pod_terminating()
     event = harness.event("lifecycle_terminate", INSTANCE)
     harness.on_event(event)
     # when EventBridge delivers the same event again, now and after a step
@@ -349,11 +353,7 @@ def test_a_late_launch_event_is_ignored_and_a_terminate_replaces_a_launch_wait(h
 
 def test_an_action_completed_by_someone_else_is_finished_quietly(harness: Harness) -> None:
     # given a drain waiting on a PDB-protected pod
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
-    harness.terminating(INSTANCE)
+    harness.protected_pod_terminating()
     harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
     # when an operator completes the action by hand (the token is no longer valid)
     harness.fleet.set_lifecycle_state(INSTANCE, "Terminating:Proceed")
@@ -384,11 +384,7 @@ def test_eviction_blocked_by_a_pdb_past_the_deadline_completes_with_heartbeats_a
 ) -> None:
     # given a pod whose PodDisruptionBudget never allows its eviction
     world = harness.world
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
-    harness.terminating(INSTANCE)
+    harness.protected_pod_terminating()
     started = harness.now
     # when the drain runs its course
     harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
@@ -416,11 +412,7 @@ def test_eviction_blocked_by_a_pdb_past_the_deadline_completes_with_heartbeats_a
 def test_a_failed_heartbeat_is_tried_again_at_the_next_step(harness: Harness) -> None:
     # given a drain held up by a budget, 150 s into a 300 s hook (a heartbeat is due once
     # less is left than a step, its slack and a dying step's redelivery: 150 s)
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
-    harness.terminating(INSTANCE)
+    harness.protected_pod_terminating()
     started = harness.now
     harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
     harness.run(until=started + timedelta(seconds=150))
@@ -459,11 +451,7 @@ def test_a_pdb_lets_pods_go_one_at_a_time(harness: Harness) -> None:
 
 
 def test_a_node_deleted_mid_drain_completes_the_action(harness: Harness) -> None:
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
-    harness.terminating(INSTANCE)
+    harness.protected_pod_terminating()
     harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
     # when the node goes away between steps
     harness.world.cluster.remove_node("gpu-1")
@@ -522,11 +510,7 @@ def test_a_lifecycle_function_that_dies_after_creating_the_record_is_resumed_by_
     harness: Harness,
 ) -> None:
     # given a drain that needs more steps (a pod its budget keeps for now)
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
-    harness.terminating(INSTANCE)
+    harness.protected_pod_terminating()
     dying = _DiesOnSave(harness.drains)
     harness.services.drain_store = dying
     event = harness.event("lifecycle_terminate", INSTANCE)
@@ -550,11 +534,7 @@ def test_a_lifecycle_function_that_dies_after_creating_the_record_is_resumed_by_
 
 
 def test_a_message_ahead_of_its_record_is_retried_later(harness: Harness) -> None:
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
-    harness.terminating(INSTANCE)
+    harness.protected_pod_terminating()
     harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
     version = harness.record().version
     with pytest.raises(StepMessageEarly):
@@ -642,11 +622,7 @@ def test_a_launch_past_the_provision_timeout_is_abandoned_and_the_group_backed_o
 
 def test_the_drain_handler_fails_only_malformed_and_early_messages(harness: Harness, lambda_context: Any) -> None:
     # given a drain under way, plus the recorded batch (an unknown drain and a malformed body)
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
-    harness.terminating(INSTANCE)
+    harness.protected_pod_terminating()
     harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
     harness.world.clock.advance(STEP)
     due = harness.queue.take_due()[0]

@@ -24,6 +24,7 @@ from squall.core.jobs import Reason, is_terminal, note, reason_code
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import (
     REGION_LABEL,
+    GiveBack,
     GroupHealth,
     GroupInstance,
     Node,
@@ -31,6 +32,7 @@ from squall.planner import (
     Plan,
     Pod,
     Policy,
+    ScaleUp,
     ScalingFailure,
     plan,
 )
@@ -220,22 +222,17 @@ class Scaler:
         for uncordon in decided.uncordons:
             if self._try(result, f"uncordon {uncordon.node}", lambda u=uncordon: self.cluster.patch_node(u.node, UNCORDON_PATCH)):
                 done.setdefault("uncordoned", []).append(uncordon.node)
-        for give_back in decided.give_backs:
-            ref = refs[give_back.group]
+        resizes: list[tuple[str, str, GiveBack | ScaleUp]] = [
+            *(("give back", "givenBack", g) for g in decided.give_backs),
+            *(("scale up", "scaledUp", s) for s in decided.scale_ups),
+        ]
+        for what, key, resize in resizes:
             if self._try(
                 result,
-                f"give back {give_back.group}",
-                lambda r=ref, g=give_back: self.fleet.set_desired_capacity(ref=r, desired=g.to_desired),
+                f"{what} {resize.group}",
+                lambda r=refs[resize.group], d=resize.to_desired: self.fleet.set_desired_capacity(ref=r, desired=d),
             ):
-                done.setdefault("givenBack", []).append({"group": give_back.group, "to": give_back.to_desired})
-        for scale_up in decided.scale_ups:
-            ref = refs[scale_up.group]
-            if self._try(
-                result,
-                f"scale up {scale_up.group}",
-                lambda r=ref, s=scale_up: self.fleet.set_desired_capacity(ref=r, desired=s.to_desired),
-            ):
-                done.setdefault("scaledUp", []).append({"group": scale_up.group, "to": scale_up.to_desired})
+                done.setdefault(key, []).append({"group": resize.group, "to": resize.to_desired})
         for scale_down in decided.scale_downs:
             self._scale_down(scale_down.node, scale_down.instance, refs[scale_down.group], now=now, result=result)
         for gang in stranded_gangs(decided, pods=pods, nodes=nodes):

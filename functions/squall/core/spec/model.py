@@ -30,40 +30,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from squall.core.spec import limits
 from squall.core.spec.durations import format_duration, parse_duration
-from squall.core.spec.limits import (
-    DEFAULT_MAX_RUNTIME_LIMIT,
-    DNS_LABEL,
-    ENV_NAME,
-    IMAGE_REF,
-    LABEL_VALUE,
-    MAX_ARG_LENGTH,
-    MAX_ARGS,
-    MAX_COMMAND,
-    MAX_CPU_MILLIS,
-    MAX_ENV,
-    MAX_ENV_VALUE_LENGTH,
-    MAX_GPUS,
-    MAX_ID_LENGTH,
-    MAX_IMAGE_LENGTH,
-    MAX_IMAGE_NAME_LENGTH,
-    MAX_MEMORY_BYTES,
-    MAX_NAME_LENGTH,
-    MAX_OBJECTS_PER_MESSAGE,
-    MAX_PARAMETER_NAME_LENGTH,
-    MAX_REPLICAS,
-    MAX_SWEEP_PARAMETERS,
-    MAX_SWEEP_TRIALS,
-    MAX_SWEEP_VALUE_LENGTH,
-    MAX_SWEEP_VALUES,
-    MAX_TRIAL_ID_LENGTH,
-    MAX_URI_LENGTH,
-    REGION,
-    REJECTED_PREFIX,
-    RESERVED_ENV,
-    S3_URI,
-    TRIAL_SUFFIX,
-)
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes
 
 
@@ -105,7 +73,7 @@ def _field_error(loc: tuple[str | int, ...], message: str) -> ValidationError:
 def _dns_label(value: str, *, what: str, max_length: int) -> str:
     if len(value) > max_length:
         raise ValueError(f"{what} must be at most {max_length} characters, got {len(value)}")
-    if not DNS_LABEL.fullmatch(value):
+    if not limits.DNS_LABEL.fullmatch(value):
         raise ValueError(
             f"{what} must be a DNS-1123 label: lowercase letters, digits and '-', "
             "starting with a letter and ending with a letter or digit"
@@ -118,7 +86,7 @@ class ReplicaResources(_Model):
 
     cpu: str = "1"
     memory: str = "4Gi"
-    gpu: Annotated[StrictInt, Field(ge=0, le=MAX_GPUS)] = 0
+    gpu: Annotated[StrictInt, Field(ge=0, le=limits.MAX_GPUS)] = 0
 
     @field_validator("cpu", mode="before")
     @classmethod
@@ -126,8 +94,8 @@ class ReplicaResources(_Model):
     def _cpu(cls, value: Any) -> str:
         text = _quantity_text(value)
         millis = parse_cpu_millicores(text)
-        if millis <= 0 or millis > MAX_CPU_MILLIS:
-            raise ValueError(f"must be between 1m and {MAX_CPU_MILLIS // 1000} cores, got {text!r}")
+        if millis <= 0 or millis > limits.MAX_CPU_MILLIS:
+            raise ValueError(f"must be between 1m and {limits.MAX_CPU_MILLIS // 1000} cores, got {text!r}")
         return text
 
     @field_validator("memory", mode="before")
@@ -136,7 +104,7 @@ class ReplicaResources(_Model):
     def _memory(cls, value: Any) -> str:
         text = _quantity_text(value)
         size = parse_memory_bytes(text)
-        if size < 1024**2 or size > MAX_MEMORY_BYTES:
+        if size < 1024**2 or size > limits.MAX_MEMORY_BYTES:
             raise ValueError(f"must be between 1Mi and 2Ti, got {text!r}")
         return text
 
@@ -197,14 +165,14 @@ class Placement(_Model):
 
 
 def _region(value: str) -> str:
-    if len(value) > 32 or not REGION.fullmatch(value):
+    if len(value) > 32 or not limits.REGION.fullmatch(value):
         raise ValueError("must be an AWS region name such as 'us-west-2'")
     return value
 
 
 def _node_group(value: str) -> str:
     # Rendered as a label value in the pods' node affinity.
-    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+    if len(value) > 63 or not limits.LABEL_VALUE.fullmatch(value):
         raise ValueError(
             "must be a node group name: at most 63 letters, digits, '-', '_' or '.', "
             "starting and ending with a letter or digit"
@@ -216,16 +184,19 @@ def _sweep_value(value: Any) -> bool | int | float | str:
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
-        if value.bit_length() > 4 * MAX_SWEEP_VALUE_LENGTH or len(str(value)) > MAX_SWEEP_VALUE_LENGTH:
-            raise ValueError(f"must have at most {MAX_SWEEP_VALUE_LENGTH} digits")
+        if (
+            value.bit_length() > 4 * limits.MAX_SWEEP_VALUE_LENGTH
+            or len(str(value)) > limits.MAX_SWEEP_VALUE_LENGTH
+        ):
+            raise ValueError(f"must have at most {limits.MAX_SWEEP_VALUE_LENGTH} digits")
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError("must be a finite number (NaN and Infinity are not allowed)")
         return value
     if isinstance(value, str):
-        if len(value) > MAX_SWEEP_VALUE_LENGTH:
-            raise ValueError(f"must be at most {MAX_SWEEP_VALUE_LENGTH} characters, got {len(value)}")
+        if len(value) > limits.MAX_SWEEP_VALUE_LENGTH:
+            raise ValueError(f"must be at most {limits.MAX_SWEEP_VALUE_LENGTH} characters, got {len(value)}")
         return value
     raise ValueError("must be a number, a string or a boolean")
 
@@ -234,12 +205,12 @@ SweepValue = Annotated[bool | int | float | str, PlainValidator(_sweep_value)]
 
 
 class Sweep(_Model):
-    parameters: dict[str, Annotated[list[SweepValue], Field(min_length=1, max_length=MAX_SWEEP_VALUES)]] = (
-        Field(min_length=1, max_length=MAX_SWEEP_PARAMETERS)
-    )
+    parameters: dict[
+        str, Annotated[list[SweepValue], Field(min_length=1, max_length=limits.MAX_SWEEP_VALUES)]
+    ] = Field(min_length=1, max_length=limits.MAX_SWEEP_PARAMETERS)
     strategy: Literal["grid", "random"] = "grid"
-    max_trials: Annotated[StrictInt, Field(ge=1, le=MAX_SWEEP_TRIALS)] = 16
-    parallelism: Annotated[StrictInt, Field(ge=1, le=MAX_SWEEP_TRIALS)] = 4
+    max_trials: Annotated[StrictInt, Field(ge=1, le=limits.MAX_SWEEP_TRIALS)] = 16
+    parallelism: Annotated[StrictInt, Field(ge=1, le=limits.MAX_SWEEP_TRIALS)] = 4
     seed: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] = 0
 
     @field_validator("parameters")
@@ -247,10 +218,10 @@ class Sweep(_Model):
     def _parameters(cls, value: dict[str, list[SweepValue]]) -> dict[str, list[SweepValue]]:
         env_names: dict[str, str] = {}
         for name in value:
-            if len(name) > MAX_PARAMETER_NAME_LENGTH or not ENV_NAME.fullmatch(name):
+            if len(name) > limits.MAX_PARAMETER_NAME_LENGTH or not limits.ENV_NAME.fullmatch(name):
                 raise ValueError(
                     f"parameter name {name[:80]!r} must be a letter or '_' followed by "
-                    f"letters, digits or '_' (at most {MAX_PARAMETER_NAME_LENGTH})"
+                    f"letters, digits or '_' (at most {limits.MAX_PARAMETER_NAME_LENGTH})"
                 )
             other = env_names.setdefault(name.upper(), name)
             if other != name:
@@ -306,14 +277,14 @@ class JobSpec(_Model):
     team: str
     id: str | None = None
     image: str
-    command: list[Annotated[str, Field(max_length=MAX_ARG_LENGTH)]] = Field(
-        default_factory=list, max_length=MAX_COMMAND
+    command: list[Annotated[str, Field(max_length=limits.MAX_ARG_LENGTH)]] = Field(
+        default_factory=list, max_length=limits.MAX_COMMAND
     )
-    args: list[Annotated[str, Field(max_length=MAX_ARG_LENGTH)]] = Field(
-        default_factory=list, max_length=MAX_ARGS
+    args: list[Annotated[str, Field(max_length=limits.MAX_ARG_LENGTH)]] = Field(
+        default_factory=list, max_length=limits.MAX_ARGS
     )
-    env: dict[str, Annotated[str, Field(max_length=MAX_ENV_VALUE_LENGTH)]] = Field(
-        default_factory=dict, max_length=MAX_ENV
+    env: dict[str, Annotated[str, Field(max_length=limits.MAX_ENV_VALUE_LENGTH)]] = Field(
+        default_factory=dict, max_length=limits.MAX_ENV
     )
     resources: ReplicaResources = Field(default_factory=ReplicaResources)
     replicas: dict[ReplicaType, ReplicaGroup] | None = None
@@ -328,7 +299,7 @@ class JobSpec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        return _dns_label(value, what="name", max_length=MAX_NAME_LENGTH)
+        return _dns_label(value, what="name", max_length=limits.MAX_NAME_LENGTH)
 
     @field_validator("id")
     @classmethod
@@ -337,15 +308,17 @@ class JobSpec(_Model):
             return None
         # Trial ids are the parent's id plus "-t<nnn>"; only those may be longer, or end so.
         if info.data.get("parent_id"):
-            return _dns_label(value, what="id", max_length=MAX_TRIAL_ID_LENGTH)
-        _dns_label(value, what="id", max_length=MAX_ID_LENGTH)
-        if TRIAL_SUFFIX.search(value):
+            return _dns_label(value, what="id", max_length=limits.MAX_TRIAL_ID_LENGTH)
+        _dns_label(value, what="id", max_length=limits.MAX_ID_LENGTH)
+        if limits.TRIAL_SUFFIX.search(value):
             raise ValueError(
                 "id must not end in '-t' and digits: Squall names sweep trials '<id>-t<nnn>', "
                 "so this id could be another job's trial"
             )
-        if value.startswith(REJECTED_PREFIX):
-            raise ValueError(f"id must not start with {REJECTED_PREFIX!r}: Squall names rejected messages so")
+        if value.startswith(limits.REJECTED_PREFIX):
+            raise ValueError(
+                f"id must not start with {limits.REJECTED_PREFIX!r}: Squall names rejected messages so"
+            )
         return value
 
     @field_validator("team")
@@ -361,8 +334,8 @@ class JobSpec(_Model):
     @classmethod
     @_checked
     def _image(cls, value: str, info: ValidationInfo) -> str:
-        match = IMAGE_REF.fullmatch(value) if len(value) <= MAX_IMAGE_LENGTH else None
-        if match is None or len(match["name"]) > MAX_IMAGE_NAME_LENGTH:
+        match = limits.IMAGE_REF.fullmatch(value) if len(value) <= limits.MAX_IMAGE_LENGTH else None
+        if match is None or len(match["name"]) > limits.MAX_IMAGE_NAME_LENGTH:
             raise ValueError(
                 "must be a container image reference, [registry[:port]/]repository[:tag][@digest], "
                 "such as 'registry.example.com/squall/tf-trainer:1.0'"
@@ -381,9 +354,9 @@ class JobSpec(_Model):
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            if len(key) > 128 or not ENV_NAME.fullmatch(key):
+            if len(key) > 128 or not limits.ENV_NAME.fullmatch(key):
                 raise ValueError(f"env name {key[:80]!r} must match [A-Za-z_][A-Za-z0-9_]* (at most 128)")
-            if key.startswith(RESERVED_ENV):
+            if key.startswith(limits.RESERVED_ENV):
                 raise ValueError(f"env name {key!r} is reserved: Squall sets TF_CONFIG and SQUALL_*")
         return value
 
@@ -395,7 +368,7 @@ class JobSpec(_Model):
         if value is None:
             return None
         for kind, group in value.items():
-            limit = MAX_REPLICAS[kind.value]
+            limit = limits.MAX_REPLICAS[kind.value]
             if not 0 <= group.count <= limit:
                 raise ValueError(f"{kind.value} count must be between 0 and {limit}, got {group.count}")
         if sum(group.count for group in value.values()) == 0:
@@ -418,7 +391,7 @@ class JobSpec(_Model):
         context = info.context or {}
         if context.get("stored"):
             return value  # policy was checked when the job was accepted
-        limit = context.get("max_runtime_limit") or DEFAULT_MAX_RUNTIME_LIMIT
+        limit = context.get("max_runtime_limit") or limits.DEFAULT_MAX_RUNTIME_LIMIT
         if duration > limit:
             raise ValueError(f"must be at most {format_duration(limit)} (the configured maxRuntimeLimit)")
         return value
@@ -426,33 +399,33 @@ class JobSpec(_Model):
     @field_validator("checkpoint_uri", "output_uri")
     @classmethod
     def _uri(cls, value: str | None) -> str | None:
-        if value is not None and (len(value) > MAX_URI_LENGTH or not S3_URI.fullmatch(value)):
+        if value is not None and (len(value) > limits.MAX_URI_LENGTH or not limits.S3_URI.fullmatch(value)):
             raise ValueError("must be an s3:// URI such as 's3://bucket/prefix'")
         return value
 
     @model_validator(mode="after")
     def _bounded(self) -> JobSpec:
         """Bounds across fields: what a trial adds to the args, and what one message creates."""
-        if self.sweep is not None and len(self.args) + len(self.sweep.parameters) > MAX_ARGS:
+        if self.sweep is not None and len(self.args) + len(self.sweep.parameters) > limits.MAX_ARGS:
             extra = len(self.sweep.parameters)
             raise _field_error(
                 ("args",),
                 f"has {len(self.args)} entries and each trial adds one per sweep parameter ({extra}): "
-                f"at most {MAX_ARGS - extra} here",
+                f"at most {limits.MAX_ARGS - extra} here",
             )
         replicas = len(self.replica_list())
         per_job = replicas * 2 if replicas > 1 else 1  # a Job each, and a Service each when distributed
         at_once = self.sweep.parallelism if self.sweep is not None else 1
-        if per_job * at_once > MAX_OBJECTS_PER_MESSAGE:
+        if per_job * at_once > limits.MAX_OBJECTS_PER_MESSAGE:
             where: tuple[str, ...] = (
-                ("sweep", "parallelism") if per_job <= MAX_OBJECTS_PER_MESSAGE else ("replicas",)
+                ("sweep", "parallelism") if per_job <= limits.MAX_OBJECTS_PER_MESSAGE else ("replicas",)
             )
             services = " and a Service" if replicas > 1 else ""
             raise _field_error(
                 where,
                 f"this job would create {per_job * at_once} Kubernetes objects at once "
                 f"({replicas} replicas, a Job{services} each, times {at_once} trials at a time); "
-                f"at most {MAX_OBJECTS_PER_MESSAGE} per message",
+                f"at most {limits.MAX_OBJECTS_PER_MESSAGE} per message",
             )
         return self
 
@@ -501,4 +474,4 @@ class CancelCommand(_Model):
     @field_validator("id")
     @classmethod
     def _id(cls, value: str) -> str:
-        return _dns_label(value, what="id", max_length=MAX_TRIAL_ID_LENGTH)
+        return _dns_label(value, what="id", max_length=limits.MAX_TRIAL_ID_LENGTH)
