@@ -1,0 +1,95 @@
+"""Fault controls: port calls that fail on purpose, and how a job's containers behave.
+
+Models: the Cluster port's calls as a fake records them, one error for the next call
+(`next_error`, as every fake in Squall has), a number of failures planned for one
+method (an API server throttling or down for a while), and per Squall job how long
+its containers run, what they exit with (on their own and on SIGTERM), and whether
+their image cannot be pulled.
+
+Leaves out: latency, partial failures (a call either happens in full or raises
+before it changes anything), and faults of the nodes themselves (see nodes.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from squall.local.cluster.state import SIGTERM_EXIT_CODE, Behaviour, ClusterCall, non_negative
+
+PORT_METHODS = frozenset(
+    {
+        "create",
+        "delete_job_objects",
+        "list_jobs",
+        "list_pods",
+        "list_nodes",
+        "get_node",
+        "patch_node",
+        "evict",
+    }
+)
+
+
+@dataclass(slots=True)
+class _PlannedFailure:
+    error: Exception
+    times: int
+
+
+class PortFaults:
+    """Records every port call; raises what the test planned for it."""
+
+    def __init__(self) -> None:
+        # Raised (once) by the next Cluster-port call, after that call is recorded.
+        self.next_error: Exception | None = None
+        self.calls: list[ClusterCall] = []
+        self._planned: dict[str, _PlannedFailure] = {}
+
+    def fail_calls(self, method_name: str, error: Exception, *, times: int = 1) -> None:
+        if method_name not in PORT_METHODS:
+            raise ValueError(f"{method_name!r} is not a Cluster port method: {sorted(PORT_METHODS)}")
+        if times < 1:
+            raise ValueError("times must be at least 1")
+        self._planned[method_name] = _PlannedFailure(error=error, times=times)
+
+    def record(self, method: str, **args: object) -> None:
+        self.calls.append(ClusterCall(method=method, args=args))
+        if self.next_error is not None:
+            error, self.next_error = self.next_error, None
+            raise error
+        planned = self._planned.get(method)
+        if planned is not None:
+            planned.times -= 1
+            if planned.times <= 0:
+                del self._planned[method]
+            raise planned.error
+
+
+class Behaviours:
+    """How each Squall job's pods behave; a job nobody described runs for the default time."""
+
+    def __init__(self, *, default_run_for: timedelta) -> None:
+        self.default = Behaviour(run_for=non_negative("default_run_for", default_run_for))
+        self._by_job: dict[str, Behaviour] = {}
+
+    def set(
+        self,
+        job_id: str,
+        *,
+        run_for: timedelta | None,
+        exit_code: int,
+        image_error: bool,
+        evicted_exit_code: int = SIGTERM_EXIT_CODE,
+    ) -> None:
+        self._by_job[job_id] = Behaviour(
+            run_for=non_negative("run_for", run_for if run_for is not None else self.default.run_for),
+            exit_code=exit_code,
+            image_error=image_error,
+            evicted_exit_code=evicted_exit_code,
+        )
+
+    def of(self, job_id: str | None) -> Behaviour:
+        if job_id is None:
+            return self.default
+        return self._by_job.get(job_id, self.default)

@@ -1,0 +1,312 @@
+"""The Job controller: one pod per Job, failures against backoffLimit, deadlines, TTLs.
+
+Models (batch/v1): the defaults the API server fills in
+on a Job; one pod created as soon as the Job exists; a failed pod judged by the Job's
+podFailurePolicy rules in order (the first rule that matches decides: FailJob,
+Ignore, Count), counted against backoffLimit and re-created after an exponential
+back-off (10 s doubling, at most 6 minutes); the Job failed at activeDeadlineSeconds;
+a finished Job's running pods deleted (and counted as failed); a finished Job deleted
+ttlSecondsAfterFinished later; a deleted Job's pods deleted with it.
+
+Leaves out: parallelism and completions other than 1 (refused), Indexed completion,
+suspend (stored, never acted on), backoffLimitPerIndex, successPolicy, and the
+FailIndex action.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL
+from squall.core.errors import PermanentError
+from squall.local.cluster.parsing import parse_template
+from squall.local.cluster.pods import PodLifecycle
+from squall.local.cluster.state import (
+    RUNNING,
+    SUCCEEDED,
+    TERMINAL,
+    ClusterState,
+    Job,
+    Key,
+    Pod,
+    discard,
+    timestamp,
+)
+from squall.local.cluster.views import thaw_manifest
+
+_DEFAULT_BACKOFF_LIMIT = 6
+# Kubernetes re-creates a failed Job's pod after 10 s, doubling up to 6 min.
+_BACKOFF_CAP = timedelta(minutes=6)
+
+
+class JobController:
+    def __init__(self, state: ClusterState, pods: PodLifecycle, *, pod_backoff: timedelta) -> None:
+        self._state = state
+        self._pods = pods
+        self._pod_backoff = pod_backoff
+        pods.on_terminal = self.on_pod_terminal
+
+    def create(self, key: Key, manifest: Mapping[str, Any]) -> None:
+        state = self._state
+        obj = thaw_manifest(manifest)
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            raise PermanentError("spec is required")
+        for count in ("parallelism", "completions"):
+            if spec.get(count, 1) != 1:
+                raise PermanentError(f"the simulated cluster runs one pod per Job; spec.{count} must be 1")
+        template = spec.get("template")
+        if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+            raise PermanentError("spec.template.spec is required")
+        pod_spec: dict[str, Any] = template["spec"]
+        if not pod_spec.get("containers"):
+            raise PermanentError("spec.template.spec.containers is required")
+        policy = spec.get("podFailurePolicy")
+        if policy is not None and pod_spec.get("restartPolicy") != "Never":
+            raise PermanentError("spec.podFailurePolicy needs spec.template.spec.restartPolicy Never")
+        backoff_limit = spec.get("backoffLimit")
+        if backoff_limit is None:
+            backoff_limit = _DEFAULT_BACKOFF_LIMIT
+        deadline_seconds = spec.get("activeDeadlineSeconds")
+        ttl_seconds = spec.get("ttlSecondsAfterFinished")
+        for label, value in (
+            ("backoffLimit", backoff_limit),
+            ("activeDeadlineSeconds", deadline_seconds),
+            ("ttlSecondsAfterFinished", ttl_seconds),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise PermanentError(f"spec.{label} must be a non-negative integer")
+
+        now = state.now()
+        labels = dict(obj["metadata"].get("labels") or {})
+        obj["metadata"].update(state.new_metadata(name=key[1], namespace=key[0], at=now, labels=labels))
+        uid = obj["metadata"]["uid"]
+        controller_labels = {
+            "batch.kubernetes.io/controller-uid": uid,
+            "batch.kubernetes.io/job-name": key[1],
+            "controller-uid": uid,
+            "job-name": key[1],
+        }
+        template.setdefault("metadata", {})
+        pod_labels = {**(template["metadata"].get("labels") or {}), **controller_labels}
+        template["metadata"]["labels"] = pod_labels
+        spec.update(
+            parallelism=1,
+            completions=1,
+            backoffLimit=backoff_limit,
+            completionMode=spec.get("completionMode", "NonIndexed"),
+            suspend=spec.get("suspend", False),
+            podReplacementPolicy="Failed" if policy is not None else "TerminatingOrFailed",
+            selector={"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
+            manualSelector=False,
+        )
+        pod_spec.setdefault("schedulerName", "default-scheduler")
+        pod_spec.setdefault("terminationGracePeriodSeconds", 30)
+        pod_spec.setdefault("dnsPolicy", "ClusterFirst")
+        # Parsing can refuse the Job (bad quantities): do it before anything is stored.
+        parsed = parse_template(pod_spec, namespace=key[0], labels=pod_labels)
+
+        job = Job(
+            key=key,
+            obj=obj,
+            job_id=labels.get(JOB_ID_LABEL),
+            managed=labels.get(MANAGED_BY_LABEL) == "squall",
+            template=parsed,
+            pod_labels=pod_labels,
+            pod_spec=pod_spec,
+            backoff_limit=backoff_limit,
+            rules=list((policy or {}).get("rules") or []),
+            started_at=now,
+            deadline=now + timedelta(seconds=deadline_seconds) if deadline_seconds is not None else None,
+            ttl=timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None,
+        )
+        state.jobs[key] = job
+        state.jobs_created += 1
+        state.priorities.add(parsed.priority)
+        if job.job_id is not None:
+            state.jobs_by_id.setdefault(job.job_id, {})[key] = None
+        if job.deadline is not None:
+            state.push(job.deadline, "deadline", job)
+        # The Job controller reacts within milliseconds: the pod exists once create returns.
+        self._pods.create(job, at=now)
+
+    def on_pod_terminal(self, pod: Pod, at: datetime, counts: Counter[str] | None = None) -> None:
+        """The answer to one of the Job's pods reaching Succeeded or Failed."""
+        job = pod.job
+        if job.active is pod:
+            job.active = None
+        if job.finished is not None or job.deleted:
+            self._state.write_job_status(job)
+            return
+        if pod.phase == SUCCEEDED:
+            job.succeeded += 1
+            self.finish(
+                job,
+                "Complete",
+                reason="CompletionsReached",
+                message="Reached expected number of succeeded pods",
+                at=at,
+                counts=counts,
+            )
+            return
+        action, message = policy_action(job.rules, pod)
+        if action == "FailJob":
+            job.failed += 1
+            self.finish(job, "Failed", reason="PodFailurePolicy", message=message, at=at, counts=counts)
+        elif action == "Ignore":
+            self._replace(job, at=at, delay=timedelta(0))
+        else:
+            job.failed += 1
+            if job.failed > job.backoff_limit:
+                self.finish(
+                    job,
+                    "Failed",
+                    reason="BackoffLimitExceeded",
+                    message="Job has reached the specified backoff limit",
+                    at=at,
+                    counts=counts,
+                )
+            else:
+                delay = min(self._pod_backoff * (2 ** (job.failed - 1)), _BACKOFF_CAP)
+                self._replace(job, at=at, delay=delay)
+
+    def _replace(self, job: Job, *, at: datetime, delay: timedelta) -> None:
+        if delay <= timedelta(0):
+            self._pods.create(job, at=at)
+            return
+        job.replacement_due = at + delay
+        self._state.push(job.replacement_due, "replace", job)
+        self._state.write_job_status(job)
+
+    def finish(
+        self,
+        job: Job,
+        kind: str,
+        *,
+        reason: str,
+        message: str,
+        at: datetime,
+        counts: Counter[str] | None = None,
+    ) -> None:
+        state = self._state
+        job.finished = kind
+        job.replacement_due = None
+        if kind == "Complete":
+            job.completed_at = at
+        stamp = timestamp(at)
+        job.conditions.append(
+            {
+                "type": kind,
+                "status": "True",
+                "lastProbeTime": stamp,
+                "lastTransitionTime": stamp,
+                "reason": reason,
+                "message": message,
+            }
+        )
+        # A finished Job deletes its pods that still run; Kubernetes counts them as failed.
+        for key in list(job.pods):
+            pod = state.pods[key]
+            if pod.phase not in TERMINAL:
+                job.failed += 1
+                self._pods.remove(pod)
+        job.active = None
+        state.write_job_status(job)
+        if job.ttl is not None:
+            state.push(at + job.ttl, "ttl", job)
+        if counts is not None:
+            counts["jobs_finished"] += 1
+        state.event(at, "Job", job.key[0], job.key[1], "Completed" if kind == "Complete" else reason, message)
+
+    def delete(self, job: Job, *, at: datetime, reason: str) -> None:
+        state = self._state
+        for key in list(job.pods):
+            self._pods.remove(state.pods[key])
+        job.deleted = True
+        job.active = None
+        del state.jobs[job.key]
+        if job.job_id is not None:
+            discard(state.jobs_by_id, job.job_id, job.key)
+        state.event(at, "Job", job.key[0], job.key[1], reason)
+
+    # ---- time-driven: pods finishing, deadlines, re-creations, TTLs ----
+
+    def still_due(self, at: datetime, kind: str, target: Pod | Job) -> bool:
+        if isinstance(target, Pod):
+            return not target.deleted and target.phase == RUNNING and target.ends_at == at
+        if target.deleted:
+            return False
+        if kind == "deadline":
+            return target.finished is None
+        if kind == "replace":
+            return target.finished is None and target.replacement_due == at and target.active is None
+        return target.finished is not None  # ttl
+
+    def process_due(self, now: datetime, counts: Counter[str]) -> None:
+        heap = self._state.heap
+        while heap and heap[0][0] <= now:
+            at, _, kind, target = heapq.heappop(heap)
+            if not self.still_due(at, kind, target):
+                continue
+            if isinstance(target, Pod):
+                self._pods.finish(target, at=at, counts=counts)
+            elif kind == "deadline":
+                self.finish(
+                    target,
+                    "Failed",
+                    reason="DeadlineExceeded",
+                    message="Job was active longer than specified deadline",
+                    at=at,
+                    counts=counts,
+                )
+            elif kind == "replace":
+                self._pods.create(target, at=at)
+            else:
+                self.delete(target, at=at, reason="TTLExpired")
+
+    def next_due(self) -> datetime | None:
+        heap = self._state.heap
+        while heap:
+            at, _, kind, target = heap[0]
+            if self.still_due(at, kind, target):
+                return at
+            heapq.heappop(heap)
+        return None
+
+
+def policy_action(rules: list[dict[str, Any]], pod: Pod) -> tuple[str, str]:
+    """The podFailurePolicy rule that decides a failed pod's fate: first match wins."""
+    status = pod.obj["status"]
+    namespace, name = pod.key
+    for index, rule in enumerate(rules):
+        action = str(rule.get("action", "Count"))
+        on_exit = rule.get("onExitCodes")
+        if on_exit is not None:
+            for container in status.get("containerStatuses") or []:
+                terminated = (container.get("state") or {}).get("terminated")
+                if not terminated or terminated.get("exitCode", 0) == 0:
+                    continue
+                if on_exit.get("containerName") not in (None, container.get("name")):
+                    continue
+                code = terminated["exitCode"]
+                listed = code in (on_exit.get("values") or [])
+                if listed == (on_exit.get("operator") == "In"):
+                    return action, (
+                        f"Container {container.get('name')} for pod {namespace}/{name} failed with exit code "
+                        f"{code} matching {action} rule at index {index}"
+                    )
+        elif rule.get("onPodConditions") is not None:
+            for wanted in rule["onPodConditions"]:
+                for condition in status.get("conditions") or []:
+                    if condition.get("type") == wanted.get("type") and condition.get("status") == wanted.get(
+                        "status", "True"
+                    ):
+                        return action, (
+                            f"Pod {namespace}/{name} has condition {wanted.get('type')} matching {action} "
+                            f"rule at index {index}"
+                        )
+    return "Count", ""

@@ -1,0 +1,394 @@
+"""SimulatedCluster: an in-memory Kubernetes cluster for the local runtime.
+
+It implements the `Cluster` port and behaves like Kubernetes wherever Squall's
+services, the planner or the reconcile function depend on it, so a demo, an
+end-to-end test or a replay of a 10,000-job trace exercises the same code paths as
+a real cluster. This class is the façade: it owns the shared state and composes the
+parts, each in its own module with what it models and leaves out:
+
+- views.py: API-shaped answers (copies, or read-only objects shared until they
+  change, as client-go's informer listers share theirs), the JSON merge patch;
+- faults.py: recorded port calls, planned failures, how a job's containers behave;
+- job_controller.py: one pod per Job, podFailurePolicy, backoffLimit, deadlines, TTLs;
+- pods.py: pod creation, the kubelet starting containers, exits and disruptions;
+- scheduler.py: kube-scheduler's filters and MostAllocated score, pod affinity,
+  PodDisruptionBudgets for evictions; index.py: its node indexes;
+- nodes.py: nodes joining, readiness, GPUs, patches, removal (PodGC);
+- parsing.py: a Job's pod template parsed once into what the scheduler reads.
+
+Time only moves through the injected clock: after moving it, call `advance()`;
+`next_event_time()` says when something will happen on its own next, so a virtual
+clock can jump straight there.
+
+Not modelled: Deployments/DaemonSets, pod anti-affinity and preferred (scoring)
+affinities, NoExecute evictions by the taint manager, termination grace periods
+(a pod stops at once), namespaces as objects, and Jobs with more than one pod.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from squall.conventions import JOB_ID_LABEL
+from squall.core.errors import PermanentError
+from squall.local.cluster.faults import Behaviours, PortFaults
+from squall.local.cluster.index import NodeIndex
+from squall.local.cluster.job_controller import JobController
+from squall.local.cluster.nodes import NodeLifecycle
+from squall.local.cluster.parsing import label_selector
+from squall.local.cluster.pods import PodLifecycle
+from squall.local.cluster.scheduler import Scheduler
+from squall.local.cluster.state import (
+    EVICTED_BY_API,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SIGTERM_EXIT_CODE,
+    SUCCEEDED,
+    TERMINAL,
+    AdvanceSummary,
+    ClusterCall,
+    ClusterEvent,
+    ClusterState,
+    Key,
+    Pdb,
+    discard,
+    non_negative,
+)
+from squall.local.cluster.views import ListViews, json_copy, object_view, thaw, thaw_manifest
+from squall.ports import Clock, KubeObject
+
+# With run_for 0 and an Ignore rule a pod could fail and come back forever within
+# one instant; Kubernetes would spin too, the simulator just moves on.
+_MAX_ROUNDS_PER_ADVANCE = 100
+
+
+class SimulatedCluster:
+    """In-memory Kubernetes for what Squall uses; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        default_run_for: timedelta = timedelta(seconds=60),
+        seed: int = 0,
+        pod_backoff: timedelta = timedelta(seconds=10),
+        event_limit: int = 10_000,
+        lists: str = "copies",
+    ) -> None:
+        """`lists` says what list_pods, list_jobs and list_nodes hand out:
+
+        - "copies": objects the caller owns, as every API server response is;
+        - "shared": an object unchanged since the last list is the same dict again
+          until its resourceVersion changes, as client-go's informer listers share
+          their cache; callers must not change it. The simulator uses this: a
+          replay's scale checks list every node and pod each time, and copying
+          them was most of the replay's time;
+        - "checked": shared, and each object handed out again is first compared
+          with a fresh copy: SharedObjectChanged if a caller changed it, or the
+          cluster changed an object without giving it a new resourceVersion.
+        """
+        self._state = state = ClusterState(clock=clock, seed=seed, event_limit=event_limit)
+        self._views = ListViews(lists, lambda: state.resource_version)
+        self._faults = PortFaults()
+        self._behaviours = Behaviours(default_run_for=default_run_for)
+        index = NodeIndex()
+        self._pods = PodLifecycle(state, index, self._behaviours)
+        self._jobs = JobController(state, self._pods, pod_backoff=non_negative("pod_backoff", pod_backoff))
+        self._scheduler = Scheduler(state, index)
+        self._nodes = NodeLifecycle(state, index, self._pods, self._scheduler)
+
+    # What a test reads and sets directly, as on every fake.
+
+    @property
+    def next_error(self) -> Exception | None:
+        """Raised (once) by the next Cluster-port call, after that call is recorded."""
+        return self._faults.next_error
+
+    @next_error.setter
+    def next_error(self, error: Exception | None) -> None:
+        self._faults.next_error = error
+
+    @property
+    def calls(self) -> list[ClusterCall]:
+        return self._faults.calls
+
+    @property
+    def events(self) -> deque[ClusterEvent]:
+        return self._state.events
+
+    # ==== the Cluster port ===========================================================
+
+    def create(self, manifest: KubeObject) -> bool:
+        body: Mapping[str, Any] = manifest if isinstance(manifest, Mapping) else {}
+        metadata = body.get("metadata")
+        metadata = metadata if isinstance(metadata, Mapping) else {}
+        kind, api_version = body.get("kind"), body.get("apiVersion")
+        name, namespace = metadata.get("name"), metadata.get("namespace")
+        self._faults.record("create", kind=kind, namespace=namespace, name=name)
+        if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
+            raise PermanentError("metadata.name and metadata.namespace are required")
+        key = (namespace, name)
+        if kind == "Job" and api_version == "batch/v1":
+            if key in self._state.jobs:
+                return False
+            self._jobs.create(key, body)
+            return True
+        if kind == "Service" and api_version == "v1":
+            if key in self._state.services:
+                return False
+            self._create_service(key, body)
+            return True
+        raise PermanentError(f"the simulated cluster cannot create {api_version}/{kind}")
+
+    def delete_job_objects(self, *, namespace: str, job_id: str) -> int:
+        self._faults.record("delete_job_objects", namespace=namespace, job_id=job_id)
+        state = self._state
+        deleted = 0
+        for key in list(state.jobs_by_id.get(job_id, ())):
+            if key[0] == namespace:
+                self._jobs.delete(state.jobs[key], at=state.now(), reason="Deleted")
+                deleted += 1
+        for key in list(state.services_by_id.get(job_id, ())):
+            if key[0] == namespace:
+                del state.services[key]
+                discard(state.services_by_id, job_id, key)
+                deleted += 1
+        return deleted
+
+    def list_jobs(self, *, namespace: str | None = None, job_id: str | None = None) -> list[KubeObject]:
+        self._faults.record("list_jobs", namespace=namespace, job_id=job_id)
+        state = self._state
+        jobs = (
+            [state.jobs[k] for k in state.jobs_by_id.get(job_id, ())]
+            if job_id is not None
+            else state.jobs.values()
+        )
+        return [
+            self._views.view(job, object_view)
+            for job in jobs
+            if job.managed and (namespace is None or job.key[0] == namespace)
+        ]
+
+    def list_pods(
+        self, *, namespace: str | None = None, job_id: str | None = None, node_name: str | None = None
+    ) -> list[KubeObject]:
+        self._faults.record("list_pods", namespace=namespace, job_id=job_id, node_name=node_name)
+        state = self._state
+        if job_id is not None:
+            keys: Iterable[Key] = state.pods_by_id.get(job_id, ())
+        elif node_name is not None:
+            node = state.nodes.get(node_name)
+            keys = node.pods if node else ()
+        elif namespace is None:
+            return self._views.whole_list(
+                "pods", lambda: [self._views.view(p, object_view) for p in state.pods.values()]
+            )
+        else:
+            keys = state.pods
+        views: list[KubeObject] = []
+        for key in keys:
+            pod = state.pods[key]
+            if namespace is not None and key[0] != namespace:
+                continue
+            if node_name is not None and (pod.node is None or pod.node.name != node_name):
+                continue
+            views.append(self._views.view(pod, object_view))
+        return views
+
+    def list_nodes(self) -> list[KubeObject]:
+        self._faults.record("list_nodes")
+        nodes = self._state.nodes
+        return self._views.whole_list(
+            "nodes", lambda: [self._views.view(n, json_copy) for n in nodes.values()]
+        )
+
+    def get_node(self, name: str) -> KubeObject | None:
+        self._faults.record("get_node", name=name)
+        node = self._state.nodes.get(name)
+        return json_copy(node.obj) if node else None
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        self._faults.record("patch_node", name=name, patch=thaw(patch))
+        return self._nodes.patch(name, patch)
+
+    def evict(self, *, namespace: str, name: str) -> bool:
+        self._faults.record("evict", namespace=namespace, name=name)
+        pod = self._state.pods.get((namespace, name))
+        if pod is None:
+            return True
+        if pod.phase in TERMINAL:
+            # A finished pod holds nothing a budget protects: the API just deletes it.
+            self._pods.remove(pod)
+            return True
+        if not self._scheduler.budgets_allow(pod):
+            return False
+        self._pods.disrupt(
+            pod,
+            at=self._state.now(),
+            reason=EVICTED_BY_API,
+            message="Eviction API: evicting",
+            exit_code=self._pods.evicted_exit_code(pod),
+        )
+        return True
+
+    # ==== nodes and budgets ==========================================================
+
+    def add_node(
+        self,
+        *,
+        name: str,
+        allocatable: Mapping[str, str | int],
+        labels: Mapping[str, str] | None = None,
+        taints: Iterable[Mapping[str, str]] | None = None,
+        provider_id: str | None = None,
+        ready: bool = True,
+        gpus_ready: bool = True,
+    ) -> KubeObject:
+        """Register a node, as a kubelet does when an instance joins the cluster."""
+        return self._nodes.add(
+            name=name,
+            allocatable=allocatable,
+            labels=labels,
+            taints=taints,
+            provider_id=provider_id,
+            ready=ready,
+            gpus_ready=gpus_ready,
+        )
+
+    def remove_node(self, name: str, *, reason: str = "instance terminated") -> int:
+        """The node object goes (its instance is gone); its pods fail as PodGC fails them.
+
+        Returns how many running or waiting pods were disrupted.
+        """
+        return self._nodes.remove(name, reason=reason)
+
+    def set_ready(self, name: str, ready: bool) -> None:
+        self._nodes.set_ready(name, ready)
+
+    def set_gpus_ready(self, name: str, ready: bool = True) -> None:
+        """The NVIDIA device plugin registered (or lost) the node's GPUs."""
+        self._nodes.set_gpus_ready(name, ready)
+
+    def add_pdb(
+        self,
+        namespace: str,
+        selector_labels: Mapping[str, str],
+        max_unavailable: int | None = None,
+        *,
+        min_available: int | None = None,
+    ) -> None:
+        """A PodDisruptionBudget over the pods with these labels; evictions honour it."""
+        if (max_unavailable is None) == (min_available is None):
+            raise ValueError("give exactly one of max_unavailable and min_available")
+        self._state.pdbs.append(
+            Pdb(namespace, label_selector(selector_labels), max_unavailable, min_available)
+        )
+
+    # ==== behaviour and faults =======================================================
+
+    def set_behaviour(
+        self,
+        job_id: str,
+        *,
+        run_for: timedelta | None = None,
+        exit_code: int = 0,
+        image_error: bool = False,
+        evicted_exit_code: int = SIGTERM_EXIT_CODE,
+    ) -> None:
+        """How the pods of Squall job `job_id` behave; pods read it when they start."""
+        self._behaviours.set(
+            job_id,
+            run_for=run_for,
+            exit_code=exit_code,
+            image_error=image_error,
+            evicted_exit_code=evicted_exit_code,
+        )
+
+    def fail_calls(self, method_name: str, error: Exception, *, times: int = 1) -> None:
+        """The next `times` calls of one port method raise `error`."""
+        self._faults.fail_calls(method_name, error, times=times)
+
+    # ==== time =======================================================================
+
+    def advance(self) -> AdvanceSummary:
+        """Catch up with the clock: due events in time order, then schedule and start pods."""
+        now = self._state.now()
+        counts: Counter[str] = Counter()
+        for _ in range(_MAX_ROUNDS_PER_ADVANCE):
+            self._jobs.process_due(now, counts)
+            counts["scheduled"] += self._scheduler.schedule(now)
+            counts["started"] += self._pods.start_bound(now)
+            upcoming = self.next_event_time()
+            if upcoming is None or upcoming > now:
+                break
+        return AdvanceSummary(
+            scheduled=counts["scheduled"],
+            started=counts["started"],
+            finished=counts["finished"],
+            jobs_finished=counts["jobs_finished"],
+        )
+
+    def next_event_time(self) -> datetime | None:
+        """When a pod finishes, a deadline or a TTL passes, or a pod is re-created next.
+
+        Scheduling and starting pods happen on every `advance()`; this is only what
+        would happen with nothing else going on.
+        """
+        return self._jobs.next_due()
+
+    # ==== reading state ==============================================================
+
+    def stats(self) -> dict[str, int]:
+        """Counts for a live view; cheap enough to call on every frame."""
+        state = self._state
+        nodes = state.nodes.values()
+        jobs = Counter(job.finished or "Active" for job in state.jobs.values())
+        allocatable, in_use = self.gpus()
+        return {
+            "nodes": len(state.nodes),
+            "nodes_ready": sum(1 for n in nodes if n.ready),
+            "nodes_cordoned": sum(1 for n in nodes if n.unschedulable),
+            "pods_pending": state.phases[PENDING],
+            "pods_unscheduled": len(state.pending),
+            "pods_running": state.phases[RUNNING],
+            "pods_succeeded": state.phases[SUCCEEDED],
+            "pods_failed": state.phases[FAILED],
+            "gpus_allocatable": allocatable,
+            "gpus_in_use": in_use,
+            "jobs_created": state.jobs_created,
+            "jobs_active": jobs["Active"],
+            "jobs_complete": jobs["Complete"],
+            "jobs_failed": jobs["Failed"],
+        }
+
+    def gpus(self) -> tuple[int, int]:
+        """(allocatable, in use) over all nodes: what stats() says, without counting the rest."""
+        allocatable = in_use = 0
+        for node in self._state.nodes.values():
+            allocatable += node.gpu
+            in_use += node.gpu - node.free_gpu
+        return allocatable, in_use
+
+    def list_services(self, *, namespace: str | None = None) -> list[KubeObject]:
+        return [
+            json_copy(obj)
+            for key, obj in self._state.services.items()
+            if namespace is None or key[0] == namespace
+        ]
+
+    def _create_service(self, key: Key, manifest: Mapping[str, Any]) -> None:
+        state = self._state
+        obj = thaw_manifest(manifest)
+        labels = dict(obj["metadata"].get("labels") or {})
+        obj["metadata"].update(
+            state.new_metadata(name=key[1], namespace=key[0], at=state.now(), labels=labels)
+        )
+        obj.setdefault("spec", {}).setdefault("type", "ClusterIP")
+        obj.setdefault("status", {"loadBalancer": {}})
+        state.services[key] = obj
+        if (job_id := labels.get(JOB_ID_LABEL)) is not None:
+            state.services_by_id.setdefault(job_id, {})[key] = None

@@ -1,0 +1,303 @@
+"""The simulated cluster's records and the state every part of it shares.
+
+Models: the objects Squall touches (nodes, Jobs, pods, Services, PodDisruptionBudgets)
+as API-shaped dicts plus the parsed fields the controllers read, the cluster-wide
+resourceVersion (a new one with every change, a deletion too, as in etcd), the event
+log, and the queue of things due at a later time (a pod finishing, a deadline, a TTL, a
+pod re-created after its back-off).
+
+Leaves out: namespaces as objects, watches, and anything but the one API server the
+local runtime talks to.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import random
+import uuid
+from collections import Counter, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from squall.local.cluster.parsing import Selector, Template
+from squall.planner.model import Taint
+from squall.ports import Clock, KubeObject
+
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+DISRUPTION_TARGET = "DisruptionTarget"
+EVICTED_BY_API = "EvictionByEvictionAPI"
+DELETED_BY_POD_GC = "DeletionByPodGC"
+# What the trainer exits with on SIGTERM (worker_images/tf_trainer/trainer/exits.py).
+SIGTERM_EXIT_CODE = 143
+
+PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+TERMINAL = frozenset({SUCCEEDED, FAILED})
+
+Key = tuple[str, str]  # (namespace, name)
+Shape = tuple[int, int, int, int]  # allocatable cpu, memory, gpu, pods
+
+
+# ---- public value types ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """How the pods of one Squall job behave once their containers start."""
+
+    run_for: timedelta
+    exit_code: int = 0
+    image_error: bool = False
+    evicted_exit_code: int = SIGTERM_EXIT_CODE
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCall:
+    """One call of the Cluster port, as the fake recorded it."""
+
+    method: str
+    args: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEvent:
+    """Something the cluster did, in the spirit of `kubectl get events`."""
+
+    at: datetime
+    kind: str
+    namespace: str
+    name: str
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AdvanceSummary:
+    scheduled: int = 0
+    started: int = 0
+    finished: int = 0
+    jobs_finished: int = 0
+
+
+# ---- mutable records -----------------------------------------------------------------
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    name: str
+    obj: KubeObject
+    labels: dict[str, str]
+    user_taints: list[dict[str, Any]]
+    taints: tuple[Taint, ...]
+    cpu: int
+    memory: int
+    gpu_installed: int
+    gpu: int  # allocatable now: 0 until the device plugin reports the GPUs
+    free_cpu: int
+    free_memory: int
+    free_gpu: int
+    free_pods: int
+    max_pods: int
+    ready: bool
+    unschedulable: bool
+    pods: dict[Key, None] = field(default_factory=dict)
+    holding: int = 0  # pods bound here that still hold their requests
+    empty_shape: Shape | None = None  # where the node sits in the index of empty nodes
+    view: KubeObject | None = None  # the shared list copy (lists="shared")
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    key: Key
+    obj: KubeObject
+    job_id: str | None
+    managed: bool
+    template: Template
+    pod_labels: dict[str, str]
+    pod_spec: dict[str, Any]
+    backoff_limit: int
+    rules: list[dict[str, Any]]
+    started_at: datetime
+    deadline: datetime | None
+    ttl: timedelta | None
+    pods: dict[Key, None] = field(default_factory=dict)
+    active: Pod | None = None
+    failed: int = 0
+    succeeded: int = 0
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    finished: str | None = None  # "Complete" or "Failed"
+    completed_at: datetime | None = None
+    replacement_due: datetime | None = None
+    deleted: bool = False
+    view: KubeObject | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Pod:
+    key: Key
+    obj: KubeObject
+    labels: dict[str, str]
+    job: Job
+    seq: int
+    phase: str = PENDING
+    node: Node | None = None
+    holds_resources: bool = False
+    behaviour: Behaviour | None = None
+    ends_at: datetime | None = None
+    image_blocked: bool = False
+    deleted: bool = False
+    view: KubeObject | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pdb:
+    namespace: str
+    selector: Selector
+    max_unavailable: int | None
+    min_available: int | None
+
+
+HeapEntry = tuple[datetime, int, str, "Pod | Job"]
+
+
+class ClusterState:
+    """The objects, their indexes by Squall job id, and the clock, version and event log."""
+
+    def __init__(self, *, clock: Clock, seed: int, event_limit: int) -> None:
+        self.clock = clock
+        self.rng = random.Random(seed)
+        self.events: deque[ClusterEvent] = deque(maxlen=event_limit)
+        self.nodes: dict[str, Node] = {}
+        self.jobs: dict[Key, Job] = {}
+        self.services: dict[Key, KubeObject] = {}
+        self.pods: dict[Key, Pod] = {}
+        self.jobs_by_id: dict[str, dict[Key, None]] = {}
+        self.services_by_id: dict[str, dict[Key, None]] = {}
+        self.pods_by_id: dict[str, dict[Key, None]] = {}
+        self.pdbs: list[Pdb] = []
+        self.pending: dict[Key, Pod] = {}  # Pending and not bound to a node
+        self.to_start: dict[Key, Pod] = {}  # bound, containers not started yet
+        self.heap: list[HeapEntry] = []
+        self.phases: Counter[str] = Counter()
+        self.priorities: set[int] = set()
+        self.jobs_created = 0
+        self.resource_version = 0
+        self.seq = 0
+        # The scheduler only runs a pass when something could have changed its answer.
+        self.schedule_dirty = False
+
+    def now(self) -> datetime:
+        now = self.clock.now()
+        if now.utcoffset() is None:
+            raise ValueError("the clock must return timezone-aware datetimes")
+        return now
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def next_resource_version(self) -> str:
+        self.resource_version += 1
+        return str(self.resource_version)
+
+    def touch(self, obj: KubeObject) -> None:
+        obj["metadata"]["resourceVersion"] = self.next_resource_version()
+
+    def new_metadata(
+        self, *, name: str, namespace: str | None, at: datetime, labels: dict[str, str]
+    ) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": name}
+        if namespace is not None:
+            metadata["namespace"] = namespace
+        metadata.update(
+            uid=str(uuid.UUID(int=self.rng.getrandbits(128), version=4)),
+            resourceVersion=self.next_resource_version(),
+            creationTimestamp=timestamp(at),
+            labels=labels,
+        )
+        return metadata
+
+    def event(
+        self, at: datetime, kind: str, namespace: str, name: str, reason: str, message: str = ""
+    ) -> None:
+        self.events.append(ClusterEvent(at, kind, namespace, name, reason, message))
+
+    def push(self, at: datetime, kind: str, target: Pod | Job) -> None:
+        heapq.heappush(self.heap, (at, self.next_seq(), kind, target))
+
+    def set_phase(self, pod: Pod, phase: str) -> None:
+        self.phases[pod.phase] -= 1
+        self.phases[phase] += 1
+        pod.phase = phase
+        pod.obj["status"]["phase"] = phase
+
+    def write_job_status(self, job: Job) -> None:
+        # Zero counts are left out, as the API server's JSON leaves them out.
+        status: dict[str, Any] = {"startTime": timestamp(job.started_at)}
+        active = job.active is not None and job.active.phase not in TERMINAL
+        if active:
+            status["active"] = 1
+        status["ready"] = 1 if active and job.active is not None and job.active.phase == RUNNING else 0
+        if job.failed:
+            status["failed"] = job.failed
+        if job.succeeded:
+            status["succeeded"] = job.succeeded
+        if job.completed_at is not None:
+            status["completionTime"] = timestamp(job.completed_at)
+        if job.conditions:
+            status["conditions"] = [dict(c) for c in job.conditions]
+        status["uncountedTerminatedPods"] = {}
+        job.obj["status"] = status
+        self.touch(job.obj)
+
+
+def discard(index: dict[str, dict[Key, None]], job_id: str, key: Key) -> None:
+    keys = index.get(job_id)
+    if keys is not None:
+        keys.pop(key, None)
+        if not keys:
+            del index[job_id]
+
+
+@functools.lru_cache(maxsize=256)  # many objects change at one instant: format it once
+def timestamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    status: dict[str, Any],
+    kind: str,
+    value: str,
+    at: datetime,
+    *,
+    reason: str | None = None,
+    message: str | None = None,
+) -> None:
+    conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
+    condition: dict[str, Any] = {
+        "type": kind,
+        "status": value,
+        "lastProbeTime": None,
+        "lastTransitionTime": timestamp(at),
+    }
+    if reason:
+        condition["reason"] = reason
+    if message:
+        condition["message"] = message
+    for index, existing in enumerate(conditions):
+        if existing.get("type") == kind:
+            if existing.get("status") == value:
+                condition["lastTransitionTime"] = existing.get("lastTransitionTime")
+            conditions[index] = condition
+            return
+    conditions.append(condition)
+
+
+def non_negative(name: str, value: timedelta) -> timedelta:
+    if value < timedelta(0):
+        raise ValueError(f"{name} must not be negative")
+    return value
