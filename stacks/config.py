@@ -14,14 +14,23 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from squall.core.dashboard import Thresholds
 from squall.core.settings import PolicySettings
+from squall.planner.inputs import (
+    AWS_REGION,
+    IAM_PRINCIPAL_ARN,
+    IAM_UNIQUE_ID,
+    GroupsError,
+    InputError,
+    read_node_groups,
+    read_policy,
+    read_teams,
+)
+from squall.planner.model import NodeGroup
 from stacks import constants
 
 CDK_JSON = constants.REPO_ROOT / "cdk.json"
@@ -49,19 +58,10 @@ SETTINGS = (
 )
 CLUSTER_ACCESS_MODES = ("accessEntry", "awsAuth")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
-_ASG_NAME = re.compile(r"^[\w.+=@/-]{1,255}$")  # what an ARN's autoScalingGroupName can hold
-_NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # a DNS-1123 label
-TEAM_KEYS = ("namespace", "submitters", "gpuQuota", "weight")
-# Who may submit for a team: an IAM role or user ARN (resolved to its unique id by
-# the submit function at cold start), or such a unique id itself (AROA... for a
-# role, AIDA... for a user), which is what SQS reports as a message's SenderId.
-IAM_PRINCIPAL_ARN = re.compile(
-    r"^arn:aws(-[a-z]+)*:iam::(?P<account>\d{12}):(?P<kind>role|user)/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,128})$"
-)
-IAM_UNIQUE_ID = re.compile(r"^(AROA|AIDA)[A-Z0-9]{12,124}$")
+# Node groups, teams and policy are read by squall/planner/inputs.py, as every other
+# reader reads them; this module adds what only a deployment needs (regions, capacity).
+__all__ = ["IAM_PRINCIPAL_ARN", "IAM_UNIQUE_ID", "ConfigError", "NodeGroupConfig", "SquallConfig", "TeamConfig"]
 
 
 class ConfigError(ValueError):
@@ -112,26 +112,15 @@ class TeamConfig:
         return tuple(s for s in self.submitters if IAM_UNIQUE_ID.match(s))
 
 
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    value: str
-    effect: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeGroupConfig(NodeGroup):
+    """A node group of cdk.json, as the planner reads it, and as written (for the functions)."""
 
+    raw: Mapping[str, Any] = field(default_factory=dict)  # passed through to the functions (SQUALL_NODE_GROUPS)
 
-@dataclass(frozen=True)
-class NodeGroupConfig:
-    name: str
-    region: str
-    asg_name: str
-    instance_type: str
-    gpus: int
-    labels: Mapping[str, str]
-    taints: tuple[Taint, ...]
-    min_size: int
-    max_size: int
-    spot: bool
-    raw: Mapping[str, Any]  # passed through to the functions (SQUALL_NODE_GROUPS)
+    @property
+    def gpus(self) -> int:
+        return self.allocatable.gpu
 
 
 @dataclass(frozen=True)
@@ -276,7 +265,7 @@ class _Reader:
         return ids
 
     def region(self, path: str, value: Any) -> str:
-        if not isinstance(value, str) or not _REGION.match(value):
+        if not isinstance(value, str) or not AWS_REGION.fullmatch(value):
             self.problem(path, f"{json.dumps(value)} is not an AWS region name")
             return ""
         return value
@@ -300,13 +289,12 @@ class _Reader:
             self.problem("clusterAccess", f"one of {', '.join(CLUSTER_ACCESS_MODES)}")
         team_configs = self.teams()
         node_groups = self.node_groups(regions)
-        capacity = self.capacity(node_groups, cluster)
+        capacity = self.capacity(cluster)
         policy = self.get("policy", dict, {})
         try:
-            policy_settings = PolicySettings.model_validate(policy)
-        except ValidationError as exc:
-            for error in exc.errors():
-                self.problem("policy." + ".".join(str(p) for p in error["loc"]), error["msg"])
+            policy_settings = PolicySettings.model_validate(read_policy(policy))
+        except InputError as exc:
+            self.problems.extend(exc.errors)
             policy_settings = PolicySettings()
         hooks = self.get("lifecycleHooks", dict, {})
         launch_hook = self.get("lifecycleHooks.launch", str, "squall-launch", source=hooks)
@@ -350,79 +338,21 @@ class _Reader:
         raw_all = self.get("teams", dict, {})
         if not raw_all:
             self.problem("teams", "expected an object of team name -> Kubernetes namespace or team object")
-        teams: dict[str, TeamConfig] = {}
-        for name, raw in raw_all.items():
-            path = f"teams.{name}"
-            if not name.strip():
-                self.problem("teams", "a team needs a name")
-                continue
-            if isinstance(raw, str):
-                raw = {"namespace": raw}
-            elif not isinstance(raw, dict):
-                self.problem(path, f"expected a namespace or an object with {', '.join(TEAM_KEYS)}")
-                continue
-            for key in sorted(set(raw) - set(TEAM_KEYS)):
-                self.problem(f"{path}.{key}", f"unknown key (known: {', '.join(TEAM_KEYS)})")
-            namespace = self.get(f"{path}.namespace", str, "", source=raw)
-            if not _NAMESPACE.match(namespace):
-                self.problem(
-                    f"{path}.namespace",
-                    f"{json.dumps(namespace)} is not a Kubernetes namespace name "
-                    "(lower-case letters, digits and dashes, at most 63 characters)",
-                )
-            team = TeamConfig(
-                name=name,
-                namespace=namespace,
-                submitters=self.submitters(f"{path}.submitters", raw),
-                gpu_quota=self.gpu_quota(f"{path}.gpuQuota", raw.get("gpuQuota")),
-                weight=self.weight(f"{path}.weight", raw.get("weight")),
-            )
-            teams[name] = team
-        return teams
-
-    def submitters(self, path: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
-        if "submitters" not in raw:
-            return ()
-        value = raw["submitters"]
-        if not isinstance(value, list) or not value:
-            self.problem(
-                path,
-                "a non-empty list of IAM role ARNs (leave submitters out to let any sender submit)",
-            )
-            return ()
-        accepted: list[str] = []
-        for i, principal in enumerate(value):
-            if isinstance(principal, str) and (IAM_PRINCIPAL_ARN.match(principal) or IAM_UNIQUE_ID.match(principal)):
-                accepted.append(principal)
-            else:
-                self.problem(
-                    f"{path}[{i}]",
-                    f"{json.dumps(principal)} is not an IAM role or user ARN "
-                    "(arn:aws:iam::<account>:role/<name>) or a role or user unique id (AROA..., AIDA...)",
-                )
-        if len(set(accepted)) != len(accepted):
-            self.problem(path, "lists a principal twice")
-        return tuple(dict.fromkeys(accepted))
-
-    def gpu_quota(self, path: str, value: Any) -> int | None:
-        if value is None:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            self.problem(path, f"a whole number of GPUs, 0 or more, got {json.dumps(value)}")
-            return None
-        return value
-
-    def weight(self, path: str, value: Any) -> float | None:
-        if value is None:
-            return None
         try:
-            number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-        except OverflowError:
-            number = None
-        if number is None or not 0 < number < float("inf"):
-            self.problem(path, f"a positive number, got {json.dumps(value)}")
-            return None
-        return number
+            teams = read_teams(raw_all)
+        except InputError as exc:
+            self.problems.extend(exc.errors)
+            return {}
+        return {
+            name: TeamConfig(
+                name=name,
+                namespace=team.namespace,
+                submitters=team.submitters or (),
+                gpu_quota=team.gpu_quota,
+                weight=team.weight,
+            )
+            for name, team in teams.items()
+        }
 
     def cluster(self, home_region: str) -> ClusterConfig:
         raw = self.get("cluster", dict, {})
@@ -447,76 +377,39 @@ class _Reader:
         return cluster
 
     def node_groups(self, regions: tuple[str, ...]) -> tuple[NodeGroupConfig, ...]:
-        groups: list[NodeGroupConfig] = []
-        for i, raw in enumerate(self.get("nodeGroups", list, [])):
-            path = f"nodeGroups[{i}]"
-            if not isinstance(raw, dict):
-                self.problem(path, "expected an object")
-                continue
-            name = self.get(f"{path}.name", str, "", source=raw)
-            region = self.region(f"{path}.region", raw.get("region"))
-            asg_name = self.get(f"{path}.asgName", str, "", source=raw)
-            allocatable = self.get(f"{path}.allocatable", dict, {}, source=raw)
-            gpus = allocatable.get(constants.GPU_RESOURCE, 0)
-            labels = self.get(f"{path}.labels", dict, {}, source=raw)
-            taints = self.taints(f"{path}.taints", raw.get("taints"))
-            min_size = self.get(f"{path}.minSize", int, 0, source=raw)
-            max_size = self.get(f"{path}.maxSize", int, 0, source=raw)
-            if not _NAME.match(name):
-                self.problem(f"{path}.name", "lower-case letters, digits and dashes")
-            if not _ASG_NAME.match(asg_name):
-                self.problem(f"{path}.asgName", "the Auto Scaling group's name is required")
-            if region and region not in regions:
-                self.problem(f"{path}.region", f"{region} is not one of regions")
-            if not self.get(f"{path}.instanceType", str, "", source=raw):
-                self.problem(f"{path}.instanceType", "required")
-            if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
-                self.problem(f"{path}.allocatable.{constants.GPU_RESOURCE}", "a whole number of GPUs")
-                gpus = 0
-            if not all(isinstance(v, str) for v in labels.values()):
-                self.problem(f"{path}.labels", "label values are strings")
-            if not 0 <= min_size <= max_size or max_size < 1:
-                self.problem(f"{path}", "needs 0 <= minSize <= maxSize and maxSize >= 1")
-            groups.append(
-                NodeGroupConfig(
-                    name=name,
-                    region=region,
-                    asg_name=asg_name,
-                    instance_type=raw.get("instanceType", ""),
-                    gpus=gpus,
-                    labels=dict(labels),
-                    taints=taints,
-                    min_size=min_size,
-                    max_size=max_size,
-                    spot=self.get(f"{path}.spot", bool, False, source=raw),
-                    raw=dict(raw),
-                )
-            )
-        for key in ("name", "asgName"):
-            values = [g.raw.get(key) for g in groups]
-            if len(set(values)) != len(values):
-                self.problem("nodeGroups", f"every group needs its own {key}")
-        if not groups:
+        raw_groups = self.get("nodeGroups", list, [])
+        if not raw_groups:
             self.problem("nodeGroups", "at least one node group is required")
-        return tuple(groups)
-
-    def taints(self, path: str, value: Any) -> tuple[Taint, ...]:
-        taints: list[Taint] = []
-        for i, raw in enumerate(value or []):
-            if not isinstance(raw, dict) or raw.get("effect") not in TAINT_EFFECTS or not raw.get("key"):
-                self.problem(
-                    f"{path}[{i}]",
-                    f"expected {{key, value, effect}} with effect one of {', '.join(TAINT_EFFECTS)}",
-                )
+        # What only a deployment needs of a group: a region it deploys to, and the name
+        # of the Auto Scaling group its hooks attach to.
+        for i, raw in enumerate(raw_groups):
+            if not isinstance(raw, dict):
                 continue
-            taints.append(Taint(str(raw["key"]), str(raw.get("value", "")), raw["effect"]))
-        return tuple(taints)
+            region = raw.get("region")
+            if isinstance(region, str) and AWS_REGION.fullmatch(region) and region not in regions:
+                self.problem(f"nodeGroups[{i}].region", f"{region} is not one of regions")
+            if raw.get("asgName") is None:
+                self.problem(f"nodeGroups[{i}].asgName", "the Auto Scaling group's name is required")
+        try:
+            groups, _ = read_node_groups(raw_groups)
+        except GroupsError as exc:
+            self.problems.extend(exc.errors)
+            return ()
+        names = [f.name for f in fields(NodeGroup)]
+        return tuple(
+            NodeGroupConfig(**{name: getattr(group, name) for name in names}, raw=dict(raw))
+            for group, raw in zip(groups, raw_groups, strict=True)
+        )
 
-    def capacity(
-        self, groups: tuple[NodeGroupConfig, ...], cluster: ClusterConfig
-    ) -> dict[str, CapacityConfig]:
+    @staticmethod
+    def group_regions(raw_groups: Any) -> list[str]:
+        """The regions the groups name, as written (the groups may hold mistakes elsewhere)."""
+        found = [g.get("region") for g in raw_groups if isinstance(g, dict)] if isinstance(raw_groups, list) else []
+        return list(dict.fromkeys(r for r in found if isinstance(r, str) and AWS_REGION.fullmatch(r)))
+
+    def capacity(self, cluster: ClusterConfig) -> dict[str, CapacityConfig]:
         raw_all = self.get("capacity", dict, {})
-        group_regions = list(dict.fromkeys(g.region for g in groups if g.region))
+        group_regions = self.group_regions(self.ctx.get("nodeGroups"))
         for region in raw_all:
             if region not in group_regions:
                 self.problem(f"capacity.{region}", "no node group is in this region")

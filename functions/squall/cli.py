@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from squall.core import documents
 from squall.core.errors import SquallError
 from squall.core.jobs import JobStatus
+from squall.planner.inputs import InputError, read_policy
 
 if TYPE_CHECKING:
     from squall.core.spec import JobSpec
@@ -98,24 +99,30 @@ def configured_registries() -> list[str]:
     return list(value)
 
 
+def configured_policy(path: str | None = None) -> dict[str, Any]:
+    """The policy's values (planner/inputs.py read_policy) in a file (`--policy`: cdk.json, {policy: {...}} or the policy object itself),
+    else ./cdk.json's, read as `cdk synth` and the functions read it; else the defaults."""
+    if path is None:
+        value, source = _context().get("policy"), str(CDK_JSON)
+    else:
+        document, source = load_document(path), path
+        holder = document.get("context") if isinstance(document, dict) else None
+        if isinstance(holder, dict):
+            value = holder.get("policy")
+        elif isinstance(document, dict) and "policy" in document:
+            value = document["policy"]
+        else:
+            value = document
+    try:
+        return read_policy(value)
+    except InputError as exc:
+        raise CliError(f"{source}: " + "; ".join(exc.errors)) from exc
+
+
 def configured_max_runtime_limit() -> timedelta:
     """cdk.json's policy.maxRuntimeLimit, read as the functions read it; else the default."""
-    from pydantic import ValidationError
-
-    from squall.core.settings import PolicySettings
-
-    policy = _context().get("policy")
-    if policy is None:
-        return PolicySettings().max_runtime_limit
-    if not isinstance(policy, dict):
-        raise CliError(f"{CDK_JSON}: policy: expected an object, got {documents.kind(policy)}")
-    if "maxRuntimeLimit" not in policy:
-        return PolicySettings().max_runtime_limit
-    try:
-        return PolicySettings.model_validate({"maxRuntimeLimit": policy["maxRuntimeLimit"]}).max_runtime_limit
-    except ValidationError as exc:
-        message = "; ".join(str(e["msg"]) for e in exc.errors())
-        raise CliError(f"{CDK_JSON}: policy.maxRuntimeLimit: {message}") from exc
+    limit: timedelta = configured_policy()["max_runtime_limit"]
+    return limit
 
 
 def load_document(path: str) -> Any:
@@ -171,17 +178,20 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from squall.planner.inputs import planner_policy
     from squall.planner.offline import PlanInputError, plan_offline
 
     now = _now(args.now) if args.now else datetime.now(UTC)
     paths = {"nodes": args.nodes, "pods": args.pods, "groups": args.groups}
+    # The deployment's policy (./cdk.json's, or --policy's), so that the plan is the one it would make.
+    policy = planner_policy(configured_policy(args.policy))
     docs = {name: load_document(path) for name, path in paths.items()}
     # The snapshot's millions of objects hold no cycles: spare the cycle collector from
     # traversing them again and again while the planner runs.
     gc.freeze()
     try:
         result = plan_offline(
-            nodes_doc=docs["nodes"], pods_doc=docs["pods"], groups_doc=docs["groups"], now=now
+            nodes_doc=docs["nodes"], pods_doc=docs["pods"], groups_doc=docs["groups"], now=now, policy=policy
         )
     except PlanInputError as exc:
         where = f"--now {args.now}" if exc.document == "now" else paths[exc.document]
@@ -360,6 +370,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pods", required=True, help="kubectl get pods -A -o json")
     p.add_argument("--groups", required=True, help="node groups with their live state (YAML)")
     p.add_argument("--now", help="ISO 8601 time to plan at (default: now)")
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the policy (a cdk.json, {policy: {...}}, or the policy object); default: ./cdk.json's",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_plan)
 

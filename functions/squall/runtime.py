@@ -21,10 +21,10 @@ from aws_lambda_powertools import Logger
 from squall.adapters.aws.identity import ClusterEndpoint
 from squall.core.drain import DrainPolicy
 from squall.core.resources import DRAIN, FUNCTIONS
-from squall.core.settings import ClusterSettings, PolicySettings, Settings
+from squall.core.settings import ClusterSettings, Settings
 from squall.core.telemetry import SERVICE
-from squall.planner import NodeGroup, Policy
-from squall.planner.offline import parse_groups
+from squall.planner import NodeGroup
+from squall.planner.inputs import read_node_groups
 from squall.ports import (
     Clock,
     Cluster,
@@ -68,7 +68,7 @@ class Services:
     @functools.cached_property
     def node_groups(self) -> list[NodeGroup]:
         """The configured groups, parsed once per process (settings do not change)."""
-        return parse_groups(self.settings.node_groups)[0]
+        return read_node_groups(self.settings.node_groups)[0]
 
     @functools.cached_property
     def parsed_objects(self) -> ParsedObjects:
@@ -87,7 +87,7 @@ class Services:
             clock=self.clock,
             metrics=self.metrics,
             config=ScaleConfig(
-                groups=groups, policy=planner_policy(self.settings.policy), dry_run=self.settings.dry_run
+                groups=groups, policy=self.settings.policy.planner_policy(), dry_run=self.settings.dry_run
             ),
             store=self.store,
             parsed=self.parsed_objects,
@@ -136,7 +136,7 @@ class Services:
                     # A dying drain invocation's messages come back this late (lease).
                     redelivery=timedelta(seconds=FUNCTIONS[DRAIN].timeout_seconds) + policy.drain_step_delay,
                 ),
-                planner_policy=planner_policy(policy),
+                planner_policy=policy.planner_policy(),
             ),
         )
 
@@ -145,17 +145,6 @@ class Services:
         return Reconciler(
             store=self.store, cluster=self.cluster, clock=self.clock, metrics=self.metrics, intake=self.intake
         )
-
-
-def planner_policy(settings: PolicySettings) -> Policy:
-    return Policy(
-        provision_timeout=settings.provision_timeout,
-        idle_threshold=settings.idle_threshold,
-        boot_grace=settings.boot_grace,
-        max_scale_down_fraction=settings.max_scale_down_fraction,
-        backoff_base=settings.backoff_base,
-        backoff_max=settings.backoff_max,
-    )
 
 
 class NamespacedCluster:

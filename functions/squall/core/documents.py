@@ -24,11 +24,11 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from squall.planner.inputs import InputError, Team, read_teams  # noqa: F401  (re-exported: the readers use them)
 from squall.planner.text import SHOWN_LENGTH, kind, shown  # noqa: F401  (re-exported: the readers use them)
 
 # A kubectl snapshot of 10,000 pods is about 50 MB; a cluster ten times that size still fits.
@@ -401,136 +401,9 @@ def _mark(node: Any) -> dict[str, int]:
     return {"line": mark.line + 1, "column": mark.column + 1} if mark is not None else {}
 
 
-# ---- pieces of configuration more than one reader takes -----------------------------------------
+# ---- pieces of configuration more than one reader takes: one schema each, in planner/inputs.py ----
 
-TEAM_FIELDS = ("namespace", "submitters", "gpuQuota", "weight")
-_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-# A submitter: an IAM role or user ARN (the stack resolves it to its unique id), or the
-# unique id itself (AROA... for a role, AIDA... for a user), what SQS reports as SenderId.
-IAM_PRINCIPAL_ARN = re.compile(
-    r"arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/(?:[\w+=,.@-]+/)*[\w+=,.@-]{1,128}"
-)
-IAM_UNIQUE_ID = re.compile(r"(AROA|AIDA)[A-Z0-9]{12,124}")
-
-
-class ConfigError(ValueError):
-    """A piece of configuration that cannot be used; `errors` holds one 'field: problem' each."""
-
-    def __init__(self, errors: list[str]) -> None:
-        self.errors = errors
-        super().__init__("; ".join(errors))
-
-
-@dataclass(frozen=True, slots=True)
-class Team:
-    """A team of cdk.json's `teams` (or a scenario's): its namespace and who may submit for it.
-
-    `submitters` None: anyone allowed to send to the jobs queue may submit for the team;
-    otherwise only these principals (IAM role ARNs in cdk.json, unique ids in a scenario).
-    """
-
-    namespace: str
-    submitters: tuple[str, ...] | None = None
-    gpu_quota: int | None = None
-    weight: float | None = None
-
-
-def read_teams(value: object, *, path: str = "teams", unique_ids_only: bool = False) -> dict[str, Team]:
-    """`{team: namespace | {namespace, submitters, gpuQuota, weight}}`; ConfigError names every problem.
-
-    Submitters are IAM role or user ARNs or unique ids, as cdk.json holds them; with
-    `unique_ids_only` (a scenario, where no IAM resolves an ARN) unique ids only.
-    """
-    if not isinstance(value, Mapping):
-        raise ConfigError([f"{path}: expected an object of team -> namespace, got {kind(value)}"])
-    errors: list[str] = []
-    teams: dict[str, Team] = {}
-    for name, entry in value.items():
-        where = f"{path}.{name}"
-        if not isinstance(name, str) or not name.strip():
-            errors.append(f"{path}: team names must be non-empty strings, got {shown(name)}")
-            continue
-        team = _team(entry, where, errors, unique_ids_only=unique_ids_only)
-        if team is not None:
-            teams[name] = team
-    if errors:
-        raise ConfigError(errors)
-    return teams
-
-
-def _team(entry: object, where: str, errors: list[str], *, unique_ids_only: bool) -> Team | None:
-    if isinstance(entry, str):
-        return Team(namespace=entry) if _namespace(entry, where, errors) else None
-    if not isinstance(entry, Mapping):
-        errors.append(
-            f"{where}: expected a namespace or an object with {', '.join(TEAM_FIELDS)}, got {kind(entry)}"
-        )
-        return None
-    before = len(errors)
-    for key in entry:
-        if key not in TEAM_FIELDS:
-            errors.append(f"{where}.{key}: unknown field (allowed: {', '.join(TEAM_FIELDS)})")
-    namespace = entry.get("namespace")
-    if namespace is None:
-        errors.append(f"{where}.namespace: required")
-    elif not isinstance(namespace, str):
-        errors.append(f"{where}.namespace: expected a string, got {kind(namespace)}")
-    else:
-        _namespace(namespace, f"{where}.namespace", errors)
-    submitters = entry.get("submitters")
-    if "submitters" in entry:
-        _submitters(submitters, f"{where}.submitters", errors, unique_ids_only=unique_ids_only)
-    quota = entry.get("gpuQuota")
-    if quota is not None and (type(quota) is not int or quota < 0):
-        errors.append(f"{where}.gpuQuota: expected a whole number of GPUs, at least 0, got {shown(quota)}")
-    weight = entry.get("weight")
-    if weight is not None and (type(weight) not in (int, float) or not math.isfinite(weight) or weight <= 0):
-        errors.append(f"{where}.weight: expected a positive number, got {shown(weight)}")
-    if len(errors) > before:
-        return None
-    return Team(
-        namespace=str(namespace),
-        submitters=tuple(submitters) if submitters is not None else None,
-        gpu_quota=quota,
-        weight=float(weight) if weight is not None else None,
-    )
-
-
-def _submitters(value: object, where: str, errors: list[str], *, unique_ids_only: bool) -> None:
-    wanted = (
-        "unique ids (AROA..., AIDA...)"
-        if unique_ids_only
-        else "IAM role ARNs or unique ids (AROA..., AIDA...)"
-    )
-    if not isinstance(value, list) or not value:
-        errors.append(
-            f"{where}: expected a non-empty list of {wanted}; leave it out to let any sender submit"
-        )
-        return
-    one = (
-        "a unique id (AROA..., AIDA...)"
-        if unique_ids_only
-        else "an IAM role or user ARN, or a unique id (AROA..., AIDA...)"
-    )
-    for index, principal in enumerate(value):
-        valid = isinstance(principal, str) and (
-            IAM_UNIQUE_ID.fullmatch(principal)
-            or (not unique_ids_only and IAM_PRINCIPAL_ARN.fullmatch(principal))
-        )
-        if not valid:
-            errors.append(f"{where}[{index}]: {shown(principal)} is not {one}")
-    if len({p for p in value if isinstance(p, str)}) != len(value):
-        errors.append(f"{where}: a principal is listed twice")
-
-
-def _namespace(name: str, where: str, errors: list[str]) -> bool:
-    if _NAMESPACE.fullmatch(name):
-        return True
-    errors.append(
-        f"{where}: {shown(name)} is not a Kubernetes namespace (a DNS-1123 label: a-z, 0-9, '-', at most 63)"
-    )
-    return False
-
+ConfigError = InputError  # a piece of configuration that cannot be used; `errors`: 'field: problem' each
 
 # ---- helpers ---------------------------------------------------------------------------------
 

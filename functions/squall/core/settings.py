@@ -17,11 +17,14 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from squall.planner.inputs import POLICY_DEFAULTS, InputError, parse_duration, planner_policy, read_policy
+from squall.planner.model import Policy
 
 SETTINGS_FILE_VARIABLE = "SQUALL_SETTINGS_FILE"
 # The asset's root in Lambda; elsewhere the directory that holds the squall package.
@@ -39,25 +42,45 @@ class ClusterSettings(BaseModel):
     region: str = ""
 
 
+# A duration in any form Squall reads one (planner/inputs.py parse_duration), for pydantic models.
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+_DEFAULTS = POLICY_DEFAULTS
+
+
 class PolicySettings(BaseModel):
-    """Planner and drain policy (cdk.json context ``policy``)."""
+    """Planner and drain policy (cdk.json context ``policy``), read by planner/inputs.py read_policy.
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    The rules and defaults live there, once: this model only holds the values for the
+    functions' settings. ``planner_policy()`` is the planner's part of it.
+    """
 
-    provision_timeout: timedelta = Field(default=timedelta(minutes=10), alias="provisionTimeout")
-    idle_threshold: timedelta = Field(default=timedelta(minutes=10), alias="idleThreshold")
-    boot_grace: timedelta = Field(default=timedelta(minutes=5), alias="bootGrace")
-    max_scale_down_fraction: float = Field(default=0.2, alias="maxScaleDownFraction", gt=0, le=1)
-    backoff_base: timedelta = Field(default=timedelta(minutes=5), alias="backoffBase")
-    backoff_max: timedelta = Field(default=timedelta(minutes=30), alias="backoffMax")
-    drain_deadline: timedelta = Field(default=timedelta(minutes=30), alias="drainDeadline")
-    drain_step_delay: timedelta = Field(default=timedelta(seconds=30), alias="drainStepDelay")
-    job_ttl_after_finished: timedelta = Field(
-        default=timedelta(hours=1), alias="jobTtlAfterFinished"
-    )
-    scale_check_debounce: timedelta = Field(default=timedelta(seconds=2), alias="scaleCheckDebounce")
-    # The longest maxRuntime a job spec may ask for (operator policy).
-    max_runtime_limit: timedelta = Field(default=timedelta(days=30), alias="maxRuntimeLimit", gt=timedelta(0))
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provision_timeout: timedelta = _DEFAULTS["provision_timeout"]
+    idle_threshold: timedelta = _DEFAULTS["idle_threshold"]
+    boot_grace: timedelta = _DEFAULTS["boot_grace"]
+    max_scale_down_fraction: float = _DEFAULTS["max_scale_down_fraction"]
+    backoff_base: timedelta = _DEFAULTS["backoff_base"]
+    backoff_max: timedelta = _DEFAULTS["backoff_max"]
+    failure_window: timedelta = _DEFAULTS["failure_window"]
+    drain_deadline: timedelta = _DEFAULTS["drain_deadline"]
+    drain_step_delay: timedelta = _DEFAULTS["drain_step_delay"]
+    job_ttl_after_finished: timedelta = _DEFAULTS["job_ttl_after_finished"]
+    scale_check_debounce: timedelta = _DEFAULTS["scale_check_debounce"]
+    max_runtime_limit: timedelta = _DEFAULTS["max_runtime_limit"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, data: Any) -> Any:
+        if isinstance(data, PolicySettings):
+            return data
+        try:
+            return read_policy(data)
+        except InputError as exc:
+            raise ValueError("; ".join(exc.errors)) from None
+
+    def planner_policy(self) -> Policy:
+        return planner_policy(dict(self))
 
 
 class SettingsFileError(ValueError):

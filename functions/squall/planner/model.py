@@ -259,10 +259,13 @@ class GroupHealth:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Policy:
-    provision_timeout: timedelta = timedelta(minutes=15)
+    """What the planner is told to do. The defaults are the deployment's: cdk.json's `policy`
+    is read by planner/inputs.py, which takes every planner default from here."""
+
+    provision_timeout: timedelta = timedelta(minutes=10)
     idle_threshold: timedelta = timedelta(minutes=10)
-    boot_grace: timedelta = timedelta(minutes=10)
-    max_scale_down_fraction: float = 0.1
+    boot_grace: timedelta = timedelta(minutes=5)
+    max_scale_down_fraction: float = 0.2
     backoff_base: timedelta = timedelta(minutes=5)
     backoff_max: timedelta = timedelta(minutes=30)
     # Failures older than this no longer back a group off, and a group that has
@@ -278,8 +281,8 @@ class Policy:
                 raise ValueError(f"policy {name} must not be negative")
         if self.backoff_max < self.backoff_base:
             raise ValueError("policy backoff_max must be at least backoff_base")
-        if not 0.0 <= self.max_scale_down_fraction <= 1.0:
-            raise ValueError("policy max_scale_down_fraction must be within [0, 1]")
+        if not 0.0 < self.max_scale_down_fraction <= 1.0:
+            raise ValueError("policy max_scale_down_fraction must be more than 0 and at most 1")
 
 
 # --- the plan --------------------------------------------------------------------

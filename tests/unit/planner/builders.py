@@ -24,7 +24,11 @@ from squall.planner import (
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-POLICY = Policy()
+# The policy these tests are written against (the deployment's defaults differ: see
+# test_the_policy_defaults_are_the_deployments in test_offline.py).
+POLICY = Policy(
+    provision_timeout=timedelta(minutes=15), boot_grace=timedelta(minutes=10), max_scale_down_fraction=0.1
+)
 GPU_TAINT = Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
 TOLERATE_GPU = (Toleration(key="nvidia.com/gpu", operator="Exists"),)
 
