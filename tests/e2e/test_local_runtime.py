@@ -160,16 +160,7 @@ def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) ->
     with world.start("memory", node_groups=GROUPS, policy=policy) as local:
         assert local.fleet is not None
         # given a job running on a node
-        world.cluster.set_behaviour("gan-1", run_for=timedelta(hours=2))
-        local.send(job("gan-1"))
-        local.run(
-            until=lambda rt: (j := rt.store.get("gan-1")) is not None and j.status is JobStatus.RUNNING,
-            step=timedelta(seconds=10),
-            limit=timedelta(minutes=15),
-        )
-        node = world.cluster.list_pods(job_id="gan-1")[0]["spec"]["nodeName"]
-        instance = local.fleet.instance_of(node)
-        assert instance is not None
+        _, instance = running_job(world, local)
         # when the node's terminate hook starts and the lifecycle function dies cordoning it
         local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
         world.cluster.kill_at("patch_node")

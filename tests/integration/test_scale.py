@@ -65,6 +65,12 @@ class Rig:
             holder=holder,
         )
 
+    def gpu_node(self, name: str) -> None:
+        """A p3 node with the GPU taint."""
+        self.cluster.add_node(
+            name=name, allocatable=P3, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+        )
+
     def submit(self, job_id: str, gpus: int = 1, **extra: Any) -> None:
         body = {"name": "t", "id": job_id, "team": "research", "image": "registry.example.com/squall/t:1",
                 "resources": {"cpu": "4", "memory": "16Gi", "gpu": gpus}} | extra
@@ -108,9 +114,7 @@ def test_a_pending_gpu_pod_scales_the_preferred_group_once(rig: Rig) -> None:
 
 
 def test_a_request_whose_pods_are_all_bound_ends_after_one_pod_list(rig: Rig) -> None:
-    rig.cluster.add_node(
-        name="gpu-1", allocatable=P3, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
-    )
+    rig.gpu_node("gpu-1")
     rig.submit("j-1")
     rig.cluster.advance()
     calls = len(rig.cluster.calls)
@@ -125,9 +129,7 @@ def test_a_request_whose_pods_are_all_bound_ends_after_one_pod_list(rig: Rig) ->
 
 def test_a_request_is_answered_by_the_pods_of_the_jobs_it_names(rig: Rig) -> None:
     # given j-1 waits for room (an earlier check saw it), and j-2 was placed at once
-    rig.cluster.add_node(
-        name="gpu-1", allocatable=P3, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
-    )
+    rig.gpu_node("gpu-1")
     rig.submit("j-1", gpus=8)
     rig.submit("j-2", gpus=4)
     rig.cluster.advance()
@@ -150,9 +152,7 @@ def test_a_request_with_a_pod_waiting_is_a_whole_check(rig: Rig) -> None:
 
 def test_a_request_for_a_job_without_pods_yet_is_a_whole_check(rig: Rig) -> None:
     # the Job controller has not created the pod of j-2 yet: it may need room
-    rig.cluster.add_node(
-        name="gpu-1", allocatable=P3, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
-    )
+    rig.gpu_node("gpu-1")
     rig.submit("j-1")
     rig.cluster.advance()
 
