@@ -40,10 +40,11 @@ from squall.local.scenario import (
     StrictModel,
     Submission,
     load_document,
+    read_policy_settings,
     validation_errors,
 )
 from squall.planner import NodeGroup
-from squall.planner.offline import GroupsError, parse_groups
+from squall.planner.inputs import GroupsError, read_node_groups
 
 COLUMNS = ("submit_s", "team", "gpus", "replicas", "run_s")
 TEAM = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")
@@ -327,17 +328,11 @@ def load_configuration(path: str | Path | None) -> Configuration:
         raise ScenarioError(validation_errors(exc), source=str(file)) from exc
     errors: list[str] = []
     try:
-        groups, _ = parse_groups(list(model.node_groups))
+        groups, _ = read_node_groups(list(model.node_groups))
     except GroupsError as exc:
         errors.extend(exc.errors)
         groups = []
-    try:
-        policy = PolicySettings.model_validate(
-            {k: v for k, v in model.policy.items() if not k.startswith("//")}
-        )
-    except ValidationError as exc:
-        errors.extend(f"policy.{e}" for e in validation_errors(exc))
-        policy = PolicySettings()
+    policy = read_policy_settings(model.policy, errors)
     if not groups and not errors:
         errors.append("nodeGroups: at least one node group is needed")
     if errors:

@@ -1,0 +1,234 @@
+"""The scenario file's format: strict models whose every error names its field.
+
+A scenario (YAML or JSON, see docs/simulator.md) names regions with their capacity per
+instance type and boot time, node groups (or a file holding them), teams, policy, job
+arrivals, faults at given times, the clock, and when the run ends. Node groups, teams
+and policy are read by squall/planner/inputs.py, as cdk synth reads them; plan.py
+compiles a checked model into a ScenarioPlan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from squall.core.settings import Duration
+from squall.local.clock import EPOCH
+from squall.planner.inputs import parse_duration
+
+ZERO = timedelta(0)
+KubernetesMethod = Literal["list_jobs", "list_pods", "list_nodes", "get_node", "patch_node", "create"]
+KUBERNETES_READS: tuple[KubernetesMethod, ...] = ("list_jobs", "list_pods", "list_nodes")
+# A duration in a scenario: seconds as a number, '90s', '4m', '1h30m', '2d', or ISO 8601 ('PT5M').
+Span = Duration
+parse_span = parse_duration
+
+
+def format_span(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    return f"t+{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class ScenarioError(ValueError):
+    """A scenario (or trace, or groups file) that cannot be run; `errors` name each field."""
+
+    def __init__(self, errors: Sequence[str], *, source: str = "") -> None:
+        self.errors = list(errors)
+        self.source = source
+        prefix = f"{source}: " if source else ""
+        super().__init__(prefix + "; ".join(self.errors))
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class RegionModel(StrictModel):
+    """What a region can run: instances per instance type (absent: unlimited) and boot time."""
+
+    capacity: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    boot_time: Span = timedelta(minutes=3)
+
+
+class ClockModel(StrictModel):
+    # Virtual seconds per wall-clock second; "max" runs as fast as the machine allows.
+    speed: Annotated[float, Field(gt=0)] | Literal["max"] = "max"
+    start: AwareDatetime = EPOCH
+
+
+Expect = Literal["accepted", "rejected", "duplicate", "deadLetter"]
+
+
+class ArrivalModel(StrictModel):
+    """Jobs arriving on the queue: `count` copies, `every` apart, from `at` on."""
+
+    at: Span
+    spec: dict[str, Any] | None = None
+    spec_file: str | None = None
+    body: str | None = None  # a raw message body, e.g. one that is not JSON
+    count: Annotated[int, Field(ge=1, le=100_000)] = 1
+    every: Span = ZERO
+    run_time: Span | None = None  # how long each pod runs; default: the scenario's defaultRunTime
+    failure_probability: Annotated[float, Field(ge=0, le=1)] = 0.0
+    deliver_twice: bool = False  # SQS hands the message over twice (at-least-once delivery)
+    # Who sends it: a principal's unique id (AROA...), what SQS reports as the SenderId.
+    sender: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_+=,.@:-]+$")] | None = (
+        None
+    )
+    # What Squall should make of it: a job; REJECTED; ignored as a duplicate client id; dead-lettered.
+    expect: Expect = "accepted"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ArrivalModel:
+        given = [name for name in ("spec", "specFile", "body") if getattr(self, _snake(name)) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"give exactly one of spec, specFile and body (got {', '.join(given) or 'none'})"
+            )
+        return self
+
+
+class _NodeSelector(StrictModel):
+    """Which nodes a fault hits: busiest first (most GPUs held by running pods), then by name."""
+
+    at: Span
+    node: str | None = None
+    group: str | None = None  # node group name (or its Auto Scaling group name)
+    region: str | None = None
+    count: Annotated[int, Field(ge=1)] = 1
+
+
+class TerminateNode(_NodeSelector):
+    """An instance terminated under Squall's feet (a failed host, someone's terminate call)."""
+
+    type: Literal["terminateNode"]
+
+
+class SpotReclaim(_NodeSelector):
+    """EC2 takes spot instances back; their groups launch replacements."""
+
+    type: Literal["spotReclaim"]
+
+
+class InstanceLost(_NodeSelector):
+    """Instances gone without any notice (a failed host): no drain; their groups replace them."""
+
+    type: Literal["instanceLost"]
+
+
+class RegionOutage(StrictModel):
+    """A region can launch no more instances of these types (default: every type its groups use)."""
+
+    type: Literal["regionOutage"]
+    at: Span
+    region: str
+    instance_types: list[str] | None = None
+    reclaim_running: bool = False  # the instances running there go too
+
+
+class CapacityChange(StrictModel):
+    """From now on a region can run this many instances of a type (capacity coming back, or shrinking)."""
+
+    type: Literal["capacity"]
+    at: Span
+    region: str
+    instance_type: str
+    instances: Annotated[int, Field(ge=0)]
+
+
+class Throttle(StrictModel):
+    """The next `calls` calls to an API are throttled (Auto Scaling: every call; Kubernetes: per method)."""
+
+    type: Literal["throttle"]
+    at: Span
+    api: Literal["autoscaling", "kubernetes"] = "autoscaling"
+    calls: Annotated[int, Field(ge=1)] = 5
+    methods: list[KubernetesMethod] = Field(default_factory=lambda: list(KUBERNETES_READS))
+
+
+class FunctionDies(StrictModel):
+    """The function making the (after+1)-th such Kubernetes call from now is killed at that call."""
+
+    type: Literal["functionDies"]
+    at: Span
+    call: Literal["create", "delete_job_objects", "patch_node", "evict"] = "create"
+    after: Annotated[int, Field(ge=0)] = 0
+
+
+Fault = Annotated[
+    TerminateNode | SpotReclaim | InstanceLost | RegionOutage | CapacityChange | Throttle | FunctionDies,
+    Field(discriminator="type"),
+]
+FAULT_TYPES = (
+    "terminateNode",
+    "spotReclaim",
+    "instanceLost",
+    "regionOutage",
+    "capacity",
+    "throttle",
+    "functionDies",
+)
+
+
+class EndModel(StrictModel):
+    """When the run ends: every job final (and, for scaledDown, every group back at its minimum), or a time."""
+
+    when: Literal["allFinished", "scaledDown", "time"] = "scaledDown"
+    at: Span | None = None  # for when: time
+    limit: Span = timedelta(hours=6)  # give up (and count what is unfinished as lost)
+
+    @model_validator(mode="after")
+    def _time_needs_at(self) -> EndModel:
+        if (self.when == "time") != (self.at is not None):
+            raise ValueError("at is required with when: time, and only then")
+        return self
+
+
+class ScenarioModel(StrictModel):
+    name: str
+    description: str = ""
+    seed: int = 0
+    clock: ClockModel = ClockModel()
+    # team -> namespace, or {namespace, submitters: [unique ids]}; default: the local runtime's
+    teams: dict[str, Any] | None = None
+    registries: list[str] | None = None
+    policy: dict[str, Any] = Field(default_factory=dict)  # cdk.json's policy keys
+    regions: dict[str, RegionModel] = Field(default_factory=dict)
+    # A list of node groups, or the path of a file holding them (cdk.json or {nodeGroups: [...]});
+    # absent: ./cdk.json.
+    node_groups: list[dict[str, Any]] | str | None = None
+    default_run_time: Span = timedelta(minutes=3)
+    arrivals: Annotated[list[ArrivalModel], Field(min_length=1)]
+    faults: list[Fault] = Field(default_factory=list)
+    end: EndModel = EndModel()
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    path = ""
+    for index, part in enumerate(loc):
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif index > 0 and loc[index - 2 : index - 1] == ("faults",) and part in FAULT_TYPES:
+            continue  # pydantic names the union member; the reader knows which fault it wrote
+        else:
+            path += ("." if path else "") + part
+    return path or "(scenario)"
+
+
+def validation_errors(exc: ValidationError) -> list[str]:
+    errors = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        errors.append(f"{_field_path(error['loc'])}: {message}")
+    return errors
