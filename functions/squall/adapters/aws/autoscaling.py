@@ -333,4 +333,8 @@ def _group_or_instance_gone(exc: ClientError, text: str) -> SquallError | None:
     return None
 
 
-_FLEET_RULES: tuple[errors.Rule, ...] = (_lifecycle_gone, _group_or_instance_gone)
+_FLEET_RULES: tuple[errors.Rule, ...] = (
+    _lifecycle_gone,
+    _group_or_instance_gone,
+    errors.not_found("InvalidInstanceID.NotFound"),
+)

@@ -4,7 +4,7 @@ Retryable or permanent is decided here, once, for every AWS service Squall calls
 
 - ``ClientError`` (AWS answered): throttling and transient codes, HTTP 429 and any
   5xx are ``RetryableError``; everything else (validation, access denied, not found,
-  limits) is ``PermanentError``.
+  limits) is ``PermanentError`` (``NotFoundError`` where the adapter's rules say so).
 - ``BotoCoreError`` (AWS did not answer, or botocore refused before sending):
   connection failures, timeouts, cut or corrupted responses, an exhausted client
   retry quota and credentials that could not be *fetched* are retryable; the rest
@@ -76,11 +76,6 @@ RETRYABLE_CODES = frozenset(
     }
 )
 
-# Codes that say "no such thing", in any service.
-NOT_FOUND_CODES = frozenset(
-    {"NoSuchEntity", "ResourceNotFoundException", "InvalidInstanceID.NotFound", "NotFoundException"}
-)
-
 # botocore failures that say nothing about the request itself: the next attempt may pass.
 RETRYABLE_BOTOCORE: tuple[type[BotoCoreError], ...] = (
     ConnectionError,  # EndpointConnectionError, ConnectTimeoutError, SSLError, ProxyConnectionError
@@ -135,9 +130,17 @@ def translate(doing: str, exc: ClientError | BotoCoreError, *, rules: Sequence[R
         refined = rule(exc, text)
         if refined is not None:
             return refined
-    if code in NOT_FOUND_CODES:
-        return NotFoundError(text)
     return PermanentError(text)
+
+
+def not_found(*codes: str) -> Rule:
+    """A rule for an adapter whose service says "no such thing" with these codes: NotFoundError.
+
+    Not part of the general rule: a missing table is not a missing job, and callers
+    treat NotFoundError as "the object is gone".
+    """
+    wanted = frozenset(codes)
+    return lambda exc, text: NotFoundError(text) if error_code(exc) in wanted else None
 
 
 @contextmanager

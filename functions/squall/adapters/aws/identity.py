@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from squall.adapters.aws.errors import translated
+from squall.adapters.aws.errors import not_found, translated
 from squall.core.errors import NotFoundError, PermanentError, RetryableError
 
 # arn:<partition>:iam::<account>:role/<path/>name (or user/...); IAM's Get calls take the name.
@@ -28,6 +28,7 @@ PRINCIPAL_ARN = re.compile(
     r"^arn:aws(?:-[a-z]+)*:iam::(?P<account>\d{12}):(?P<kind>role|user)/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,128})$"
 )
 UNIQUE_ID = re.compile(r"^(AROA|AIDA)[A-Z0-9]{12,124}$")
+_NOT_FOUND = (not_found("NoSuchEntity", "ResourceNotFoundException"),)
 
 
 class IamPrincipals:
@@ -46,7 +47,7 @@ class IamPrincipals:
                 f"{principal!r} is not an IAM role or user ARN, nor a unique id (AROA..., AIDA...)"
             )
         name = match["name"]
-        with translated(f"look up {principal}"):
+        with translated(f"look up {principal}", rules=_NOT_FOUND):
             if match["kind"] == "role":
                 found = self._client.get_role(RoleName=name)["Role"]
                 arn, unique_id = found["Arn"], found["RoleId"]
@@ -100,7 +101,7 @@ class ClusterEndpoint:
 
 def describe_cluster(client: Any, name: str) -> ClusterEndpoint:
     """The API endpoint and certificate authority of an EKS cluster (eks:DescribeCluster)."""
-    with translated(f"describe EKS cluster {name}"):
+    with translated(f"describe EKS cluster {name}", rules=_NOT_FOUND):
         cluster = client.describe_cluster(name=name)["cluster"]
     authority = (cluster.get("certificateAuthority") or {}).get("data") or ""
     endpoint = cluster.get("endpoint") or ""
