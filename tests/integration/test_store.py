@@ -174,3 +174,68 @@ def test_dynamodbs_item_size_answers_are_translated() -> None:
     assert isinstance(translate("put", put), ItemTooLargeError)
     assert isinstance(translate("save", transaction), ItemTooLargeError)
     assert type(translate("put", other)) is PermanentError
+
+
+# ---- paging: boto3's paginators, read no further than the bound -------------------------
+
+
+def _paged_client(operation: str, pages: list[list[dict[str, Any]]]) -> tuple[Any, Stubber, list[dict[str, Any]]]:
+    """A DynamoDB client answering ``operation`` with these pages, recording each request."""
+    client = boto3.client(
+        "dynamodb", region_name="us-west-2", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    requests: list[dict[str, Any]] = []
+    client.meta.events.register(
+        f"provide-client-params.dynamodb.{operation.title()}", lambda params, **_: requests.append(dict(params))
+    )
+    stub = Stubber(client)
+    for number, items in enumerate(pages):
+        page: dict[str, Any] = {"Items": items, "Count": len(items), "ScannedCount": len(items)}
+        if number < len(pages) - 1:
+            page["LastEvaluatedKey"] = {"pk": {"S": f"page-{number}"}, "sk": {"S": "META"}}
+        stub.add_response(operation, page)
+    return client, stub, requests
+
+
+def _job_items(*ids: str) -> list[dict[str, Any]]:
+    from squall.adapters.aws.job_store import job_to_item
+
+    return [job_to_item(queued(job_id)[0]) for job_id in ids]
+
+
+def test_a_list_follows_pages_and_stops_requesting_at_its_limit() -> None:
+    client, stub, requests = _paged_client(
+        "query", [_job_items("j-1", "j-2"), _job_items("j-3", "j-4"), _job_items("j-5", "j-6")]
+    )
+    with stub:
+        jobs = DynamoJobStore(client, "jobs").list_by_status(JobStatus.QUEUED, limit=3)
+    assert [job.id for job in jobs] == ["j-1", "j-2", "j-3"]
+    # the third page is never asked for; the second starts where the first ended
+    assert len(requests) == 2
+    assert "ExclusiveStartKey" not in requests[0]
+    assert requests[1]["ExclusiveStartKey"] == {"pk": {"S": "page-0"}, "sk": {"S": "META"}}
+
+
+def test_a_scan_reads_every_page_up_to_its_limit() -> None:
+    client, stub, requests = _paged_client("scan", [_job_items("j-1"), [], _job_items("j-2", "j-3")])
+    with stub:
+        assert [job.id for job in DynamoJobStore(client, "jobs").list_all()] == ["j-1", "j-2", "j-3"]
+    assert len(requests) == 3
+    client, stub, requests = _paged_client("scan", [_job_items("j-1", "j-2"), _job_items("j-3")])
+    with stub:
+        assert [job.id for job in DynamoJobStore(client, "jobs").list_all(limit=2)] == ["j-1", "j-2"]
+        assert DynamoJobStore(client, "jobs").list_all(limit=0) == []
+    assert len(requests) == 1
+
+
+def test_group_health_is_read_from_every_page() -> None:
+    from squall.adapters.aws.scale_state import DynamoScaleState
+
+    def health(group: str, failures: int) -> dict[str, Any]:
+        return {"pk": {"S": "HEALTH"}, "sk": {"S": group}, "consecutiveFailures": {"N": str(failures)}}
+
+    client, stub, requests = _paged_client("query", [[health("a", 1)], [health("b", 2)]])
+    with stub:
+        loaded = DynamoScaleState(client, "jobs").load_health()
+    assert {group: h.consecutive_failures for group, h in loaded.items()} == {"a": 1, "b": 2}
+    assert len(requests) == 2
