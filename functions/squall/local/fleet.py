@@ -114,6 +114,7 @@ class HookStats:
     terminate_hooks: int = 0
     completed: int = 0
     timed_out: int = 0
+    abandoned: int = 0
 
 
 @dataclass
@@ -330,6 +331,7 @@ class LocalFleet:
                 tracked.state = "InService"
                 return
             # ABANDON on launch: Auto Scaling terminates it and launches a replacement.
+            self.stats.abandoned += 1
             tracked.state = "Terminating:Proceed"
             self._observed = None
             self.adapter.terminate_instance(region=tracked.region, instance_id=tracked.instance_id, decrement=False)
