@@ -71,6 +71,15 @@ class Rig:
             name=name, allocatable=P3, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
         )
 
+    def idle_node(self) -> None:
+        """A node whose one-minute job is done, stamped empty and idle past the threshold."""
+        self.submit("short")
+        self.cluster.set_behaviour("short", run_for=timedelta(minutes=1))
+        self.scaler().check(trigger="schedule")
+        self.run(minutes=6)  # booted, ran its minute, done
+        self.scaler().check(trigger="schedule")  # stamps the empty node
+        self.run(minutes=6)
+
     def submit(self, job_id: str, gpus: int = 1, **extra: Any) -> None:
         body = {"name": "t", "id": job_id, "team": "research", "image": "registry.example.com/squall/t:1",
                 "resources": {"cpu": "4", "memory": "16Gi", "gpu": gpus}} | extra
@@ -237,12 +246,7 @@ def test_a_busy_node_loses_its_empty_stamp(rig: Rig) -> None:
 
 
 def test_a_node_that_became_busy_before_termination_is_kept(rig: Rig) -> None:
-    rig.submit("short")
-    rig.cluster.set_behaviour("short", run_for=timedelta(minutes=1))
-    rig.scaler().check(trigger="schedule")
-    rig.run(minutes=6)  # booted, ran its minute, done
-    rig.scaler().check(trigger="schedule")  # stamps the empty node
-    rig.run(minutes=6)
+    rig.idle_node()
     scaler = rig.scaler()
     real_list = rig.cluster.list_pods
 
@@ -261,12 +265,7 @@ def test_a_node_that_became_busy_before_termination_is_kept(rig: Rig) -> None:
 
 
 def test_a_node_that_vanished_before_the_cordon_still_lets_the_instance_go(rig: Rig) -> None:
-    rig.submit("short")
-    rig.cluster.set_behaviour("short", run_for=timedelta(minutes=1))
-    rig.scaler().check(trigger="schedule")
-    rig.run(minutes=6)  # booted, ran its minute, done
-    rig.scaler().check(trigger="schedule")  # stamps the empty node
-    rig.run(minutes=6)
+    rig.idle_node()
     rig.cluster.fail_calls("patch_node", NotFoundError("node gone"), times=1)
     result = rig.scaler().check(trigger="schedule")
     assert result.done["terminated"][0]["node"] is None

@@ -24,7 +24,6 @@ from squall.core.jobs import Reason, is_terminal, note, reason_code
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import (
     REGION_LABEL,
-    GiveBack,
     GroupHealth,
     GroupInstance,
     Node,
@@ -32,7 +31,6 @@ from squall.planner import (
     Plan,
     Pod,
     Policy,
-    ScaleUp,
     ScalingFailure,
     plan,
 )
@@ -222,17 +220,12 @@ class Scaler:
         for uncordon in decided.uncordons:
             if self._try(result, f"uncordon {uncordon.node}", lambda u=uncordon: self.cluster.patch_node(u.node, UNCORDON_PATCH)):
                 done.setdefault("uncordoned", []).append(uncordon.node)
-        resizes: list[tuple[str, str, GiveBack | ScaleUp]] = [
-            *(("give back", "givenBack", g) for g in decided.give_backs),
-            *(("scale up", "scaledUp", s) for s in decided.scale_ups),
-        ]
-        for what, key, resize in resizes:
-            if self._try(
-                result,
-                f"{what} {resize.group}",
-                lambda r=refs[resize.group], d=resize.to_desired: self.fleet.set_desired_capacity(ref=r, desired=d),
-            ):
-                done.setdefault(key, []).append({"group": resize.group, "to": resize.to_desired})
+        for give_back in decided.give_backs:
+            ref, to = refs[give_back.group], give_back.to_desired
+            self._resize(result, ref=ref, group=give_back.group, to=to, what="give back", key="givenBack")
+        for scale_up in decided.scale_ups:
+            ref, to = refs[scale_up.group], scale_up.to_desired
+            self._resize(result, ref=ref, group=scale_up.group, to=to, what="scale up", key="scaledUp")
         for scale_down in decided.scale_downs:
             self._scale_down(scale_down.node, scale_down.instance, refs[scale_down.group], now=now, result=result)
         for gang in stranded_gangs(decided, pods=pods, nodes=nodes):
@@ -309,6 +302,11 @@ class Scaler:
             result.errors.append(f"terminate {instance}: {exc}")
             return
         result.done.setdefault("terminated", []).append({"instance": instance, "node": node, "group": ref.name})
+
+    def _resize(self, result: ScaleResult, *, ref: GroupRef, group: str, to: int, what: str, key: str) -> None:
+        """Set a group's desired capacity; what was done is recorded under `key`."""
+        if self._try(result, f"{what} {group}", lambda: self.fleet.set_desired_capacity(ref=ref, desired=to)):
+            result.done.setdefault(key, []).append({"group": group, "to": to})
 
     def _try(self, result: ScaleResult, what: str, action: Any) -> bool:
         """Run one action; a failure is recorded and the others still run."""
