@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import boto3
 import pytest
@@ -79,7 +79,7 @@ class CountingClients:
 # --- the moto world ----------------------------------------------------------------
 
 
-class World(Protocol):
+class World:
     """Lays out groups for a contract test and hands over the Fleet to test."""
 
     fleet: Fleet
@@ -92,24 +92,25 @@ class World(Protocol):
         size: int,
         max_size: int = 10,
         tags: dict[str, str] | None = None,
-    ) -> tuple[GroupRef, list[str]]: ...
+    ) -> tuple[GroupRef, list[str]]:
+        """A group of ``size`` instances: its reference and its instance ids."""
+        return self._lay_out(name, region, size, max_size, tags or {})
+
+    def _lay_out(
+        self, name: str, region: str, size: int, max_size: int, tags: dict[str, str]
+    ) -> tuple[GroupRef, list[str]]:
+        raise NotImplementedError
 
 
-class MotoWorld:
+class MotoWorld(World):
     def __init__(self) -> None:
         self.clients = CountingClients()
         self.ec2_clients = CountingClients("ec2")
         self.fleet: Fleet = AutoScalingFleet(self.clients, ec2_clients=self.ec2_clients)
         self._launch_specs: dict[str, dict[str, Any]] = {}
 
-    def group(
-        self,
-        name: str,
-        region: str,
-        *,
-        size: int,
-        max_size: int = 10,
-        tags: dict[str, str] | None = None,
+    def _lay_out(
+        self, name: str, region: str, size: int, max_size: int, tags: dict[str, str]
     ) -> tuple[GroupRef, list[str]]:
         client = boto3.client("autoscaling", region_name=region)
         client.create_auto_scaling_group(
@@ -120,7 +121,7 @@ class MotoWorld:
             AvailabilityZones=[f"{region}a"],
             Tags=[
                 {"Key": key, "Value": value, "PropagateAtLaunch": False}
-                for key, value in (tags or {}).items()
+                for key, value in tags.items()
             ],
             **self._launch_spec(region),
         )
@@ -150,20 +151,14 @@ class MotoWorld:
         return self._launch_specs[region]
 
 
-class FakeWorld:
+class FakeWorld(World):
     def __init__(self) -> None:
         self.fake = FakeFleet()
         self.fleet: Fleet = self.fake
         self._next_id = 0
 
-    def group(
-        self,
-        name: str,
-        region: str,
-        *,
-        size: int,
-        max_size: int = 10,
-        tags: dict[str, str] | None = None,
+    def _lay_out(
+        self, name: str, region: str, size: int, max_size: int, tags: dict[str, str]
     ) -> tuple[GroupRef, list[str]]:
         ref = self.fake.add_group(name, region, desired=size, max_size=max_size, tags=tags)
         ids = []

@@ -100,26 +100,16 @@ class KubernetesCluster:
             namespace=namespace,
             label_selector=selector,
         )
+        deletions: list[tuple[str, Callable[..., Any], KubeObject, dict[str, Any]]] = [
+            # Background propagation: the Job's pods go too.
+            *(("Job", self._batch.delete_namespaced_job, job, {"propagation_policy": "Background"}) for job in jobs),
+            *(("Service", self._core.delete_namespaced_service, service, {}) for service in services),
+        ]
         deleted = 0
-        for job in jobs:
-            name = job["metadata"]["name"]
+        for kind, delete, obj, options in deletions:
+            name = obj["metadata"]["name"]
             status, _ = self._call(
-                f"delete Job {namespace}/{name}",
-                self._batch.delete_namespaced_job,
-                tolerate={404},
-                name=name,
-                namespace=namespace,
-                propagation_policy="Background",  # the Job's pods go too
-            )
-            deleted += status != 404
-        for service in services:
-            name = service["metadata"]["name"]
-            status, _ = self._call(
-                f"delete Service {namespace}/{name}",
-                self._core.delete_namespaced_service,
-                tolerate={404},
-                name=name,
-                namespace=namespace,
+                f"delete {kind} {namespace}/{name}", delete, tolerate={404}, name=name, namespace=namespace, **options
             )
             deleted += status != 404
         return deleted
