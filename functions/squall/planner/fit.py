@@ -2,6 +2,8 @@
 
 A check returns None when the pod fits and otherwise a short reason a person can act
 on ("untolerated taint nvidia.com/gpu=true:NoSchedule"), which ends up in the Plan.
+The simulated cluster's scheduler (squall.local.cluster.scheduler) filters nodes with
+these same predicates, so a replay's planner and scheduler agree on what fits.
 """
 
 from __future__ import annotations

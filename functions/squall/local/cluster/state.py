@@ -86,10 +86,17 @@ class AdvanceSummary:
 # ---- mutable records -----------------------------------------------------------------
 
 
-@dataclass(slots=True, eq=False)
-class Node:
-    name: str
+@dataclass(slots=True, eq=False, kw_only=True)
+class Stored:
+    """An object as the cluster keeps it, and the copy shared lists hand out (lists="shared")."""
+
     obj: KubeObject
+    view: KubeObject | None = None
+
+
+@dataclass(slots=True, eq=False, kw_only=True)
+class Node(Stored):
+    name: str
     labels: dict[str, str]
     user_taints: list[dict[str, Any]]
     taints: tuple[Taint, ...]
@@ -107,13 +114,11 @@ class Node:
     pods: dict[Key, None] = field(default_factory=dict)
     holding: int = 0  # pods bound here that still hold their requests
     empty_shape: Shape | None = None  # where the node sits in the index of empty nodes
-    view: KubeObject | None = None  # the shared list copy (lists="shared")
 
 
-@dataclass(slots=True, eq=False)
-class Job:
+@dataclass(slots=True, eq=False, kw_only=True)
+class Job(Stored):
     key: Key
-    obj: KubeObject
     job_id: str | None
     managed: bool
     template: Template
@@ -133,13 +138,11 @@ class Job:
     completed_at: datetime | None = None
     replacement_due: datetime | None = None
     deleted: bool = False
-    view: KubeObject | None = None
 
 
-@dataclass(slots=True, eq=False)
-class Pod:
+@dataclass(slots=True, eq=False, kw_only=True)
+class Pod(Stored):
     key: Key
-    obj: KubeObject
     labels: dict[str, str]
     job: Job
     seq: int
@@ -150,7 +153,6 @@ class Pod:
     ends_at: datetime | None = None
     image_blocked: bool = False
     deleted: bool = False
-    view: KubeObject | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
+from squall.local.cluster.state import Stored
 from squall.ports import KubeObject
 
 LIST_MODES = frozenset({"copies", "shared", "checked"})
@@ -33,13 +34,6 @@ class SharedObjectChanged(AssertionError):
         )
 
 
-class Holder(Protocol):
-    """A node, Job or pod record: the cluster's own object and its shared list copy."""
-
-    obj: KubeObject
-    view: KubeObject | None
-
-
 class ListViews:
     """Hands out objects as `lists` says (see SimulatedCluster)."""
 
@@ -50,7 +44,7 @@ class ListViews:
         self._version = version
         self._whole_lists: dict[str, tuple[int, list[KubeObject]]] = {}
 
-    def view(self, holder: Holder, copy: Callable[[KubeObject], KubeObject]) -> KubeObject:
+    def view(self, holder: Stored, copy: Callable[[KubeObject], KubeObject]) -> KubeObject:
         """What a list hands out for one object."""
         if self.mode == "copies":
             return copy(holder.obj)
