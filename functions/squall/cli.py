@@ -378,14 +378,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_plan)
 
+    from squall.local.commands import add_backend_option, add_local_commands
+
     p = sub.add_parser("demo", help="run Squall locally on its embedded default")
     p.add_argument("--json", action="store_true", help="print only the JSON summary")
-    p.add_argument(
-        "--backend",
-        choices=["moto", "memory"],
-        default="moto",
-        help="AWS state on moto's server (default) or in memory (much faster, no endpoint)",
-    )
+    add_backend_option(p, default="moto")
     p.set_defaults(run=cmd_demo)
 
     p = sub.add_parser("submit", help="send a job spec to the jobs queue")
@@ -412,8 +409,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.add_argument("--reason", default="cancelled with squall cancel")
     p.set_defaults(run=cmd_cancel)
-
-    from squall.local.commands import add_local_commands
 
     add_local_commands(sub)
     return root

@@ -185,3 +185,24 @@ def test_stacks_per_region_follow_the_settings(context: dict[str, Any]) -> None:
         "squall-capacity-us-west-2",
         "squall-monitoring",
     ]
+
+
+def test_node_groups_are_read_by_the_reader_squall_plan_uses(context: dict[str, Any]) -> None:
+    from squall.planner.inputs import GroupsError, read_node_groups
+
+    context["nodeGroups"][0]["allocatable"]["cpu"] = "lots"
+    context["nodeGroups"][1]["taints"] = [{"key": "nvidia.com/gpu"}]
+    with pytest.raises(ConfigError) as caught:
+        SquallConfig.from_context(context)
+    with pytest.raises(GroupsError) as offline:
+        read_node_groups(context["nodeGroups"])
+    assert [p for p in caught.value.problems if p.startswith("nodeGroups[")] == offline.value.errors
+    assert any(p.startswith("nodeGroups[0].allocatable.cpu: invalid quantity 'lots'") for p in offline.value.errors)
+    assert "nodeGroups[1].taints[0].effect: required" in offline.value.errors
+
+
+def test_the_policy_squall_plan_uses_is_the_deployments(context: dict[str, Any]) -> None:
+    from squall.planner.inputs import planner_policy, read_policy
+
+    config = SquallConfig.from_context(context)
+    assert config.policy_settings.planner_policy() == planner_policy(read_policy(context["policy"]))

@@ -410,3 +410,40 @@ def test_list_refuses_a_limit_out_of_range(capsys: pytest.CaptureFixture[str], l
         main(["list", "--limit", limit])
     assert exited.value.code == 2
     assert "argument --limit:" in capsys.readouterr().err
+
+
+# ---- squall plan plans with the deployment's policy ----------------------------------------------
+
+
+def _plan_backoffs(capsys: pytest.CaptureFixture[str], *extra: str) -> list[str]:
+    code = main([*plan_args(), "--json", *extra])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return [b["group"] for b in json.loads(captured.out)["backoff"]]
+
+
+def test_plan_uses_the_policy_of_the_cdk_json_here_or_of_policy(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given: an instance launched 12 minutes ago that never became a node
+    slow = {"id": "i-0abcabcabcabcab01", "lifecycleState": "Pending", "launchTime": "2024-05-01T11:48:00Z"}
+    (here / "groups.json").write_text(json.dumps({"nodeGroups": [GROUP | {"instances": [slow]}]}))
+    # then: the deployment's default provision timeout (10 minutes) has passed
+    assert _plan_backoffs(capsys) == ["p3-usw2"]
+    # a cdk.json here that allows 15 minutes is the policy squall plan plans with
+    (here / "cdk.json").write_text(json.dumps({"context": {"policy": {"provisionTimeout": "PT15M"}}}))
+    assert _plan_backoffs(capsys) == []
+    # and --policy names another: a policy object, {policy: ...}, or a cdk.json
+    (here / "tight.json").write_text(json.dumps({"provisionTimeout": "11m"}))
+    assert _plan_backoffs(capsys, "--policy", "tight.json") == ["p3-usw2"]
+    (here / "loose.json").write_text(json.dumps({"policy": {"provisionTimeout": "1h"}}))
+    assert _plan_backoffs(capsys, "--policy", "loose.json") == []
+
+
+def test_plan_refuses_a_policy_it_cannot_read_by_field(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (here / "cdk.json").write_text(json.dumps({"context": {"policy": {"provisionTimeout": "soon"}}}))
+    code, err = run(plan_args(), capsys)
+    assert code == 2 and "squall: cdk.json: policy.provisionTimeout: must be a duration" in err
+    (here / "p.json").write_text(json.dumps({"policy": {"maxScaleDownFraction": 2}}))
+    code, err = run([*plan_args(), "--policy", "p.json"], capsys)
+    assert code == 2 and "squall: p.json: policy.maxScaleDownFraction: expected a number greater than 0" in err

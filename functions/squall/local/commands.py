@@ -25,14 +25,7 @@ def add_local_commands(subparsers: Any) -> None:
     local_commands = local.add_subparsers(dest="local_command", required=True)
     run = local_commands.add_parser("run", help="run a scenario file (see docs/simulator.md)")
     run.add_argument("--scenario", required=True, metavar="FILE", help="scenario YAML")
-    run.add_argument("--json", action="store_true", help="print only the summary object")
-    run.add_argument(
-        "--backend",
-        choices=["moto", "memory"],
-        default="moto",
-        help="AWS state on moto's server (default) or in memory (faster, no endpoint)",
-    )
-    _common(run)
+    _common(run, backend="moto")
     run.set_defaults(run=cmd_local_run)
 
     simulate = subparsers.add_parser(
@@ -46,18 +39,23 @@ def add_local_commands(subparsers: Any) -> None:
         metavar="GROUPS.yaml",
         help="nodeGroups (and optionally policy, regions); default ./cdk.json",
     )
-    simulate.add_argument("--json", action="store_true", help="print only the summary object")
-    simulate.add_argument(
-        "--backend",
-        choices=["memory", "moto"],
-        default="memory",
-        help="AWS state in memory (default) or on moto",
-    )
-    _common(simulate)
+    _common(simulate, backend="memory")
     simulate.set_defaults(run=cmd_simulate)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_backend_option(parser: argparse.ArgumentParser, *, default: str) -> None:
+    """`--backend`: where the local runtime keeps its AWS state (`squall demo` takes it too)."""
+    parser.add_argument(
+        "--backend",
+        choices=["moto", "memory"],
+        default=default,
+        help=f"AWS state on moto's server or in memory (much faster, no endpoint); default {default}",
+    )
+
+
+def _common(parser: argparse.ArgumentParser, *, backend: str) -> None:
+    parser.add_argument("--json", action="store_true", help="print only the summary object")
+    add_backend_option(parser, default=backend)
     parser.add_argument(
         "--speed",
         help="virtual seconds per wall-clock second, or 'max' (default: the scenario's on a terminal, else max)",

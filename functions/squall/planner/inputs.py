@@ -276,7 +276,9 @@ def _team(entry: object, where: str, errors: list[str], *, unique_ids_only: bool
         _submitters(submitters, f"{where}.submitters", errors, unique_ids_only=unique_ids_only)
     quota = entry.get("gpuQuota")
     if quota is not None and (type(quota) is not int or quota < 0):
-        errors.append(f"{where}.gpuQuota: expected a whole number of GPUs, at least 0, got {shown_value(quota)}")
+        errors.append(
+            f"{where}.gpuQuota: expected a whole number of GPUs, at least 0, got {shown_value(quota)}"
+        )
     weight = entry.get("weight")
     if weight is not None and (type(weight) not in (int, float) or not math.isfinite(weight) or weight <= 0):
         errors.append(f"{where}.weight: expected a positive number, got {shown_value(weight)}")
@@ -291,9 +293,15 @@ def _team(entry: object, where: str, errors: list[str], *, unique_ids_only: bool
 
 
 def _submitters(value: object, where: str, errors: list[str], *, unique_ids_only: bool) -> None:
-    wanted = "unique ids (AROA..., AIDA...)" if unique_ids_only else "IAM role ARNs or unique ids (AROA..., AIDA...)"
+    wanted = (
+        "unique ids (AROA..., AIDA...)"
+        if unique_ids_only
+        else "IAM role ARNs or unique ids (AROA..., AIDA...)"
+    )
     if not isinstance(value, list) or not value:
-        errors.append(f"{where}: expected a non-empty list of {wanted}; leave it out to let any sender submit")
+        errors.append(
+            f"{where}: expected a non-empty list of {wanted}; leave it out to let any sender submit"
+        )
         return
     one = (
         "a unique id (AROA..., AIDA...)"
@@ -302,7 +310,8 @@ def _submitters(value: object, where: str, errors: list[str], *, unique_ids_only
     )
     for index, principal in enumerate(value):
         valid = isinstance(principal, str) and (
-            IAM_UNIQUE_ID.fullmatch(principal) or (not unique_ids_only and IAM_PRINCIPAL_ARN.fullmatch(principal))
+            IAM_UNIQUE_ID.fullmatch(principal)
+            or (not unique_ids_only and IAM_PRINCIPAL_ARN.fullmatch(principal))
         )
         if not valid:
             errors.append(f"{where}[{index}]: {shown_value(principal)} is not {one}")
@@ -360,8 +369,12 @@ def _group_list(doc: Mapping[str, Any] | Sequence[Any], path: str) -> Sequence[A
 
 def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
     errors_before = len(fields_.errors)
-    name = fields_.text("name", required=True, pattern=GROUP_NAME, what="lower-case letters, digits and '-', at most 31")
-    region = fields_.text("region", required=True, pattern=AWS_REGION, what="an AWS region name such as us-west-2")
+    name = fields_.text(
+        "name", required=True, pattern=GROUP_NAME, what="lower-case letters, digits and '-', at most 31"
+    )
+    region = fields_.text(
+        "region", required=True, pattern=AWS_REGION, what="an AWS region name such as us-west-2"
+    )
     instance_type = fields_.text("instanceType", required=True)
     allocatable = _allocatable(fields_, name=name, instance_type=instance_type)
     min_size = fields_.integer("minSize", default=0, maximum=MAX_GROUP_SIZE)
@@ -380,7 +393,9 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
         if min_size > max_size:
             fields_.error("maxSize", f"must be at least minSize ({min_size}), got {max_size}")
         elif max_size < 1:
-            fields_.errors.append(f"{fields_.path}: needs 0 <= minSize <= maxSize and maxSize >= 1, got maxSize 0")
+            fields_.errors.append(
+                f"{fields_.path}: needs 0 <= minSize <= maxSize and maxSize >= 1, got maxSize 0"
+            )
     if desired is not None and max_size is not None and desired > max_size:
         fields_.error("desired", f"must be at most maxSize ({max_size}), got {desired}")
     if len(fields_.errors) > errors_before or allocatable is None or min_size is None or max_size is None:
@@ -476,7 +491,9 @@ def _duplicates(groups: Sequence[NodeGroup], path: str) -> list[str]:
         seen_groups.add(group.name)
         other_asg = seen_asgs.setdefault(group.asg_name, group.name)
         if other_asg != group.name:
-            errors.append(f"{path}: Auto Scaling group {group.asg_name!r} is in both {other_asg} and {group.name}")
+            errors.append(
+                f"{path}: Auto Scaling group {group.asg_name!r} is in both {other_asg} and {group.name}"
+            )
         for instance in group.instances:
             other = seen_instances.setdefault(instance.instance_id, group.name)
             if other != group.name:
@@ -568,6 +585,20 @@ class Fields:
     def quantity(
         self, key: str, parse: Callable[[Any], int], *, required: bool = False, default: int | None = None
     ) -> int | None:
+        return self.parsed(key, parse, required=required, default=default)
+
+    def time(self, key: str, *, required: bool = False) -> datetime | None:
+        return self.parsed(key, parse_time, required=required)
+
+    def parsed(
+        self,
+        key: str,
+        parse: Callable[[Any], _Value],
+        *,
+        required: bool = False,
+        default: _Value | None = None,
+    ) -> _Value | None:
+        """The field read by `parse`, whose ValueError says what is wrong with it."""
         value = self.raw.get(key)
         if value is None:
             if required:
@@ -575,18 +606,6 @@ class Fields:
             return default
         try:
             return parse(value)
-        except ValueError as exc:
-            self.error(key, str(exc))
-            return None
-
-    def time(self, key: str, *, required: bool = False) -> datetime | None:
-        value = self.raw.get(key)
-        if value is None:
-            if required:
-                self.error(key, "required")
-            return None
-        try:
-            return parse_time(value)
         except ValueError as exc:
             self.error(key, str(exc))
             return None

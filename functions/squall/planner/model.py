@@ -289,11 +289,21 @@ class Policy:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScaleUp:
+class DesiredChange:
+    """A group's desired capacity set from one number to another."""
+
     group: str
     from_desired: int
     to_desired: int
     reasons: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "from": self.from_desired, "to": self.to_desired, "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScaleUp(DesiredChange):
+    """Raise desired capacity for what is pending."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -328,13 +338,8 @@ class Backoff:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GiveBack:
+class GiveBack(DesiredChange):
     """Lower desired capacity that a backed-off group cannot fulfil (no instance exists for it)."""
-
-    group: str
-    from_desired: int
-    to_desired: int
-    reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -352,10 +357,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """The `squall plan --json` shape."""
         return {
-            "scaleUp": [
-                {"group": s.group, "from": s.from_desired, "to": s.to_desired, "reasons": list(s.reasons)}
-                for s in self.scale_ups
-            ],
+            "scaleUp": [s.as_dict() for s in self.scale_ups],
             "uncordon": [u.node for u in self.uncordons],
             "uncordonReasons": {u.node: list(u.reasons) for u in self.uncordons},
             "scaleDown": [
@@ -374,10 +376,7 @@ class Plan:
                 }
                 for b in self.backoffs
             ],
-            "giveBack": [
-                {"group": g.group, "from": g.from_desired, "to": g.to_desired, "reasons": list(g.reasons)}
-                for g in self.give_backs
-            ],
+            "giveBack": [g.as_dict() for g in self.give_backs],
         }
 
 
