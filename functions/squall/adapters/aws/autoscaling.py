@@ -17,7 +17,7 @@ action has already been completed or has timed out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -91,19 +91,18 @@ class AutoScalingFleet:
 
     def describe_groups(self, refs: Sequence[GroupRef]) -> list[FleetGroup]:
         found: dict[GroupRef, FleetGroup] = {}
-        for region, names in _names_by_region(refs).items():
-            for batch in _chunks(names, _GROUP_NAMES_PER_CALL):
-                for page in _pages(
-                    "DescribeAutoScalingGroups",
-                    clients=self._clients,
-                    region=region,
-                    method="describe_auto_scaling_groups",
-                    page_size=_GROUP_NAMES_PER_CALL,
-                    AutoScalingGroupNames=batch,
-                ):
-                    for raw in page.get("AutoScalingGroups", []):
-                        group = _group(raw, region=region)
-                        found[group.ref] = group
+        for region, page in _pages_by_batch(
+            "DescribeAutoScalingGroups",
+            clients=self._clients,
+            values=_names_by_region(refs),
+            batch_size=_GROUP_NAMES_PER_CALL,
+            method="describe_auto_scaling_groups",
+            page_size=_GROUP_NAMES_PER_CALL,
+            params=lambda names: {"AutoScalingGroupNames": names},
+        ):
+            for raw in page.get("AutoScalingGroups", []):
+                group = _group(raw, region=region)
+                found[group.ref] = group
         if self._ec2_clients is not None:
             found = self._with_launch_times(found)
         return [found[ref] for ref in dict.fromkeys(refs) if ref in found]
@@ -191,22 +190,20 @@ class AutoScalingFleet:
                 instance.instance_id for instance in group.instances
             )
         launch_times: dict[str, datetime] = {}
-        for region, ids in ids_by_region.items():
-            for batch in _chunks(ids, _EC2_IDS_PER_CALL):
-                # A filter, not InstanceIds: an id EC2 no longer knows must not
-                # fail the whole observation.
-                for page in _pages(
-                    "DescribeInstances",
-                    clients=self._ec2_clients,
-                    region=region,
-                    method="describe_instances",
-                    page_size=_EC2_PAGE_SIZE,
-                    Filters=[{"Name": "instance-id", "Values": batch}],
-                ):
-                    for reservation in page.get("Reservations", []):
-                        for raw in reservation.get("Instances", []):
-                            if raw.get("LaunchTime") is not None:
-                                launch_times[raw["InstanceId"]] = raw["LaunchTime"]
+        for _, page in _pages_by_batch(
+            "DescribeInstances",
+            clients=self._ec2_clients,
+            values=ids_by_region,
+            batch_size=_EC2_IDS_PER_CALL,
+            method="describe_instances",
+            page_size=_EC2_PAGE_SIZE,
+            # A filter, not InstanceIds: an id EC2 no longer knows must not fail the whole observation.
+            params=lambda ids: {"Filters": [{"Name": "instance-id", "Values": ids}]},
+        ):
+            for reservation in page.get("Reservations", []):
+                for raw in reservation.get("Instances", []):
+                    if raw.get("LaunchTime") is not None:
+                        launch_times[raw["InstanceId"]] = raw["LaunchTime"]
         return {
             ref: replace(
                 group,
@@ -319,6 +316,23 @@ def _pages(
     with errors.translated(doing, rules=_FLEET_RULES):
         client = clients(region)  # building a client can fail too (a malformed region)
     yield from errors.pages(doing, client, method, page_size=page_size, rules=_FLEET_RULES, **params)
+
+
+def _pages_by_batch(
+    api: str,
+    *,
+    clients: Callable[[str], Any],
+    values: Mapping[str, list[str]],
+    batch_size: int,
+    method: str,
+    page_size: int,
+    params: Callable[[list[str]], dict[str, Any]],
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(region, page) of one paginated call per region and batch of at most ``batch_size`` values."""
+    for region, region_values in values.items():
+        for batch in _chunks(region_values, batch_size):
+            for page in _pages(api, clients=clients, region=region, method=method, page_size=page_size, **params(batch)):
+                yield region, page
 
 
 def _lifecycle_gone(exc: ClientError, text: str) -> SquallError | None:
