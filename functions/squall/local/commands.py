@@ -2,7 +2,8 @@
 
 Exit codes as the rest of `squall`: 0 when the run reached its end with every
 invariant holding, 1 when it did not, 2 for a scenario, trace or groups file that
-cannot be run (every problem listed with its field, or line and column).
+cannot be run (every problem listed with its field, or line and column) and for a
+--jobs-out or --dashboard path that cannot be written.
 Heavy imports wait until a command runs, so `squall validate` stays quick.
 """
 
@@ -61,6 +62,12 @@ def _common(parser: argparse.ArgumentParser, *, backend: str) -> None:
         help="virtual seconds per wall-clock second, or 'max' (default: the scenario's on a terminal, else max)",
     )
     parser.add_argument("--dashboard", metavar="DIR", help="also render the dashboard (PNG, HTML) into DIR")
+    parser.add_argument(
+        "--jobs-out",
+        metavar="FILE.csv",
+        help="also write one row per job (id,team,priority,gpus,replicas,submitted_s,started_s,finished_s,"
+        "state,reason) to FILE.csv",
+    )
 
 
 def cmd_local_run(args: argparse.Namespace) -> int:
@@ -92,12 +99,21 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
     from squall.local.live import RichView, make_view
     from squall.local.render import write_dashboard
     from squall.local.scenario import Simulation
+    from squall.local.summary import JobsOutError, check_jobs_out, write_jobs_csv
 
+    if args.jobs_out:
+        try:  # before the run too: an hours-long replay must not end unable to report
+            check_jobs_out(args.jobs_out)
+        except JobsOutError as exc:
+            print(f"squall: --jobs-out {args.jobs_out}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if args.dashboard:
         try:  # before the run, not after it: a folder that cannot be written is bad input
             Path(args.dashboard).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            print(f"squall: --dashboard {args.dashboard}: cannot write there: {exc.strerror}", file=sys.stderr)
+            print(
+                f"squall: --dashboard {args.dashboard}: cannot write there: {exc.strerror}", file=sys.stderr
+            )
             return EXIT_USAGE
     speed = args.speed
     if speed is not None:
@@ -107,7 +123,9 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
             except ValueError:
                 factor = math.nan
             if not math.isfinite(factor) or factor <= 0:
-                print(f"squall: --speed must be a positive number or 'max', got {speed[:40]!r}", file=sys.stderr)
+                print(
+                    f"squall: --speed must be a positive number or 'max', got {speed[:40]!r}", file=sys.stderr
+                )
                 return EXIT_USAGE
             plan = replace(plan, speed=factor)
         else:
@@ -136,6 +154,13 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
             written.extend(str(p) for p in (files.png, files.html))
 
     result = Simulation(plan, backend=args.backend, view=view, pace=pace).run(after=after)
+    jobs_out_failed = False
+    if args.jobs_out:
+        try:
+            write_jobs_csv(args.jobs_out, result.jobs)
+        except JobsOutError as exc:
+            print(f"squall: --jobs-out {args.jobs_out}: {exc}", file=sys.stderr)
+            jobs_out_failed = True
     if args.json:
         print(json.dumps(result.summary))
     else:
@@ -145,8 +170,12 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
         print(json.dumps(result.summary, indent=2))
         if written:
             print(f"dashboard: {', '.join(written)}")
+        if args.jobs_out and not jobs_out_failed:
+            print(f"jobs: {args.jobs_out} ({len(result.jobs)} rows)")
         verdict = "hold" if result.checks.hold else "BROKEN: " + json.dumps(result.checks.as_dict())
         print(f"{'finished' if result.finished else 'did not finish'}; invariants {verdict}")
+    if jobs_out_failed:
+        return EXIT_USAGE
     return EXIT_OK if result.ok else EXIT_FAILED
 
 

@@ -4,32 +4,44 @@
 
 - ``jobs``: job records by the state they ended in (trials and rejected specs included).
 - ``queueWaitSeconds``: ``p50``/``p90``/``max`` of submitted-to-running over the job
-  records that started (nearest-rank percentiles; sweep parents left out).
+  records that started (nearest-rank percentiles; sweep parents left out), and
+  ``byTeam``: the same three per team, for each team with a record that started.
 - ``gpuHours``: ``busy`` is the integral over virtual time of the GPUs pods hold,
   ``idle`` of the GPUs allocatable on nodes but held by no pod.
 - ``cost``: instance-hours of every launched instance (booting ones included, as EC2
   bills them) times its group's ``pricePerHour``.
 - ``peakNodes``: region -> the most nodes that region had at once.
 - ``scaleUps``, ``fallbacks``, ``scaleDowns``: totals of the scale function's metrics.
+- ``gangsReleased``: GangReleased events on the job records (a gang bound part way in a
+  region that could not take the rest, deleted to start over).
 - ``drains``, ``hooksCompleted``: from the simulated fleet's lifecycle hooks.
 - ``invariants``: see `invariants`; every one must be zero.
 
 The Recorder samples the simulation after every step; the state is constant between
 steps (nothing changes unless the clock is moved and the runtime stepped), so
 integrating the sample taken at one step over the time to the next is exact.
+
+`job_rows` and `write_jobs_csv` are the per-job report (`--jobs-out FILE.csv`): one
+row per job record, sweep parents included (gpus and replicas 0: their GPUs are their
+trials', each of which has its own row), so the rows' gpus add up to what ran.
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import math
+import os
+import tempfile
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from squall.conventions import JOB_ID_LABEL
-from squall.core.jobs import Job, is_terminal
+from squall.core.jobs import Job, JobEvent, Reason, is_terminal
 from squall.core.telemetry import Metric, RecordingMetrics
 from squall.local.cluster import SimulatedCluster
 from squall.local.fleet import LocalFleet
@@ -234,6 +246,45 @@ def queue_waits(jobs: Iterable[Job]) -> list[float]:
     ]
 
 
+def wait_stats(waits: Sequence[float]) -> dict[str, float]:
+    """p50, p90 and max of queue waits, in seconds to a tenth."""
+    return {
+        "p50": round(percentile(waits, 0.5), 1),
+        "p90": round(percentile(waits, 0.9), 1),
+        "max": round(max(waits, default=0.0), 1),
+    }
+
+
+def queue_waits_by_team(jobs: Iterable[Job]) -> dict[str, dict[str, float]]:
+    """team -> wait_stats of its records that started; a team none of whose jobs started is left out."""
+    by_team: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_team.setdefault(job.team, []).append(job)
+    return {
+        team: wait_stats(waits)
+        for team, records in sorted(by_team.items())
+        if (waits := queue_waits(records))
+    }
+
+
+def gangs_released(jobs: Iterable[Job], *, events: Callable[[str], Sequence[JobEvent]]) -> int:
+    """GangReleased events over the job records (`events`: a job id's history, as the store keeps it).
+
+    Only a job of more than one replica can be bound part way, so only those
+    histories are read: one read per distributed job, none for the rest.
+    """
+    released = 0
+    for job in jobs:
+        if job.replicas > 1:
+            released += sum(1 for e in events(job.id) if _reason_of(e.reason) == Reason.GANG_RELEASED)
+    return released
+
+
+def _reason_of(reason: str) -> str:
+    """The code of a reason, without its detail (``GangReleased:us-west-2`` -> ``GangReleased``)."""
+    return reason.split(":", 1)[0]
+
+
 def lost_jobs(expected_ids: Iterable[str], jobs_by_id: Mapping[str, Job]) -> list[str]:
     """Valid submissions that have no record, or whose record never reached a final state."""
     return sorted(
@@ -328,16 +379,13 @@ def build_summary(
     recorder: Recorder,
     fleet: LocalFleet | None,
     checks: Invariants,
+    gangs_released: int = 0,
 ) -> dict[str, Any]:
     waits = queue_waits(jobs)
     hooks = hook_stats(fleet)
     return {
         "jobs": dict(sorted(Counter(job.status.value for job in jobs).items())),
-        "queueWaitSeconds": {
-            "p50": round(percentile(waits, 0.5), 1),
-            "p90": round(percentile(waits, 0.9), 1),
-            "max": round(max(waits, default=0.0), 1),
-        },
+        "queueWaitSeconds": wait_stats(waits) | {"byTeam": queue_waits_by_team(jobs)},
         "gpuHours": {
             "busy": round(recorder.gpu_busy_seconds / 3600, 2),
             "idle": round(recorder.gpu_idle_seconds / 3600, 2),
@@ -347,7 +395,130 @@ def build_summary(
         "scaleUps": int(metrics.total(Metric.SCALE_UPS)),
         "fallbacks": int(metrics.total(Metric.FALLBACKS)),
         "scaleDowns": int(metrics.total(Metric.SCALE_DOWNS)),
+        "gangsReleased": gangs_released,
         "drains": hooks["drains"],
         "hooksCompleted": hooks["hooksCompleted"],
         "invariants": checks.as_dict(),
     }
+
+
+# ---- the jobs, one row each ------------------------------------------------------------------
+
+JOBS_CSV_COLUMNS = (
+    "id", "team", "priority", "gpus", "replicas", "submitted_s", "started_s", "finished_s", "state", "reason",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job record as `--jobs-out` writes it; times in seconds from the run's start."""
+
+    id: str
+    team: str
+    priority: int | None  # None: the record holds no valid spec (a rejected submission)
+    gpus: int  # the job's total, every replica together; 0 for a sweep parent
+    replicas: int
+    submitted_s: float
+    started_s: float | None  # when it was first RUNNING
+    finished_s: float | None  # when it reached a final state
+    state: str
+    reason: str
+
+    def cells(self) -> list[str]:
+        return [
+            self.id,
+            self.team,
+            "" if self.priority is None else str(self.priority),
+            str(self.gpus),
+            str(self.replicas),
+            _seconds(self.submitted_s),
+            "" if self.started_s is None else _seconds(self.started_s),
+            "" if self.finished_s is None else _seconds(self.finished_s),
+            self.state,
+            self.reason,
+        ]
+
+
+def job_rows(jobs: Iterable[Job], *, start: datetime) -> list[JobRow]:
+    """A row per job record, in submission order (then by id)."""
+
+    def since(at: datetime | None) -> float | None:
+        return None if at is None else (at - start).total_seconds()
+
+    rows = [
+        JobRow(
+            id=job.id,
+            team=job.team,
+            priority=_priority(job.spec),
+            gpus=job.gpus,
+            replicas=job.replicas,
+            submitted_s=(job.submitted_at - start).total_seconds(),
+            started_s=since(job.started_at),
+            finished_s=since(job.finished_at) if is_terminal(job.status) else None,
+            state=job.status.value,
+            reason=job.reason,
+        )
+        for job in jobs
+    ]
+    return sorted(rows, key=lambda r: (r.submitted_s, r.id))
+
+
+def _priority(spec: Mapping[str, Any]) -> int | None:
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _seconds(value: float) -> str:
+    """Seconds as few digits as say them exactly to the millisecond: 120, 0.5, 3600.25."""
+    rounded = round(value, 3)
+    return str(int(rounded)) if rounded.is_integer() else f"{rounded:.3f}".rstrip("0")
+
+
+class JobsOutError(Exception):
+    """The jobs file cannot be written where it was asked for."""
+
+
+def check_jobs_out(path: str | Path) -> Path:
+    """The path `--jobs-out` names, once a file can be made beside it; JobsOutError says why not.
+
+    Checked before a run, so that an hours-long replay never ends unable to report.
+    """
+    file = Path(path)
+    if file.is_dir():
+        raise JobsOutError(f"{file} is a directory")
+    folder = file.parent
+    if not folder.is_dir():
+        raise JobsOutError(f"{folder} is not an existing directory")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{file.name}.", suffix=".check"):
+            pass
+    except OSError as exc:
+        raise JobsOutError(f"cannot write in {folder}: {exc.strerror or exc}") from exc
+    return file
+
+
+def write_jobs_csv(path: str | Path, rows: Iterable[JobRow]) -> None:
+    """Write the rows under JOBS_CSV_COLUMNS atomically: a reader sees the old file or the whole new one."""
+    file = Path(path)
+    if file.is_dir():
+        raise JobsOutError(f"{file} is a directory")
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise JobsOutError(f"cannot write in {file.parent}: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(descriptor, "w", newline="", encoding="utf-8") as out:
+            writer = csv.writer(out)
+            writer.writerow(JOBS_CSV_COLUMNS)
+            writer.writerows(row.cells() for row in rows)
+            out.flush()
+            os.fsync(out.fileno())
+        # mkstemp makes the file owner-only; a report is as readable as other files written here.
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, file)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError):
+            raise JobsOutError(f"cannot write {file}: {exc.strerror or exc}") from exc
+        raise

@@ -21,7 +21,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -45,11 +45,14 @@ from squall.local.scenario.models import (
 from squall.local.scenario.plan import ScenarioPlan, Submission
 from squall.local.summary import (
     Invariants,
+    JobRow,
     ObservedCluster,
     Recorder,
     build_summary,
+    gangs_released,
     instances,
     invariants,
+    job_rows,
 )
 
 # Steps at one instant before moving on: a scale check launches instances that the
@@ -74,6 +77,7 @@ class SimulationResult:
     checks: Invariants
     function_errors: list[tuple[datetime, str]]  # (when, function): failed or killed invocations
     notes: list[str]
+    jobs: list[JobRow] = field(default_factory=list)  # every job record at the end, for --jobs-out
 
     @property
     def ok(self) -> bool:
@@ -148,7 +152,12 @@ class Simulation:
                 recorder=recorder,
             )
             summary = build_summary(
-                jobs=jobs, metrics=local.metrics, recorder=recorder, fleet=local.fleet, checks=checks
+                jobs=jobs,
+                metrics=local.metrics,
+                recorder=recorder,
+                fleet=local.fleet,
+                checks=checks,
+                gangs_released=gangs_released(jobs, events=local.events),
             ) | {
                 "virtualSeconds": int(clock.elapsed.total_seconds()),
                 "wallSeconds": round(time.monotonic() - started, 2),
@@ -161,6 +170,7 @@ class Simulation:
                 checks=checks,
                 function_errors=[(e.at, e.function) for e in local.function_errors],
                 notes=self.notes,
+                jobs=job_rows(jobs, start=plan.start),
             )
             if after is not None:
                 after(local, result)
