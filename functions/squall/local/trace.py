@@ -7,9 +7,12 @@ how long the job ran. Every row becomes a job spec sent to the jobs queue at its
 time; its pods run for ``run_s``. The run ends when every job is final and every
 group is back at its minimum, and reports the same summary as a scenario.
 
-Requests per replica follow the GPUs: 3 CPUs and 12 GiB per GPU, 2 CPUs and 8 GiB
-for a replica without GPUs (what a training pod typically asks for, and small
-enough for every common GPU instance type).
+Optional columns, read when the header has them (an empty cell takes the default):
+``priority`` (a whole number 0..100, the spec's ``priority``; default the spec's
+default), ``cpu`` and ``memory`` (per replica, Kubernetes quantities as a spec's
+``resources`` takes them). Without them, requests per replica follow the GPUs:
+3 CPUs and 12 GiB per GPU, 2 CPUs and 8 GiB for a replica without GPUs (what a
+training pod typically asks for, and small enough for every common GPU instance type).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pydantic import Field, ValidationError
 
 from squall.core import documents
 from squall.core.settings import PolicySettings
-from squall.core.spec import DEFAULT_MAX_RUNTIME_LIMIT, format_duration
+from squall.core.spec import DEFAULT_MAX_RUNTIME_LIMIT, ReplicaResources, format_duration
 from squall.local.fleet import RegionCapacity
 from squall.local.runtime import DEFAULT_REGISTRIES
 from squall.local.scenario import (
@@ -45,9 +48,13 @@ from squall.local.scenario import (
 )
 from squall.planner import NodeGroup
 from squall.planner.inputs import GroupsError, read_node_groups
+from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes
 
 COLUMNS = ("submit_s", "team", "gpus", "replicas", "run_s")
+OPTIONAL_COLUMNS = ("priority", "cpu", "memory")
 TEAM = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")
+WHOLE = re.compile(r"[+-]?[0-9]+")  # what int() takes, less its underscores and other scripts' digits
+MIN_PRIORITY, MAX_PRIORITY = 0, 100
 MAX_GPUS_PER_REPLICA = 16
 MAX_REPLICAS = 65  # a chief and 64 workers
 # The default policy's maxRuntimeLimit; a replay accepts rows up to the limit of its configuration.
@@ -68,18 +75,35 @@ class TraceRow:
     gpus: int
     replicas: int
     run_s: float
+    priority: int | None = None  # None: the spec's default
+    cpu_request: str | None = None  # per replica, a Kubernetes quantity; None: by the GPUs
+    memory_request: str | None = None
 
     @property
     def job_id(self) -> str:
         return f"{self.team}-{self.line:06d}"
 
     @property
-    def cpu(self) -> int:
-        return CPU_PER_GPU * self.gpus if self.gpus else CPU_ONLY
+    def cpu(self) -> str:
+        """CPU per replica as the spec has it: the row's own, or 3 per GPU (2 without GPUs)."""
+        if self.cpu_request is not None:
+            return self.cpu_request
+        return str(CPU_PER_GPU * self.gpus if self.gpus else CPU_ONLY)
 
     @property
-    def memory_gib(self) -> int:
-        return MEMORY_GIB_PER_GPU * self.gpus if self.gpus else MEMORY_GIB_CPU_ONLY
+    def memory(self) -> str:
+        """Memory per replica as the spec has it: the row's own, or 12Gi per GPU (8Gi without GPUs)."""
+        if self.memory_request is not None:
+            return self.memory_request
+        return f"{MEMORY_GIB_PER_GPU * self.gpus if self.gpus else MEMORY_GIB_CPU_ONLY}Gi"
+
+    @property
+    def cpu_millis(self) -> int:
+        return parse_cpu_millicores(self.cpu)
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_memory_bytes(self.memory)
 
 
 # ---- parsing -----------------------------------------------------------------------------------
@@ -120,7 +144,7 @@ def parse_trace(text: str, *, source: str = "trace", max_run: timedelta = DEFAUL
             ],
             source=source,
         )
-    index = {c: names.index(c) for c in COLUMNS}
+    index = {c: names.index(c) for c in (*COLUMNS, *OPTIONAL_COLUMNS) if c in names}
     rows: list[TraceRow] = []
     errors: list[str] = []
     for record in _records(reader, errors):
@@ -133,7 +157,7 @@ def parse_trace(text: str, *, source: str = "trace", max_run: timedelta = DEFAUL
         if len(record) < len(names):
             errors.append(f"line {line}: {len(record)} columns, the header has {len(names)}")
             continue
-        cells = {c: record[index[c]].strip() for c in COLUMNS}
+        cells = {c: record[i].strip() for c, i in index.items()}
         problems: list[str] = []
         submit_s = _number(
             cells["submit_s"],
@@ -162,10 +186,27 @@ def parse_trace(text: str, *, source: str = "trace", max_run: timedelta = DEFAUL
                 f"line {line}, column team: {documents.shown(cells['team'])} is not a team name "
                 "(lowercase letters, digits and '-', at most 32, starting with a letter)"
             )
+        priority = (
+            _whole(cells["priority"], "priority", line, problems, MIN_PRIORITY, MAX_PRIORITY)
+            if cells.get("priority")
+            else None
+        )
+        cpu = _quantity(cells.get("cpu", ""), "cpu", line, problems)
+        memory = _quantity(cells.get("memory", ""), "memory", line, problems)
         errors.extend(problems)
         if not problems:
             rows.append(
-                TraceRow(line, float(submit_s), cells["team"], int(gpus), int(replicas), float(run_s))
+                TraceRow(
+                    line,
+                    float(submit_s),
+                    cells["team"],
+                    int(gpus),
+                    int(replicas),
+                    float(run_s),
+                    priority=priority,
+                    cpu_request=cpu,
+                    memory_request=memory,
+                )
             )
     if not rows and not errors:
         errors.append("line 2: the trace has no jobs")
@@ -213,18 +254,30 @@ def _number(
 
 
 def _whole(cell: str, column: str, line: int, problems: list[str], low: int, high: int) -> int:
-    try:
-        value = int(cell)
-    except ValueError:
+    if not WHOLE.fullmatch(cell):
         problems.append(
             f"line {line}, column {column}: expected a whole number {low}..{high}, got {documents.shown(cell)}"
         )
         return low
+    value = int(cell)
     if not low <= value <= high:
         problems.append(
             f"line {line}, column {column}: expected a whole number {low}..{high}, got {documents.shown(value)}"
         )
     return value
+
+
+def _quantity(cell: str, column: str, line: int, problems: list[str]) -> str | None:
+    """A replica's cpu or memory as the spec checks it; None for an empty cell (the default)."""
+    if not cell:
+        return None
+    try:
+        ReplicaResources.model_validate({column: cell})
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        problems.append(f"line {line}, column {column}: {message}")
+        return None
+    return cell
 
 
 # ---- rows into jobs -------------------------------------------------------------------------------
@@ -237,10 +290,12 @@ def job_spec(row: TraceRow, *, registry: str, max_run: timedelta = DEFAULT_MAX_R
         "id": row.job_id,
         "team": row.team,
         "image": f"{registry}/trainer:replay",
-        "resources": {"cpu": str(row.cpu), "memory": f"{row.memory_gib}Gi", "gpu": row.gpus},
+        "resources": {"cpu": row.cpu, "memory": row.memory, "gpu": row.gpus},
         # Twice the recorded run time (at least an hour), so the deadline never cuts a replayed job.
         "maxRuntime": f"{min(int(max_run.total_seconds()), max(3600, math.ceil(2 * row.run_s)))}s",
     }
+    if row.priority is not None:
+        spec["priority"] = row.priority
     if row.replicas > 1:
         spec["replicas"] = {"chief": 1, "worker": {"count": row.replicas - 1}}
     return spec
@@ -254,8 +309,8 @@ def unplaceable(rows: Sequence[TraceRow], groups: Sequence[NodeGroup]) -> list[s
         if not any(per_node.values()):
             biggest = max((g.allocatable.gpu for g in groups), default=0)
             problems.append(
-                f"line {row.line}, column gpus: a replica of {row.gpus} GPUs, {row.cpu} CPUs and "
-                f"{row.memory_gib}Gi fits no node group (the largest has {biggest} GPUs per node)"
+                f"line {row.line}, column {_binding_column(row, groups)}: a replica of {row.gpus} GPUs, "
+                f"{row.cpu} CPUs and {row.memory} fits no node group (the largest has {biggest} GPUs per node)"
             )
             continue
         # A job's replicas all run in one region (the gang's pod affinity).
@@ -273,14 +328,32 @@ def unplaceable(rows: Sequence[TraceRow], groups: Sequence[NodeGroup]) -> list[s
 def _replicas_per_node(row: TraceRow, group: NodeGroup) -> int:
     """How many of the row's replicas one node of the group holds."""
     allocatable = group.allocatable
-    if row.gpus == 0 and any(t.key == GPU_TAINT_KEY and t.effect == "NoSchedule" for t in group.taints):
+    if not _may_run_on(row, group):
         return 0
-    fits = [allocatable.cpu // (row.cpu * 1000), allocatable.memory // (row.memory_gib * 1024**3)]
+    fits = [allocatable.cpu // row.cpu_millis, allocatable.memory // row.memory_bytes]
     if row.gpus:
         fits.append(allocatable.gpu // row.gpus)
     if allocatable.pods:
         fits.append(allocatable.pods)
     return max(0, min(fits))
+
+
+def _may_run_on(row: TraceRow, group: NodeGroup) -> bool:
+    """A replica without GPUs does not tolerate the GPU taint."""
+    return row.gpus > 0 or not any(t.key == GPU_TAINT_KEY and t.effect == "NoSchedule" for t in group.taints)
+
+
+def _binding_column(row: TraceRow, groups: Sequence[NodeGroup]) -> str:
+    """The column whose request no node group allowed for it can hold (gpus when only all of them together fail)."""
+    allowed = [g for g in groups if _may_run_on(row, g)]
+    if any(g.allocatable.gpu >= row.gpus for g in allowed):
+        if row.cpu_request is not None and not any(g.allocatable.cpu >= row.cpu_millis for g in allowed):
+            return "cpu"
+        if row.memory_request is not None and not any(
+            g.allocatable.memory >= row.memory_bytes for g in allowed
+        ):
+            return "memory"
+    return "gpus"
 
 
 # ---- the node groups to replay against ----------------------------------------------------------
