@@ -50,6 +50,22 @@ class Cluster(Protocol):
         """batch/v1 Jobs managed by Squall, optionally of one namespace or one Squall job."""
         ...
 
+    def patch_job(self, *, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        """JSON merge patch (RFC 7386) of a batch/v1 Job; returns the Job as stored after it.
+
+        For admission: ``{"spec": {"suspend": false}}`` resumes a Job (its pods are
+        created, ``status.startTime`` is reset, so ``activeDeadlineSeconds`` counts
+        from then); ``{"spec": {"suspend": true}}`` deletes its active pods and clears
+        ``status.startTime``. The pod template's scheduling directives (nodeSelector,
+        tolerations, affinity.nodeAffinity, schedulingGates, template labels and
+        annotations) may change only while the stored Job is suspended and has no
+        ``status.startTime``; the patch may change them and resume in one call.
+        Anything else in the template is immutable. Maps merge, lists are replaced,
+        null deletes. PermanentError (422 Invalid, naming the field) when the API
+        server refuses the change, NotFoundError when there is no such Job.
+        """
+        ...
+
     def list_pods(
         self,
         *,

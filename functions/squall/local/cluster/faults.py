@@ -26,6 +26,7 @@ PORT_METHODS = frozenset(
         "list_nodes",
         "get_node",
         "patch_node",
+        "patch_job",
         "evict",
     }
 )

@@ -8,9 +8,16 @@ back-off (10 s doubling, at most 6 minutes); the Job failed at activeDeadlineSec
 a finished Job's running pods deleted (and counted as failed); a finished Job deleted
 ttlSecondsAfterFinished later; a deleted Job's pods deleted with it.
 
+Suspend (batch/v1, 1.30): a Job created with spec.suspend true gets no pod and no
+status.startTime; resuming it creates its pod and sets startTime to the resume time,
+from which activeDeadlineSeconds counts, so time spent suspended is not counted;
+suspending a running Job deletes its active pod (not counted as a failure) and
+clears startTime; the Suspended condition (JobSuspended / JobResumed) and the
+Suspended and Resumed events. What a patch may change: job_updates.py.
+
 Leaves out: parallelism and completions other than 1 (refused), Indexed completion,
-suspend (stored, never acted on), backoffLimitPerIndex, successPolicy, and the
-FailIndex action.
+backoffLimitPerIndex, successPolicy, the FailIndex action, and the grace period
+of pods deleted on suspension (they go at once).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 
 from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL
 from squall.core.errors import PermanentError
+from squall.local.cluster.job_updates import patched_job
 from squall.local.cluster.parsing import parse_template
 from squall.local.cluster.pods import PodLifecycle
 from squall.local.cluster.state import (
@@ -37,6 +45,7 @@ from squall.local.cluster.state import (
     timestamp,
 )
 from squall.local.cluster.views import thaw_manifest
+from squall.ports import KubeObject
 
 _DEFAULT_BACKOFF_LIMIT = 6
 # Kubernetes re-creates a failed Job's pod after 10 s, doubling up to 6 min.
@@ -68,6 +77,11 @@ class JobController:
         policy = spec.get("podFailurePolicy")
         if policy is not None and pod_spec.get("restartPolicy") != "Never":
             raise PermanentError("spec.podFailurePolicy needs spec.template.spec.restartPolicy Never")
+        suspended = spec.get("suspend", False)
+        if suspended is None:
+            suspended = False
+        if not isinstance(suspended, bool):
+            raise PermanentError(f"spec.suspend must be a boolean, not {suspended!r}")
         backoff_limit = spec.get("backoffLimit")
         if backoff_limit is None:
             backoff_limit = _DEFAULT_BACKOFF_LIMIT
@@ -99,7 +113,7 @@ class JobController:
             completions=1,
             backoffLimit=backoff_limit,
             completionMode=spec.get("completionMode", "NonIndexed"),
-            suspend=spec.get("suspend", False),
+            suspend=suspended,
             podReplacementPolicy="Failed" if policy is not None else "TerminatingOrFailed",
             selector={"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
             manualSelector=False,
@@ -120,8 +134,10 @@ class JobController:
             pod_spec=pod_spec,
             backoff_limit=backoff_limit,
             rules=list((policy or {}).get("rules") or []),
-            started_at=now,
-            deadline=now + timedelta(seconds=deadline_seconds) if deadline_seconds is not None else None,
+            suspended=suspended,
+            started_at=None,
+            deadline_seconds=deadline_seconds,
+            deadline=None,
             ttl=timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None,
         )
         state.jobs[key] = job
@@ -129,10 +145,105 @@ class JobController:
         state.priorities.add(parsed.priority)
         if job.job_id is not None:
             state.jobs_by_id.setdefault(job.job_id, {})[key] = None
-        if job.deadline is not None:
-            state.push(job.deadline, "deadline", job)
         # The Job controller reacts within milliseconds: the pod exists once create returns.
-        self._pods.create(job, at=now)
+        if suspended:
+            self._set_suspended_condition(job, suspended=True, at=now)
+            state.write_job_status(job)
+        else:
+            self._start(job, at=now)
+
+    # ---- suspend and resume, and the patches that do them ----
+
+    def patch(self, job: Job, patch: Mapping[str, Any]) -> KubeObject:
+        """Apply a JSON merge patch as the API server would, then act as the Job controller would."""
+        state = self._state
+        updated = patched_job(job.obj, patch, started=job.started_at is not None)
+        template = updated["spec"]["template"]
+        pod_labels = dict(template["metadata"].get("labels") or {})
+        parsed = job.template
+        if template != job.obj["spec"]["template"]:
+            # Only scheduling directives can have changed, and only while no pod exists.
+            parsed = parse_template(template["spec"], namespace=job.key[0], labels=pod_labels)
+        labels = dict(updated["metadata"].get("labels") or {})
+        job_id = labels.get(JOB_ID_LABEL)
+        if job_id != job.job_id:
+            self._reindex(job, job_id)
+        job.managed = labels.get(MANAGED_BY_LABEL) == "squall"
+        job.obj = updated
+        job.template = parsed
+        job.pod_labels = pod_labels
+        job.pod_spec = template["spec"]
+        state.touch(job.obj)
+        now = state.now()
+        suspend = bool(updated["spec"]["suspend"])
+        if suspend != job.suspended and job.finished is None:
+            if suspend:
+                self._suspend(job, at=now)
+            else:
+                self._resume(job, at=now)
+        job.suspended = suspend
+        return job.obj
+
+    def _start(self, job: Job, *, at: datetime) -> None:
+        """status.startTime is now, the deadline counts from it, and the pod is created."""
+        job.started_at = at
+        job.deadline = (
+            at + timedelta(seconds=job.deadline_seconds) if job.deadline_seconds is not None else None
+        )
+        if job.deadline is not None:
+            self._state.push(job.deadline, "deadline", job)
+        self._pods.create(job, at=at)
+
+    def _suspend(self, job: Job, *, at: datetime) -> None:
+        state = self._state
+        # Deleted on suspension, not failed: they count neither as failed nor against backoffLimit.
+        for key in list(job.pods):
+            pod = state.pods[key]
+            if pod.phase not in TERMINAL:
+                self._pods.remove(pod)
+        job.active = None
+        job.replacement_due = None
+        job.started_at = None
+        job.deadline = None
+        self._set_suspended_condition(job, suspended=True, at=at)
+        state.write_job_status(job)
+
+    def _resume(self, job: Job, *, at: datetime) -> None:
+        job.suspended = False
+        self._set_suspended_condition(job, suspended=False, at=at)
+        self._start(job, at=at)
+
+    def _set_suspended_condition(self, job: Job, *, suspended: bool, at: datetime) -> None:
+        stamp = timestamp(at)
+        condition = {
+            "type": "Suspended",
+            "status": "True" if suspended else "False",
+            "lastProbeTime": stamp,
+            "lastTransitionTime": stamp,
+            "reason": "JobSuspended" if suspended else "JobResumed",
+            "message": "Job suspended" if suspended else "Job resumed",
+        }
+        for index, existing in enumerate(job.conditions):
+            if existing.get("type") == "Suspended":
+                job.conditions[index] = condition
+                break
+        else:
+            job.conditions.append(condition)
+        self._state.event(
+            at, "Job", job.key[0], job.key[1], "Suspended" if suspended else "Resumed", condition["message"]
+        )
+
+    def _reindex(self, job: Job, job_id: str | None) -> None:
+        state = self._state
+        if job.job_id is not None:
+            discard(state.jobs_by_id, job.job_id, job.key)
+            for key in job.pods:
+                discard(state.pods_by_id, job.job_id, key)
+        if job_id is not None:
+            state.jobs_by_id.setdefault(job_id, {})[job.key] = None
+            for key in job.pods:
+                state.pods_by_id.setdefault(job_id, {})[key] = None
+        job.job_id = job_id
 
     def on_pod_terminal(self, pod: Pod, at: datetime, counts: Counter[str] | None = None) -> None:
         """The answer to one of the Job's pods reaching Succeeded or Failed."""
@@ -241,7 +352,8 @@ class JobController:
         if target.deleted:
             return False
         if kind == "deadline":
-            return target.finished is None
+            # A suspension clears the deadline, a resume sets a new one: an older entry is void.
+            return target.finished is None and target.deadline == at
         if kind == "replace":
             return target.finished is None and target.replacement_due == at and target.active is None
         return target.finished is not None  # ttl

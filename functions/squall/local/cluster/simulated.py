@@ -9,7 +9,8 @@ parts, each in its own module with what it models and leaves out:
 - views.py: API-shaped answers (copies, or read-only objects shared until they
   change, as client-go's informer listers share theirs), the JSON merge patch;
 - faults.py: recorded port calls, planned failures, how a job's containers behave;
-- job_controller.py: one pod per Job, podFailurePolicy, backoffLimit, deadlines, TTLs;
+- job_controller.py: one pod per Job, suspend and resume, podFailurePolicy,
+  backoffLimit, deadlines, TTLs; job_updates.py: what a patch of a Job may change;
 - pods.py: pod creation, the kubelet starting containers, exits and disruptions;
 - scheduler.py: kube-scheduler's filters and MostAllocated score, pod affinity,
   PodDisruptionBudgets for evictions; index.py: its node indexes;
@@ -33,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from squall.conventions import JOB_ID_LABEL
-from squall.core.errors import PermanentError
+from squall.core.errors import NotFoundError, PermanentError
 from squall.local.cluster.faults import Behaviours, PortFaults
 from squall.local.cluster.index import NodeIndex
 from squall.local.cluster.job_controller import JobController
@@ -158,6 +159,13 @@ class SimulatedCluster:
                 discard(state.services_by_id, job_id, key)
                 deleted += 1
         return deleted
+
+    def patch_job(self, *, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        self._faults.record("patch_job", namespace=namespace, name=name, patch=thaw(patch))
+        job = self._state.jobs.get((namespace, name))
+        if job is None:
+            raise NotFoundError(f'jobs.batch "{name}" not found in {namespace}')
+        return json_copy(self._jobs.patch(job, patch))
 
     def list_jobs(self, *, namespace: str | None = None, job_id: str | None = None) -> list[KubeObject]:
         self._faults.record("list_jobs", namespace=namespace, job_id=job_id)

@@ -126,8 +126,10 @@ class Job(Stored):
     pod_spec: dict[str, Any]
     backoff_limit: int
     rules: list[dict[str, Any]]
-    started_at: datetime
-    deadline: datetime | None
+    suspended: bool
+    started_at: datetime | None  # status.startTime: unset while suspended, reset on every resume
+    deadline_seconds: int | None
+    deadline: datetime | None  # counted from started_at
     ttl: timedelta | None
     pods: dict[Key, None] = field(default_factory=dict)
     active: Pod | None = None
@@ -239,7 +241,9 @@ class ClusterState:
 
     def write_job_status(self, job: Job) -> None:
         # Zero counts are left out, as the API server's JSON leaves them out.
-        status: dict[str, Any] = {"startTime": timestamp(job.started_at)}
+        status: dict[str, Any] = {}
+        if job.started_at is not None:
+            status["startTime"] = timestamp(job.started_at)
         active = job.active is not None and job.active.phase not in TERMINAL
         if active:
             status["active"] = 1
