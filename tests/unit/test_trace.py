@@ -256,3 +256,117 @@ def test_times_too_far_out_are_refused() -> None:
     assert errors_of("submit_s,team,gpus,replicas,run_s\n1e300,research,1,1,60\n") == [
         "line 2, column submit_s: expected a number at least 0 and at most 316224000 (ten years), got '1e300'"
     ]
+
+
+# ---- optional columns: priority, cpu, memory ----------------------------------------------------------
+
+OPTIONAL = "submit_s,team,gpus,replicas,run_s,priority,cpu,memory\n"
+
+
+def test_optional_columns_flow_into_the_job_spec() -> None:
+    rows = parse_trace(OPTIONAL + "0,research,2,4,60,90,10500m,100Gi\n1,research,0,1,60,0,500m,1Gi\n")
+    spec = job_spec(rows[0], registry="registry.example.com/squall")
+    assert spec["priority"] == 90
+    assert spec["resources"] == {"cpu": "10500m", "memory": "100Gi", "gpu": 2}
+    parsed = parse_spec(spec, teams=["research"], registries=["registry.example.com/squall"])
+    assert parsed.priority == 90
+    assert all(r.resources.cpu == "10500m" and r.resources.memory == "100Gi" for r in parsed.replica_list())
+    cpu_only = parse_spec(
+        job_spec(rows[1], registry="registry.example.com/squall"),
+        teams=["research"],
+        registries=["registry.example.com/squall"],
+    )
+    assert (cpu_only.priority, cpu_only.resources.cpu, cpu_only.resources.memory) == (0, "500m", "1Gi")
+
+
+def test_empty_or_absent_optional_cells_take_the_defaults() -> None:
+    # given a trace with the columns but empty cells, and one without them
+    with_columns = parse_trace(OPTIONAL + "0,research,2,1,60,,,\n")
+    without = parse_trace("submit_s,team,gpus,replicas,run_s\n0,research,2,1,60\n")
+    for (row,) in (with_columns, without):
+        spec = job_spec(row, registry="registry.example.com/squall")
+        # then the spec's default priority, and 3 CPUs and 12 GiB per GPU
+        assert "priority" not in spec
+        assert spec["resources"] == {"cpu": "6", "memory": "24Gi", "gpu": 2}
+        parsed = parse_spec(spec, teams=["research"], registries=["registry.example.com/squall"])
+        assert parsed.priority == 50
+
+
+def test_only_some_optional_columns_may_be_given() -> None:
+    (row,) = parse_trace("submit_s,team,gpus,replicas,run_s,memory\n0,research,1,1,60,30Gi\n")
+    spec = job_spec(row, registry="registry.example.com/squall")
+    assert spec["resources"] == {"cpu": "3", "memory": "30Gi", "gpu": 1}
+    assert "priority" not in spec
+
+
+def test_bad_optional_cells_are_named_by_line_and_column() -> None:
+    errors = errors_of(
+        OPTIONAL
+        + "0,research,1,1,60,101,1,1Gi\n"
+        + "0,research,1,1,60,-1,1,1Gi\n"
+        + "0,research,1,1,60,high,1,1Gi\n"
+        + "0,research,1,1,60,5_0,1,1Gi\n"
+        + "0,research,1,1,60,50.0,1,1Gi\n"
+        + "0,research,1,1,60,50,lots,1Gi\n"
+        + "0,research,1,1,60,50,0,1Gi\n"
+        + "0,research,1,1,60,50,193,1Gi\n"
+        + "0,research,1,1,60,50,1,plenty\n"
+        + "0,research,1,1,60,50,1,1Ki\n"
+        + "0,research,1,1,60,50,1,3Ti\n"
+    )
+    assert errors == [
+        "line 2, column priority: expected a whole number 0..100, got 101",
+        "line 3, column priority: expected a whole number 0..100, got -1",
+        "line 4, column priority: expected a whole number 0..100, got 'high'",
+        "line 5, column priority: expected a whole number 0..100, got '5_0'",
+        "line 6, column priority: expected a whole number 0..100, got '50.0'",
+        "line 7, column cpu: invalid quantity 'lots': expected a number with an optional suffix, e.g. 500m, 8, "
+        "1.5, 60Gi, 129e6",
+        "line 8, column cpu: must be between 1m and 192 cores, got '0'",
+        "line 9, column cpu: must be between 1m and 192 cores, got '193'",
+        "line 10, column memory: invalid quantity 'plenty': expected a number with an optional suffix, e.g. "
+        "500m, 8, 1.5, 60Gi, 129e6",
+        "line 11, column memory: must be between 1Mi and 2Ti, got '1Ki'",
+        "line 12, column memory: must be between 1Mi and 2Ti, got '3Ti'",
+    ]
+
+
+def test_whole_numbers_are_plain_digits_in_every_column() -> None:
+    # int() takes "1_6" and other scripts' digits; a trace cell must be plain ASCII digits
+    errors = errors_of("submit_s,team,gpus,replicas,run_s\n0,research,1_6,1,60\n0,research,1,\u0663,60\n")
+    assert errors == [
+        "line 2, column gpus: expected a whole number 0..16, got '1_6'",
+        "line 3, column replicas: expected a whole number 1..65, got '\u0663'",
+    ]
+
+
+def test_requests_of_a_row_decide_where_it_fits(tmp_path: Path) -> None:
+    # the group's nodes have 95 CPUs and 1100Gi: a replica asking for more fits none
+    (tmp_path / "groups.yaml").write_text(GROUPS)
+    config = load_configuration(tmp_path / "groups.yaml")
+    rows = parse_trace(
+        OPTIONAL
+        + "0,research,1,1,60,50,96,1Gi\n0,research,1,1,60,50,1,1200Gi\n0,research,8,4,60,50,90,1000Gi\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        trace_plan(rows, config)
+    assert caught.value.errors == [
+        "line 2, column cpu: a replica of 1 GPUs, 96 CPUs and 1Gi fits no node group (the largest has 8 GPUs per node)",
+        "line 3, column memory: a replica of 1 GPUs, 1 CPUs and 1200Gi fits no node group (the largest has 8 GPUs per node)",
+    ]
+
+
+def test_small_requests_pack_more_replicas_on_a_node(tmp_path: Path) -> None:
+    # a node of 8 GPUs and 95 CPUs holds eight 1-GPU replicas of 11 CPUs, but only seven of 12 CPUs:
+    # the group's four nodes take 32 of the first and 28 of the second
+    (tmp_path / "groups.yaml").write_text(GROUPS)
+    config = load_configuration(tmp_path / "groups.yaml")
+    fits = parse_trace(OPTIONAL + "0,research,1,32,60,50,11,1Gi\n")
+    trace_plan(fits, config)  # 8 per node x 4 nodes
+    too_big = parse_trace(OPTIONAL + "0,research,1,32,60,50,12,1Gi\n")
+    with pytest.raises(ScenarioError) as caught:
+        trace_plan(too_big, config)
+    assert caught.value.errors == [
+        "line 2, column replicas: 32 replicas of 1 GPUs must run in one region, and the most any region's "
+        "groups can hold at their max sizes is 28"
+    ]
