@@ -508,7 +508,7 @@ def write_jobs_csv(path: str | Path, rows: Iterable[JobRow]) -> None:
         raise JobsOutError(f"cannot write in {file.parent}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(descriptor, "w", newline="", encoding="utf-8") as out:
-            writer = csv.writer(out)
+            writer = csv.writer(out, lineterminator="\n")  # lines as Unix tools read them
             writer.writerow(JOBS_CSV_COLUMNS)
             writer.writerows(row.cells() for row in rows)
             out.flush()
