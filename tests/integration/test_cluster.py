@@ -356,6 +356,113 @@ def test_delete_failures_are_retryable(cluster: KubernetesCluster, kube: KubeApi
         cluster.delete_job_objects(namespace=NS, job_id="mnist")
 
 
+# ==== suspended Jobs: admission's patches ===========================================
+
+REGION_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "topology.kubernetes.io/region", "operator": "In", "values": ["us-west-2"]}
+                    ]
+                }
+            ]
+        }
+    }
+}
+
+
+def suspended(manifest: KubeObject) -> KubeObject:
+    return {**manifest, "spec": {**manifest["spec"], "suspend": True}}
+
+
+def test_a_suspended_job_is_created_then_placed_and_resumed_with_merge_patches(
+    cluster: KubernetesCluster, kube: KubeApi
+) -> None:
+    # given: a replica Job created suspended
+    job = suspended(manifests("mnist")[0])
+    name = job["metadata"]["name"]
+    assert cluster.create(job) is True
+    stored = kube.get("batch/v1/jobs", NS, name)
+    assert stored is not None and stored["spec"]["suspend"] is True
+
+    # when: admission writes the region into the pod template, then resumes
+    placement = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeSelector": {"topology.kubernetes.io/region": "us-west-2"},
+                    "affinity": REGION_AFFINITY,
+                }
+            }
+        }
+    }
+    placed = cluster.patch_job(namespace=NS, name=name, patch=placement)
+    resumed = cluster.patch_job(namespace=NS, name=name, patch={"spec": {"suspend": False}})
+
+    # then: each patch went as a JSON merge patch of that Job, exactly as given
+    first, second = kube.requests("patch", JOBS)
+    for request in (first, second):
+        assert request.url.path == f"/apis/batch/v1/namespaces/{NS}/jobs/{name}"
+        assert request.headers["Content-Type"] == "application/merge-patch+json"
+    assert first.data == placement
+    assert second.data == {"spec": {"suspend": False}}
+    # and the server merged them: the rest of the template is as created
+    template = resumed["spec"]["template"]
+    assert template["spec"]["nodeSelector"]["topology.kubernetes.io/region"] == "us-west-2"
+    for key, value in job["spec"]["template"]["spec"].get("nodeSelector", {}).items():
+        assert template["spec"]["nodeSelector"][key] == value
+    assert template["spec"]["affinity"]["nodeAffinity"] == REGION_AFFINITY["nodeAffinity"]
+    assert template["spec"]["containers"] == job["spec"]["template"]["spec"]["containers"]
+    assert template["metadata"] == job["spec"]["template"]["metadata"]
+    assert placed["spec"]["suspend"] is True and resumed["spec"]["suspend"] is False
+    assert (resumed["apiVersion"], resumed["kind"]) == ("batch/v1", "Job")
+    assert kube.get("batch/v1/jobs", NS, name) == resumed
+
+
+def test_a_patch_the_api_server_refuses_as_invalid_is_permanent_and_names_the_field(
+    cluster: KubernetesCluster, kube: KubeApi
+) -> None:
+    # given: the API server's answer to a scheduling change of a Job that has started
+    job = manifests("mnist")[0]
+    cluster.create(job)
+    message = (
+        f'Job.batch "{job["metadata"]["name"]}" is invalid: spec.template: Invalid value: '
+        "core.PodTemplateSpec{...}: field is immutable"
+    )
+    kube.fail("patch", JOBS, status=422, reason="Invalid", message=message)
+
+    # when / then
+    with pytest.raises(PermanentError) as info:
+        cluster.patch_job(
+            namespace=NS,
+            name=job["metadata"]["name"],
+            patch={"spec": {"template": {"spec": {"nodeSelector": {"a": "b"}}}}},
+        )
+    assert f"patch Job {NS}/{job['metadata']['name']}: 422" in str(info.value)
+    assert "spec.template: Invalid value" in str(info.value) and "field is immutable" in str(info.value)
+    assert not isinstance(info.value, NotFoundError)
+
+
+def test_patching_a_missing_job_is_not_found(cluster: KubernetesCluster) -> None:
+    with pytest.raises(NotFoundError, match=f"patch Job {NS}/nope: 404"):
+        cluster.patch_job(namespace=NS, name="nope", patch={"spec": {"suspend": False}})
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"), [(429, RetryableError), (503, RetryableError), (409, PermanentError)]
+)
+def test_patch_job_failures_map_to_squall_errors(
+    cluster: KubernetesCluster, kube: KubeApi, status: int, expected: type[SquallError]
+) -> None:
+    cluster.create(manifests("mnist")[0])
+    kube.fail("patch", JOBS, status=status)
+
+    with pytest.raises(expected):
+        cluster.patch_job(namespace=NS, name="mnist-chief-0", patch={"spec": {"suspend": False}})
+
+
 # ==== nodes and evictions ============================================================
 
 
@@ -487,6 +594,9 @@ EVERY_METHOD: dict[str, Callable[[Cluster], Any]] = {
     "list_nodes": lambda c: c.list_nodes(),
     "get_node": lambda c: c.get_node("gpu-1"),
     "patch_node": lambda c: c.patch_node("gpu-1", {"spec": {"unschedulable": True}}),
+    "patch_job": lambda c: c.patch_job(
+        namespace=NS, name="mnist-chief-0", patch={"spec": {"suspend": False}}
+    ),
     "evict": lambda c: c.evict(namespace=NS, name="p"),
 }
 
@@ -523,6 +633,7 @@ def test_no_client_exception_leaks_from_any_method(kube: KubeApi, method: str, f
     # given: data every method needs, then a server that fails every request
     kube.put(node("gpu-1"))
     kube.put(pod("p", job_id="mnist", node="gpu-1"))
+    kube.put(manifests("mnist")[0])
     _break(kube, failure)
     url = _free_port_url() if failure == "refused" else kube.url
 

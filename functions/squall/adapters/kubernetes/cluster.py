@@ -32,6 +32,7 @@ from squall.ports import Cluster, KubeObject
 DEFAULT_REQUEST_TIMEOUT: Final = (3.0, 15.0)  # seconds: (connect, read)
 DEFAULT_PAGE_SIZE: Final = 500
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+MERGE_PATCH: Final = "application/merge-patch+json"
 
 # Transient answers: throttled (429), server trouble (5xx), the server's own timeout
 # (408, 504), an expired continue token or resourceVersion (410: a fresh list works).
@@ -123,6 +124,19 @@ class KubernetesCluster:
             _content_type=STRATEGIC_MERGE_PATCH,
         )
         return _with_type(node, api_version="v1", kind="Node")
+
+    def patch_job(self, *, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        # A JSON merge patch, not a strategic one: the same meaning on every API server
+        # version (lists such as tolerations or nodeSelectorTerms are replaced whole).
+        _, job = self._call(
+            f"patch Job {namespace}/{name}",
+            self._batch.patch_namespaced_job,
+            name=name,
+            namespace=namespace,
+            body=dict(patch),
+            _content_type=MERGE_PATCH,
+        )
+        return _with_type(job, api_version="batch/v1", kind="Job")
 
     def evict(self, *, namespace: str, name: str) -> bool:
         eviction = V1Eviction(
