@@ -33,7 +33,10 @@ def add_local_commands(subparsers: Any) -> None:
         "simulate", help="replay a job trace against node groups, as fast as possible"
     )
     simulate.add_argument(
-        "--trace", required=True, metavar="TRACE.csv", help="submit_s,team,gpus,replicas,run_s"
+        "--trace",
+        required=True,
+        metavar="TRACE.csv",
+        help="submit_s,team,gpus,replicas,run_s (optional priority,cpu,memory)",
     )
     simulate.add_argument(
         "--groups",
