@@ -595,7 +595,7 @@ EVERY_METHOD: dict[str, Callable[[Cluster], Any]] = {
     "get_node": lambda c: c.get_node("gpu-1"),
     "patch_node": lambda c: c.patch_node("gpu-1", {"spec": {"unschedulable": True}}),
     "patch_job": lambda c: c.patch_job(
-        namespace=NS, name="mnist-chief-0", patch={"spec": {"suspend": False}}
+        namespace=NS, name="mnist-worker-0", patch={"spec": {"suspend": False}}
     ),
     "evict": lambda c: c.evict(namespace=NS, name="p"),
 }
@@ -633,7 +633,7 @@ def test_no_client_exception_leaks_from_any_method(kube: KubeApi, method: str, f
     # given: data every method needs, then a server that fails every request
     kube.put(node("gpu-1"))
     kube.put(pod("p", job_id="mnist", node="gpu-1"))
-    kube.put(manifests("mnist")[0])
+    kube.put(manifests("mnist")[1])  # the Job patch_job patches; create's Job is not there yet
     _break(kube, failure)
     url = _free_port_url() if failure == "refused" else kube.url
 
