@@ -166,6 +166,9 @@ class NamespacedCluster:
     def delete_job_objects(self, *, namespace: str, job_id: str) -> int:
         return self._cluster.delete_job_objects(namespace=namespace, job_id=job_id)
 
+    def patch_job(self, *, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        return self._cluster.patch_job(namespace=namespace, name=name, patch=patch)
+
     def list_jobs(self, *, namespace: str | None = None, job_id: str | None = None) -> list[KubeObject]:
         return [
             job

@@ -202,7 +202,7 @@ def _where(backend: str) -> str:
 
 KEY_ORDER = (
     "jobs", "kubernetesJobs", "deadLetters", "duplicatesIgnored", "redeliveries", "queueWaitSeconds", "gpuHours",
-    "cost", "peakNodes", "scaleUps", "fallbacks", "scaleDowns", "drains", "hooksCompleted", "nodesAtEnd",
+    "cost", "peakNodes", "scaleUps", "fallbacks", "scaleDowns", "gangsReleased", "drains", "hooksCompleted", "nodesAtEnd",
     "invariants", "functionErrors", "virtualSeconds", "wallSeconds", "finished",
 )  # fmt: skip
 

@@ -125,6 +125,10 @@ class ObservedCluster(SimulatedCluster):
         self._maybe_kill("patch_node")
         return super().patch_node(name, patch)
 
+    def patch_job(self, *, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        self._maybe_kill("patch_job")
+        return super().patch_job(namespace=namespace, name=name, patch=patch)
+
     def evict(self, *, namespace: str, name: str) -> bool:
         self._maybe_kill("evict")
         return super().evict(namespace=namespace, name=name)
