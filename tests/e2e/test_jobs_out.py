@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from squall.cli import main
+from tests.groups import gpu_group
 
 HEADER = [
     "id",
@@ -24,18 +25,7 @@ HEADER = [
     "state",
     "reason",
 ]
-GROUP = {
-    "name": "g5-usw2",
-    "region": "us-west-2",
-    "asgName": "squall-g5-usw2",
-    "instanceType": "g5.12xlarge",
-    "allocatable": {"cpu": "47800m", "memory": "180Gi", "nvidia.com/gpu": 4, "pods": 58},
-    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-    "priority": 10,
-    "minSize": 0,
-    "maxSize": 4,
-    "pricePerHour": 5.67,
-}
+GROUP = gpu_group("g5-usw2", "g5.12xlarge", max_size=4, priority=10, minSize=0, pricePerHour=5.67)
 SPEC = {"name": "t", "team": "research", "image": "registry.example.com/squall/t:1", "resources": {"gpu": 1}}
 
 

@@ -15,16 +15,9 @@ import pytest
 from squall.core.jobs import JobStatus
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario import Simulation, SimulationResult, compile_scenario
+from tests.groups import gpu_group
 
-GROUP = {
-    "name": "p3-usw2",
-    "region": "us-west-2",
-    "asgName": "squall-p3-usw2",
-    "instanceType": "p3.2xlarge",
-    "allocatable": {"cpu": "7800m", "memory": "55Gi", "nvidia.com/gpu": 1, "pods": 58},
-    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-    "maxSize": 4,
-}
+GROUP = gpu_group("p3-usw2", "p3.2xlarge", max_size=4)
 SPEC = {
     "name": "resnet",
     "team": "research",

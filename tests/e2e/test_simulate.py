@@ -14,19 +14,9 @@ import yaml
 
 from squall.local.scenario import Simulation, compile_scenario
 from squall.local.trace import load_configuration, parse_trace, trace_plan
+from tests.groups import gpu_group
 
-GROUP = {
-    "name": "g5-usw2",
-    "region": "us-west-2",
-    "asgName": "squall-g5-usw2",
-    "instanceType": "g5.12xlarge",
-    "allocatable": {"cpu": "47800m", "memory": "180Gi", "nvidia.com/gpu": 4, "pods": 58},
-    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-    "priority": 10,
-    "minSize": 0,
-    "maxSize": 8,
-    "pricePerHour": 5.67,
-}
+GROUP = gpu_group("g5-usw2", "g5.12xlarge", max_size=8, priority=10, minSize=0, pricePerHour=5.67)
 
 
 def trace_text(jobs: int = 40, *, seed: int = 1) -> str:

@@ -20,18 +20,10 @@ from squall.local.scenario import (
     load_scenario,
     parse_span,
 )
+from tests.groups import gpu_group
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
-GPU_GROUP = {
-    "name": "p3-usw2",
-    "region": "us-west-2",
-    "asgName": "squall-p3-usw2",
-    "instanceType": "p3.2xlarge",
-    "allocatable": {"cpu": "7800m", "memory": "55Gi", "nvidia.com/gpu": 1, "pods": 58},
-    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-    "maxSize": 4,
-    "pricePerHour": 3.06,
-}
+GPU_GROUP = gpu_group("p3-usw2", "p3.2xlarge", max_size=4, pricePerHour=3.06)
 SPEC = {
     "name": "resnet",
     "id": "resnet",
