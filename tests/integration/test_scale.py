@@ -407,3 +407,40 @@ def test_a_note_that_raises_unexpectedly_does_not_undo_the_release(rig: Rig) -> 
     assert result.done["released"] == [{"job": "gang", "region": "us-west-2"}]
     assert any("note gang" in e for e in result.errors)
     assert rig.state.decisions
+
+
+def unreadable_pod(name: str, *, node: str | None) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "other-team", "name": name, "uid": f"u-{name}", "resourceVersion": "1"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]},
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def test_objects_the_planner_cannot_read_never_stop_the_check_nor_free_a_busy_node(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a node idle past the threshold, as a check would scale it down ...
+    rig.idle_node()
+    (node,) = rig.cluster.list_nodes()
+    # ... but also running a pod whose requests cannot be read (say, written by a newer
+    # API), beside an unbound one, and a node object that cannot be read either
+    extra_pods = [unreadable_pod("busy", node=node["metadata"]["name"]), unreadable_pod("waiting", node=None)]
+    extra_nodes = [{"metadata": {"name": "odd", "uid": "u-odd", "resourceVersion": "1"},
+                    "status": {"allocatable": {"cpu": []}}}]  # fmt: skip
+    list_pods, list_nodes = rig.cluster.list_pods, rig.cluster.list_nodes
+    monkeypatch.setattr(rig.cluster, "list_pods", lambda **kw: [*list_pods(**kw), *extra_pods])
+    monkeypatch.setattr(rig.cluster, "list_nodes", lambda: [*list_nodes(), *extra_nodes])
+
+    # when the scheduled check runs
+    result = rig.scaler().check(trigger="schedule")
+
+    # then it plans as before, keeps the node the unreadable pod runs on, and counts what it left out
+    assert "terminated" not in result.done
+    assert [n["metadata"]["name"] for n in rig.cluster.list_nodes()] == [node["metadata"]["name"], "odd"]
+    assert rig.metrics.total("UnreadableObjects") == 3
+    # and once that pod is gone the node goes as any idle node does: stamped empty, then idle past the threshold
+    extra_pods.clear()
+    assert "terminated" not in rig.scaler().check(trigger="schedule").done
+    rig.run(minutes=6)
+    assert len(rig.scaler().check(trigger="schedule").done["terminated"]) == 1

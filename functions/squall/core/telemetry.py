@@ -44,6 +44,7 @@ class Metric(StrEnum):
     FALLBACKS = "Fallbacks"
     SCALE_DOWNS = "ScaleDowns"
     UNSCHEDULABLE_PODS = "UnschedulablePods"
+    UNREADABLE_OBJECTS = "UnreadableObjects"  # dimension: Kind (node, pod); left out or counted busy
     # lifecycle and drains
     DRAINS_STARTED = "DrainsStarted"
     DRAINS_COMPLETED = "DrainsCompleted"

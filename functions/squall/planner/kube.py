@@ -55,11 +55,24 @@ class ParseCache(Generic[_Parsed]):
         self._seen: dict[tuple[str, str], _Parsed] = {}
         self.hits = 0
         self.misses = 0
+        self.unreadable: list[str] = []
 
-    def parse_all(self, doc: Mapping[str, Any] | Sequence[Any]) -> list[_Parsed]:
+    def parse_all(
+        self,
+        doc: Mapping[str, Any] | Sequence[Any],
+        *,
+        unreadable: Callable[[Mapping[str, Any], str], _Parsed | None] | None = None,
+    ) -> list[_Parsed]:
+        """Every object of the list, parsed; ValueError naming the item and field for one it cannot read.
+
+        With `unreadable`, an object it cannot read does not fail the whole list:
+        `unreadable(item, why)` returns what stands in for it (or None to leave it
+        out), and `self.unreadable` lists why, for the caller to log and count.
+        """
         earlier = self._seen
         seen: dict[tuple[str, str], _Parsed] = {}
         parsed = []
+        self.unreadable = []
         for index, item in enumerate(_items(doc, self._what)):
             metadata = item.get("metadata")
             key: tuple[str, str] | None
@@ -70,7 +83,16 @@ class ParseCache(Generic[_Parsed]):
                 key, value = None, None
             if value is None:
                 self.misses += 1
-                value = _parse_item(self._parse, item, index)
+                try:
+                    value = _parse_item(self._parse, item, index)
+                except ValueError as exc:
+                    if unreadable is None:
+                        raise
+                    self.unreadable.append(str(exc))
+                    stand_in = unreadable(item, str(exc))
+                    if stand_in is not None:
+                        parsed.append(stand_in)
+                    continue
             else:
                 self.hits += 1
             if key is not None and key[0] and key[1]:
@@ -514,3 +536,23 @@ def _time(obj: Mapping[str, Any], key: str, where: str) -> datetime | None:
         return parse_time(value)
     except ValueError as exc:
         raise ValueError(f"{where}{key}: {exc}") from None
+
+
+def busy_stand_in(item: Mapping[str, Any], why: str) -> Pod | None:
+    """What a pod the planner cannot read counts as: bound to its node, so that node is never
+    taken for empty (a scale-down must never remove a node that may be busy); not bound, it is
+    left out (nothing is bought for a pod whose requests cannot be read).
+    """
+    metadata = item.get("metadata") if isinstance(item.get("metadata"), Mapping) else {}
+    spec = item.get("spec") if isinstance(item.get("spec"), Mapping) else {}
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    if not isinstance(node, str) or not node:
+        return None
+    namespace, name = metadata.get("namespace"), metadata.get("name")  # type: ignore[union-attr]
+    return Pod(
+        namespace=namespace if isinstance(namespace, str) else "(unreadable)",
+        name=name if isinstance(name, str) else "(unreadable)",
+        node_name=node,
+        phase="Running",
+    )
+

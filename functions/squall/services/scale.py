@@ -34,7 +34,7 @@ from squall.planner import (
     ScalingFailure,
     plan,
 )
-from squall.planner.kube import ParseCache, node_cache, parse_pods, pod_cache
+from squall.planner.kube import ParseCache, busy_stand_in, node_cache, parse_pods, pod_cache
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
 from squall.services.intake import update_job
 
@@ -105,7 +105,7 @@ class Scaler:
         """
         now = self.clock.now()
         if asked_for is not None:
-            pods = self.parsed.pods.parse_all(self.cluster.list_pods())
+            pods = self._pods()
             if _all_placed(pods, asked_for):
                 pending = [pod for pod in pods if pod.is_pending]  # other jobs', seen by earlier checks
                 self.metrics.add(Metric.PENDING_PODS, len(pending))
@@ -146,9 +146,24 @@ class Scaler:
                 logger.warning("node group not found", group=template.name, region=ref.region)
                 continue
             groups.append(_with_live_state(template, observed, failures.get((ref.region, ref.name), []), now))
-        nodes = self.parsed.nodes.parse_all(self.cluster.list_nodes())
-        pods = self.parsed.pods.parse_all(self.cluster.list_pods())
-        return groups, self.state.load_health(), nodes, pods
+        # A node the planner cannot read is left out: its room goes unused and it is
+        # never scaled down. One object never stops the check for everyone.
+        nodes = self.parsed.nodes.parse_all(self.cluster.list_nodes(), unreadable=lambda item, why: None)
+        self._count_unreadable("node", self.parsed.nodes.unreadable)
+        return groups, self.state.load_health(), nodes, self._pods()
+
+    def _pods(self) -> list[Pod]:
+        # An unreadable pod bound to a node keeps that node busy; one not bound is left out.
+        pods = self.parsed.pods.parse_all(self.cluster.list_pods(), unreadable=busy_stand_in)
+        self._count_unreadable("pod", self.parsed.pods.unreadable)
+        return pods
+
+    def _count_unreadable(self, what: str, problems: list[str]) -> None:
+        if problems:
+            logger.warning(
+                "objects the planner cannot read", kind=what, count=len(problems), first=problems[0][:500]
+            )
+            self.metrics.add(Metric.UNREADABLE_OBJECTS, len(problems), dimensions={"Kind": what})
 
     # ---- plan and act --------------------------------------------------------
 

@@ -214,3 +214,22 @@ def test_the_parse_cache_refuses_what_parse_pods_refuses() -> None:
     with pytest.raises(ValueError, match=r"items\[0\]: expected a pod object"):
         pod_cache().parse_all({"items": ["not a pod"]})
 
+
+
+def test_an_unreadable_pod_stands_in_as_busy_on_its_node_and_is_left_out_unbound() -> None:
+    from squall.planner.kube import busy_stand_in
+
+    good = load("pods.json")["items"][0]
+    bound = {"metadata": {"namespace": "x", "name": "b"}, "spec": {"nodeName": "n1", "priority": "high"}}
+    unbound = {"metadata": {"namespace": "x", "name": "u"}, "spec": {"priority": "high"}}
+    cache = pod_cache()
+
+    pods = cache.parse_all([good, bound, unbound], unreadable=busy_stand_in)
+
+    assert [p.key for p in pods] == [f"{good['metadata']['namespace']}/{good['metadata']['name']}", "x/b"]
+    stand_in = pods[1]
+    assert stand_in.node_name == "n1" and stand_in.is_active and stand_in.is_workload
+    assert len(cache.unreadable) == 2 and all("spec.priority" in why for why in cache.unreadable)
+    # without the callback the list is refused, naming the item and field
+    with pytest.raises(ValueError, match=r"items\[1\].*spec.priority"):
+        pod_cache().parse_all([good, bound])
