@@ -6,21 +6,11 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
-from squall.core.jobs import JobStatus, is_terminal
 from squall.core.settings import PolicySettings
 from squall.local.runtime import LocalRuntime
 from stacks import constants
+from tests.e2e.helpers_runtime import GROUPS, is_done, run_until_running
 
-P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
-TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
-GROUPS = [
-    {"name": "p3-usw2", "region": "us-west-2", "asgName": "squall-p3-usw2", "instanceType": "p3.8xlarge",
-     "allocatable": P3, "taints": TAINTS, "priority": 10, "maxSize": 4},
-    {"name": "p3-use1", "region": "us-east-1", "asgName": "squall-p3-use1", "instanceType": "p3.8xlarge",
-     "allocatable": P3, "taints": TAINTS, "priority": 20, "maxSize": 4},
-]  # fmt: skip
-JOB = {"name": "gan", "id": "gan-1", "team": "research", "image": "registry.example.com/squall/tf-trainer:1.0",
-       "resources": {"cpu": "8", "memory": "32Gi", "gpu": 4}, "retries": 2}  # fmt: skip
 # A transaction's parts are authorised one by one, as their own actions.
 _TRANSACT_PARTS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
 
@@ -58,22 +48,9 @@ def test_every_table_call_of_every_function_is_one_its_role_allows() -> None:
         local.invoke = invoking  # type: ignore[method-assign]
         # when a job is submitted, runs, loses its spot node to a reclaim (a drain),
         # runs again elsewhere, finishes, and the nodes are scaled away
-        local.cluster.set_behaviour("gan-1", run_for=timedelta(minutes=20))
-        local.send(JOB)
-        local.run(
-            until=lambda rt: (j := rt.store.get("gan-1")) is not None and j.status is JobStatus.RUNNING,
-            step=timedelta(seconds=10),
-            limit=timedelta(minutes=15),
-        )
-        node = local.cluster.list_pods(job_id="gan-1")[0]["spec"]["nodeName"]
-        instance = local.fleet.instance_of(node)
-        assert instance is not None
+        _, instance = run_until_running(local, run_for=timedelta(minutes=20))
         local.fleet.reclaim(instance)
-        local.run(
-            until=lambda rt: (j := rt.store.get("gan-1")) is not None and is_terminal(j.status),
-            step=timedelta(seconds=10),
-            limit=timedelta(hours=1),
-        )
+        local.run(until=is_done, step=timedelta(seconds=10), limit=timedelta(hours=1))
         local.run(until=lambda rt: not rt.cluster.list_nodes(), step=timedelta(seconds=30), limit=timedelta(hours=1))
         # then every function ran, and called nothing its role does not grant
         assert set(calls) == set(constants.FUNCTIONS), "the scenario exercises every function"

@@ -8,21 +8,11 @@ from typing import Any
 
 import pytest
 
-from squall.core.jobs import JobStatus, is_terminal
+from squall.core.jobs import JobStatus
 from squall.core.settings import PolicySettings
 from squall.local.fleet import RegionCapacity
 from squall.local.runtime import LocalRuntime
-
-P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
-TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
-GROUPS = [
-    {"name": "p3-usw2", "region": "us-west-2", "asgName": "squall-p3-usw2", "instanceType": "p3.8xlarge",
-     "allocatable": P3, "taints": TAINTS, "priority": 10, "maxSize": 4},
-    {"name": "p3-use1", "region": "us-east-1", "asgName": "squall-p3-use1", "instanceType": "p3.8xlarge",
-     "allocatable": P3, "taints": TAINTS, "priority": 20, "maxSize": 4},
-]
-JOB = {"name": "gan", "id": "gan-1", "team": "research", "image": "registry.example.com/squall/tf-trainer:1.0",
-       "resources": {"cpu": "8", "memory": "32Gi", "gpu": 4}, "retries": 2}
+from tests.e2e.helpers_runtime import GROUPS, gan_job, is_done, run_until_running
 
 
 def start(backend: str, **kwargs: Any) -> Any:
@@ -34,11 +24,6 @@ def start(backend: str, **kwargs: Any) -> Any:
     )
 
 
-def done(rt: LocalRuntime) -> bool:
-    job = rt.store.get("gan-1")
-    return job is not None and is_terminal(job.status)
-
-
 @pytest.fixture(params=["memory", "moto"])
 def local(request: pytest.FixtureRequest) -> Iterator[LocalRuntime]:
     with start(request.param) as runtime:
@@ -47,16 +32,10 @@ def local(request: pytest.FixtureRequest) -> Iterator[LocalRuntime]:
 
 def test_a_spot_reclaim_mid_job_drains_the_node_and_the_job_still_succeeds(local: LocalRuntime) -> None:
     assert local.fleet is not None
-    local.cluster.set_behaviour("gan-1", run_for=timedelta(minutes=20))
-    local.send(JOB)
-    local.run(until=lambda rt: rt.store.get("gan-1") is not None and rt.store.get("gan-1").status is JobStatus.RUNNING,
-              step=timedelta(seconds=10), limit=timedelta(minutes=15))
-    node = local.cluster.list_pods(job_id="gan-1")[0]["spec"]["nodeName"]
-    instance = local.fleet.instance_of(node)
-    assert instance is not None
+    _, instance = run_until_running(local, run_for=timedelta(minutes=20))
     # when EC2 reclaims the spot instance under the running job
     local.fleet.reclaim(instance)
-    local.run(until=done, step=timedelta(seconds=10), limit=timedelta(hours=1))
+    local.run(until=is_done, step=timedelta(seconds=10), limit=timedelta(hours=1))
     # then the job ran again elsewhere and finished, and its history says why
     job = local.store.get("gan-1")
     assert job is not None and job.status is JobStatus.SUCCEEDED and job.retries_used == 1
@@ -71,17 +50,11 @@ def test_a_spot_reclaim_mid_job_drains_the_node_and_the_job_still_succeeds(local
 
 def test_an_instance_lost_without_notice_is_replaced_and_the_job_still_succeeds(local: LocalRuntime) -> None:
     assert local.fleet is not None
-    local.cluster.set_behaviour("gan-1", run_for=timedelta(minutes=20))
-    local.send(JOB)
-    local.run(until=lambda rt: rt.store.get("gan-1") is not None and rt.store.get("gan-1").status is JobStatus.RUNNING,
-              step=timedelta(seconds=10), limit=timedelta(minutes=15))
-    node = local.cluster.list_pods(job_id="gan-1")[0]["spec"]["nodeName"]
-    instance = local.fleet.instance_of(node)
-    assert instance is not None
+    node, instance = run_until_running(local, run_for=timedelta(minutes=20))
     # when the host fails: no notice, the node is gone at once
     local.fleet.lose(instance)
     assert node not in [n["metadata"]["name"] for n in local.cluster.list_nodes()]
-    local.run(until=done, step=timedelta(seconds=10), limit=timedelta(hours=1))
+    local.run(until=is_done, step=timedelta(seconds=10), limit=timedelta(hours=1))
     # then the job ran again on the replacement and finished; nothing drained it first
     job = local.store.get("gan-1")
     assert job is not None and job.status is JobStatus.SUCCEEDED and job.retries_used == 1
@@ -101,8 +74,8 @@ def test_a_node_that_never_joins_is_abandoned_and_the_job_falls_back() -> None:
         # us-west-2 launches instances whose nodes never register (a broken AMI, say)
         local.fleet.break_joins(region="us-west-2", instance_type="p3.8xlarge", count=4)
         local.cluster.set_behaviour("gan-1", run_for=timedelta(minutes=5))
-        local.send(JOB)
-        local.run(until=done, step=timedelta(seconds=10), limit=timedelta(hours=2))
+        local.send(gan_job())
+        local.run(until=is_done, step=timedelta(seconds=10), limit=timedelta(hours=2))
         job = local.store.get("gan-1")
         assert job is not None and job.status is JobStatus.SUCCEEDED
         # the launch hook was answered ABANDON past the provision timeout, the group

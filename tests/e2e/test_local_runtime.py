@@ -12,7 +12,6 @@ import pytest
 from squall.core.asg_events import DrainStepMessage
 from squall.core.drain import DrainOutcome
 from squall.core.errors import RetryableError
-from squall.core.jobs import JobStatus
 from squall.core.resources import (
     DRAIN_VISIBILITY_TIMEOUT,
     FUNCTIONS,
@@ -25,20 +24,12 @@ from squall.local.clock import VirtualClock
 from squall.local.runtime import LocalRuntime
 from squall.local.summary import ObservedCluster
 from squall.ports import GroupRef
+from tests.e2e.helpers_runtime import P3_USW2, gan_job, run_until_running
 
 ZERO = timedelta(0)
-P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
-GROUPS = [
-    {"name": "p3-usw2", "region": "us-west-2", "asgName": "squall-p3-usw2", "instanceType": "p3.8xlarge",
-     "allocatable": P3, "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-     "priority": 10, "maxSize": 4},
-]  # fmt: skip
-IMAGE = "registry.example.com/squall/tf-trainer:1.0"
-
-
-def job(job_id: str) -> dict[str, Any]:
-    return {"name": "gan", "id": job_id, "team": "research", "image": IMAGE,
-            "resources": {"cpu": "8", "memory": "32Gi", "gpu": 4}, "retries": 2}  # fmt: skip
+GROUPS = [P3_USW2]
+# The drain tests' policy: idle nodes go in five minutes, a node has two minutes to boot.
+DRAIN_POLICY = {"idleThreshold": "PT5M", "bootGrace": "PT2M"}
 
 
 def points(local: LocalRuntime, name: str, **dimensions: str) -> list[RecordedMetric]:
@@ -58,6 +49,10 @@ class World:
 
     def start(self, backend: str, **kwargs: Any) -> Any:
         return LocalRuntime.start(clock=self.clock, cluster=self.cluster, backend=backend, **kwargs)
+
+    def start_fleet(self) -> Any:
+        """A memory-backed runtime on GROUPS with its simulated fleet, under DRAIN_POLICY."""
+        return self.start("memory", node_groups=GROUPS, policy=PolicySettings.model_validate(DRAIN_POLICY))
 
 
 @pytest.fixture
@@ -80,7 +75,7 @@ def local(world: World) -> Iterator[LocalRuntime]:
 def test_every_invocation_records_lambdas_own_metrics(world: World, backend: str) -> None:
     with world.start(backend) as local:
         # given a job on the queue
-        local.send(job("gan-1"))
+        local.send(gan_job("gan-1"))
         # when one step delivers it
         local.step(ZERO)
         # then the submit function ran once, and Lambda's metrics say so
@@ -125,7 +120,7 @@ def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(
     with world.start(backend) as local:
         # given the submit invocation dies half way through its batch
         t0 = local.clock.now()
-        local.send(job("gan-1"))
+        local.send(gan_job("gan-1"))
         world.cluster.kill_at("create")
         local.step(ZERO)
         (error,) = local.function_errors
@@ -142,7 +137,7 @@ def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(
         assert local.dead_letters() == []
         # and a message whose every delivery dies goes to the dead-letter queue on the
         # receive after the stack's maximum (five)
-        local.send(job("gan-2"))
+        local.send(gan_job("gan-2"))
         for _ in range(JOBS_MAX_RECEIVE_COUNT):
             world.cluster.kill_at("create")
             local.step(ZERO)
@@ -156,11 +151,10 @@ def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(
 
 
 def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) -> None:
-    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M"})
-    with world.start("memory", node_groups=GROUPS, policy=policy) as local:
+    with world.start_fleet() as local:
         assert local.fleet is not None
         # given a job running on a node
-        _, instance = running_job(world, local)
+        _, instance = run_until_running(local, run_for=timedelta(hours=2))
         # when the node's terminate hook starts and the lifecycle function dies cordoning it
         local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
         world.cluster.kill_at("patch_node")
@@ -199,8 +193,7 @@ def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) ->
 
 
 def test_a_retried_lifecycle_event_drains_the_node(world: World) -> None:
-    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M"})
-    with world.start("memory", node_groups=GROUPS, policy=policy) as local:
+    with world.start_fleet() as local:
         assert local.fleet is not None
         local.fleet.set_desired_capacity(ref=GroupRef(name="squall-p3-usw2", region="us-west-2"), desired=1)
         local.run(
@@ -233,7 +226,7 @@ def test_the_runtime_says_when_it_next_has_something_to_do(local: LocalRuntime) 
 def test_a_scale_check_request_is_due_after_its_debounce(world: World) -> None:
     with world.start("memory", node_groups=GROUPS) as local:
         t0 = local.clock.now()
-        local.send(job("gan-1"))
+        local.send(gan_job("gan-1"))
         local.step(ZERO)
         # the submission asked for a scale check: due after the debounce, before the schedules
         debounce = local.settings.policy.scale_check_debounce
@@ -247,7 +240,7 @@ def test_the_jobs_queue_is_sampled_for_sqs_metrics(world: World, backend: str) -
         queue = {"QueueName": "squall-jobs"}
         # given three jobs that wait thirty seconds on the queue, and a body nobody can read
         for number in range(3):
-            local.send(job(f"gan-{number}"))
+            local.send(gan_job(f"gan-{number}"))
         local.send("{not json")
         local.clock.advance(timedelta(seconds=30))
         # when the next step samples the queue before delivering
@@ -282,27 +275,10 @@ def test_the_jobs_queue_is_sampled_for_sqs_metrics(world: World, backend: str) -
         assert len(points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-drain")) >= 2
 
 
-def running_job(world: World, local: LocalRuntime) -> tuple[str, str]:
-    """gan-1 running on a node: the node's name and its instance."""
-    assert local.fleet is not None
-    world.cluster.set_behaviour("gan-1", run_for=timedelta(hours=2))
-    local.send(job("gan-1"))
-    local.run(
-        until=lambda rt: (j := rt.store.get("gan-1")) is not None and j.status is JobStatus.RUNNING,
-        step=timedelta(seconds=10),
-        limit=timedelta(minutes=15),
-    )
-    node = str(world.cluster.list_pods(job_id="gan-1")[0]["spec"]["nodeName"])
-    instance = local.fleet.instance_of(node)
-    assert instance is not None
-    return node, instance
-
-
 def test_a_drain_batch_whose_invocation_dies_comes_back_after_the_visibility_timeout(world: World) -> None:
-    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M"})
-    with world.start("memory", node_groups=GROUPS, policy=policy) as local:
+    with world.start_fleet() as local:
         assert local.fleet is not None
-        node, instance = running_job(world, local)
+        node, instance = run_until_running(local, run_for=timedelta(hours=2))
         # given a drain under way: the lifecycle function took its first step and queued the next
         local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
         local.step(ZERO)
@@ -336,10 +312,9 @@ def test_a_drain_batch_whose_invocation_dies_comes_back_after_the_visibility_tim
 
 
 def test_a_drain_message_that_keeps_failing_is_dead_lettered_on_its_tenth_receive(world: World) -> None:
-    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M"})
-    with world.start("memory", node_groups=GROUPS, policy=policy) as local:
+    with world.start_fleet() as local:
         assert local.fleet is not None
-        _, instance = running_job(world, local)
+        _, instance = run_until_running(local, run_for=timedelta(hours=2))
         local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
         local.step(ZERO)
         # a drain record left mid-drain: its own next step message is taken away
@@ -375,8 +350,8 @@ def test_a_scale_check_request_names_the_jobs_that_asked_for_it(world: World) ->
 
         local.invoke = recording  # type: ignore[method-assign]
         # given two submissions in one batch, no node yet
-        local.send(job("gan-1"))
-        local.send(job("gan-2"))
+        local.send(gan_job("gan-1"))
+        local.send(gan_job("gan-2"))
         local.step(ZERO)
         # when the debounce has passed
         local.clock.advance(local.settings.policy.scale_check_debounce)
@@ -393,10 +368,10 @@ def test_a_drain_step_that_fails_once_is_retried_after_the_step_delay_and_the_ho
     world: World, backend: str
 ) -> None:
     # given 10 s drain steps, and a job running on a node
-    policy = PolicySettings.model_validate({"idleThreshold": "PT5M", "bootGrace": "PT2M", "drainStepDelay": "PT10S"})
+    policy = PolicySettings.model_validate({**DRAIN_POLICY, "drainStepDelay": "PT10S"})
     with world.start(backend, node_groups=GROUPS, policy=policy) as local:
         assert local.fleet is not None
-        _, instance = running_job(world, local)
+        _, instance = run_until_running(local, run_for=timedelta(hours=2))
         # and Auto Scaling throttles the first completion of a lifecycle action
         failures: list[Any] = []
         complete = local.fleet.complete_lifecycle_action
@@ -441,6 +416,6 @@ def test_both_backends_refuse_a_body_sqs_would_refuse(world: World, backend: str
         # when it is sent, then the queue refuses it as SendMessage would, and nothing is queued
         with pytest.raises(MessageTooLong):
             local.send(body)
-        local.send(job("fits"))
+        local.send(gan_job("fits"))
         local.deliver()
         assert [j.id for j in local.jobs()] == ["fits"]
