@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,6 +37,12 @@ def points(local: LocalRuntime, name: str, **dimensions: str) -> list[RecordedMe
     return [p for p in local.metrics.points if p.name == name and p.dimensions == dimensions]
 
 
+def start_terminate_hook(local: LocalRuntime, instance: str) -> None:
+    """Auto Scaling takes the instance out without lowering desired capacity: its terminate hook starts."""
+    assert local.fleet is not None
+    local.fleet.terminate_instance(region=P3_USW2["region"], instance_id=instance, decrement=False)
+
+
 def total(local: LocalRuntime, name: str, **dimensions: str) -> float:
     return sum(p.value for p in points(local, name, **dimensions))
 
@@ -53,6 +60,13 @@ class World:
     def start_fleet(self) -> Any:
         """A memory-backed runtime on GROUPS with its simulated fleet, under DRAIN_POLICY."""
         return self.start("memory", node_groups=GROUPS, policy=PolicySettings.model_validate(DRAIN_POLICY))
+
+    @contextmanager
+    def running_job(self) -> Iterator[tuple[LocalRuntime, str, str]]:
+        """gan-1 running (for two hours) on a node of start_fleet(): the runtime, the node's name, its instance."""
+        with self.start_fleet() as local:
+            node, instance = run_until_running(local, run_for=timedelta(hours=2))
+            yield local, node, instance
 
 
 @pytest.fixture
@@ -151,12 +165,10 @@ def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(
 
 
 def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) -> None:
-    with world.start_fleet() as local:
-        assert local.fleet is not None
-        # given a job running on a node
-        _, instance = run_until_running(local, run_for=timedelta(hours=2))
+    # given a job running on a node
+    with world.running_job() as (local, _, instance):
         # when the node's terminate hook starts and the lifecycle function dies cordoning it
-        local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+        start_terminate_hook(local, instance)
         world.cluster.kill_at("patch_node")
         local.step(ZERO)
         failed_at = local.clock.now()
@@ -276,11 +288,9 @@ def test_the_jobs_queue_is_sampled_for_sqs_metrics(world: World, backend: str) -
 
 
 def test_a_drain_batch_whose_invocation_dies_comes_back_after_the_visibility_timeout(world: World) -> None:
-    with world.start_fleet() as local:
-        assert local.fleet is not None
-        node, instance = run_until_running(local, run_for=timedelta(hours=2))
+    with world.running_job() as (local, node, instance):
         # given a drain under way: the lifecycle function took its first step and queued the next
-        local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+        start_terminate_hook(local, instance)
         local.step(ZERO)
         (queued,) = local.drain_queue.waiting
         # and someone uncordoned the node meanwhile, so the drain function must cordon it again
@@ -312,10 +322,8 @@ def test_a_drain_batch_whose_invocation_dies_comes_back_after_the_visibility_tim
 
 
 def test_a_drain_message_that_keeps_failing_is_dead_lettered_on_its_tenth_receive(world: World) -> None:
-    with world.start_fleet() as local:
-        assert local.fleet is not None
-        _, instance = run_until_running(local, run_for=timedelta(hours=2))
-        local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+    with world.running_job() as (local, _, instance):
+        start_terminate_hook(local, instance)
         local.step(ZERO)
         # a drain record left mid-drain: its own next step message is taken away
         local.drain_queue.waiting.clear()
@@ -385,7 +393,7 @@ def test_a_drain_step_that_fails_once_is_retried_after_the_step_delay_and_the_ho
         local.fleet.complete_lifecycle_action = throttled_once  # type: ignore[method-assign]
         # when the node's instance is terminated under the job: the lifecycle function
         # evicts the pod and the drain function completes the action once it is gone
-        local.fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+        start_terminate_hook(local, instance)
 
         def answered(rt: LocalRuntime) -> bool:
             record = rt.backend.drain_store.get(instance)
