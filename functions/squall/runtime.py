@@ -87,7 +87,10 @@ class Services:
             clock=self.clock,
             metrics=self.metrics,
             config=ScaleConfig(
-                groups=groups, policy=self.settings.policy.planner_policy(), dry_run=self.settings.dry_run
+                groups=groups,
+                policy=self.settings.policy.planner_policy(),
+                teams=self.settings.team_shares(),
+                dry_run=self.settings.dry_run,
             ),
             store=self.store,
             parsed=self.parsed_objects,
@@ -152,13 +155,16 @@ class NamespacedCluster:
 
     The functions of the squall-jobs Kubernetes group may read Jobs and Pods in
     the team namespaces only (stacks/rbac binds their read role per namespace);
-    a list across the cluster becomes one list per namespace. Everything else is
-    the wrapped cluster's.
+    a list across the cluster becomes one list per namespace. The scale function
+    reads and patches Jobs in those namespaces only too (admission, gang release),
+    but Pods across the cluster (`cluster_wide_pods`): any pod on a node counts for
+    its use. Everything else is the wrapped cluster's.
     """
 
-    def __init__(self, cluster: Cluster, namespaces: Sequence[str]) -> None:
+    def __init__(self, cluster: Cluster, namespaces: Sequence[str], *, cluster_wide_pods: bool = False) -> None:
         self._cluster = cluster
         self._namespaces = tuple(dict.fromkeys(namespaces))
+        self._cluster_wide_pods = cluster_wide_pods
 
     def create(self, manifest: KubeObject) -> bool:
         return self._cluster.create(manifest)
@@ -179,6 +185,8 @@ class NamespacedCluster:
     def list_pods(
         self, *, namespace: str | None = None, job_id: str | None = None, node_name: str | None = None
     ) -> list[KubeObject]:
+        if self._cluster_wide_pods:
+            return self._cluster.list_pods(namespace=namespace, job_id=job_id, node_name=node_name)
         return [
             pod
             for ns in self._scope(namespace)
@@ -255,7 +263,7 @@ def _from_environment(metrics: Any | None) -> Services:
         )
     cluster: Cluster = KubernetesCluster(api_client_for(cluster_settings, session=session))
     if settings.namespaces:
-        cluster = NamespacedCluster(cluster, settings.namespaces)
+        cluster = NamespacedCluster(cluster, settings.namespaces, cluster_wide_pods=settings.cluster_wide_pods)
     submitters: dict[str, frozenset[str]] = {}
     if settings.submitters:
         resolved = resolve_submitters(settings.submitters, IamPrincipals(session.client("iam")))

@@ -12,7 +12,14 @@ from squall.core.settings import SETTINGS_FILE_VARIABLE, Settings, SettingsFileE
 
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SQUALL_TEAMS", "SQUALL_POLICY", "SQUALL_NODE_GROUPS", SETTINGS_FILE_VARIABLE, "LAMBDA_TASK_ROOT"):
+    for name in (
+        "SQUALL_TEAMS",
+        "SQUALL_POLICY",
+        "SQUALL_NODE_GROUPS",
+        "SQUALL_QUOTAS",
+        SETTINGS_FILE_VARIABLE,
+        "LAMBDA_TASK_ROOT",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SQUALL_TABLE_NAME", "squall-jobs")
 
@@ -69,3 +76,22 @@ def test_a_bad_file_names_the_variable_and_the_problem(
     with pytest.raises(SettingsFileError, match=message) as caught:
         Settings()
     assert SETTINGS_FILE_VARIABLE in str(caught.value)
+
+
+def test_team_quotas_reach_the_scale_check_from_the_file_or_a_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from squall.planner.admission import TeamShare
+
+    path = write(
+        tmp_path / "scale.json",
+        {"teams": {"research": "team-research", "vision": "team-vision"}, "quotas": {"research": {"gpuQuota": 8, "weight": 2}}},
+    )
+    monkeypatch.setenv(SETTINGS_FILE_VARIABLE, str(path))
+    # every configured team has a share: one without a quota has none, weight 1
+    assert Settings().team_shares() == {"research": TeamShare(quota=8, weight=2.0), "vision": TeamShare()}
+    monkeypatch.setenv("SQUALL_QUOTAS", '{"vision": {"gpuQuota": 4}}')
+    assert Settings().team_shares() == {"research": TeamShare(), "vision": TeamShare(quota=4)}
+    monkeypatch.setenv("SQUALL_QUOTAS", '{"vision": {"gpuQuota": -4, "weight": 0}}')
+    with pytest.raises(ValueError, match=r"quotas.vision.gpuQuota: expected a whole number of GPUs.*quotas.vision.weight"):
+        Settings()

@@ -370,3 +370,39 @@ def test_small_requests_pack_more_replicas_on_a_node(tmp_path: Path) -> None:
         "line 2, column replicas: 32 replicas of 1 GPUs must run in one region, and the most any region's "
         "groups can hold at their max sizes is 28"
     ]
+
+
+def test_teams_of_a_groups_file_hold_a_replay_to_their_quotas(tmp_path: Path) -> None:
+    from squall.planner.admission import TeamShare
+
+    (tmp_path / "groups.yaml").write_text(
+        GROUPS + "teams:\n  research: {namespace: ml-research, gpuQuota: 16, weight: 3}\n  ops: team-ops\n"
+    )
+    config = load_configuration(tmp_path / "groups.yaml")
+    rows = parse_trace("submit_s,team,gpus,replicas,run_s\n0,research,8,2,600\n0,vision,1,1,60\n")
+    plan = trace_plan(rows, config)
+    # a configured team runs in its namespace, with its quota; another in team-<name>, with none
+    assert plan.teams == {"ops": "team-ops", "research": "ml-research", "vision": "team-vision"}
+    assert plan.quotas == {"research": TeamShare(quota=16, weight=3.0), "ops": TeamShare()}
+    # a job larger than its team's quota would wait forever: refused with its line
+    rows = parse_trace("submit_s,team,gpus,replicas,run_s\n0,research,8,3,600\n")
+    with pytest.raises(ScenarioError) as caught:
+        trace_plan(rows, config)
+    assert caught.value.errors == [
+        "line 2, column gpus: the job needs 24 GPUs (3 x 8), more than team research's gpuQuota of 16: "
+        "it would wait forever"
+    ]
+
+
+def test_a_groups_files_teams_are_checked_and_cdk_json_teams_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "groups.yaml").write_text(GROUPS + "teams: {research: {namespace: team-research, gpuQuota: -1}}\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_configuration(tmp_path / "groups.yaml")
+    assert caught.value.errors == ["teams.research.gpuQuota: expected a whole number of GPUs, at least 0, got -1"]
+    cdk = json.loads((Path(__file__).parents[2] / "cdk.json").read_text())
+    cdk["context"]["teams"] = {"research": {"namespace": "team-research", "gpuQuota": 32}}
+    (tmp_path / "cdk.json").write_text(json.dumps(cdk))
+    monkeypatch.chdir(tmp_path)
+    assert load_configuration(None).teams["research"].gpu_quota == 32

@@ -23,7 +23,15 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from squall.planner.inputs import POLICY_DEFAULTS, InputError, parse_duration, planner_policy, read_policy
+from squall.planner.admission import TeamShare
+from squall.planner.inputs import (
+    POLICY_DEFAULTS,
+    InputError,
+    parse_duration,
+    planner_policy,
+    read_policy,
+    read_team_shares,
+)
 from squall.planner.model import Policy
 
 SETTINGS_FILE_VARIABLE = "SQUALL_SETTINGS_FILE"
@@ -45,6 +53,18 @@ class ClusterSettings(BaseModel):
 # A duration in any form Squall reads one (planner/inputs.py parse_duration), for pydantic models.
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 _DEFAULTS = POLICY_DEFAULTS
+
+
+def _read_quotas(value: Any) -> dict[str, TeamShare]:
+    try:
+        return read_team_shares(value)
+    except InputError as exc:
+        raise ValueError("; ".join(exc.errors)) from None
+
+
+# team -> its share in admission, read by planner/inputs.py read_team_shares: the settings
+# file holds {team: {gpuQuota, weight}} as cdk.json writes them; TeamShare values pass as they are.
+TeamShares = Annotated[dict[str, TeamShare], BeforeValidator(_read_quotas)]
 
 
 class PolicySettings(BaseModel):
@@ -152,15 +172,25 @@ class Settings(BaseSettings):
     # runtime.py resolves to unique ids at cold start, or unique ids (AROA..., AIDA...).
     # A team not listed here takes jobs from any sender.
     submitters: dict[str, list[str]] = Field(default_factory=dict)
+    # team -> its GPU quota (None: no limit) and weight in the scale check's admission
+    # ({gpuQuota, weight}, as in cdk.json). A team not listed has no quota and weight 1.
+    quotas: TeamShares = Field(default_factory=dict)
     allowed_registries: list[str] = Field(default_factory=list)
     regions: list[str] = Field(default_factory=list)
     node_groups: list[dict[str, Any]] = Field(default_factory=list)
     # Set for functions whose Kubernetes role may read Jobs and Pods in these
     # namespaces only (the team namespaces): their lists go namespace by namespace.
     namespaces: list[str] = Field(default_factory=list)
+    # The function's role reads Pods across the cluster (the scale function's: any pod on
+    # a node counts for its use), so only its Job lists go namespace by namespace.
+    cluster_wide_pods: bool = False
     policy: PolicySettings = Field(default_factory=PolicySettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     dry_run: bool = False
     # Squall's own lifecycle hooks (names) on the groups it manages
     launch_hook_name: str = "squall-launch"
     terminate_hook_name: str = "squall-terminate"
+
+    def team_shares(self) -> dict[str, TeamShare]:
+        """Every team's share in admission (ScaleConfig.teams): a team without a quota has none, weight 1."""
+        return {team: TeamShare() for team in self.teams} | dict(self.quotas)

@@ -41,7 +41,7 @@ def add_local_commands(subparsers: Any) -> None:
     simulate.add_argument(
         "--groups",
         metavar="GROUPS.yaml",
-        help="nodeGroups (and optionally policy, regions); default ./cdk.json",
+        help="nodeGroups (and optionally policy, regions, teams with gpuQuota and weight); default ./cdk.json",
     )
     _common(simulate, backend="memory")
     simulate.set_defaults(run=cmd_simulate)

@@ -80,6 +80,7 @@ from squall.local.lambda_events import (
 from squall.local.memory import InMemoryAutoScaling, InMemoryDrainStore, InMemoryJobStore, InMemoryScaleState
 from squall.local.queues import LocalQueue, MemoryQueue, SqsQueue
 from squall.planner import NodeGroup
+from squall.planner.admission import TeamShare
 from squall.planner.offline import parse_groups
 
 DEFAULT_TEAMS = {"research": "team-research", "vision": "team-vision"}
@@ -325,12 +326,16 @@ class LocalRuntime:
         log_level: int = logging.WARNING,
         backend: str = "moto",
         submitters: Mapping[str, Sequence[str]] | None = None,
+        quotas: Mapping[str, TeamShare] | None = None,
     ) -> Iterator[LocalRuntime]:
         """Start the embedded endpoint (or the memory backend), install the services.
 
         `submitters`: team -> unique ids of the principals that may submit for it
         (what SQS reports as a message's SenderId, before any ':'), handed to the
         intake as they are; a team left out takes jobs from any sender.
+        `quotas`: team -> its GPU quota and weight in admission (the functions'
+        `quotas` setting, `planner.inputs.team_shares` of a configuration's teams);
+        a team left out has no quota and weight 1.
         """
         clock = clock or VirtualClock()
         cluster = cluster or SimulatedCluster(clock=clock)
@@ -355,6 +360,7 @@ class LocalRuntime:
                 jobs_queue_url=local_resources.jobs_queue_url if local_resources else "",
                 drain_queue_url=local_resources.drain_queue_url if local_resources else "",
                 teams=dict(teams or DEFAULT_TEAMS),
+                quotas=dict(quotas or {}),
                 allowed_registries=list(registries or DEFAULT_REGISTRIES),
                 regions=sorted({g["region"] for g in node_groups or []} | {REGION}),
                 node_groups=list(node_groups or []),

@@ -22,8 +22,8 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,8 @@ from squall.local.scenario import (
     validation_errors,
 )
 from squall.planner import NodeGroup
-from squall.planner.inputs import GroupsError, read_node_groups
+from squall.planner.admission import TeamShare
+from squall.planner.inputs import GroupsError, InputError, Team, read_node_groups, read_teams, team_shares
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes
 
 COLUMNS = ("submit_s", "team", "gpus", "replicas", "run_s")
@@ -325,6 +326,21 @@ def unplaceable(rows: Sequence[TraceRow], groups: Sequence[NodeGroup]) -> list[s
     return problems
 
 
+def over_quota(rows: Sequence[TraceRow], teams: Mapping[str, Team]) -> list[str]:
+    """Rows that would wait forever: the job needs more GPUs than its team's gpuQuota."""
+    problems = []
+    for row in rows:
+        team = teams.get(row.team)
+        quota = team.gpu_quota if team is not None else None
+        if quota is not None and row.gpus * row.replicas > quota:
+            problems.append(
+                f"line {row.line}, column gpus: the job needs {row.gpus * row.replicas} GPUs "
+                f"({row.replicas} x {row.gpus}), more than team {row.team}'s gpuQuota of {quota}: "
+                "it would wait forever"
+            )
+    return problems
+
+
 def _replicas_per_node(row: TraceRow, group: NodeGroup) -> int:
     """How many of the row's replicas one node of the group holds."""
     allocatable = group.allocatable
@@ -360,11 +376,14 @@ def _binding_column(row: TraceRow, groups: Sequence[NodeGroup]) -> str:
 
 
 class GroupsFile(StrictModel):
-    """GROUPS.yaml: node groups (as in cdk.json), and optionally policy and region capacity."""
+    """GROUPS.yaml: node groups (as in cdk.json), and optionally policy, region capacity and teams."""
 
     node_groups: list[dict[str, Any]]
     policy: dict[str, Any] = Field(default_factory=dict)
     regions: dict[str, RegionModel] = Field(default_factory=dict)
+    # team -> namespace, or {namespace, gpuQuota, weight, submitters} as in cdk.json
+    # (submitters are not checked in a replay: a trace names no senders).
+    teams: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -374,6 +393,12 @@ class Configuration:
     policy: PolicySettings
     capacity: dict[str, RegionCapacity]
     source: str
+    # The configured teams: a trace's team among them runs in its namespace, held to its
+    # GPU quota and weight; any other team runs in team-<name>, with no quota.
+    teams: dict[str, Team] = field(default_factory=dict)
+
+    def quotas(self) -> dict[str, TeamShare]:
+        return team_shares(self.teams)
 
 
 def load_configuration(path: str | Path | None) -> Configuration:
@@ -387,7 +412,11 @@ def load_configuration(path: str | Path | None) -> Configuration:
     document = load_document(file)
     if isinstance(document, dict) and isinstance(document.get("context"), dict):
         context = document["context"]
-        document = {"nodeGroups": context.get("nodeGroups", []), "policy": context.get("policy", {})}
+        document = {
+            "nodeGroups": context.get("nodeGroups", []),
+            "policy": context.get("policy", {}),
+            "teams": context.get("teams", {}),
+        }
     if not isinstance(document, dict):
         raise ScenarioError(
             [
@@ -406,6 +435,11 @@ def load_configuration(path: str | Path | None) -> Configuration:
         errors.extend(exc.errors)
         groups = []
     policy = read_policy_settings(model.policy, errors)
+    try:
+        teams = read_teams(model.teams)
+    except InputError as exc:
+        errors.extend(exc.errors)
+        teams = {}
     if not groups and not errors:
         errors.append("nodeGroups: at least one node group is needed")
     if errors:
@@ -419,12 +453,13 @@ def load_configuration(path: str | Path | None) -> Configuration:
             for r, m in model.regions.items()
         },
         source=str(file),
+        teams=teams,
     )
 
 
 def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "trace") -> ScenarioPlan:
     """A ScenarioPlan that sends every row at its time; ScenarioError if some row can never run."""
-    problems = unplaceable(rows, config.groups)
+    problems = unplaceable(rows, config.groups) + over_quota(rows, config.teams)
     if problems:
         shown = problems[:MAX_ERRORS_SHOWN] + (
             [f"... and {len(problems) - MAX_ERRORS_SHOWN} more"] if len(problems) > MAX_ERRORS_SHOWN else []
@@ -446,7 +481,11 @@ def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "
         groups=config.groups,
         capacity=config.capacity,
         policy=config.policy,
-        teams={team: f"team-{team}" for team in sorted({row.team for row in rows})},
+        teams={
+            team: config.teams[team].namespace if team in config.teams else f"team-{team}"
+            for team in sorted({row.team for row in rows} | set(config.teams))
+        },
+        quotas=config.quotas(),
         registries=[registry],
         submissions=submissions,
         end=EndModel(when="scaledDown", limit=give_up_after(rows, config.groups)),

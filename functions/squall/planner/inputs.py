@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from squall.planner.admission import TeamShare
 from squall.planner.kube import parse_time
 from squall.planner.model import (
     GPU_RESOURCE,
@@ -274,22 +275,78 @@ def _team(entry: object, where: str, errors: list[str], *, unique_ids_only: bool
     submitters = entry.get("submitters")
     if "submitters" in entry:
         _submitters(submitters, f"{where}.submitters", errors, unique_ids_only=unique_ids_only)
-    quota = entry.get("gpuQuota")
-    if quota is not None and (type(quota) is not int or quota < 0):
-        errors.append(
-            f"{where}.gpuQuota: expected a whole number of GPUs, at least 0, got {shown_value(quota)}"
-        )
-    weight = entry.get("weight")
-    if weight is not None and (type(weight) not in (int, float) or not math.isfinite(weight) or weight <= 0):
-        errors.append(f"{where}.weight: expected a positive number, got {shown_value(weight)}")
+    quota, weight = _share_fields(entry, where, errors)
     if len(errors) > before:
         return None
     return Team(
         namespace=str(namespace),
         submitters=tuple(submitters) if submitters is not None else None,
         gpu_quota=quota,
-        weight=float(weight) if weight is not None else None,
+        weight=weight,
     )
+
+
+def _share_fields(entry: Mapping[Any, Any], where: str, errors: list[str]) -> tuple[int | None, float | None]:
+    """A team's `gpuQuota` and `weight`, each None when left out; problems join `errors`."""
+    quota = entry.get("gpuQuota")
+    if quota is not None and (type(quota) is not int or quota < 0):
+        errors.append(
+            f"{where}.gpuQuota: expected a whole number of GPUs, at least 0, got {shown_value(quota)}"
+        )
+        quota = None
+    weight = entry.get("weight")
+    if weight is not None and (type(weight) not in (int, float) or not math.isfinite(weight) or weight <= 0):
+        errors.append(f"{where}.weight: expected a positive number, got {shown_value(weight)}")
+        weight = None
+    return quota, float(weight) if weight is not None else None
+
+
+def team_share(team: Team) -> TeamShare:
+    """What admission holds a team to: its `gpuQuota` (None: no limit) and `weight` (default 1)."""
+    return TeamShare(quota=team.gpu_quota, weight=1.0 if team.weight is None else team.weight)
+
+
+def team_shares(teams: Mapping[str, Team]) -> dict[str, TeamShare]:
+    """Every team's share for the scale check (ScaleConfig.teams), a team without a quota included."""
+    return {name: team_share(team) for name, team in teams.items()}
+
+
+SHARE_FIELDS = ("gpuQuota", "weight")
+
+
+def read_team_shares(value: object, *, path: str = "quotas") -> dict[str, TeamShare]:
+    """`{team: {gpuQuota, weight}}` (the functions' settings; a TeamShare passes as it is).
+
+    InputError names every problem.
+    """
+    if not isinstance(value, Mapping):
+        raise InputError([f"{path}: expected an object of team -> {{gpuQuota, weight}}, got {kind(value)}"])
+    errors: list[str] = []
+    shares: dict[str, TeamShare] = {}
+    for name, entry in value.items():
+        where = f"{path}.{name}"
+        if not isinstance(name, str) or not name.strip():
+            errors.append(f"{path}: team names must be non-empty strings, got {shown_value(name)}")
+        elif isinstance(entry, TeamShare):
+            shares[name] = entry
+        elif not isinstance(entry, Mapping):
+            errors.append(f"{where}: expected an object with {', '.join(SHARE_FIELDS)}, got {kind(entry)}")
+        else:
+            before = len(errors)
+            for key in entry:
+                if key not in SHARE_FIELDS:
+                    errors.append(f"{where}.{key}: unknown field (allowed: {', '.join(SHARE_FIELDS)})")
+            quota, weight = _share_fields(entry, where, errors)
+            if len(errors) == before:
+                shares[name] = TeamShare(quota=quota, weight=1.0 if weight is None else weight)
+    if errors:
+        raise InputError(errors)
+    return shares
+
+
+def share_document(share: TeamShare) -> dict[str, Any]:
+    """A team's share as the settings file holds it (read_team_shares reads it back)."""
+    return {"gpuQuota": share.quota, "weight": share.weight}
 
 
 def _submitters(value: object, where: str, errors: list[str], *, unique_ids_only: bool) -> None:

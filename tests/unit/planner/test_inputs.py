@@ -12,6 +12,7 @@ import pytest
 
 from squall.core.settings import PolicySettings
 from squall.planner import Policy
+from squall.planner.admission import TeamShare
 from squall.planner.inputs import (
     GroupsError,
     InputError,
@@ -19,7 +20,10 @@ from squall.planner.inputs import (
     planner_policy,
     read_node_groups,
     read_policy,
+    read_team_shares,
     read_teams,
+    share_document,
+    team_shares,
 )
 
 # cdk.json's first group, as the deployment declares it
@@ -195,3 +199,40 @@ def test_teams_show_refused_values_as_the_file_wrote_them() -> None:
     with pytest.raises(InputError) as raised:
         read_teams({"a": {"namespace": "team-a", "weight": True, "gpuQuota": None}})
     assert raised.value.errors == ["teams.a.weight: expected a positive number, got true"]
+
+
+def test_a_teams_quota_and_weight_become_its_share_in_admission() -> None:
+    teams = read_teams(
+        {
+            "research": {"namespace": "team-research", "gpuQuota": 8, "weight": 2},
+            "vision": "team-vision",
+            "nlp": {"namespace": "team-nlp", "gpuQuota": 0},
+            "ml": {"namespace": "team-ml", "weight": 0.5},
+        }
+    )
+    assert team_shares(teams) == {
+        "research": TeamShare(quota=8, weight=2.0),
+        "vision": TeamShare(),  # no quota, weight 1
+        "nlp": TeamShare(quota=0, weight=1.0),
+        "ml": TeamShare(quota=None, weight=0.5),
+    }
+
+
+def test_the_settings_shares_are_read_with_the_teams_rules() -> None:
+    assert read_team_shares({"a": {"gpuQuota": 8, "weight": 2}, "b": {}, "c": TeamShare(quota=1)}) == {
+        "a": TeamShare(quota=8, weight=2.0),
+        "b": TeamShare(),
+        "c": TeamShare(quota=1),
+    }
+    assert read_team_shares({"a": share_document(TeamShare(quota=3, weight=1.5))}) == {"a": TeamShare(quota=3, weight=1.5)}
+    with pytest.raises(InputError) as raised:
+        read_team_shares({"a": {"gpuQuota": 1.5, "weight": -1, "namespace": "x"}, "b": 8, "": {}})
+    assert raised.value.errors == [
+        "quotas.a.namespace: unknown field (allowed: gpuQuota, weight)",
+        "quotas.a.gpuQuota: expected a whole number of GPUs, at least 0, got 1.5",
+        "quotas.a.weight: expected a positive number, got -1",
+        "quotas.b: expected an object with gpuQuota, weight, got a number",
+        "quotas: team names must be non-empty strings, got ''",
+    ]
+    with pytest.raises(InputError, match=r"quotas: expected an object of team -> \{gpuQuota, weight\}"):
+        read_team_shares([8])

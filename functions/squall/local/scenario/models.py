@@ -194,7 +194,7 @@ class ScenarioModel(StrictModel):
     description: str = ""
     seed: int = 0
     clock: ClockModel = ClockModel()
-    # team -> namespace, or {namespace, submitters: [unique ids]}; default: the local runtime's
+    # team -> namespace, or {namespace, submitters: [unique ids], gpuQuota, weight}; default: the local runtime's
     teams: dict[str, Any] | None = None
     registries: list[str] | None = None
     policy: dict[str, Any] = Field(default_factory=dict)  # cdk.json's policy keys

@@ -1,7 +1,7 @@
 """A scenario compiled: the ScenarioPlan a Simulation runs, every arrival checked as Squall will check it.
 
 `compile_scenario` takes a scenario document (models.py checks its shape), reads its
-node groups, teams and policy with the readers cdk synth uses (squall/planner/inputs.py),
+node groups, teams (namespaces, submitters, GPU quotas and weights) and policy with the readers cdk synth uses (squall/planner/inputs.py),
 checks each arrival's spec as the submit function will, and lays out the submissions in
 time order. Trace replay (local/trace.py) builds a ScenarioPlan from a CSV instead.
 """
@@ -33,7 +33,15 @@ from squall.local.scenario.models import (
     validation_errors,
 )
 from squall.planner import NodeGroup
-from squall.planner.inputs import GroupsError, InputError, read_node_groups, read_policy, read_teams
+from squall.planner.admission import TeamShare
+from squall.planner.inputs import (
+    GroupsError,
+    InputError,
+    read_node_groups,
+    read_policy,
+    read_teams,
+    team_shares,
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,8 @@ class ScenarioPlan:
     description: str = ""
     # team -> unique ids of the principals that may submit for it; a team left out is open to all.
     submitters: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # team -> its GPU quota and weight in admission; a team left out has no quota and weight 1.
+    quotas: dict[str, TeamShare] = field(default_factory=dict)
 
 
 def load_document(path: Path) -> Any:
@@ -108,6 +118,7 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
         errors.extend(exc.errors)
         entries = {}
     teams = {name: entry.namespace for name, entry in entries.items()}
+    quotas = team_shares(entries)
     submitters = {name: entry.submitters for name, entry in entries.items() if entry.submitters is not None}
     registries = list(model.registries or DEFAULT_REGISTRIES)
     capacity = {
@@ -124,6 +135,7 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
             registries=registries,
             submitters=submitters,
             max_runtime_limit=policy.max_runtime_limit,
+            quotas=quotas,
         ),
         rng=rng,
         errors=errors,
@@ -146,6 +158,7 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
         start=model.clock.start,
         default_run_time=model.default_run_time,
         submitters=submitters,
+        quotas=quotas,
     )
 
 
@@ -157,6 +170,7 @@ class _Rules:
     registries: list[str]
     submitters: dict[str, tuple[str, ...]]
     max_runtime_limit: timedelta
+    quotas: dict[str, TeamShare] = field(default_factory=dict)
 
     def may_send(self, team: str, sender: str | None) -> bool:
         allowed = self.submitters.get(team)
@@ -311,6 +325,12 @@ def _check_spec(
         return None
     if expect == "rejected":
         errors.append(f"{where}.expect: the spec is valid, Squall will not reject it")
+    quota = rules.quotas[spec.team].quota if spec.team in rules.quotas else None
+    if expect == "accepted" and quota is not None and spec.total_gpus() > quota:
+        errors.append(
+            f"{where}.spec: the job needs {spec.total_gpus()} GPUs, more than team {spec.team}'s gpuQuota "
+            f"of {quota}: it would wait forever"
+        )
     return spec
 
 

@@ -133,6 +133,7 @@ class Simulation:
             log_level=self.log_level if self.log_level is not None else logging.CRITICAL,
             backend=self.backend,
             submitters=plan.submitters,
+            quotas=plan.quotas,
         ) as local:
             recorder = Recorder(clock=clock, cluster=cluster, fleet=local.fleet, groups=plan.groups)
             if before is not None:
