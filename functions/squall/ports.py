@@ -145,6 +145,14 @@ class ScaleState(Protocol):
         self, *, at: datetime, trigger: str, dry_run: bool, plan: dict[str, Any], acted: dict[str, Any]
     ) -> str: ...
 
+    def latest_decision(self, *, now: datetime) -> dict[str, Any] | None:
+        """The newest decision record, as `record_decision` was given it; None when there is none.
+
+        `{"id", "at" (ISO 8601), "trigger", "dryRun", "plan", "acted"}`; `squall queue` reads
+        the queue from its `plan["admission"]`.
+        """
+        ...
+
 
 # ---- Auto Scaling: the node groups of every region, and their value types ----
 

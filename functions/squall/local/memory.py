@@ -149,6 +149,13 @@ class InMemoryScaleState:
         self.decisions.append({"at": at, "trigger": trigger, "dryRun": dry_run, "plan": plan, "acted": acted})
         return str(len(self.decisions))
 
+    def latest_decision(self, *, now: datetime) -> dict[str, Any] | None:
+        """The newest decision in the DynamoDB adapter's shape (`at` as ISO 8601, an `id`)."""
+        if not self.decisions:
+            return None
+        newest = self.decisions[-1]
+        return {**newest, "id": str(len(self.decisions)), "at": newest["at"].isoformat()}
+
 
 @dataclass
 class _Group:

@@ -3,6 +3,12 @@
 - lease:     pk=LEASE#<name>      sk=LEASE     holder, expiresAt (epoch s; also the TTL)
 - health:    pk=HEALTH            sk=<group>   backoffUntil, consecutiveFailures, lastFailureAt, reason
 - decision:  pk=DECISION#<date>   sk=<time>#<id>  trigger, dryRun, plan (JSON), expiresAt (TTL)
+- latest:    pk=DECISION#LATEST   sk=LATEST    decisionPk, decisionSk: the newest decision's key
+
+The newest decision is read with one Query of today's partition, newest first (then
+yesterday's, just after midnight); the `latest` item finds it when the reader's clock
+and the writer's disagree by more than that (a laptop, the local runtime's virtual
+clock) or when no check ran for a day, so `squall queue` never scans the table.
 
 The lease makes "two scale checks never act at once" hold even when the schedule
 and a scale-check request invoke the function together: whoever writes the lease
@@ -29,6 +35,7 @@ from squall.core.errors import ConflictError
 from squall.planner import GroupHealth
 
 DECISION_RETENTION = timedelta(days=14)
+LATEST_DECISION = {"pk": "DECISION#LATEST", "sk": "LATEST"}
 
 
 class DynamoScaleState:
@@ -112,10 +119,11 @@ class DynamoScaleState:
         self, *, at: datetime, trigger: str, dry_run: bool, plan: dict[str, Any], acted: dict[str, Any]
     ) -> str:
         decision_id = uuid.uuid4().hex[:12]
+        pk, sk = f"DECISION#{at.date().isoformat()}", f"{iso(at)}#{decision_id}"
         item = to_item(
             {
-                "pk": f"DECISION#{at.date().isoformat()}",
-                "sk": f"{iso(at)}#{decision_id}",
+                "pk": pk,
+                "sk": sk,
                 "trigger": trigger,
                 "dryRun": dry_run,
                 "plan": json.dumps(plan, separators=(",", ":")),
@@ -124,7 +132,34 @@ class DynamoScaleState:
             }
         )
         call_dynamodb("record decision", lambda: self._client.put_item(TableName=self._table, Item=item))
+        latest = to_item(
+            {"pk": LATEST_DECISION["pk"], "sk": LATEST_DECISION["sk"], "decisionPk": pk, "decisionSk": sk}
+        )
+        call_dynamodb(
+            "record the latest decision", lambda: self._client.put_item(TableName=self._table, Item=latest)
+        )
         return decision_id
+
+    def latest_decision(self, *, now: datetime) -> dict[str, Any] | None:
+        """The newest decision: today's partition newest first, then yesterday's, then the `latest` item."""
+        for day in (now, now - timedelta(days=1)):
+            found = self.decisions(day=day, limit=1)
+            if found:
+                return found[0]
+        pointer = call_dynamodb(
+            "read the latest decision's key",
+            lambda: self._client.get_item(TableName=self._table, Key=to_item(LATEST_DECISION)),
+        ).get("Item")
+        if pointer is None:
+            return None
+        key = from_item(pointer)
+        item = call_dynamodb(
+            "read the latest decision",
+            lambda: self._client.get_item(
+                TableName=self._table, Key=to_item({"pk": key["decisionPk"], "sk": key["decisionSk"]})
+            ),
+        ).get("Item")
+        return _decision(item) if item is not None else None  # None: expired (TTL) since
 
     def decisions(self, *, day: datetime, limit: int = 100) -> list[dict[str, Any]]:
         page = call_dynamodb(
@@ -137,16 +172,17 @@ class DynamoScaleState:
                 Limit=limit,
             ),
         )
-        decisions = []
-        for item in page.get("Items", []):
-            values = from_item(item)
-            decisions.append(
-                {
-                    "at": values["sk"].split("#")[0],
-                    "trigger": values["trigger"],
-                    "dryRun": bool(values["dryRun"]),
-                    "plan": json.loads(values["plan"]),
-                    "acted": json.loads(values["acted"]),
-                }
-            )
-        return decisions
+        return [_decision(item) for item in page.get("Items", [])]
+
+
+def _decision(item: dict[str, Any]) -> dict[str, Any]:
+    values = from_item(item)
+    at, _, decision_id = values["sk"].partition("#")
+    return {
+        "id": decision_id,
+        "at": at,
+        "trigger": values["trigger"],
+        "dryRun": bool(values["dryRun"]),
+        "plan": json.loads(values["plan"]),
+        "acted": json.loads(values["acted"]),
+    }
