@@ -95,7 +95,8 @@ class Harness:
         self.world.cluster.set_behaviour(job_id, run_for=timedelta(hours=5))
 
     def settle(self) -> None:
-        """Let pods bind and start, and reconcile once."""
+        """Admit what fits, let pods bind and start, and reconcile once."""
+        self.world.admit()
         self.world.clock.advance(timedelta(seconds=10))
         self.world.cluster.advance()
         self.world.reconciler.run()
@@ -118,13 +119,22 @@ class Harness:
         event["detail"].update(detail)
         return event
 
-    def protected_pod_terminating(self) -> None:
-        """Job job-a's pod on gpu-1, kept by a PDB, and gpu-1's instance terminating."""
+    def busy_node_terminating(self) -> None:
+        """Job job-a's pod running on gpu-1, and gpu-1's instance terminating."""
         self.node(INSTANCE, "gpu-1")
         self.submit("job-a")
         self.settle()
-        self.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
         self.terminating(INSTANCE)
+
+    def drain_under_way(self) -> Handled:
+        """busy_node_terminating, and the lifecycle function's first answer to its terminate hook."""
+        self.busy_node_terminating()
+        return self.on_event(self.event("lifecycle_terminate", INSTANCE))
+
+    def protected_pod_terminating(self) -> None:
+        """Job job-a's pod on gpu-1, kept by a PDB, and gpu-1's instance terminating."""
+        self.busy_node_terminating()
+        self.world.cluster.add_pdb("team-research", {"squall.io/job-id": "job-a"}, min_available=1)
 
     def terminating(self, instance_id: str) -> None:
         self.fleet.add_instance(self.ref, instance_id, lifecycle_state="Terminating:Wait")
@@ -260,10 +270,7 @@ def test_a_spot_reclaimed_schedulable_node_is_cordoned_and_its_cause_found_in_th
     harness: Harness,
 ) -> None:
     # given an idle node nobody cordoned, and Auto Scaling's activity for its termination
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.terminating(INSTANCE)
+    harness.busy_node_terminating()
     harness.fleet.add_activities(
         [
             ScalingActivity(
@@ -483,11 +490,7 @@ class _DiesOnSave:
 
 def test_a_step_that_dies_before_saving_is_resumed_from_dynamodb(harness: Harness) -> None:
     # given a drain whose next step will complete it
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.terminating(INSTANCE)
-    harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
+    harness.drain_under_way()
     dying = _DiesOnSave(harness.drains)
     harness.services.drain_store = dying
     # when the step completes the action, then the function dies before saving
@@ -544,10 +547,7 @@ def test_a_message_ahead_of_its_record_is_retried_later(harness: Harness) -> Non
 def test_kubernetes_api_errors_delay_the_drain_but_never_stop_it(harness: Harness) -> None:
     # given a node with a pod, and an API server answering 503 to the first observation
     world = harness.world
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.terminating(INSTANCE)
+    harness.busy_node_terminating()
     world.cluster.fail_calls("list_nodes", RetryableError("503 Service Unavailable"))
     # when
     first = harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
@@ -678,11 +678,7 @@ def test_a_runtime_without_a_drain_queue_cannot_build_the_lifecycle_service(worl
 
 def test_a_failed_step_is_asked_back_after_the_step_delay_not_the_visibility_timeout(harness: Harness) -> None:
     # given a drain whose next step will find the node empty
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.terminating(INSTANCE)
-    harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
+    harness.drain_under_way()
     harness.world.clock.advance(STEP)
     harness.world.cluster.advance()
     (message,) = harness.queue.take_due()
@@ -718,11 +714,7 @@ def test_the_drain_handler_leases_the_batch_and_hastens_a_failed_step_on_sqs(
     # given the drain queue on SQS (moto), with the stack's visibility timeout, and a drain under way
     sqs = boto3.client("sqs", region_name=REGION)
     url = sqs.create_queue(QueueName="squall-drain", Attributes={"VisibilityTimeout": "360"})["QueueUrl"]
-    harness.node(INSTANCE, "gpu-1")
-    harness.submit("job-a")
-    harness.settle()
-    harness.terminating(INSTANCE)
-    harness.on_event(harness.event("lifecycle_terminate", INSTANCE))
+    harness.drain_under_way()
     (due,) = harness.queue.waiting
     harness.services.drain_queue = queue = SqsDrainQueue(sqs, queue_url=url)
     queue.send_step(due.message, delay=timedelta(0))
