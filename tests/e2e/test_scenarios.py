@@ -7,10 +7,10 @@ by the demo (tests/e2e/test_demo.py), which tells the burst story on moto.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
-import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +21,7 @@ import pytest
 from squall.local.live import PlainView, RichView, make_view
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario import Simulation, SimulationResult, load_scenario
+from tests.e2e.helpers_cli import run_squall
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 
@@ -75,31 +76,13 @@ def assert_invariants_hold(summary: dict[str, Any], *, faults_kill_functions: bo
 
 
 @pytest.fixture(scope="module")
-def burst() -> Run:
-    return run("burst")
+def scenario() -> Callable[[str], Run]:
+    """run(name), each shipped scenario run at most once in this module."""
+    return functools.cache(run)
 
 
-@pytest.fixture(scope="module")
-def spot() -> Run:
-    return run("spot-reclaim")
-
-
-@pytest.fixture(scope="module")
-def outage() -> Run:
-    return run("region-outage")
-
-
-@pytest.fixture(scope="module")
-def throttling() -> Run:
-    return run("throttling")
-
-
-@pytest.fixture(scope="module")
-def lost() -> Run:
-    return run("instance-lost")
-
-
-def test_burst_spills_to_the_second_region_and_scales_back_to_zero(burst: Run) -> None:
+def test_burst_spills_to_the_second_region_and_scales_back_to_zero(scenario: Callable[[str], Run]) -> None:
+    burst = scenario("burst")
     summary = burst.summary
     assert_invariants_hold(summary)
     assert summary["jobs"] == {"REJECTED": 1, "SUCCEEDED": 8}
@@ -114,7 +97,8 @@ def test_burst_spills_to_the_second_region_and_scales_back_to_zero(burst: Run) -
     assert summary["hooksCompleted"] >= summary["drains"]
 
 
-def test_burst_accounts_gpu_hours_and_cost(burst: Run) -> None:
+def test_burst_accounts_gpu_hours_and_cost(scenario: Callable[[str], Run]) -> None:
+    burst = scenario("burst")
     summary = burst.summary
     # 5 jobs x 12 GPUs x 20 min + 3 single-GPU jobs x 4 min of work; a gang's workers
     # that started a little after its chief stop with it, so a little less
@@ -127,7 +111,8 @@ def test_burst_accounts_gpu_hours_and_cost(burst: Run) -> None:
     assert 0 < waits["p50"] <= waits["p90"] <= waits["max"] < 15 * 60
 
 
-def test_spot_reclaim_retries_the_lost_jobs_and_finishes(spot: Run) -> None:
+def test_spot_reclaim_retries_the_lost_jobs_and_finishes(scenario: Callable[[str], Run]) -> None:
+    spot = scenario("spot-reclaim")
     summary = spot.summary
     assert_invariants_hold(summary)
     assert summary["jobs"] == {"SUCCEEDED": 6}
@@ -143,7 +128,8 @@ def test_spot_reclaim_retries_the_lost_jobs_and_finishes(spot: Run) -> None:
     assert summary["drains"] >= summary["scaleDowns"] + 2
 
 
-def test_region_outage_moves_the_work_and_comes_back(outage: Run) -> None:
+def test_region_outage_moves_the_work_and_comes_back(scenario: Callable[[str], Run]) -> None:
+    outage = scenario("region-outage")
     summary = outage.summary
     assert_invariants_hold(summary)
     assert summary["jobs"] == {"SUCCEEDED": 8}
@@ -155,7 +141,8 @@ def test_region_outage_moves_the_work_and_comes_back(outage: Run) -> None:
     assert any("us-west-2 can run 10 p3.8xlarge" in note for note in outage.result.notes)
 
 
-def test_throttling_and_a_killed_submit_lose_and_double_nothing(throttling: Run) -> None:
+def test_throttling_and_a_killed_submit_lose_and_double_nothing(scenario: Callable[[str], Run]) -> None:
+    throttling = scenario("throttling")
     summary = throttling.summary
     assert_invariants_hold(summary, faults_kill_functions=True)
     assert summary["jobs"] == {"SUCCEEDED": 15}
@@ -172,7 +159,8 @@ def test_throttling_and_a_killed_submit_lose_and_double_nothing(throttling: Run)
     assert throttling.lambda_errors == errors
 
 
-def test_an_instance_lost_without_notice_retries_its_job_and_every_invariant_holds(lost: Run) -> None:
+def test_an_instance_lost_without_notice_retries_its_job_and_every_invariant_holds(scenario: Callable[[str], Run]) -> None:
+    lost = scenario("instance-lost")
     summary = lost.summary
     assert_invariants_hold(summary)
     assert summary["jobs"] == {"SUCCEEDED": 4}
@@ -193,23 +181,8 @@ def test_an_instance_lost_without_notice_retries_its_job_and_every_invariant_hol
 
 
 def test_local_run_prints_the_summary_as_its_last_line() -> None:
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "squall.cli",
-            "local",
-            "run",
-            "--scenario",
-            str(SCENARIOS / "spot-reclaim.yaml"),
-            "--backend",
-            "memory",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    completed = run_squall(
+        "local", "run", "--scenario", str(SCENARIOS / "spot-reclaim.yaml"), "--backend", "memory", "--json"
     )
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.strip().splitlines()
@@ -225,13 +198,7 @@ def test_local_run_prints_the_summary_as_its_last_line() -> None:
 def test_local_run_refuses_a_broken_scenario_naming_the_field(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: b\nnodeGroups: []\narrivals: [{at: soon, body: x, expect: deadLetter}]\n")
-    completed = subprocess.run(
-        [sys.executable, "-m", "squall.cli", "local", "run", "--scenario", str(broken)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    completed = run_squall("local", "run", "--scenario", str(broken), timeout=120)
     assert completed.returncode == 2
     assert "arrivals[0].at: must be a duration" in completed.stderr
 

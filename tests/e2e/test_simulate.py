@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import yaml
 
 from squall.local.scenario import Simulation, compile_scenario
 from squall.local.trace import load_configuration, parse_trace, trace_plan
+from tests.e2e.helpers_cli import run_squall
 from tests.groups import gpu_group
 
 GROUP = gpu_group("g5-usw2", "g5.12xlarge", max_size=8, priority=10, minSize=0, pricePerHour=5.67)
@@ -111,23 +110,7 @@ def test_a_node_idle_for_less_than_the_threshold_is_kept_for_the_next_job() -> N
 def test_simulate_prints_the_summary_as_its_last_line(tmp_path: Path) -> None:
     (tmp_path / "trace.csv").write_text(trace_text(12))
     groups = groups_file(tmp_path / "groups.yaml")
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "squall.cli",
-            "simulate",
-            "--trace",
-            str(tmp_path / "trace.csv"),
-            "--groups",
-            str(groups),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    completed = run_squall("simulate", "--trace", str(tmp_path / "trace.csv"), "--groups", str(groups), "--json")
     assert completed.returncode == 0, completed.stderr
     (line,) = completed.stdout.strip().splitlines()
     summary = json.loads(line)
@@ -139,14 +122,7 @@ def test_simulate_without_groups_uses_cdk_json_and_names_bad_rows(tmp_path: Path
     (tmp_path / "trace.csv").write_text(
         "submit_s,team,gpus,replicas,run_s\n0,research,1,1,60\n5,research,two,1,60\n"
     )
-    completed = subprocess.run(
-        [sys.executable, "-m", "squall.cli", "simulate", "--trace", "trace.csv"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-    )
+    completed = run_squall("simulate", "--trace", "trace.csv", timeout=120, cwd=tmp_path)
     assert completed.returncode == 2
     assert "trace.csv: 1 error" in completed.stderr
     assert "line 3, column gpus: expected a whole number 0..16, got 'two'" in completed.stderr
