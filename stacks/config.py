@@ -93,7 +93,7 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class TeamConfig:
-    """A team (cdk.json ``teams``): its namespace and who may submit for it."""
+    """A team (cdk.json ``teams``): its namespace, who may submit for it, its GPU quota and weight."""
 
     name: str
     namespace: str
@@ -176,6 +176,20 @@ class SquallConfig:
     def submitters(self) -> dict[str, tuple[str, ...]]:
         """Team -> the principals that may submit for it, for the teams that name any."""
         return {name: team.submitters for name, team in self.team_configs.items() if team.submitters}
+
+    @property
+    def quotas(self) -> dict[str, dict[str, int | float]]:
+        """Team -> {gpuQuota, weight}, as the functions' settings hold them, for the teams that set either."""
+        quotas: dict[str, dict[str, int | float]] = {}
+        for name, team in self.team_configs.items():
+            share = {
+                key: value
+                for key, value in (("gpuQuota", team.gpu_quota), ("weight", team.weight))
+                if value is not None
+            }
+            if share:
+                quotas[name] = share
+        return quotas
 
     @property
     def remote_regions(self) -> tuple[str, ...]:

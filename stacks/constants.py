@@ -97,7 +97,7 @@ SETTINGS_DIR = "squall-settings"
 # services it builds); nothing else goes into its file.
 SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
     SUBMIT: ("teams", "submitters", "namespaces", "allowed_registries", "policy", "cluster", "event_bus_name"),
-    SCALE: ("node_groups", "policy", "cluster", "dry_run"),
+    SCALE: ("node_groups", "policy", "teams", "quotas", "namespaces", "cluster_wide_pods", "cluster", "dry_run"),
     LIFECYCLE: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
     DRAIN: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
     RECONCILE: ("teams", "namespaces", "allowed_registries", "policy", "cluster"),

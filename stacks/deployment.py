@@ -182,6 +182,7 @@ def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:
             constants.dead_letter_queue_name(drain),
         ),
         groups=tuple(dashboard.DashboardGroup(g.name, g.region) for g in config.node_groups),
+        teams=tuple(dashboard.DashboardTeam(name, team.gpu_quota) for name, team in config.team_configs.items()),
     )
 
 

@@ -324,8 +324,13 @@ def function_settings(config: SquallConfig, handler: str) -> dict[str, Any]:
     everything: dict[str, Any] = {
         "teams": dict(config.teams),
         "submitters": {team: list(principals) for team, principals in config.submitters.items()},
-        # The jobs functions' Kubernetes role reads the team namespaces only.
+        # Admission holds each team to its GPU quota, by its weight (teams that set either).
+        "quotas": config.quotas,
+        # The jobs functions' Kubernetes role reads the team namespaces only, and so
+        # does the scale function's for Jobs (it lists, admits and releases them there).
         "namespaces": sorted(set(config.teams.values())),
+        # The scale function reads Pods across the cluster (squall-capacity).
+        "cluster_wide_pods": True,
         "allowed_registries": list(config.allowed_registries),
         "node_groups": [dict(g.raw) for g in config.node_groups],
         "policy": dict(config.policy),

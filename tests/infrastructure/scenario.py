@@ -48,9 +48,14 @@ def full_context() -> dict[str, Any]:
         "securityGroupIds": [NODE_SECURITY_GROUP],
     }
     context["alarms"]["email"] = "gpu-oncall@example.com"
-    # One team that only some principals may submit for, one open to any.
+    # One team that only some principals may submit for, with a GPU quota and a weight; one open to any.
     context["teams"] = {
-        "research": {"namespace": "team-research", "submitters": [SUBMITTER_ROLE, SUBMITTER_USER, SUBMITTER_ID]},
+        "research": {
+            "namespace": "team-research",
+            "submitters": [SUBMITTER_ROLE, SUBMITTER_USER, SUBMITTER_ID],
+            "gpuQuota": 16,
+            "weight": 2,
+        },
         "vision": "team-vision",
     }
     return context

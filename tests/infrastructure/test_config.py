@@ -113,6 +113,16 @@ def test_a_team_is_a_namespace_or_an_object_with_its_submitters(context: dict[st
     assert (research.gpu_quota, research.weight) == (64, 2.0)
     assert config.team_configs["vision"].submitters == ()
     assert config.submitters == {"research": (role, "AROAEXAMPLEROLEID0001")}
+    # and the scale function's settings carry the quota and weight to admission
+    from squall.core.settings import Settings
+    from squall.planner.admission import TeamShare
+    from stacks.functions import function_settings
+
+    scale = function_settings(config, "scale")
+    assert scale["quotas"] == {"research": {"gpuQuota": 64, "weight": 2.0}}
+    assert "quotas" not in function_settings(config, "submit")
+    settings = Settings(table_name="t", teams=scale["teams"], quotas=scale["quotas"])
+    assert settings.team_shares() == {"research": TeamShare(quota=64, weight=2.0), "vision": TeamShare()}
 
 
 def test_team_mistakes_are_named_by_their_field(context: dict[str, Any]) -> None:

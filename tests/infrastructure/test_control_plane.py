@@ -231,6 +231,7 @@ def test_each_function_reads_its_own_settings_file_from_the_asset(
     full: Synthesis, raw: dict[str, Any], fns: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from squall.core.settings import Settings
+    from squall.planner.admission import TeamShare
 
     staged = next(full.outdir.glob(".squall-asset-squall-control-plane"))
     queues = full.stacks.control_plane.queues
@@ -258,11 +259,22 @@ def test_each_function_reads_its_own_settings_file_from_the_asset(
         assert settings.policy.max_runtime_limit.days == 30
         if handler in ("scale", "lifecycle", "drain"):
             assert [g["asgName"] for g in settings.node_groups] == GROUP_NAMES
-            assert "teams" not in content and "submitters" not in content
+            assert "submitters" not in content
         if handler in ("lifecycle", "drain"):
             assert (settings.launch_hook_name, settings.terminate_hook_name) == ("squall-launch", "squall-terminate")
+            assert "teams" not in content and "quotas" not in content
         if handler == "scale":
             assert settings.dry_run is False
+            # admission holds each team to its quota and weight, and lists Jobs in the team namespaces
+            assert content["quotas"] == {"research": {"gpuQuota": 16, "weight": 2.0}}
+            assert settings.team_shares() == {
+                "research": TeamShare(quota=16, weight=2.0),
+                "vision": TeamShare(),
+            }
+            assert settings.namespaces == ["team-research", "team-vision"]
+            assert settings.cluster_wide_pods is True
+        else:
+            assert "quotas" not in content and not settings.cluster_wide_pods
         if handler in ("submit", "reconcile"):
             assert settings.teams == {"research": "team-research", "vision": "team-vision"}
             assert settings.namespaces == ["team-research", "team-vision"]

@@ -23,6 +23,7 @@ DEPLOYMENT = dashboard.Deployment(
     drain_queue="squall-drain",
     dead_letter_queues=("squall-jobs-dlq", "squall-drain-dlq"),
     groups=(dashboard.DashboardGroup("p3-usw2", "us-west-2"), dashboard.DashboardGroup("p3-use1", "us-east-1")),
+    teams=(dashboard.DashboardTeam("vision"), dashboard.DashboardTeam("research", gpu_quota=16)),
 )
 
 
@@ -67,6 +68,11 @@ def test_dashboard_shows_what_operators_need(description: dashboard.Monitoring) 
         (NAMESPACE, Metric.SCALE_DOWNS, S.SUM),
         (NAMESPACE, Metric.DRAINS_STARTED, S.SUM),
         (NAMESPACE, Metric.DRAIN_SECONDS, S.P90),
+        (NAMESPACE, Metric.QUEUED_JOBS, S.MAXIMUM),
+        (NAMESPACE, Metric.QUEUED_GPUS, S.MAXIMUM),
+        (NAMESPACE, Metric.ADMITTED_GPUS, S.MAXIMUM),
+        (NAMESPACE, Metric.GPU_QUOTA, S.MAXIMUM),
+        (NAMESPACE, Metric.JOBS_ADMITTED, S.SUM),
         ("AWS/Lambda", "Errors", S.SUM),
         ("AWS/Lambda", "Throttles", S.SUM),
         ("AWS/Lambda", "Duration", S.P90),
@@ -93,6 +99,49 @@ def test_each_group_gets_desired_vs_in_service_by_group_and_region(description: 
         assert {m.name for m in graph.left} == {Metric.DESIRED_CAPACITY, Metric.IN_SERVICE_CAPACITY}
         for metric in graph.left:
             assert metric.dimension_map == {"service": "squall", "Group": group.name, "Region": group.region}
+
+
+def _section(description: dashboard.Monitoring, title: str) -> dashboard.Section:
+    (section,) = [s for s in description.dashboard.sections if s.title == title]
+    return section
+
+
+def test_the_queue_is_graphed_per_team_with_its_quota_beside_what_it_has_admitted(
+    description: dashboard.Monitoring,
+) -> None:
+    section = _section(description, "Queue and admission")
+    graphs = {w.title: w for w in section.widgets if isinstance(w, dashboard.Graph)}
+    assert list(graphs) == [
+        "Queued jobs by team",
+        "Jobs admitted",
+        "research: GPUs queued and admitted (quota 16)",
+        "vision: GPUs queued and admitted (no quota)",
+    ]
+    S = dashboard.Stat
+    queued = graphs["Queued jobs by team"]
+    assert [(m.name, m.stat, m.label, m.dimension_map) for m in queued.left] == [
+        (Metric.QUEUED_JOBS, S.MAXIMUM, team, {"service": "squall", "Team": team}) for team in ("research", "vision")
+    ]
+    assert queued.stacked
+    assert [(m.name, m.stat) for m in graphs["Jobs admitted"].left] == [(Metric.JOBS_ADMITTED, S.SUM)]
+    research = graphs["research: GPUs queued and admitted (quota 16)"]
+    assert [(m.name, m.stat, m.label) for m in research.left] == [
+        (Metric.QUEUED_GPUS, S.MAXIMUM, "queued"),
+        (Metric.ADMITTED_GPUS, S.MAXIMUM, "admitted"),
+        (Metric.GPU_QUOTA, S.MAXIMUM, "quota"),
+    ]
+    assert all(m.dimension_map == {"service": "squall", "Team": "research"} for m in research.left)
+    # a team without a quota reports none (services/scale.py): no quota series to graph
+    vision = graphs["vision: GPUs queued and admitted (no quota)"]
+    assert [m.name for m in vision.left] == [Metric.QUEUED_GPUS, Metric.ADMITTED_GPUS]
+
+
+def test_without_teams_the_queue_section_says_so() -> None:
+    section = _section(dashboard.describe(replace(DEPLOYMENT, teams=())), "Queue and admission")
+    assert [getattr(w, "title", None) or getattr(w, "markdown", "") for w in section.widgets] == [
+        "Jobs admitted",
+        "No teams are configured.",
+    ]
 
 
 def test_every_function_is_graphed(description: dashboard.Monitoring) -> None:
@@ -186,6 +235,9 @@ def test_cloudwatch_dashboard_graphs_exactly_the_description(full: Synthesis, te
     titles = {w["properties"].get("title") for w in body["widgets"] if w["type"] == "metric"}
     assert "p3-use1 (us-east-1): desired vs in service" in titles
     assert "g5-use1-spot (us-east-1): desired vs in service" in titles
+    # the teams of cdk.json, each with its quota (or none)
+    assert "research: GPUs queued and admitted (quota 16)" in titles
+    assert "vision: GPUs queued and admitted (no quota)" in titles
     template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": "squall"})
 
 

@@ -97,12 +97,14 @@ def test_jobs_group_reads_and_writes_only_in_team_namespaces(manifests: list[dic
         }
 
 
-def test_scale_may_release_a_stranded_gang_in_team_namespaces_only(manifests: list[dict[str, Any]]) -> None:
-    # The scale function deletes a stranded gang's Jobs and Services (service/scale.py _release).
+def test_scale_may_admit_and_release_gangs_in_team_namespaces_only(manifests: list[dict[str, Any]]) -> None:
+    # The scale function lists the queue's Jobs and patches them to admit a job
+    # (services/scale.py), and deletes a stranded gang's Jobs and Services (_release).
     assert constants.KUBERNETES_GANGS_GROUP in constants.KUBERNETES_GROUPS["scale"]
     release = _grants(_by(manifests, "ClusterRole")["/squall-gang-release"])
     assert release == {
         ("batch", "jobs", "list"),
+        ("batch", "jobs", "patch"),
         ("batch", "jobs", "delete"),
         ("", "services", "list"),
         ("", "services", "delete"),
@@ -111,6 +113,26 @@ def test_scale_may_release_a_stranded_gang_in_team_namespaces_only(manifests: li
         k: b for k, b in _by(manifests, "RoleBinding").items() if b["subjects"][0]["name"] == constants.KUBERNETES_GANGS_GROUP
     }
     assert sorted(bindings) == ["team-research/squall-gang-release", "team-vision/squall-gang-release"]
+    # Only the scale function is in that group, and no other role patches or lists Jobs
+    # beyond the jobs functions' reads: Jobs are never patched cluster-wide.
+    assert [h for h, groups in constants.KUBERNETES_GROUPS.items() if constants.KUBERNETES_GANGS_GROUP in groups] == [
+        "scale"
+    ]
+    patching = {
+        name for name, role in _by(manifests, "ClusterRole").items() if ("batch", "jobs", "patch") in _grants(role)
+    }
+    assert patching == {"/squall-gang-release"}
+
+
+def test_the_scale_function_lists_jobs_only_where_its_role_may() -> None:
+    # Its settings scope its Job lists to the team namespaces (runtime.NamespacedCluster),
+    # its pods stay cluster-wide (squall-capacity).
+    from stacks.functions import function_settings
+
+    config = SquallConfig.from_context(load_cdk_json_context())
+    settings = function_settings(config, "scale")
+    assert settings["namespaces"] == sorted(set(config.teams.values()))
+    assert settings["cluster_wide_pods"] is True
 
 
 def test_every_group_a_function_is_mapped_to_is_bound(manifests: list[dict[str, Any]]) -> None:

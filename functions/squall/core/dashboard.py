@@ -27,6 +27,7 @@ __all__ = [
     "Comparison",
     "Dashboard",
     "DashboardGroup",
+    "DashboardTeam",
     "Deployment",
     "Graph",
     "MetricRef",
@@ -184,6 +185,14 @@ class DashboardGroup:
 
 
 @dataclass(frozen=True)
+class DashboardTeam:
+    """A team as the scale function reports its queue: dimension Team; its GPU quota, if it has one."""
+
+    name: str
+    gpu_quota: int | None = None
+
+
+@dataclass(frozen=True)
 class Deployment:
     """The names the description needs; the CDK app and the local runtime each supply theirs."""
 
@@ -193,6 +202,7 @@ class Deployment:
     drain_queue: str
     dead_letter_queues: tuple[str, ...]
     groups: tuple[DashboardGroup, ...] = ()
+    teams: tuple[DashboardTeam, ...] = ()  # the configured teams (cdk.json ``teams``)
 
 
 @dataclass(frozen=True)
@@ -239,6 +249,7 @@ def describe(deployment: Deployment, thresholds: Thresholds | None = None) -> Mo
         name=deployment.prefix,
         sections=(
             _intake(deployment),
+            _queue(deployment.teams),
             _capacity(deployment),
             _groups(deployment.groups),
             _drains(),
@@ -304,6 +315,46 @@ def _intake(deployment: Deployment) -> Section:
             ),
         ),
     )
+
+
+def _queue(teams: Sequence[DashboardTeam]) -> Section:
+    """The admission queue per team: what waits, what is admitted against the team's quota."""
+    ordered = sorted(teams, key=lambda t: t.name)
+    widgets: list[Widget] = []
+    if ordered:
+        widgets.append(
+            Graph(
+                "Queued jobs by team",
+                left=tuple(
+                    squall(Metric.QUEUED_JOBS, Stat.MAXIMUM, label=team.name, Team=team.name) for team in ordered
+                ),
+                left_label="jobs",
+                stacked=True,
+                width=12,
+            )
+        )
+    widgets.append(
+        Graph(
+            "Jobs admitted",
+            left=(squall(Metric.JOBS_ADMITTED),),
+            left_label="jobs / minute",
+            width=12 if ordered else DASHBOARD_COLUMNS,
+        )
+    )
+    for team in ordered:
+        gpus = [
+            squall(Metric.QUEUED_GPUS, Stat.MAXIMUM, label="queued", Team=team.name),
+            squall(Metric.ADMITTED_GPUS, Stat.MAXIMUM, label="admitted", Team=team.name),
+        ]
+        if team.gpu_quota is not None:
+            gpus.append(squall(Metric.GPU_QUOTA, Stat.MAXIMUM, label="quota", Team=team.name))
+        quota = f"quota {team.gpu_quota}" if team.gpu_quota is not None else "no quota"
+        widgets.append(
+            Graph(f"{team.name}: GPUs queued and admitted ({quota})", left=tuple(gpus), left_label="GPUs", width=8)
+        )
+    if not ordered:
+        widgets.append(Text("No teams are configured.", height=2))
+    return Section("Queue and admission", tuple(widgets))
 
 
 def _capacity(deployment: Deployment) -> Section:
