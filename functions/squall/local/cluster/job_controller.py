@@ -30,6 +30,7 @@ from typing import Any
 
 from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL
 from squall.core.errors import PermanentError
+from squall.local.cluster.conditions import changed_condition
 from squall.local.cluster.job_updates import patched_job
 from squall.local.cluster.parsing import parse_template
 from squall.local.cluster.pods import PodLifecycle
@@ -42,7 +43,6 @@ from squall.local.cluster.state import (
     Key,
     Pod,
     discard,
-    timestamp,
 )
 from squall.local.cluster.views import thaw_manifest
 from squall.ports import KubeObject
@@ -214,15 +214,13 @@ class JobController:
         self._start(job, at=at)
 
     def _set_suspended_condition(self, job: Job, *, suspended: bool, at: datetime) -> None:
-        stamp = timestamp(at)
-        condition = {
-            "type": "Suspended",
-            "status": "True" if suspended else "False",
-            "lastProbeTime": stamp,
-            "lastTransitionTime": stamp,
-            "reason": "JobSuspended" if suspended else "JobResumed",
-            "message": "Job suspended" if suspended else "Job resumed",
-        }
+        condition = changed_condition(
+            "Suspended",
+            true=suspended,
+            at=at,
+            reason="JobSuspended" if suspended else "JobResumed",
+            message="Job suspended" if suspended else "Job resumed",
+        )
         for index, existing in enumerate(job.conditions):
             if existing.get("type") == "Suspended":
                 job.conditions[index] = condition
@@ -308,17 +306,7 @@ class JobController:
         job.replacement_due = None
         if kind == "Complete":
             job.completed_at = at
-        stamp = timestamp(at)
-        job.conditions.append(
-            {
-                "type": kind,
-                "status": "True",
-                "lastProbeTime": stamp,
-                "lastTransitionTime": stamp,
-                "reason": reason,
-                "message": message,
-            }
-        )
+        job.conditions.append(changed_condition(kind, true=True, at=at, reason=reason, message=message))
         # A finished Job deletes its pods that still run; Kubernetes counts them as failed.
         for key in list(job.pods):
             pod = state.pods[key]

@@ -19,6 +19,7 @@ from typing import Any
 
 from squall.conventions import GPU_RESOURCE
 from squall.core.errors import NotFoundError, PermanentError
+from squall.local.cluster.conditions import changed_condition
 from squall.local.cluster.index import NodeIndex
 from squall.local.cluster.parsing import taint_dicts
 from squall.local.cluster.pods import PodLifecycle
@@ -31,7 +32,6 @@ from squall.local.cluster.state import (
     UNSCHEDULABLE_TAINT,
     ClusterState,
     Node,
-    timestamp,
 )
 from squall.local.cluster.views import json_copy, merge
 from squall.planner.model import Taint
@@ -230,14 +230,13 @@ class NodeLifecycle:
 
 
 def _set_ready_condition(node: Node, *, ready: bool, at: datetime) -> None:
-    stamp = timestamp(at)
     node.obj["status"]["conditions"] = [
-        {
-            "type": "Ready",
-            "status": "True" if ready else "False",
-            "lastHeartbeatTime": stamp,
-            "lastTransitionTime": stamp,
-            "reason": "KubeletReady" if ready else "KubeletNotReady",
-            "message": "kubelet is posting ready status" if ready else "container runtime not ready",
-        }
+        changed_condition(
+            "Ready",
+            true=ready,
+            at=at,
+            reason="KubeletReady" if ready else "KubeletNotReady",
+            message="kubelet is posting ready status" if ready else "container runtime not ready",
+            seen_field="lastHeartbeatTime",
+        )
     ]
