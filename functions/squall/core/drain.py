@@ -366,11 +366,10 @@ def decide_unobserved(record: DrainRecord, *, error: str, now: datetime, policy:
     if now < record.deadline:
         return _continue(record, now=now, policy=policy)
     if record.kind is Kind.LAUNCH:
-        result: Result = "ABANDON"
         outcome, detail = DrainOutcome.PROVISION_TIMEOUT, record.detail
     else:
-        result, outcome, detail = "CONTINUE", DrainOutcome.PAST_DEADLINE, f"drain deadline passed; {record.detail}"
-    return _complete(record, result=result, outcome=outcome, detail=detail, now=now)
+        outcome, detail = DrainOutcome.PAST_DEADLINE, f"drain deadline passed; {record.detail}"
+    return _complete(record, outcome=outcome, detail=detail, now=now)
 
 
 def _decide_terminate(
@@ -384,7 +383,7 @@ def _decide_terminate(
         else:
             outcome = DrainOutcome.NODE_DELETED
             detail = f"node {record.node_name} was deleted mid-drain; its pods went with it"
-        return _complete(record, result="CONTINUE", outcome=outcome, detail=detail, now=now)
+        return _complete(record, outcome=outcome, detail=detail, now=now)
     if not node.unschedulable:
         marked = dataclasses.replace(record, node_name=node.name, cordoned=True)
         return Decision(record=marked, cordon=node.name, observe_again=True)
@@ -400,13 +399,10 @@ def _decide_terminate(
         noted_jobs=record.noted_jobs + tuple(n.job_id for n in notes),
     )
     if not left:
-        return _complete(
-            record, result="CONTINUE", outcome=DrainOutcome.DRAINED, detail=f"node {node.name} drained", now=now
-        )
+        return _complete(record, outcome=DrainOutcome.DRAINED, detail=f"node {node.name} drained", now=now)
     if now >= record.deadline:
         return _complete(
             record,
-            result="CONTINUE",
             outcome=DrainOutcome.PAST_DEADLINE,
             detail=(
                 f"drain deadline passed with {len(left)} pod(s) left on {node.name}: "
@@ -427,7 +423,6 @@ def _decide_launch(record: DrainRecord, *, node: NodeState | None, now: datetime
     if node is not None and node.ready and node.gpus >= record.gpus_expected:
         return _complete(
             record,
-            result="CONTINUE",
             outcome=DrainOutcome.READY,
             detail=f"node {node.name} is Ready with {node.gpus} GPU(s) allocatable",
             now=now,
@@ -442,7 +437,6 @@ def _decide_launch(record: DrainRecord, *, node: NodeState | None, now: datetime
         state = f"node {node.name} has {node.gpus}/{record.gpus_expected} GPU(s) allocatable"
     return _complete(
         record,
-        result="ABANDON",
         outcome=DrainOutcome.PROVISION_TIMEOUT,
         detail=f"{PROVISION_TIMEOUT}: {state} {_minutes(record.deadline - record.started_at)} after launch",
         now=now,
@@ -512,13 +506,14 @@ def _continue(
 def _complete(
     record: DrainRecord,
     *,
-    result: Result,
     outcome: DrainOutcome,
     detail: str,
     now: datetime,
     notes: tuple[JobNote, ...] = (),
     back_off: bool = False,
 ) -> Decision:
+    # A launch that never became a usable node is abandoned; every other ending lets Auto Scaling go on.
+    result: Result = "ABANDON" if outcome is DrainOutcome.PROVISION_TIMEOUT else "CONTINUE"
     done = dataclasses.replace(record, result=result, outcome=outcome, detail=detail[:1000], finished_at=now)
     return Decision(record=done, notes=notes, complete=result, back_off=back_off)
 
