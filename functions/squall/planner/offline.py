@@ -1,5 +1,12 @@
 """The planner offline (`squall plan`): kubectl JSON + the GROUPS document -> plan JSON.
 
+With a Job list (`kubectl get jobs -A -o json`, `--jobs`) it decides admission first,
+as the scale check does: which suspended jobs would be admitted now and where, and
+the queue in admission order with each job's reason; the planner is then given the
+pods plus the admission's demand (the pods of admitted jobs not created yet and the
+queue's, head first), so the plan buys what the queue will admit next. Teams' quotas
+and weights are the deployment's (cli.py reads cdk.json's `teams`).
+
 GROUPS is the node-group configuration (as in cdk.json's `nodeGroups`, read by
 planner/inputs.py as every other reader reads it) where each group may also carry its
 live state: `desired`, `instances` ([{id, lifecycleState, launchTime}]), `failures`
@@ -15,8 +22,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from squall.planner.admission import TeamShare, admit
 from squall.planner.inputs import GroupsError, read_node_groups
-from squall.planner.kube import parse_nodes, parse_pods, parse_time
+from squall.planner.kube import parse_nodes, parse_pods, parse_replica_jobs, parse_time
 from squall.planner.model import GroupHealth, NodeGroup, Policy
 from squall.planner.planning import plan
 
@@ -24,7 +32,7 @@ __all__ = ["GroupsError", "PlanInputError", "parse_groups", "plan_offline"]
 
 
 class PlanInputError(ValueError):
-    """One input of `squall plan` is invalid: `document` says which (nodes, pods, groups or now)."""
+    """One input of `squall plan` is invalid: `document` says which (nodes, pods, groups, jobs or now)."""
 
     def __init__(self, document: str, message: str) -> None:
         self.document = document
@@ -38,11 +46,15 @@ def plan_offline(
     groups_doc: Mapping[str, Any] | Sequence[Any],
     now: datetime,
     policy: Policy | None = None,
+    jobs_doc: Mapping[str, Any] | Sequence[Any] | None = None,
+    teams: Mapping[str, TeamShare] | None = None,
 ) -> dict[str, Any]:
     """Plan from kubectl output and a GROUPS document; returns the `squall plan --json` dict.
 
-    PlanInputError names the input and the field of the first problem (every problem,
-    for the GROUPS document).
+    With `jobs_doc` (a Job list) the dict also has `admission` (AdmissionPlan.to_dict:
+    admitted, waiting, waitingTotal, inUse), and the plan is made for the pods plus
+    the admission's demand. PlanInputError names the input and the field of the first
+    problem (every problem, for the GROUPS document).
     """
     try:
         moment = parse_time(now)
@@ -62,18 +74,35 @@ def plan_offline(
         pods = parse_pods(pods_doc)
     except ValueError as exc:
         raise PlanInputError("pods", str(exc)) from None
+    jobs = None
+    if jobs_doc is not None:
+        try:
+            jobs = parse_replica_jobs(jobs_doc)
+        except ValueError as exc:
+            raise PlanInputError("jobs", str(exc)) from None
+    policy = policy or Policy()
     try:
-        result = plan(
-            nodes=nodes,
-            pods=pods,
-            groups=groups,
-            health=health,
-            policy=policy or Policy(),
-            now=moment,
-        )
+        admission = None
+        if jobs is not None:
+            admission = admit(
+                jobs=jobs,
+                nodes=nodes,
+                pods=pods,
+                groups=groups,
+                teams=teams or {},
+                policy=policy,
+                now=moment,
+                health=health,
+            )
+            pods = [*pods, *admission.demand]
+        result = plan(nodes=nodes, pods=pods, groups=groups, health=health, policy=policy, now=moment)
     except ValueError as exc:  # what only the inputs together say, e.g. a node group declared twice
         raise PlanInputError("groups", str(exc)) from None
-    return result.to_dict()
+    planned = result.to_dict()
+    if admission is not None:
+        # Every waiting job, not the decision record's first part: an offline plan has no item limit.
+        planned["admission"] = admission.to_dict(most=len(admission.waiting))
+    return planned
 
 
 def parse_groups(doc: Mapping[str, Any] | Sequence[Any]) -> tuple[list[NodeGroup], dict[str, GroupHealth]]:
