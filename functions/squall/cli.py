@@ -2,7 +2,7 @@
 
 Offline: `validate`, `render`, `plan`, `demo`. Against AWS (whatever endpoint the
 environment points boto3 at — the local one in the demo): `submit`, `status`,
-`list`, `describe`, `cancel`. Exit codes: 0 ok, 1 not found or failed, 2 bad input.
+`list`, `describe`, `queue`, `cancel`. Exit codes: 0 ok, 1 not found or failed, 2 bad input.
 """
 
 from __future__ import annotations
@@ -178,20 +178,30 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from squall.planner.inputs import planner_policy
+    from squall.planner.inputs import planner_policy, team_shares
     from squall.planner.offline import PlanInputError, plan_offline
 
     now = _now(args.now) if args.now else datetime.now(UTC)
     paths = {"nodes": args.nodes, "pods": args.pods, "groups": args.groups}
+    if args.jobs is not None:
+        paths["jobs"] = args.jobs
     # The deployment's policy (./cdk.json's, or --policy's), so that the plan is the one it would make.
     policy = planner_policy(configured_policy(args.policy))
+    # Its teams' quotas and weights too, for admission (read only when there are jobs to admit).
+    teams = team_shares(configured_team_entries()) if args.jobs is not None else None
     docs = {name: load_document(path) for name, path in paths.items()}
     # The snapshot's millions of objects hold no cycles: spare the cycle collector from
     # traversing them again and again while the planner runs.
     gc.freeze()
     try:
         result = plan_offline(
-            nodes_doc=docs["nodes"], pods_doc=docs["pods"], groups_doc=docs["groups"], now=now, policy=policy
+            nodes_doc=docs["nodes"],
+            pods_doc=docs["pods"],
+            groups_doc=docs["groups"],
+            jobs_doc=docs.get("jobs"),
+            teams=teams,
+            now=now,
+            policy=policy,
         )
     except PlanInputError as exc:
         where = f"--now {args.now}" if exc.document == "now" else paths[exc.document]
@@ -224,19 +234,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ---- commands against the deployment ----
 
 
-def _store() -> Any:
+def _table() -> tuple[Any, str]:
+    """A DynamoDB client and the deployment's jobs table (SQUALL_TABLE_NAME)."""
     import boto3
     from botocore.exceptions import BotoCoreError
-
-    from squall.adapters.aws.job_store import DynamoJobStore
 
     table = os.environ.get("SQUALL_TABLE_NAME")
     if not table:
         raise CliError("SQUALL_TABLE_NAME is not set: point it at the deployment's jobs table")
     try:
-        return DynamoJobStore(boto3.client("dynamodb"), table)
+        return boto3.client("dynamodb"), table
     except BotoCoreError as exc:
         raise CliError(f"cannot reach the jobs table: {exc}", code=EXIT_FAILED) from exc
+
+
+def _store() -> Any:
+    from squall.adapters.aws.job_store import DynamoJobStore
+
+    return DynamoJobStore(*_table())
+
+
+def _scale_state() -> Any:
+    """The scale check's state (its decision records are in the jobs table too)."""
+    from squall.adapters.aws.scale_state import DynamoScaleState
+
+    return DynamoScaleState(*_table())
 
 
 def _send(body: Any) -> str:
@@ -313,12 +335,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_describe(args: argparse.Namespace) -> int:
     job = _get(args.id)
     events = _store().events(args.id)
+    place, unread = _place_in_queue(job)
     if args.json:
         body = _job_dict(job) | {
             "events": [
                 {"at": e.at.isoformat(), "status": e.status.value, "reason": e.reason, "message": e.message}
                 for e in events
-            ]
+            ],
+            "queue": place,
         }
         print(json.dumps(body))
         return EXIT_OK
@@ -331,6 +355,160 @@ def cmd_describe(args: argparse.Namespace) -> int:
     for event in events:
         message = f"  {event.message}" if event.message else ""
         print(f"  {event.at.isoformat()}  {event.status.value:<10} {event.reason}{message}")
+    if place is not None:
+        where = f"position {place['position']}" if place["position"] else "held by its team's quota"
+        print(f"  queue ({where}, scale check at {place['decidedAt']}): {place['reason']}: {place['message']}")
+    elif unread:
+        print(f"  queue: {unread}")
+    return EXIT_OK
+
+
+def _place_in_queue(job: Any) -> tuple[dict[str, Any] | None, str]:
+    """A QUEUED job's place in the latest decision's queue, or None and why there is none to show."""
+    if job.status is not JobStatus.QUEUED or job.is_sweep:
+        return None, ""
+    try:
+        decision = _scale_state().latest_decision(now=datetime.now(UTC))
+    except SquallError as exc:  # the history is shown all the same
+        return None, f"cannot read the latest scale-check decision: {exc}"
+    queue = _admission(decision)
+    if queue is None:
+        return None, "no scale-check decision with a queue recorded yet"
+    for entry in queue.get("waiting", []):
+        if isinstance(entry, dict) and entry.get("job") == job.id:
+            return {
+                "position": entry.get("position"),
+                "teamPosition": entry.get("teamPosition"),
+                "reason": entry.get("reason"),
+                "message": _queue_message(entry, scaling=_scaling(decision)),
+                "decidedAt": decision["at"] if decision is not None else None,
+            }, ""
+    listed, total = len(queue.get("waiting", [])), queue.get("waitingTotal", 0)
+    if isinstance(total, int) and total > listed:
+        return None, f"not among the first {listed} of the {total} waiting in the latest scale check"
+    return None, "not in the latest scale check's queue (submitted, or admitted, since)"
+
+
+# ---- the queue, as the latest scale check left it ----
+
+
+def _admission(decision: dict[str, Any] | None) -> dict[str, Any] | None:
+    plan = decision.get("plan") if decision is not None else None
+    admission = plan.get("admission") if isinstance(plan, dict) else None
+    return admission if isinstance(admission, dict) else None
+
+
+def _scaling(decision: dict[str, Any] | None) -> str:
+    """The check's scale-ups as the scale check writes them on waiting jobs' records."""
+    plan = decision.get("plan") if decision is not None else None
+    ups = plan.get("scaleUp") if isinstance(plan, dict) else None
+    if not isinstance(ups, list):
+        return ""
+    return "; ".join(
+        f"{up.get('group')} scaling {up.get('from')}->{up.get('to')}" for up in ups[:3] if isinstance(up, dict)
+    )
+
+
+def _queue_message(entry: dict[str, Any], *, scaling: str) -> str:
+    """A waiting job's message as the scale check renders it on the job's record."""
+    from squall.planner.admission import Waiting
+    from squall.services.admission import queue_message
+
+    try:
+        waiting = Waiting(
+            job_id=str(entry["job"]),
+            team=str(entry["team"]),
+            priority=int(entry["priority"]),
+            gpus=int(entry["gpus"]),
+            replicas=1,
+            position=int(entry["position"]),
+            team_position=int(entry["teamPosition"]),
+            reason=str(entry["reason"]),
+            message=str(entry["message"]),
+        )
+    except (KeyError, TypeError, ValueError):  # a record of another shape: show what it holds
+        return str(entry.get("message", ""))
+    return queue_message(waiting, scaling=scaling)
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    decision = _scale_state().latest_decision(now=datetime.now(UTC))
+    if decision is None:
+        raise CliError(
+            "no scale-check decision recorded yet, so there is no queue to show: the scale function "
+            "records one every minute (is it deployed and running?)",
+            code=EXIT_FAILED,
+        )
+    admission = _admission(decision)
+    if admission is None:
+        raise CliError(
+            f"the latest scale-check decision ({decision.get('at')}) recorded no queue "
+            "(written by a Squall without admission)",
+            code=EXIT_FAILED,
+        )
+    scaling = _scaling(decision)
+    listed = [w for w in admission.get("waiting", []) if isinstance(w, dict)]
+    total = admission.get("waitingTotal", len(listed))
+    total = total if isinstance(total, int) else len(listed)
+    rows = [
+        {
+            "position": w.get("position"),
+            "teamPosition": w.get("teamPosition"),
+            "job": w.get("job"),
+            "team": w.get("team"),
+            "priority": w.get("priority"),
+            "gpus": w.get("gpus"),
+            "reason": w.get("reason"),
+            "message": _queue_message(w, scaling=scaling),
+        }
+        for w in listed
+        if args.team is None or w.get("team") == args.team
+    ]
+    more = max(total - len(listed), 0)
+    admitted = [a for a in admission.get("admitted", []) if isinstance(a, dict)]
+    if args.team is not None:
+        admitted = [a for a in admitted if a.get("team") == args.team]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "decidedAt": decision.get("at"),
+                    "trigger": decision.get("trigger"),
+                    "dryRun": decision.get("dryRun"),
+                    "team": args.team,
+                    "waiting": rows,
+                    "waitingTotal": total,
+                    "notListed": more,
+                    "admitted": admitted,
+                    "inUse": admission.get("inUse", {}),
+                }
+            )
+        )
+        return EXIT_OK
+    dry = ", dry run: nothing was admitted" if decision.get("dryRun") else ""
+    whose = f" ({args.team}: {len(rows)} listed)" if args.team is not None else ""
+    print(f"queue at {decision.get('at')} (scale check, {decision.get('trigger')}{dry}): {total} waiting{whose}")
+    in_use = admission.get("inUse", {})
+    if isinstance(in_use, dict) and in_use:
+        print("GPUs admitted: " + ", ".join(f"{team} {gpus}" for team, gpus in in_use.items()))
+    for entry in admitted:
+        job, team, gpus, region = (entry.get(key) for key in ("job", "team", "gpus", "region"))
+        print(f"admitted in that check: {job} ({team}, {gpus} GPUs) in {region}")
+    if rows:
+        header = ["POS", "TEAM-POS", "JOB", "TEAM", "PRIORITY", "GPUS", "REASON", "MESSAGE"]
+        keys = ("teamPosition", "job", "team", "priority", "gpus", "reason", "message")
+        # position 0: held back by the team's quota, not in the admission order
+        table = [header] + [[str(r["position"] or "-"), *(str(r[key]) for key in keys)] for r in rows]
+        # Columns padded to their widest cell; the message, last, runs on.
+        widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
+        for *cells, message in table:
+            print("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)), message, sep="  ")
+    elif args.team is not None:
+        print(f"no job of team {args.team} among the first {len(listed)}" if more else f"no job of team {args.team} is waiting")
+    elif not more:
+        print("no job is waiting")
+    if more:
+        print(f"{more} more not listed (the scale check records the first {len(listed)} of the queue)")
     return EXIT_OK
 
 
@@ -375,6 +553,11 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the policy (a cdk.json, {policy: {...}}, or the policy object); default: ./cdk.json's",
     )
+    p.add_argument(
+        "--jobs",
+        metavar="FILE",
+        help="kubectl get jobs -A -o json: admit the suspended jobs first, as the scale check does, with cdk.json's teams",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_plan)
 
@@ -404,6 +587,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_count, default=1000, help="at most this many jobs per status (1..10000)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_list)
+
+    p = sub.add_parser("queue", help="the queue in admission order, with reasons (the latest scale check's)")
+    p.add_argument("--team", help="only this team's jobs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_queue)
 
     p = sub.add_parser("cancel", help="cancel a job")
     p.add_argument("id")
