@@ -36,25 +36,42 @@ LIFECYCLE = "lifecycle"
 DRAIN = "drain"
 RECONCILE = "reconcile"
 
+
+def _scheduled_check(
+    *,
+    handler: str,
+    description: str,
+    memory_mb: int = FunctionSpec.memory_mb,
+    reserved_concurrency: int | None = None,
+) -> FunctionSpec:
+    """A function the one-minute schedule runs (stacks/triggers.py)."""
+    return FunctionSpec(
+        handler=handler,
+        description=description,
+        # Shorter than the one-minute schedule, so one check ends before the next.
+        timeout_seconds=50,
+        memory_mb=memory_mb,
+        reserved_concurrency=reserved_concurrency,
+        # A check that waited two minutes is stale (the schedule has run a newer
+        # one), and a failed one is superseded by the next minute's.
+        max_event_age_seconds=120,
+        async_retries=0,
+    )
+
+
 FUNCTIONS: dict[str, FunctionSpec] = {
     SUBMIT: FunctionSpec(
         handler="squall.handlers.submit.handler",
         description="Records queued jobs and creates their Kubernetes objects",
         timeout_seconds=60,
     ),
-    SCALE: FunctionSpec(
+    SCALE: _scheduled_check(
         handler="squall.handlers.scale.handler",
         description="Plans and applies GPU capacity in every region",
-        # Shorter than the one-minute schedule, so one check ends before the next.
-        timeout_seconds=50,
         memory_mb=1024,
         # One planner at a time: two concurrent plans would both launch for the
         # same pending pods.
         reserved_concurrency=1,
-        # A scale check that waited two minutes is stale (the schedule has run a
-        # newer one), and a failed one is superseded by the next minute's.
-        max_event_age_seconds=120,
-        async_retries=0,
     ),
     LIFECYCLE: FunctionSpec(
         handler="squall.handlers.lifecycle.handler",
@@ -68,12 +85,9 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         description="Continues long node drains from the delayed drain queue",
         timeout_seconds=60,
     ),
-    RECONCILE: FunctionSpec(
+    RECONCILE: _scheduled_check(
         handler="squall.handlers.reconcile.handler",
         description="Brings job records in line with Kubernetes and retries lost jobs",
-        timeout_seconds=50,
-        max_event_age_seconds=120,
-        async_retries=0,
     ),
 }
 # What Lambda does with a failed asynchronous invocation when the function does not say.
