@@ -10,7 +10,7 @@ import pytest
 
 from squall.core.spec import parse_spec
 from squall.local.scenario import ScenarioError
-from squall.local.trace import job_spec, load_configuration, parse_trace, trace_plan
+from squall.local.trace import Configuration, TraceRow, job_spec, load_configuration, parse_trace, trace_plan
 
 GROUPS = """
 nodeGroups:
@@ -30,6 +30,18 @@ regions:
 def errors_of(text: str) -> list[str]:
     with pytest.raises(ScenarioError) as caught:
         parse_trace(text, source="t.csv")
+    return caught.value.errors
+
+
+def configuration_errors(path: Path) -> list[str]:
+    with pytest.raises(ScenarioError) as caught:
+        load_configuration(path)
+    return caught.value.errors
+
+
+def plan_errors(rows: list[TraceRow], config: Configuration) -> list[str]:
+    with pytest.raises(ScenarioError) as caught:
+        trace_plan(rows, config)
     return caught.value.errors
 
 
@@ -134,9 +146,7 @@ def test_a_groups_file_with_errors_names_them(tmp_path: Path) -> None:
     (tmp_path / "g.yaml").write_text(
         "nodeGroups: [{name: x, region: us-west-2}]\npolicy: {idle: 1}\nextra: 1\n"
     )
-    with pytest.raises(ScenarioError) as caught:
-        load_configuration(tmp_path / "g.yaml")
-    assert caught.value.errors == ["extra: unknown field"]
+    assert configuration_errors(tmp_path / "g.yaml") == ["extra: unknown field"]
 
 
 def test_rows_that_fit_no_group_are_refused_with_their_line(tmp_path: Path) -> None:
@@ -145,9 +155,7 @@ def test_rows_that_fit_no_group_are_refused_with_their_line(tmp_path: Path) -> N
     rows = parse_trace(
         "submit_s,team,gpus,replicas,run_s\n0,research,16,1,60\n0,research,0,1,60\n0,research,8,2,60\n"
     )
-    with pytest.raises(ScenarioError) as caught:
-        trace_plan(rows, config)
-    assert caught.value.errors == [
+    assert plan_errors(rows, config) == [
         "line 2, column gpus: a replica of 16 GPUs, 48 CPUs and 192Gi fits no node group (the largest has 8 GPUs per node)",
         "line 3, column gpus: a replica of 0 GPUs, 2 CPUs and 8Gi fits no node group (the largest has 8 GPUs per node)",
     ]
@@ -173,9 +181,7 @@ def test_a_gang_that_no_region_can_hold_is_refused(tmp_path: Path) -> None:
     rows = parse_trace(
         "submit_s,team,gpus,replicas,run_s\n0,research,8,4,60\n0,research,8,5,60\n0,research,4,8,60\n"
     )
-    with pytest.raises(ScenarioError) as caught:
-        trace_plan(rows, load_configuration(tmp_path / "groups.yaml"))
-    assert caught.value.errors == [
+    assert plan_errors(rows, load_configuration(tmp_path / "groups.yaml")) == [
         "line 3, column replicas: 5 replicas of 8 GPUs must run in one region, and the most any region's "
         "groups can hold at their max sizes is 4"
     ]
@@ -348,9 +354,7 @@ def test_requests_of_a_row_decide_where_it_fits(tmp_path: Path) -> None:
         OPTIONAL
         + "0,research,1,1,60,50,96,1Gi\n0,research,1,1,60,50,1,1200Gi\n0,research,8,4,60,50,90,1000Gi\n"
     )
-    with pytest.raises(ScenarioError) as caught:
-        trace_plan(rows, config)
-    assert caught.value.errors == [
+    assert plan_errors(rows, config) == [
         "line 2, column cpu: a replica of 1 GPUs, 96 CPUs and 1Gi fits no node group (the largest has 8 GPUs per node)",
         "line 3, column memory: a replica of 1 GPUs, 1 CPUs and 1200Gi fits no node group (the largest has 8 GPUs per node)",
     ]
@@ -364,9 +368,7 @@ def test_small_requests_pack_more_replicas_on_a_node(tmp_path: Path) -> None:
     fits = parse_trace(OPTIONAL + "0,research,1,32,60,50,11,1Gi\n")
     trace_plan(fits, config)  # 8 per node x 4 nodes
     too_big = parse_trace(OPTIONAL + "0,research,1,32,60,50,12,1Gi\n")
-    with pytest.raises(ScenarioError) as caught:
-        trace_plan(too_big, config)
-    assert caught.value.errors == [
+    assert plan_errors(too_big, config) == [
         "line 2, column replicas: 32 replicas of 1 GPUs must run in one region, and the most any region's "
         "groups can hold at their max sizes is 28"
     ]
@@ -386,9 +388,7 @@ def test_teams_of_a_groups_file_hold_a_replay_to_their_quotas(tmp_path: Path) ->
     assert plan.quotas == {"research": TeamShare(quota=16, weight=3.0), "ops": TeamShare()}
     # a job larger than its team's quota would wait forever: refused with its line
     rows = parse_trace("submit_s,team,gpus,replicas,run_s\n0,research,8,3,600\n")
-    with pytest.raises(ScenarioError) as caught:
-        trace_plan(rows, config)
-    assert caught.value.errors == [
+    assert plan_errors(rows, config) == [
         "line 2, column gpus: the job needs 24 GPUs (3 x 8), more than team research's gpuQuota of 16: "
         "it would wait forever"
     ]
@@ -398,9 +398,7 @@ def test_a_groups_files_teams_are_checked_and_cdk_json_teams_are_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "groups.yaml").write_text(GROUPS + "teams: {research: {namespace: team-research, gpuQuota: -1}}\n")
-    with pytest.raises(ScenarioError) as caught:
-        load_configuration(tmp_path / "groups.yaml")
-    assert caught.value.errors == ["teams.research.gpuQuota: expected a whole number of GPUs, at least 0, got -1"]
+    assert configuration_errors(tmp_path / "groups.yaml") == ["teams.research.gpuQuota: expected a whole number of GPUs, at least 0, got -1"]
     cdk = json.loads((Path(__file__).parents[2] / "cdk.json").read_text())
     cdk["context"]["teams"] = {"research": {"namespace": "team-research", "gpuQuota": 32}}
     (tmp_path / "cdk.json").write_text(json.dumps(cdk))
