@@ -24,6 +24,7 @@ from squall.planner.inputs import InputError, read_policy
 
 if TYPE_CHECKING:
     from squall.core.spec import JobSpec
+    from squall.planner.admission import TeamShare
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CDK_JSON = Path("cdk.json")
@@ -65,17 +66,38 @@ def configured_team_entries() -> dict[str, documents.Team]:
 
     A team is a namespace, or {namespace, submitters, gpuQuota, weight}.
     """
-    value, source = _environment("SQUALL_TEAMS"), "SQUALL_TEAMS"
-    if value is None:
-        value, source = _context().get("teams"), f"{CDK_JSON}: context"
-        if value is None or value == {}:
-            from squall.local.runtime import DEFAULT_TEAMS
+    found = _declared_teams()
+    if found is None:
+        from squall.local.runtime import DEFAULT_TEAMS
 
-            value, source = DEFAULT_TEAMS, "the local defaults"
+        found = DEFAULT_TEAMS, "the local defaults"
+    value, source = found
     try:
         return documents.read_teams(value)
     except documents.ConfigError as exc:
         raise CliError(f"{source}: " + "; ".join(exc.errors)) from exc
+
+
+def _declared_teams() -> tuple[Any, str] | None:
+    """SQUALL_TEAMS, else cdk.json's `teams`, with where it came from; None when neither declares any."""
+    value = _environment("SQUALL_TEAMS")
+    if value is not None:
+        return value, "SQUALL_TEAMS"
+    value = _context().get("teams")
+    if value is None or value == {}:
+        return None
+    return value, f"{CDK_JSON}: context"
+
+
+def configured_team_shares() -> dict[str, TeamShare]:
+    """Each declared team's GPU quota and weight for admission (planner TeamShare); none declared: none.
+
+    The local default teams have neither, which admits exactly as no teams do, so they
+    are not read (and the plan command does not import the local runtime for them).
+    """
+    from squall.planner.inputs import team_shares
+
+    return team_shares(configured_team_entries()) if _declared_teams() is not None else {}
 
 
 def configured_teams() -> dict[str, str]:
@@ -178,7 +200,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from squall.planner.inputs import planner_policy, team_shares
+    from squall.planner.inputs import planner_policy
     from squall.planner.offline import PlanInputError, plan_offline
 
     now = _now(args.now) if args.now else datetime.now(UTC)
@@ -188,7 +210,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # The deployment's policy (./cdk.json's, or --policy's), so that the plan is the one it would make.
     policy = planner_policy(configured_policy(args.policy))
     # Its teams' quotas and weights too, for admission (read only when there are jobs to admit).
-    teams = team_shares(configured_team_entries()) if args.jobs is not None else None
+    teams = configured_team_shares() if args.jobs is not None else None
     docs = {name: load_document(path) for name, path in paths.items()}
     # The snapshot's millions of objects hold no cycles: spare the cycle collector from
     # traversing them again and again while the planner runs.

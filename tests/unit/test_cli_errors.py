@@ -447,3 +447,79 @@ def test_plan_refuses_a_policy_it_cannot_read_by_field(here: Path, capsys: pytes
     (here / "p.json").write_text(json.dumps({"policy": {"maxScaleDownFraction": 2}}))
     code, err = run([*plan_args(), "--policy", "p.json"], capsys)
     assert code == 2 and "squall: p.json: policy.maxScaleDownFraction: expected a number greater than 0" in err
+
+
+# ---- squall plan --jobs -------------------------------------------------------------------
+
+
+def _suspended_jobs(*names: str) -> dict[str, Any]:
+    from datetime import UTC, datetime, timedelta
+
+    from squall.core import manifests
+    from squall.core.spec import parse_spec
+
+    items: list[dict[str, Any]] = []
+    for index, name in enumerate(names):
+        spec = parse_spec(
+            SPEC | {"id": name},
+            teams={"research": "team-research"},
+            registries=["registry.example.com/squall"],
+            max_runtime_limit=timedelta(days=30),
+        )
+        at = datetime(2024, 5, 1, 11, index, tzinfo=UTC)
+        objects = manifests.render(spec, job_id=name, namespace="team-research", submitted_at=at)
+        items += [o for o in objects if o["kind"] == "Job"]
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def test_plan_names_the_jobs_file_item_and_field_it_refuses(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = _suspended_jobs("a", "b")
+    jobs["items"][1]["spec"]["suspend"] = "no"
+    (here / "jobs.json").write_text(json.dumps(jobs))
+    code, err = run([*plan_args(), "--jobs", "jobs.json"], capsys)
+    assert code == 2
+    assert err.startswith("squall: jobs.json: items[1]: job team-research/b-worker-0: spec.suspend")
+    code, err = run([*plan_args(), "--jobs", "missing.json"], capsys)
+    assert code == 2 and "missing.json" in err
+    (here / "jobs.json").write_text("[1, 2")
+    code, err = run([*plan_args(), "--jobs", "jobs.json"], capsys)
+    assert code == 2 and "jobs.json" in err
+
+
+def test_plan_with_jobs_holds_a_team_to_its_quota_from_the_environment(
+    here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (here / "jobs.json").write_text(json.dumps(_suspended_jobs("a", "b")))
+    monkeypatch.setenv("SQUALL_TEAMS", json.dumps({"research": {"namespace": "team-research", "gpuQuota": 1}}))
+    assert main([*plan_args(), "--jobs", "jobs.json", "--json"]) == 0
+    waiting = json.loads(capsys.readouterr().out)["admission"]["waiting"]
+    assert [(w["job"], w["reason"]) for w in waiting] == [("a", "Queued"), ("b", "QuotaExceeded:1/1 GPUs")]
+    monkeypatch.setenv("SQUALL_TEAMS", json.dumps({"research": {"namespace": "team-research", "weight": 0}}))
+    code, err = run([*plan_args(), "--jobs", "jobs.json"], capsys)
+    assert code == 2 and "SQUALL_TEAMS: teams.research.weight: expected a positive number" in err
+
+
+def test_plan_with_jobs_imports_neither_pydantic_nor_aws_clients(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from squall.cli import main\n"
+        "code = main(['plan', '--nodes', sys.argv[1], '--pods', sys.argv[2], '--groups', sys.argv[3],"
+        " '--jobs', sys.argv[4], '--now', '2024-05-01T12:00:00Z', '--json'])\n"
+        "heavy = sorted(m for m in ('pydantic', 'boto3', 'botocore', 'kubernetes', 'yaml') if m in sys.modules)\n"
+        "print(code, heavy, file=sys.stderr)\n"
+    )
+    (tmp_path / "groups.json").write_text(json.dumps({"nodeGroups": [GROUP]}))
+    (tmp_path / "jobs.json").write_text(json.dumps(_suspended_jobs("a")))
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(DATA / "nodes.json"), str(DATA / "pods.json"),
+         str(tmp_path / "groups.json"), str(tmp_path / "jobs.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,  # no cdk.json: the local default teams, which hold no quota
+    )
+    assert result.stderr.strip().splitlines()[-1] == "0 []", result.stderr
