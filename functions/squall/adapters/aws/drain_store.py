@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from squall.adapters.aws.job_store import call_dynamodb, from_item, on_conflict, to_item
+from squall.adapters.aws.job_store import call_dynamodb, from_item, on_conflict, read_item, to_item
 from squall.core.drain import DrainOutcome, DrainRecord, Kind
 from squall.core.errors import ConflictError
 
@@ -111,11 +111,7 @@ class DynamoDrainStore:
         self._table = table_name
 
     def get(self, instance_id: str) -> DrainRecord | None:
-        response = call_dynamodb(
-            f"get drain {instance_id}",
-            lambda: self._client.get_item(TableName=self._table, Key=drain_key(instance_id), ConsistentRead=True),
-        )
-        item = response.get("Item")
+        item = read_item(f"get drain {instance_id}", self._client, table=self._table, key=drain_key(instance_id))
         return record_from_item(item) if item else None
 
     def create(self, record: DrainRecord) -> None:

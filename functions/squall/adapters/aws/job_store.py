@@ -141,6 +141,13 @@ def call_dynamodb(what: str, fn: Callable[[], T], *, rules: tuple[Rule, ...] = (
     return result
 
 
+def read_item(what: str, client: Any, *, table: str, key: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The item under ``key``, read consistently (a write just made is seen), or None."""
+    response = call_dynamodb(what, lambda: client.get_item(TableName=table, Key=key, ConsistentRead=True))
+    item: dict[str, Any] | None = response.get("Item")
+    return item or None
+
+
 def query_pages(
     what: str, client: Any, operation: str, /, *, limit: int | None = None, **params: Any
 ) -> Iterator[dict[str, Any]]:
@@ -348,11 +355,7 @@ class DynamoJobStore:
         )
 
     def get(self, job_id: str) -> Job | None:
-        response = call_dynamodb(
-            f"get job {job_id}",
-            lambda: self._client.get_item(TableName=self._table, Key=job_key(job_id), ConsistentRead=True),
-        )
-        item = response.get("Item")
+        item = read_item(f"get job {job_id}", self._client, table=self._table, key=job_key(job_id))
         return job_from_item(item) if item else None
 
     def events(self, job_id: str) -> list[JobEvent]:
