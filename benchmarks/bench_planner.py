@@ -41,6 +41,7 @@ from squall.planner import (
     NodeGroup,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    Plan,
     Pod,
     Policy,
     Resources,
@@ -232,6 +233,26 @@ def _pending(
 
 
 # --- the naive baseline ----------------------------------------------------------------
+
+
+def timed_plan(
+    scenario: Scenario, *, pods: Sequence[Pod] | None = None, groups: Sequence[NodeGroup] | None = None
+) -> tuple[Plan, float]:
+    """One plan of the scenario (its pods and groups unless given), and the seconds it took."""
+    started = time.perf_counter()
+    result = plan(
+        nodes=scenario.nodes,
+        pods=scenario.pods if pods is None else pods,
+        groups=scenario.groups if groups is None else groups,
+        health=scenario.health,
+        policy=Policy(),
+        now=NOW,
+    )
+    return result, time.perf_counter() - started
+
+
+def new_nodes(result: Plan) -> int:
+    return sum(s.to_desired - s.from_desired for s in result.scale_ups)
 
 
 def naive_plan(scenario: Scenario, pending: Sequence[Pod]) -> dict[str, int]:
@@ -570,20 +591,12 @@ def main() -> None:
     timings = []
     result = None
     for _ in range(args.runs):
-        started = time.perf_counter()
-        result = plan(
-            nodes=scenario.nodes,
-            pods=scenario.pods,
-            groups=scenario.groups,
-            health=scenario.health,
-            policy=Policy(),
-            now=NOW,
-        )
-        timings.append(time.perf_counter() - started)
+        result, took = timed_plan(scenario)
+        timings.append(took)
     assert result is not None
     median = statistics.median(timings)
     ours = len(pending) / median
-    launched = sum(s.to_desired - s.from_desired for s in result.scale_ups)
+    launched = new_nodes(result)
     print(
         f"  squall planner: median {median:.3f} s over {args.runs} runs "
         f"(min {min(timings):.3f}, max {max(timings):.3f}) -> {ours:,.0f} pods/s; "
@@ -594,17 +607,8 @@ def main() -> None:
     # every new node is an empty booting node, and the planner may pack twice).
     targets = {s.group: s.to_desired for s in result.scale_ups}
     launching = [replace(g, desired=targets.get(g.name, g.desired)) for g in scenario.groups]
-    started = time.perf_counter()
-    again = plan(
-        nodes=scenario.nodes,
-        pods=scenario.pods,
-        groups=launching,
-        health=scenario.health,
-        policy=Policy(),
-        now=NOW,
-    )
-    elapsed = time.perf_counter() - started
-    relaunched = sum(s.to_desired - s.from_desired for s in again.scale_ups)
+    again, elapsed = timed_plan(scenario, groups=launching)
+    relaunched = new_nodes(again)
     print(
         f"  next check, with those {launched} nodes booting: {elapsed:.3f} s, "
         f"{relaunched} more nodes asked for (0 means nothing scaled twice)"
@@ -635,17 +639,8 @@ def bench_many_shapes(scenario: Scenario, *, planning: float) -> None:
         for pod in scenario.pods
     ]
     shapes = len({(p.requests, tuple(sorted(p.node_selector.items()))) for p in pods if p.is_pending})
-    started = time.perf_counter()
-    result = plan(
-        nodes=scenario.nodes,
-        pods=pods,
-        groups=scenario.groups,
-        health=scenario.health,
-        policy=Policy(),
-        now=NOW,
-    )
-    took = time.perf_counter() - started
-    launched = sum(s.to_desired - s.from_desired for s in result.scale_ups)
+    result, took = timed_plan(scenario, pods=pods)
+    launched = new_nodes(result)
     print(
         f"  many shapes ({shapes:,} distinct pending shapes: every single-GPU pod its own cpu request): "
         f"{took:.2f} s, {launched} new nodes -> {took / planning:,.1f}x the few-shape plan above"
