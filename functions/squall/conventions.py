@@ -25,3 +25,15 @@ EMPTY_SINCE_ANNOTATION = "squall.io/empty-since"
 # Why a node is going (scale-in, spot-reclaim, ...), for the pods' NodeLost reason.
 TERMINATION_REASON_ANNOTATION = "squall.io/termination-reason"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+# On every replica Job Squall creates (admission reads them from the Job, so that the
+# queue is the cluster's suspended Jobs and `squall plan --jobs` sees what production does):
+# the spec's priority (0..100), when the job was submitted (ISO time), and "true" on a job
+# that is back in the queue after losing its objects (it goes first within its priority).
+PRIORITY_ANNOTATION = "squall.io/priority"
+SUBMITTED_AT_ANNOTATION = "squall.io/submitted-at"
+REQUEUED_ANNOTATION = "squall.io/requeued"
+# How many replica Jobs the job has: admission waits until all of them exist.
+REPLICAS_ANNOTATION = "squall.io/replicas"
+# Set on a replica Job when admission let it run: the region it was admitted to.
+ADMITTED_REGION_ANNOTATION = "squall.io/admitted-region"

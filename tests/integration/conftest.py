@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import boto3
 import pytest
@@ -15,6 +16,8 @@ from squall.core.telemetry import RecordingMetrics
 from squall.local.aws import create_table
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
+from squall.planner import Policy
+from squall.services.admission import Admitter
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.reconcile import Reconciler
 
@@ -33,6 +36,13 @@ class World:
     metrics: RecordingMetrics
     intake: Intake
     reconciler: Reconciler
+
+    def admit(self) -> None:
+        """Let the jobs that fit run, as the scale check's admission does (no fleet to plan for here)."""
+        admitter = Admitter(
+            cluster=self.cluster, metrics=self.metrics, teams={}, policy=Policy(), store=self.store
+        )
+        admitter.run(now=self.clock.now(), outcome=_Report())
 
     def new_intake(self) -> Intake:
         """A fresh intake, as each Lambda invocation builds one."""
@@ -55,11 +65,19 @@ class World:
             )
 
     def run(self, minutes: int) -> None:
-        """Let the cluster run and reconcile every minute, as the schedule does."""
+        """Admit, let the cluster run and reconcile every minute, as the schedules do."""
         for _ in range(minutes):
+            self.admit()
             self.clock.advance(timedelta(minutes=1))
             self.cluster.advance()
             self.reconciler.run()
+
+
+@dataclass
+class _Report:
+    done: dict[str, list[Any]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
 
 @pytest.fixture

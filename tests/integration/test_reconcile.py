@@ -28,7 +28,7 @@ def test_a_job_runs_succeeds_and_its_objects_are_cleaned_up(world: World) -> Non
     world.run(minutes=4)
     job = world.store.get("ok-1")
     assert job is not None and job.status is JobStatus.SUCCEEDED and job.started_at and job.finished_at
-    assert reasons(world, "ok-1") == [Reason.SUBMITTED, Reason.STARTED, Reason.COMPLETED]
+    assert reasons(world, "ok-1") == [Reason.SUBMITTED, "Admitted:us-west-2", Reason.STARTED, Reason.COMPLETED]
     assert world.cluster.list_jobs(job_id="ok-1") == []
     assert world.metrics.total("QueueWaitSeconds") == 60
     assert world.metrics.total("JobsSucceeded") == 1
@@ -38,7 +38,9 @@ def test_a_job_waits_while_there_is_no_capacity(world: World) -> None:
     submit(world, "wait-1")
     world.run(minutes=3)
     assert world.store.get("wait-1").status is JobStatus.QUEUED  # type: ignore[union-attr]
-    assert reasons(world, "wait-1") == [Reason.SUBMITTED]
+    # Admission says why it waits, once (not at every check).
+    assert reasons(world, "wait-1") == [Reason.SUBMITTED, Reason.QUEUED]
+    assert world.store.events("wait-1")[-1].message.startswith("1st in research, 1st overall; needs 1 GPU")
 
 
 def test_an_application_error_fails_the_job_at_once(world: World) -> None:

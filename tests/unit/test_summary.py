@@ -8,6 +8,8 @@ import pytest
 
 from squall.core.jobs import Job, JobStatus, new_job, transition
 from squall.core.manifests import render
+
+from .local.sim import unsuspended
 from squall.core.spec import parse_spec
 from squall.local.clock import VirtualClock
 from squall.local.summary import (
@@ -115,7 +117,7 @@ def test_objects_for_no_record_or_a_finished_job_are_duplicates() -> None:
 def test_the_observed_cluster_logs_creates_and_deletes_and_kills_on_the_armed_call() -> None:
     clock = VirtualClock()
     cluster = ObservedCluster(clock=clock)
-    manifests = list(render(SPEC, job_id="j-1", namespace="team-research"))
+    manifests = [unsuspended(m) for m in render(SPEC, job_id="j-1", namespace="team-research")]
     cluster.kill_at("create", after=1)
     assert cluster.create(manifests[0]) is True
     with pytest.raises(InvocationKilled, match="killed at create"):
@@ -137,7 +139,7 @@ def test_gpu_hours_integrate_what_the_cluster_holds_over_virtual_time() -> None:
     cluster.add_node(
         name="n1", allocatable={"cpu": "8", "memory": "60Gi", "nvidia.com/gpu": "4", "pods": "58"}
     )
-    for manifest in render(SPEC, job_id="j-1", namespace="team-research"):
+    for manifest in map(unsuspended, render(SPEC, job_id="j-1", namespace="team-research")):
         cluster.create(manifest)
     cluster.advance()
     recorder.observe()

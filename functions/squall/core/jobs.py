@@ -70,6 +70,10 @@ class Reason(StrEnum):
     INVALID_STORED_SPEC = "InvalidStoredSpec"
     RECONCILE_ERROR = "ReconcileError"
     SCALE_CHECK_ERROR = "ScaleCheckError"
+    # admission: waiting in the queue (with its position), held by the team's quota, let run
+    QUEUED = "Queued"
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    ADMITTED = "Admitted"
 
 
 def is_terminal(status: JobStatus) -> bool:

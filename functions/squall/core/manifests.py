@@ -4,6 +4,11 @@ One batch/v1 Job per replica, named ``<job-id>-<type>-<index>``, and for distrib
 jobs one headless Service per replica with the same name, so each replica is
 reachable at ``<name>.<namespace>.svc:2222`` as TF_CONFIG says.
 
+Every Job is created suspended (``spec.suspend: true``): no pod exists until the scale
+check admits the whole job (planner/admission.py), writes its region into the pod
+templates and unsuspends every replica. Its priority, submission time and replica
+count ride on the Job as annotations, so the queue is read from the cluster alone.
+
 Retries: ``backoffLimit`` is the spec's ``retries`` and a pod failure policy fails
 the Job at once on an application error (non-zero exit), so only infrastructure
 loss (a pod disrupted by a drain, a spot reclaim, a lost node) consumes retries.
@@ -12,18 +17,23 @@ loss (a pod disrupted by a drain, a spot reclaim, a lost node) consumes retries.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from squall.conventions import (
+    ADMITTED_REGION_ANNOTATION,
     CAPACITY_TYPE_LABEL,
     GPU_RESOURCE,
     JOB_ID_LABEL,
     MANAGED_BY_LABEL,
     NODE_GROUP_LABEL,
+    PRIORITY_ANNOTATION,
     REGION_LABEL,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
+    REPLICAS_ANNOTATION,
+    REQUEUED_ANNOTATION,
+    SUBMITTED_AT_ANNOTATION,
     TEAM_LABEL,
 )
 from squall.core.spec import TF_PORT, JobSpec, Replica, format_parameter
@@ -47,13 +57,38 @@ def job_selector(job_id: str) -> str:
     return f"{MANAGED_BY_LABEL}=squall,{JOB_ID_LABEL}={job_id}"
 
 
+def admission_patch(job: dict[str, Any], *, region: str) -> dict[str, Any]:
+    """The merge patch that admits one suspended replica Job into `region` and lets it run.
+
+    The region joins every required node-affinity term of its pod template (a job's
+    replicas stay together there); the API server allows that while the Job is
+    suspended and has never started, so a Job that ran before is only unsuspended.
+    """
+    patch: dict[str, Any] = {
+        "metadata": {"annotations": {ADMITTED_REGION_ANNOTATION: region or "unknown"}},
+        "spec": {"suspend": False},
+    }
+    if not region or (job.get("status") or {}).get("startTime"):
+        return patch  # a node without a region label, or a Job that ran: nothing to pin
+    pod_spec = job["spec"]["template"]["spec"]
+    affinity = json.loads(json.dumps(pod_spec.get("affinity") or {}))
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    requirement = {"key": REGION_LABEL, "operator": "In", "values": [region]}
+    for term in terms:
+        expressions = [e for e in term.get("matchExpressions") or [] if e != requirement]
+        term["matchExpressions"] = [*expressions, requirement]
+    required["nodeSelectorTerms"] = terms
+    patch["spec"]["template"] = {"spec": {"affinity": affinity}}
+    return patch
+
+
 def tf_config(spec: JobSpec, *, job_id: str, namespace: str, replica: Replica) -> str:
     """TF_CONFIG in the Kubeflow TFJob format, compact JSON with sorted roles."""
     cluster: dict[str, list[str]] = {}
     for other in spec.replica_list():
-        cluster.setdefault(other.type, []).append(
-            f"{object_name(job_id, other)}.{namespace}.svc:{TF_PORT}"
-        )
+        cluster.setdefault(other.type, []).append(f"{object_name(job_id, other)}.{namespace}.svc:{TF_PORT}")
     config = {
         "cluster": dict(sorted(cluster.items())),
         "task": {"type": replica.type, "index": replica.index},
@@ -68,10 +103,21 @@ def render(
     job_id: str,
     namespace: str,
     ttl_after_finished: timedelta = DEFAULT_TTL_AFTER_FINISHED,
+    submitted_at: datetime | None = None,
+    requeued: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every object Squall creates for one job: Jobs first, then Services."""
+    """Every object Squall creates for one job: Jobs first (suspended), then Services.
+
+    `submitted_at` orders the job in the queue (the record's time, so that a re-created
+    job keeps its place); `requeued` puts it first within its priority.
+    """
     replicas = spec.replica_list()
     distributed = len(replicas) > 1
+    annotations = {PRIORITY_ANNOTATION: str(spec.priority), REPLICAS_ANNOTATION: str(len(replicas))}
+    if submitted_at is not None:
+        annotations[SUBMITTED_AT_ANNOTATION] = submitted_at.isoformat()
+    if requeued:
+        annotations[REQUEUED_ANNOTATION] = "true"
     jobs = [
         _job(
             spec,
@@ -80,13 +126,12 @@ def render(
             replica=replica,
             distributed=distributed,
             ttl_after_finished=ttl_after_finished,
+            annotations=annotations,
         )
         for replica in replicas
     ]
     services = (
-        [_service(job_id=job_id, namespace=namespace, replica=r) for r in replicas]
-        if distributed
-        else []
+        [_service(job_id=job_id, namespace=namespace, replica=r) for r in replicas] if distributed else []
     )
     return jobs + services
 
@@ -108,15 +153,20 @@ def _job(
     replica: Replica,
     distributed: bool,
     ttl_after_finished: timedelta,
+    annotations: dict[str, str],
 ) -> dict[str, Any]:
     name = object_name(job_id, replica)
     metadata = _metadata(name=name, namespace=namespace, job_id=job_id, spec=spec, replica=replica)
+    template_labels = dict(metadata["labels"])
+    metadata["annotations"] = dict(annotations)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [_container(spec, job_id=job_id, namespace=namespace, replica=replica, distributed=distributed)],
+        "containers": [
+            _container(spec, job_id=job_id, namespace=namespace, replica=replica, distributed=distributed)
+        ],
     }
     if replica.resources.gpu > 0:
         pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
@@ -128,6 +178,7 @@ def _job(
         "kind": "Job",
         "metadata": metadata,
         "spec": {
+            "suspend": True,
             "backoffLimit": spec.retries,
             "activeDeadlineSeconds": int(spec.runtime_limit.total_seconds()),
             "ttlSecondsAfterFinished": int(ttl_after_finished.total_seconds()),
@@ -140,7 +191,11 @@ def _job(
                     {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                     {
                         "action": "Count",
-                        "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": [SIGTERM_EXIT]},
+                        "onExitCodes": {
+                            "containerName": CONTAINER,
+                            "operator": "In",
+                            "values": [SIGTERM_EXIT],
+                        },
                     },
                     {
                         "action": "FailJob",
@@ -148,7 +203,7 @@ def _job(
                     },
                 ]
             },
-            "template": {"metadata": {"labels": metadata["labels"]}, "spec": pod_spec},
+            "template": {"metadata": {"labels": template_labels}, "spec": pod_spec},
         },
     }
 
@@ -163,7 +218,10 @@ def _container(
     ]
     if distributed:
         env.append(
-            {"name": "TF_CONFIG", "value": tf_config(spec, job_id=job_id, namespace=namespace, replica=replica)}
+            {
+                "name": "TF_CONFIG",
+                "value": tf_config(spec, job_id=job_id, namespace=namespace, replica=replica),
+            }
         )
     if spec.checkpoint_uri:
         env.append({"name": "SQUALL_CHECKPOINT_URI", "value": spec.checkpoint_uri})

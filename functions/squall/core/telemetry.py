@@ -45,6 +45,12 @@ class Metric(StrEnum):
     SCALE_DOWNS = "ScaleDowns"
     UNSCHEDULABLE_PODS = "UnschedulablePods"
     UNREADABLE_OBJECTS = "UnreadableObjects"  # dimension: Kind (node, pod); left out or counted busy
+    # admission (the scale check): per team (dimension Team) what waits and what is admitted
+    QUEUED_JOBS = "QueuedJobs"  # dimension: Team
+    QUEUED_GPUS = "QueuedGpus"  # dimension: Team
+    ADMITTED_GPUS = "AdmittedGpus"  # dimension: Team; GPUs of admitted, unfinished jobs: the quota in use
+    GPU_QUOTA = "GpuQuota"  # dimension: Team; only for teams with a gpuQuota
+    JOBS_ADMITTED = "JobsAdmitted"  # admitted by this check
     # lifecycle and drains
     DRAINS_STARTED = "DrainsStarted"
     DRAINS_COMPLETED = "DrainsCompleted"

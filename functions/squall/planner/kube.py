@@ -8,12 +8,26 @@ plain data out: no kubernetes import here.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from squall.conventions import CORDONED_AT_ANNOTATION, EMPTY_SINCE_ANNOTATION, JOB_ID_LABEL, MIRROR_ANNOTATION
+from squall.conventions import (
+    ADMITTED_REGION_ANNOTATION,
+    CORDONED_AT_ANNOTATION,
+    EMPTY_SINCE_ANNOTATION,
+    JOB_ID_LABEL,
+    MANAGED_BY_LABEL,
+    MIRROR_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    REPLICAS_ANNOTATION,
+    REQUEUED_ANNOTATION,
+    SUBMITTED_AT_ANNOTATION,
+    TEAM_LABEL,
+)
+from squall.planner.admission import ReplicaJob
 from squall.planner.model import (
     GPU_RESOURCE,
     Node,
@@ -56,6 +70,10 @@ class ParseCache(Generic[_Parsed]):
         self.hits = 0
         self.misses = 0
         self.unreadable: list[str] = []
+        # Whether the latest list differed from the one before it (an object new, changed
+        # or gone); True until a second list has been seen.
+        self.changed = True
+        self._lists = 0
 
     def parse_all(
         self,
@@ -73,6 +91,8 @@ class ParseCache(Generic[_Parsed]):
         seen: dict[tuple[str, str], _Parsed] = {}
         parsed = []
         self.unreadable = []
+        misses, first = self.misses, self._lists == 0
+        self._lists += 1
         for index, item in enumerate(_items(doc, self._what)):
             metadata = item.get("metadata")
             key: tuple[str, str] | None
@@ -98,6 +118,7 @@ class ParseCache(Generic[_Parsed]):
             if key is not None and key[0] and key[1]:
                 seen[key] = value
             parsed.append(value)
+        self.changed = first or self.misses != misses or len(seen) != len(earlier) or bool(self.unreadable)
         self._seen = seen
         return parsed
 
@@ -108,6 +129,15 @@ def parse_nodes(doc: Mapping[str, Any] | Sequence[Any]) -> list[Node]:
 
 def parse_pods(doc: Mapping[str, Any] | Sequence[Any]) -> list[Pod]:
     return _parse_all(doc, parse_pod, "pod")
+
+
+def parse_replica_jobs(doc: Mapping[str, Any] | Sequence[Any]) -> list[ReplicaJob]:
+    """Squall's replica Jobs in a Job list (`kubectl get jobs -A -o json`); other Jobs are left out."""
+    return [job for job in _parse_all(doc, parse_replica_job, "job") if job is not None]
+
+
+def replica_job_cache() -> ParseCache[ReplicaJob | None]:
+    return ParseCache(parse_replica_job, "job")
 
 
 def node_cache() -> ParseCache[Node]:
@@ -181,6 +211,70 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         )
     except ValueError as exc:
         raise ValueError(f"pod {namespace}/{name}: {exc}") from None
+
+
+def parse_replica_job(obj: Mapping[str, Any]) -> ReplicaJob | None:
+    """A batch/v1 Job Squall created, for admission; None for a Job that is not Squall's.
+
+    Its pod template is read as a pending pod named after the Job (what its pod will ask
+    for); ValueError names the Job and the field.
+    """
+    metadata = _object(obj, "metadata", "")
+    name = _required_name(metadata, "job")
+    namespace = _text(metadata, "namespace", "metadata.", name=f"job {name}") or "default"
+    labels = _string_map(metadata, "labels", "metadata.")
+    job_id = labels.get(JOB_ID_LABEL)
+    if labels.get(MANAGED_BY_LABEL) != "squall" or not job_id:
+        return None
+    try:
+        annotations = _string_map(metadata, "annotations", "metadata.")
+        spec = _object(obj, "spec", "")
+        status = _object(obj, "status", "")
+        template = _object(spec, "template", "spec.")
+        template_metadata = _object(template, "metadata", "spec.template.")
+        pod = parse_pod(
+            {
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": _string_map(template_metadata, "labels", "spec.template.metadata."),
+                },
+                "spec": _object(template, "spec", "spec.template."),
+            }
+        )
+        conditions = _objects(status, "conditions", "status.")
+        finished = any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
+        )
+        return ReplicaJob(
+            name=name,
+            namespace=namespace,
+            job_id=job_id,
+            team=labels.get(TEAM_LABEL, ""),
+            priority=_annotation_int(annotations, PRIORITY_ANNOTATION, 0, 100),
+            submitted_at=_time(annotations, SUBMITTED_AT_ANNOTATION, "metadata.annotations.")
+            or _time(metadata, "creationTimestamp", "metadata."),
+            requeued=annotations.get(REQUEUED_ANNOTATION) == "true",
+            replicas=_annotation_int(annotations, REPLICAS_ANNOTATION, 1, 10_000, default=1),
+            suspended=_flag(spec, "suspend", "spec."),
+            started=_time(status, "startTime", "status.") is not None,
+            finished=finished,
+            admitted_region=annotations.get(ADMITTED_REGION_ANNOTATION) or None,
+            pod=dataclasses.replace(pod, job_id=job_id),
+        )
+    except ValueError as exc:
+        raise ValueError(f"job {namespace}/{name}: {exc}") from None
+
+
+def _annotation_int(annotations: Mapping[str, str], key: str, low: int, high: int, default: int = 0) -> int:
+    raw = annotations.get(key)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ValueError(
+            f"metadata.annotations.{key}: expected a whole number from {low} to {high}, got {shown(raw)}"
+        )
+    return int(raw)
 
 
 def instance_id_from_provider_id(provider_id: str) -> str | None:
@@ -555,4 +649,3 @@ def busy_stand_in(item: Mapping[str, Any], why: str) -> Pod | None:
         node_name=node,
         phase="Running",
     )
-

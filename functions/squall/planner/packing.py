@@ -168,6 +168,8 @@ class Packer:
         self._gang_options: set[GroupOption] | None = None
         # Gangs held in a region that cannot take the rest, while another region could.
         self.stranded: list[str] = []
+        # Where each gang placed so far went.
+        self.placed_regions: dict[str, str] = {}
 
     # --- what fits where -------------------------------------------------------------
 
@@ -377,7 +379,40 @@ class Packer:
         for option in self._gang_options:
             option.gangs.append(gang.job_id)
         self._gang_options = None
+        self.placed_regions[gang.job_id] = best[1]
         return None
+
+    def hold_room(self, gang: Gang) -> str | None:
+        """Keep for a gang that does not fit whole the existing room it can use, in one region.
+
+        The region is the one where the most of its GPUs (then pods) fit now; returns it,
+        or None when no room fits any of its pods. Admission uses it so that the room a
+        waiting job will need is not taken by the jobs behind it.
+        """
+        parts = sorted(
+            ((shape, len(pods)) for shape, pods in gang.pods_by_shape.items()),
+            key=lambda part: self.size_key(part[0]),
+        )
+        regions = [gang.region] if gang.region is not None else sorted({room.region for room in self.rooms})
+        best: tuple[tuple[int, int], str] | None = None
+        for region in regions:
+            held: list[tuple[int, int]] = []
+            self._attempt(partial(self._fill_rooms_partly, parts, region, held), keep=False)
+            score = (sum(h[0] for h in held), sum(h[1] for h in held))
+            if score[1] and (best is None or score > best[0]):
+                best = (score, region)
+        if best is None:
+            return None
+        self._attempt(partial(self._fill_rooms_partly, parts, best[1], []), keep=True)
+        return best[1]
+
+    def _fill_rooms_partly(
+        self, parts: Sequence[tuple[PodShape, int]], region: str, held: list[tuple[int, int]]
+    ) -> bool:
+        for shape, count in parts:
+            placed = self._fill_rooms(shape, count, region)
+            held.append((placed * shape.request[2], placed))
+        return True
 
     def _fits_elsewhere(self, parts: Sequence[tuple[PodShape, int]], region: str) -> bool:
         """Could the waiting pods go to another region now, were the gang let go of this one?

@@ -90,7 +90,7 @@ def plan(
 # --- existing room ---------------------------------------------------------------------
 
 
-def _rooms(inventory: Inventory) -> list[Room]:
+def rooms_on_nodes_up(inventory: Inventory) -> list[Room]:
     """Free room on nodes that are up: ready ones, and ready ones Squall cordoned."""
     statuses = {
         i.instance.instance_id: i.status for view in inventory.groups.values() for i in view.instances
@@ -179,7 +179,7 @@ def _pack_once(
         _add_nodes_not_up_yet(option, inventory.groups[option.name], assessment=assessments[option.name])
     packer = Packer(
         # Room on nodes that are up only matters to pods waiting for it.
-        rooms=_rooms(inventory) if demand.free or demand.gangs else [],
+        rooms=rooms_on_nodes_up(inventory) if demand.free or demand.gangs else [],
         options=options,
         shapes=_shapes(demand),
         preferred_bins_first=preferred_bins_first,

@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -103,7 +103,9 @@ class Intake:
         """
         sender_id = sender_id[:256] if sender_id else None  # SQS's are short; no other text is kept
         if len(body) > MAX_BODY_CHARS:
-            error = SpecError([Issue("(body)", f"has {len(body)} characters; a message body is at most 1 MiB")])
+            error = SpecError(
+                [Issue("(body)", f"has {len(body)} characters; a message body is at most 1 MiB")]
+            )
             return self._reject(data=None, body=body, message_id=message_id, error=error, sender_id=sender_id)
         try:
             data = json.loads(body)
@@ -123,7 +125,9 @@ class Intake:
         if isinstance(message, CancelCommand):
             return self.cancel(job_id=message.id, reason=message.reason, sender_id=sender_id)
         if not self.may_send(team=message.team, sender_id=sender_id):
-            error = SpecError([Issue("team", _not_allowed(team=message.team, sender_id=sender_id, what="submit"))])
+            error = SpecError(
+                [Issue("team", _not_allowed(team=message.team, sender_id=sender_id, what="submit"))]
+            )
             return self._reject(
                 data=data,
                 body=body,
@@ -169,7 +173,8 @@ class Intake:
             if existing is None or existing.message_id != message_id:
                 logger.info(
                     "duplicate job id",
-                    job_id=job_id, message_id=message_id,
+                    job_id=job_id,
+                    message_id=message_id,
                 )
                 self.metrics.add(Metric.JOBS_DUPLICATE, 1)
                 return IntakeResult(outcome=IntakeOutcome.DUPLICATE, job_id=job_id)
@@ -199,14 +204,16 @@ class Intake:
         update_job(
             self.store,
             job,
-            lambda current: None
-            if is_terminal(current.status)
-            else transition(
-                current,
-                to=JobStatus.FAILED,
-                reason=Reason.CLUSTER_REFUSED,
-                at=self.clock.now(),
-                message=str(exc)[:2000],
+            lambda current: (
+                None
+                if is_terminal(current.status)
+                else transition(
+                    current,
+                    to=JobStatus.FAILED,
+                    reason=Reason.CLUSTER_REFUSED,
+                    at=self.clock.now(),
+                    message=str(exc)[:2000],
+                )
             ),
         )
         self.metrics.add(Metric.JOBS_FAILED, 1)
@@ -214,7 +221,9 @@ class Intake:
     def _start(self, job: Job, *, spec: JobSpec, trials: list[tuple[str, JobSpec]]) -> None:
         if not trials:
             if not is_terminal(job.status):
-                self.create_objects(job_id=job.id, spec=spec, namespace=job.namespace)
+                self.create_objects(
+                    job_id=job.id, spec=spec, namespace=job.namespace, submitted_at=job.submitted_at
+                )
             return
         parallelism = spec.sweep.parallelism if spec.sweep else len(trials)
         for number, (trial_id, trial_spec) in enumerate(trials):
@@ -243,12 +252,31 @@ class Intake:
                     continue
                 start_now = not is_terminal(existing.status)
             if start_now:
-                self.create_objects(job_id=trial_id, spec=trial_spec, namespace=job.namespace)
+                self.create_objects(
+                    job_id=trial_id, spec=trial_spec, namespace=job.namespace, submitted_at=job.submitted_at
+                )
 
-    def create_objects(self, *, job_id: str, spec: JobSpec, namespace: str) -> None:
-        """Create every Kubernetes object of a job; those that exist already are kept."""
+    def create_objects(
+        self,
+        *,
+        job_id: str,
+        spec: JobSpec,
+        namespace: str,
+        submitted_at: datetime | None = None,
+        requeued: bool = False,
+    ) -> None:
+        """Create every Kubernetes object of a job, suspended; those that exist already are kept.
+
+        `submitted_at` is the job's place in the queue; `requeued` puts it first within
+        its priority (a job that lost its objects while running).
+        """
         for manifest in manifests.render(
-            spec, job_id=job_id, namespace=namespace, ttl_after_finished=self.config.ttl_after_finished
+            spec,
+            job_id=job_id,
+            namespace=namespace,
+            ttl_after_finished=self.config.ttl_after_finished,
+            submitted_at=submitted_at,
+            requeued=requeued,
         ):
             self.cluster.create(manifest)
         self.waiting.append(job_id)
@@ -319,15 +347,17 @@ class Intake:
         cancelled = update_job(
             self.store,
             job,
-            lambda current: transition(
-                current,
-                to=JobStatus.CANCELLED,
-                reason=Reason.CANCEL_REQUESTED,
-                at=self.clock.now(),
-                message=reason,
-            )
-            if not is_terminal(current.status)
-            else None,
+            lambda current: (
+                transition(
+                    current,
+                    to=JobStatus.CANCELLED,
+                    reason=Reason.CANCEL_REQUESTED,
+                    at=self.clock.now(),
+                    message=reason,
+                )
+                if not is_terminal(current.status)
+                else None
+            ),
         )
         if cancelled is None:
             return IntakeResult(outcome=IntakeOutcome.ALREADY_FINISHED, job_id=job_id)
@@ -383,4 +413,3 @@ def update_job(store: JobStore, job: Job, change: Change) -> Job | None:
         except ConflictError:
             current = store.get(job.id)
     raise ConflictError(f"job {job.id}: gave up after {CONFLICT_RETRIES} conflicting writes")
-

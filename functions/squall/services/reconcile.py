@@ -190,7 +190,13 @@ class Reconciler:
             return
         spec = load_spec(job.spec)  # SpecError: a recorded spec that does not load fails the job
         try:
-            self.intake.create_objects(job_id=job.id, spec=spec, namespace=job.namespace)
+            self.intake.create_objects(
+                job_id=job.id,
+                spec=spec,
+                namespace=job.namespace,
+                submitted_at=job.submitted_at,
+                requeued=lost_while_running,
+            )
         except PermanentError as exc:
             self._record(
                 job, to=JobStatus.FAILED, reason=Reason.OBJECTS_MISSING, message=str(exc), report=report
@@ -277,7 +283,12 @@ class Reconciler:
             self._record(parent, to=JobStatus.RUNNING, reason=Reason.STARTED, message="", report=report)
 
     def _start_trial(self, trial: Job) -> None:
-        self.intake.create_objects(job_id=trial.id, spec=load_spec(trial.spec), namespace=trial.namespace)
+        self.intake.create_objects(
+            job_id=trial.id,
+            spec=load_spec(trial.spec),
+            namespace=trial.namespace,
+            submitted_at=trial.submitted_at,
+        )
         self._note(trial, reason=Reason.SUBMITTED, message="a trial slot opened")
 
     def _note(self, job: Job, *, reason: str, message: str) -> None:

@@ -34,8 +34,11 @@ from squall.planner import (
     ScalingFailure,
     plan,
 )
+from squall.planner.admission import AdmissionPlan, TeamShare
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, parse_pods, pod_cache
+from squall.planner.timers import next_timer
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
+from squall.services.admission import AdmissionMemory, Admitter
 from squall.services.intake import update_job
 
 logger = Logger(service=SERVICE, child=True)
@@ -47,6 +50,8 @@ LEASE = "scale"
 class ScaleConfig:
     groups: Sequence[NodeGroup]  # the configured templates; live state is observed
     policy: Policy
+    # team -> its GPU quota and weight; a team not here has no quota and weight 1
+    teams: Mapping[str, TeamShare] = field(default_factory=dict)
     dry_run: bool = False
     lease_duration: timedelta = timedelta(minutes=2)
 
@@ -81,6 +86,20 @@ class ParsedObjects:
 
     nodes: ParseCache[Node] = field(default_factory=node_cache)
     pods: ParseCache[Pod] = field(default_factory=pod_cache)
+    admission: AdmissionMemory = field(default_factory=AdmissionMemory)
+    # Set by a check that changed nothing: what it saw, and until when that stays the plan.
+    quiet: Quiet | None = None
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """A check that found nothing to do: the fleet and health it saw, and the planner's next timer."""
+
+    seen: tuple[object, ...]
+    until: datetime | None  # None: no timer running
+
+    def holds(self, seen: tuple[object, ...], now: datetime) -> bool:
+        return seen == self.seen and (self.until is None or now < self.until)
 
 
 @dataclass
@@ -107,12 +126,12 @@ class Scaler:
         if asked_for is not None:
             pods = self._pods()
             if _all_placed(pods, asked_for):
-                pending = [pod for pod in pods if pod.is_pending]  # other jobs', seen by earlier checks
-                self.metrics.add(Metric.PENDING_PODS, len(pending))
-                self.metrics.add(Metric.PENDING_GPUS, sum(pod.requests.gpu for pod in pending))
+                self._emit_pending(pods)  # other jobs' pending pods were seen by earlier checks
                 logger.info("the jobs asked for have their pods placed", trigger=trigger, jobs=len(asked_for))
                 return ScaleResult(acted=False, skipped=["no pod of the jobs asked for waits for room"])
-        if not self.state.acquire_lease(name=LEASE, holder=self.holder, now=now, duration=self.config.lease_duration):
+        if not self.state.acquire_lease(
+            name=LEASE, holder=self.holder, now=now, duration=self.config.lease_duration
+        ):
             logger.info("another scale check holds the lease", trigger=trigger)
             return ScaleResult(acted=False, skipped=["lease held by another check"])
         try:
@@ -121,6 +140,17 @@ class Scaler:
             self.state.release_lease(name=LEASE, holder=self.holder)
 
     # ---- observe -----------------------------------------------------------
+
+    @property
+    def admitter(self) -> Admitter:
+        return Admitter(
+            cluster=self.cluster,
+            metrics=self.metrics,
+            teams=self.config.teams,
+            policy=self.config.policy,
+            store=self.store,
+            parsed=self.parsed.admission,
+        )
 
     def _observe(
         self, now: datetime
@@ -152,6 +182,23 @@ class Scaler:
         self._count_unreadable("node", self.parsed.nodes.unreadable)
         return groups, self.state.load_health(), nodes, self._pods()
 
+    def _fingerprint(
+        self, groups: Sequence[NodeGroup], health: Mapping[str, GroupHealth]
+    ) -> tuple[object, ...]:
+        """The fleet and group health as this check saw them (the cluster's objects are the parse caches')."""
+        fleet = tuple(
+            (g.name, g.region, g.desired, g.min_size, g.max_size, g.instances, g.failures) for g in groups
+        )
+        return (fleet, tuple(sorted(health.items())))
+
+    def _inputs_changed(self, admitter: Admitter) -> bool:
+        return self.parsed.nodes.changed or self.parsed.pods.changed or admitter.queue_changed
+
+    def _emit_pending(self, pods: Sequence[Pod]) -> None:
+        pending = [pod for pod in pods if pod.is_pending]
+        self.metrics.add(Metric.PENDING_PODS, len(pending))
+        self.metrics.add(Metric.PENDING_GPUS, sum(pod.requests.gpu for pod in pending))
+
     def _pods(self) -> list[Pod]:
         # An unreadable pod bound to a node keeps that node busy; one not bound is left out.
         pods = self.parsed.pods.parse_all(self.cluster.list_pods(), unreadable=busy_stand_in)
@@ -169,16 +216,42 @@ class Scaler:
 
     def _check(self, *, trigger: str, now: datetime) -> ScaleResult:
         groups, health, nodes, pods = self._observe(now)
+        admitter = self.admitter
+        jobs = admitter.read_queue()
+        seen = self._fingerprint(groups, health)
+        quiet = self.parsed.quiet
+        if quiet is not None and quiet.holds(seen, now) and not self._inputs_changed(admitter):
+            self._emit_pending(pods)
+            logger.info("nothing changed since the last check and no timer is due", trigger=trigger)
+            return ScaleResult(acted=False, skipped=["nothing changed since the last check, no timer due"])
+        self.parsed.quiet = None
         nodes = self._mark_empty(nodes, pods, now=now)
-        decided = plan(nodes=nodes, pods=pods, groups=groups, health=health, policy=self.config.policy, now=now)
+        admission = admitter.decide(jobs=jobs, nodes=nodes, pods=pods, groups=groups, now=now)
+        decided = plan(
+            nodes=nodes,
+            pods=[*pods, *admission.demand],
+            groups=groups,
+            health=health,
+            policy=self.config.policy,
+            now=now,
+        )
         result = ScaleResult(acted=not self.config.dry_run, plan=decided.to_dict())
+        result.plan["admission"] = admission.to_dict()
         result.fallbacks = fallbacks(decided, groups=groups, health=health, now=now)
         if not self.config.dry_run:
+            admitter.act(admission, now=now, outcome=result)
             self._act(decided, groups=groups, nodes=nodes, pods=pods, now=now, result=result)
+            admitter.note_queue(admission, now=now, outcome=result, scaling=_scaling(decided))
         self._emit(decided, groups=groups, pods=pods, nodes=nodes, result=result, now=now)
+        admitter.emit(admission)
         self.state.record_decision(
             at=now, trigger=trigger, dry_run=self.config.dry_run, plan=result.plan, acted=result.done
         )
+        if _idle(decided, admission, result) and not self.config.dry_run:
+            until = next_timer(
+                nodes=nodes, pods=pods, groups=groups, health=health, policy=self.config.policy, now=now
+            )
+            self.parsed.quiet = Quiet(seen=seen, until=until)
         logger.info(
             "scale check",
             trigger=trigger,
@@ -205,7 +278,9 @@ class Scaler:
                 self._patch_quietly(node.name, {"metadata": {"annotations": {EMPTY_SINCE_ANNOTATION: None}}})
             elif node.name not in busy and node.empty_since is None and node.ready:
                 node = dataclasses.replace(node, empty_since=now)
-                self._patch_quietly(node.name, {"metadata": {"annotations": {EMPTY_SINCE_ANNOTATION: now.isoformat()}}})
+                self._patch_quietly(
+                    node.name, {"metadata": {"annotations": {EMPTY_SINCE_ANNOTATION: now.isoformat()}}}
+                )
             marked.append(node)
         return marked
 
@@ -231,9 +306,17 @@ class Scaler:
         refs = {g.name: GroupRef(name=g.asg_name or g.name, region=g.region) for g in groups}
         done = result.done
         for change in decided.backoffs:
-            self._try(result, f"save health {change.group}", lambda c=change: self.state.save_health(c.group, c.health))
+            self._try(
+                result,
+                f"save health {change.group}",
+                lambda c=change: self.state.save_health(c.group, c.health),
+            )
         for uncordon in decided.uncordons:
-            if self._try(result, f"uncordon {uncordon.node}", lambda u=uncordon: self.cluster.patch_node(u.node, UNCORDON_PATCH)):
+            if self._try(
+                result,
+                f"uncordon {uncordon.node}",
+                lambda u=uncordon: self.cluster.patch_node(u.node, UNCORDON_PATCH),
+            ):
                 done.setdefault("uncordoned", []).append(uncordon.node)
         for give_back in decided.give_backs:
             ref, to = refs[give_back.group], give_back.to_desired
@@ -242,7 +325,9 @@ class Scaler:
             ref, to = refs[scale_up.group], scale_up.to_desired
             self._resize(result, ref=ref, group=scale_up.group, to=to, what="scale up", key="scaledUp")
         for scale_down in decided.scale_downs:
-            self._scale_down(scale_down.node, scale_down.instance, refs[scale_down.group], now=now, result=result)
+            self._scale_down(
+                scale_down.node, scale_down.instance, refs[scale_down.group], now=now, result=result
+            )
         for gang in stranded_gangs(decided, pods=pods, nodes=nodes):
             try:
                 self._release(gang, now=now, result=result)
@@ -266,7 +351,9 @@ class Scaler:
         ):
             return
         result.done.setdefault("released", []).append({"job": gang.job_id, "region": gang.region})
-        self._note(gang.job_id, reason_code(Reason.GANG_RELEASED, gang.region), gang.why, now=now, result=result)
+        self._note(
+            gang.job_id, reason_code(Reason.GANG_RELEASED, gang.region), gang.why, now=now, result=result
+        )
 
     def _note(self, job_id: str, reason: str, message: str, *, now: datetime, result: ScaleResult) -> None:
         """A reason code on the job's history; the scale check's actions stand without it."""
@@ -279,9 +366,11 @@ class Scaler:
                 update_job(
                     store,
                     job,
-                    lambda current: None
-                    if is_terminal(current.status)
-                    else note(current, reason=reason, at=now, message=message[:1000]),
+                    lambda current: (
+                        None
+                        if is_terminal(current.status)
+                        else note(current, reason=reason, at=now, message=message[:1000])
+                    ),
                 )
         except SquallError as exc:
             logger.warning("could not note job", job_id=job_id, reason=reason, error=str(exc))
@@ -294,7 +383,9 @@ class Scaler:
         logger.exception("scale step failed for job", job_id=job_id, action=what)
         self.metrics.add(Metric.JOB_ERRORS, 1)
 
-    def _scale_down(self, node: str | None, instance: str, ref: GroupRef, *, now: datetime, result: ScaleResult) -> None:
+    def _scale_down(
+        self, node: str | None, instance: str, ref: GroupRef, *, now: datetime, result: ScaleResult
+    ) -> None:
         if node is not None:
             try:
                 self.cluster.patch_node(node, cordon_patch(now, reason="scale-in"))
@@ -316,9 +407,13 @@ class Scaler:
         except SquallError as exc:
             result.errors.append(f"terminate {instance}: {exc}")
             return
-        result.done.setdefault("terminated", []).append({"instance": instance, "node": node, "group": ref.name})
+        result.done.setdefault("terminated", []).append(
+            {"instance": instance, "node": node, "group": ref.name}
+        )
 
-    def _resize(self, result: ScaleResult, *, ref: GroupRef, group: str, to: int, what: str, key: str) -> None:
+    def _resize(
+        self, result: ScaleResult, *, ref: GroupRef, group: str, to: int, what: str, key: str
+    ) -> None:
         """Set a group's desired capacity; what was done is recorded under `key`."""
         if self._try(result, f"{what} {group}", lambda: self.fleet.set_desired_capacity(ref=ref, desired=to)):
             result.done.setdefault(key, []).append({"group": group, "to": to})
@@ -422,6 +517,27 @@ def fallbacks(
     return found
 
 
+def _idle(decided: Plan, admission: AdmissionPlan, result: ScaleResult) -> bool:
+    """Nothing decided, nothing done, nothing failed: the next check would decide the same."""
+    return not (
+        decided.scale_ups
+        or decided.uncordons
+        or decided.scale_downs
+        or decided.backoffs
+        or decided.give_backs
+        or decided.stranded
+        or admission.admitted
+        or admission.incomplete
+        or result.done
+        or result.errors
+    )
+
+
+def _scaling(decided: Plan) -> str:
+    """What is being bought, for the queue's messages: `p3-usw2 scaling 2->6`."""
+    return "; ".join(f"{s.group} scaling {s.from_desired}->{s.to_desired}" for s in decided.scale_ups[:3])
+
+
 def _config_name(groups: Sequence[NodeGroup], ref: GroupRef) -> str:
     return next(g.name for g in groups if (g.asg_name or g.name) == ref.name and g.region == ref.region)
 
@@ -469,5 +585,3 @@ def _all_placed(pods: Sequence[Pod], job_ids: Sequence[str]) -> bool:
 
 def _has_workload(pods: Sequence[dict[str, Any]]) -> bool:
     return any(pod.is_workload and pod.is_active for pod in parse_pods(pods))
-
-

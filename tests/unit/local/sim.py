@@ -85,10 +85,22 @@ def job_manifest(
     }
 
 
-def squall_objects(job_id: str, **spec: Any) -> list[dict[str, Any]]:
-    """What Squall's intake creates for a job, rendered by the real manifests module."""
+def squall_objects(job_id: str, *, admitted: bool = True, **spec: Any) -> list[dict[str, Any]]:
+    """What Squall's intake creates for a job, rendered by the real manifests module.
+
+    Intake creates the Jobs suspended; `admitted` (the default) gives them as the scale
+    check's admission lets them run, for tests of what happens once they do.
+    """
     body = {"name": "train", "team": "research", "image": "reg.example.com/tf:1"} | spec
-    return render(JobSpec.model_validate(body), job_id=job_id, namespace=NS)
+    objects = render(JobSpec.model_validate(body), job_id=job_id, namespace=NS)
+    return [unsuspended(obj) for obj in objects] if admitted else objects
+
+
+def unsuspended(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A rendered Job as admission lets it run (other objects as they are)."""
+    if manifest.get("kind") == "Job":
+        manifest["spec"]["suspend"] = False
+    return manifest
 
 
 def only_pod(cluster: SimulatedCluster, job_id: str) -> dict[str, Any]:

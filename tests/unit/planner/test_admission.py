@@ -1,0 +1,261 @@
+"""Admission: whole gangs on ready room in one region, by priority, fair share and quota. Pure."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from squall.core.manifests import admission_patch, render
+from squall.core.spec import JobSpec
+from squall.planner.admission import AdmissionPlan, TeamShare, admit
+from squall.planner.kube import parse_replica_jobs
+from squall.planner.model import REGION_LABEL, NodeGroup, Pod
+
+from .builders import NOW, POLICY, group, instance, node_of, pod, resources
+
+
+def p4d(name: str = "p4d-usw2", region: str = "us-west-2", *, nodes: int = 0, max_size: int = 8) -> NodeGroup:
+    return group(
+        name,
+        region=region,
+        allocatable=resources("95", "1100Gi", 8, 110),
+        instances=[instance(f"i-{name}-{i}") for i in range(nodes)],
+        max_size=max_size,
+    )
+
+
+def job_objects(
+    job_id: str,
+    *,
+    team: str = "research",
+    gpus: int = 8,
+    replicas: int = 1,
+    priority: int = 50,
+    minute: int = 0,
+    requeued: bool = False,
+) -> list[dict[str, Any]]:
+    body: dict[str, Any] = {
+        "name": "train",
+        "team": team,
+        "image": "reg.example.com/tf:1",
+        "priority": priority,
+        "resources": {"cpu": "4", "memory": "16Gi", "gpu": gpus},
+    }
+    if replicas > 1:
+        body["replicas"] = {"worker": replicas}
+    objects = render(
+        JobSpec.model_validate(body),
+        job_id=job_id,
+        namespace=f"team-{team}",
+        submitted_at=NOW - timedelta(hours=1) + timedelta(minutes=minute),
+        requeued=requeued,
+    )
+    return [o for o in objects if o["kind"] == "Job"]
+
+
+def run(
+    jobs: list[dict[str, Any]],
+    *,
+    groups: list[NodeGroup],
+    pods: list[Pod] = (),  # type: ignore[assignment]
+    teams: dict[str, TeamShare] | None = None,
+) -> AdmissionPlan:
+    nodes = [node_of(g, i.instance_id) for g in groups for i in g.instances]
+    return admit(
+        jobs=parse_replica_jobs(jobs),
+        nodes=nodes,
+        pods=list(pods),
+        groups=groups,
+        teams=teams or {},
+        policy=POLICY,
+        now=NOW,
+    )
+
+
+def admitted(result: AdmissionPlan) -> dict[str, str]:
+    return {a.job_id: a.region for a in result.admitted}
+
+
+def test_a_job_that_fits_on_ready_room_is_admitted_and_one_that_does_not_waits_first_in_line() -> None:
+    groups = [p4d(nodes=1)]
+    result = run(job_objects("a") + job_objects("b", minute=1), groups=groups)
+    assert admitted(result) == {"a": "us-west-2"}
+    [waiting] = result.waiting
+    assert (waiting.job_id, waiting.position, waiting.team_position, waiting.reason) == ("b", 1, 1, "Queued")
+    # The planner is asked for what waits: b's pod, so that a node is bought for it.
+    assert [p.job_id for p in result.demand if p.job_id == "b"] == ["b"]
+
+
+def test_nothing_is_admitted_on_booting_nodes_only() -> None:
+    booting = group("g", instances=[instance("i-1", launched=NOW - timedelta(minutes=1))])
+    # The instance has not registered as a node yet: no ready room.
+    result = admit(
+        jobs=parse_replica_jobs(job_objects("a", gpus=1)),
+        nodes=[],
+        pods=[],
+        groups=[booting],
+        teams={},
+        policy=POLICY,
+        now=NOW,
+    )
+    assert admitted(result) == {}
+    assert result.waiting[0].job_id == "a"
+
+
+def test_a_gang_is_admitted_whole_in_one_region_or_not_at_all() -> None:
+    # 2 nodes in us-west-2, 1 in us-east-1: a 3-replica gang of 8 GPUs fits in neither region.
+    west, east = p4d(nodes=2), p4d("p4d-use1", "us-east-1", nodes=1)
+    result = run(job_objects("gang", replicas=3), groups=[west, east])
+    assert admitted(result) == {}
+    # A 2-replica gang fits in us-west-2 only, and goes there whole.
+    result = run(job_objects("pair", replicas=2), groups=[west, east])
+    assert admitted(result) == {"pair": "us-west-2"}
+    assert len(result.admitted[0].jobs) == 2
+
+
+def test_higher_priority_overtakes_an_earlier_low_priority_burst() -> None:
+    groups = [p4d(nodes=1)]
+    burst = [o for i in range(5) for o in job_objects(f"low-{i}", priority=10, minute=i)]
+    urgent = job_objects("urgent", priority=90, minute=30)
+    result = run(burst + urgent, groups=groups)
+    assert admitted(result) == {"urgent": "us-west-2"}
+    assert [w.job_id for w in result.waiting] == [f"low-{i}" for i in range(5)]
+
+
+def test_fair_share_interleaves_teams_by_weight_within_a_priority() -> None:
+    groups = [p4d(nodes=0)]
+    jobs = [o for i in range(4) for o in job_objects(f"r{i}", team="research", minute=i)]
+    jobs += [o for i in range(4) for o in job_objects(f"v{i}", team="vision", minute=10 + i)]
+    result = run(jobs, groups=groups, teams={"research": TeamShare(weight=1), "vision": TeamShare(weight=3)})
+    order = [w.job_id for w in result.waiting]
+    # vision weighs three times research: three of its jobs for each of research's.
+    # (a tie goes to the team named first)
+    assert order[:5] == ["r0", "v0", "v1", "v2", "r1"]
+    assert [w.team_position for w in result.waiting if w.team == "vision"] == [1, 2, 3, 4]
+
+
+def test_a_team_at_its_quota_waits_with_quota_exceeded_while_another_team_uses_the_rest() -> None:
+    groups = [p4d(nodes=4)]
+    jobs = [o for i in range(3) for o in job_objects(f"r{i}", team="research", minute=i)]
+    jobs += [o for i in range(3) for o in job_objects(f"v{i}", team="vision", minute=10 + i)]
+    result = run(jobs, groups=groups, teams={"research": TeamShare(quota=8)})
+    assert set(admitted(result)) == {"r0", "v0", "v1", "v2"}
+    held = [w for w in result.waiting if w.held_by_quota]
+    assert [w.job_id for w in held] == ["r1", "r2"]
+    assert held[0].reason == "QuotaExceeded:8/8 GPUs"
+    assert held[0].position == 0
+    # Never bought for: no demand for what the quota holds back.
+    assert not [p for p in result.demand if p.job_id in ("r1", "r2")]
+    assert result.in_use == {"research": 8, "vision": 24}
+
+
+def test_quota_counts_what_the_team_already_runs() -> None:
+    groups = [p4d(nodes=2)]
+    running = job_objects("r-old", team="research")
+    for obj in running:
+        obj.update(_patched(obj, "us-west-2"))
+    result = run(
+        running + job_objects("r-new", team="research", minute=5),
+        groups=groups,
+        teams={"research": TeamShare(quota=8)},
+    )
+    assert admitted(result) == {}
+    assert result.waiting[0].reason == "QuotaExceeded:8/8 GPUs"
+
+
+def test_a_waiting_head_keeps_the_room_it_can_use_so_smaller_jobs_behind_cannot_take_it() -> None:
+    # 2 ready nodes; the head needs 3 nodes. A 1-GPU job behind it must not take the
+    # room the head will need once a third node is bought.
+    groups = [p4d(nodes=2)]
+    jobs = job_objects("head", replicas=3, minute=0) + job_objects("small", gpus=1, minute=5)
+    result = run(jobs, groups=groups)
+    assert admitted(result) == {}
+    assert result.waiting[0].reserved_region == "us-west-2"
+    # Room the head cannot use (another region) is backfilled.
+    east = p4d("p4d-use1", "us-east-1", nodes=1)
+    result = run(jobs, groups=[*groups, east])
+    assert admitted(result) == {"small": "us-east-1"}
+
+
+def test_a_job_no_region_can_ever_hold_reserves_nothing_and_holds_nobody_up() -> None:
+    groups = [p4d(nodes=2, max_size=2)]
+    jobs = job_objects("huge", replicas=4) + job_objects("small", gpus=1, minute=5)
+    result = run(jobs, groups=groups)
+    assert admitted(result) == {"small": "us-west-2"}
+    [huge] = result.waiting
+    assert "no region can ever hold it" in huge.message
+    assert not [p for p in result.demand if p.job_id == "huge"]
+
+
+def test_pods_of_admitted_jobs_take_their_room_before_the_queue() -> None:
+    groups = [p4d(nodes=1)]
+    # Admitted a moment ago: its pod does not exist yet, but its room is taken.
+    earlier = job_objects("earlier")
+    for obj in earlier:
+        obj.update(_patched(obj, "us-west-2"))
+    result = run(earlier + job_objects("next", minute=5), groups=groups)
+    assert admitted(result) == {}
+    assert result.waiting[0].job_id == "next"
+    # The planner sees the admitted job's pod pinned to its region.
+    [pinned] = [p for p in result.demand if p.job_id == "earlier"]
+    terms = pinned.required_affinity
+    assert any(
+        r.key == REGION_LABEL and r.values == ("us-west-2",) for t in terms for r in t.match_expressions
+    )
+
+
+def test_a_running_pod_uses_its_room() -> None:
+    groups = [p4d(nodes=1)]
+    nodes = [node_of(g, i.instance_id) for g in groups for i in g.instances]
+    busy = pod("other-0", gpu=8, node=nodes[0].name)
+    result = run(job_objects("a"), groups=groups, pods=[busy])
+    assert admitted(result) == {}
+
+
+def test_an_admission_left_half_done_is_finished_in_the_same_region() -> None:
+    groups = [p4d(nodes=0)]
+    objects = job_objects("gang", replicas=2)
+    objects[0].update(_patched(objects[0], "us-east-1"))  # the first replica was let go, the second not
+    result = run(objects, groups=groups)
+    [finish] = result.admitted
+    assert (finish.job_id, finish.region, finish.resumed) == ("gang", "us-east-1", True)
+    assert [j.name for j in finish.jobs] == [objects[1]["metadata"]["name"]]
+
+
+def test_a_requeued_job_goes_first_within_its_priority() -> None:
+    groups = [p4d(nodes=0)]
+    jobs = job_objects("first", minute=0) + job_objects("back", minute=30, requeued=True)
+    result = run(jobs, groups=groups)
+    assert [w.job_id for w in result.waiting] == ["back", "first"]
+
+
+def test_a_job_whose_replicas_are_not_all_created_yet_waits() -> None:
+    groups = [p4d(nodes=4)]
+    objects = job_objects("gang", replicas=3)
+    result = run(objects[:2], groups=groups)
+    assert admitted(result) == {}
+    assert result.incomplete == ("gang",)
+
+
+def test_the_decision_record_shape_is_bounded() -> None:
+    groups = [p4d(nodes=0)]
+    jobs = [o for i in range(30) for o in job_objects(f"j{i}", minute=i)]
+    shown = run(jobs, groups=groups).to_dict(most=10)
+    assert len(shown["waiting"]) == 10  # type: ignore[arg-type]
+    assert shown["waitingTotal"] == 30
+
+
+def _patched(obj: dict[str, Any], region: str) -> dict[str, Any]:
+    """The Job as admission's patch leaves it (merge patch applied by hand)."""
+    patch = admission_patch(obj, region=region)
+    merged = dict(obj)
+    merged["metadata"] = {
+        **obj["metadata"],
+        "annotations": {**obj["metadata"]["annotations"], **patch["metadata"]["annotations"]},
+    }
+    spec = dict(obj["spec"], suspend=False)
+    template = dict(spec["template"])
+    template["spec"] = {**template["spec"], **patch["spec"].get("template", {}).get("spec", {})}
+    spec["template"] = template
+    merged["spec"] = spec
+    return merged
