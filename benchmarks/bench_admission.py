@@ -239,7 +239,7 @@ def micro(queue: int, runs: int) -> None:
     )
     print(
         f"  ratio new check / today's check: {(admit_s + plan_s) / today_s:.2f}x; admission adds {admit_s:.3f} s "
-        f"(goal: well under a second: {'met' if admit_s < 1 else 'NOT met'})"
+        f"(goal: well under a second, taken as under 0.5 s: {'met' if admit_s < 0.5 else 'NOT met'})"
     )
 
 
