@@ -433,24 +433,10 @@ def _scaling(decision: dict[str, Any] | None) -> str:
 
 def _queue_message(entry: dict[str, Any], *, scaling: str) -> str:
     """A waiting job's message as the scale check renders it on the job's record."""
-    from squall.planner.admission import Waiting
-    from squall.services.admission import queue_message
+    from squall.services.admission import with_scaling
 
-    try:
-        waiting = Waiting(
-            job_id=str(entry["job"]),
-            team=str(entry["team"]),
-            priority=int(entry["priority"]),
-            gpus=int(entry["gpus"]),
-            replicas=1,
-            position=int(entry["position"]),
-            team_position=int(entry["teamPosition"]),
-            reason=str(entry["reason"]),
-            message=str(entry["message"]),
-        )
-    except (KeyError, TypeError, ValueError):  # a record of another shape: show what it holds
-        return str(entry.get("message", ""))
-    return queue_message(waiting, scaling=scaling)
+    held = str(entry.get("reason", "")).startswith("QuotaExceeded")
+    return with_scaling(str(entry.get("message", "")), scaling=scaling, held=held)
 
 
 def cmd_queue(args: argparse.Namespace) -> int:

@@ -183,8 +183,8 @@ def test_more_waiting_than_the_record_lists_is_counted(bare: LocalRuntime, capsy
     # given a decision that lists the first 2 of 250 waiting jobs
     waiting = [
         {"job": f"j{i}", "team": "research", "priority": 50, "gpus": 8, "position": i, "teamPosition": i,
-         "reason": "Queued", "message": "needs 8 GPUs"}
-        for i in (1, 2)
+         "reason": "Queued", "message": f"{place} in research, {place} overall; needs 8 GPUs"}
+        for i, place in ((1, "1st"), (2, "2nd"))
     ]
     admission = {"admitted": [{"job": "a", "team": "vision", "region": "us-east-1", "gpus": 4}],
                  "waiting": waiting, "waitingTotal": 250, "inUse": {"vision": 4}}

@@ -167,7 +167,7 @@ def test_an_instance_lost_without_notice_retries_its_job_and_every_invariant_hol
     assert sum("instance lost without notice: g5-usw2-" in note for note in lost.result.notes) == 1
     # the job on the lost node lost its pod with it and ran again, within its retries
     (job,) = [job for job, reasons in lost.history.items() if any(r.startswith("NodeLost") for r in reasons)]
-    assert lost.history[job] == ["Submitted", "Started", "NodeLost:retry 1/2", "Started", "Completed"]
+    assert lost.history[job] == ["Submitted", "Queued", "Admitted:us-west-2", "Started", "NodeLost:retry 1/2", "Started", "Completed"]
     # no drain had the chance to note the job before its node went (as a spot reclaim's does)
     assert not any(r.startswith("NodeLost:") and "retry" not in r for r in lost.history[job])
     # Auto Scaling's health check took the instance out of service; the terminate hook

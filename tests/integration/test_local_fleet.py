@@ -191,6 +191,8 @@ def run_a_job_on_the_node(cluster: SimulatedCluster) -> str:
         registries=["registry.example.com/squall"],
     )
     for manifest in render(spec, job_id="j-1", namespace="team-research"):
+        if manifest["kind"] == "Job":
+            manifest["spec"]["suspend"] = False  # as admission lets it run
         cluster.create(manifest)
     cluster.set_behaviour("j-1", run_for=timedelta(hours=1))
     cluster.advance()

@@ -8,8 +8,6 @@ import pytest
 
 from squall.core.jobs import Job, JobStatus, new_job, transition
 from squall.core.manifests import render
-
-from .local.sim import unsuspended
 from squall.core.spec import parse_spec
 from squall.local.clock import VirtualClock
 from squall.local.summary import (
@@ -22,6 +20,8 @@ from squall.local.summary import (
     percentile,
     queue_waits,
 )
+
+from .local.sim import unsuspended
 
 CLOCK = VirtualClock()
 T0 = CLOCK.now()

@@ -153,6 +153,7 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
                 start=plan.start,
                 end=local.clock.now(),
                 endpoint=local.backend.resources.endpoint if local.backend.resources is not None else None,
+                teams=local.services.settings.team_shares(),
             )
             written.extend(str(p) for p in (files.png, files.html))
 

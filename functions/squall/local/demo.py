@@ -189,6 +189,7 @@ def _dashboard(local: LocalRuntime, plan: ScenarioPlan, directory: Path, say: Ca
         start=plan.start,
         end=local.clock.now(),
         endpoint=endpoint,
+        teams=local.services.settings.team_shares(),
     )
     say(f"\n  dashboard: {files.png} and {files.html} (body {files.body})")
     if files.created is not None:

@@ -26,7 +26,7 @@ import html
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -37,6 +37,7 @@ from squall.core.telemetry import NAMESPACE, SERVICE, RecordedMetric
 from squall.local.aws import DEAD_LETTER_QUEUE, DRAIN_QUEUE, JOBS_QUEUE, REGION
 from squall.local.lambda_events import FUNCTION_PREFIX, HANDLERS, function_name
 from squall.planner import NodeGroup
+from squall.planner.admission import TeamShare
 
 PREFIX = FUNCTION_PREFIX
 DEFAULT_INTERVAL = "-PT3H"  # the CDK construct's default_interval
@@ -44,8 +45,8 @@ UNIT_HEIGHT_INCHES = 0.42
 FIGURE_WIDTH_INCHES = 22.0
 
 
-def local_deployment(groups: Sequence[NodeGroup]) -> spec.Deployment:
-    """The names the local runtime uses, where the CDK app uses its own."""
+def local_deployment(groups: Sequence[NodeGroup], teams: Mapping[str, TeamShare] | None = None) -> spec.Deployment:
+    """The names the local runtime uses, where the CDK app uses its own; `teams` as admission has them."""
     return spec.Deployment(
         prefix=PREFIX,
         functions={handler: function_name(handler) for handler in HANDLERS},
@@ -53,6 +54,7 @@ def local_deployment(groups: Sequence[NodeGroup]) -> spec.Deployment:
         drain_queue=DRAIN_QUEUE,
         dead_letter_queues=(DEAD_LETTER_QUEUE,),
         groups=tuple(spec.DashboardGroup(g.name, g.region) for g in groups),
+        teams=tuple(spec.DashboardTeam(name, share.quota) for name, share in sorted((teams or {}).items())),
     )
 
 
@@ -339,9 +341,10 @@ def write_dashboard(
     start: datetime,
     end: datetime,
     endpoint: str | None = None,
+    teams: Mapping[str, TeamShare] | None = None,
 ) -> DashboardFiles:
     """PNG, HTML and the body JSON under `directory`; on a local endpoint, the dashboard too."""
-    monitoring = spec.describe(local_deployment(groups))
+    monitoring = spec.describe(local_deployment(groups, teams))
     board = monitoring.dashboard
     body = dashboard_body(board)
     directory.mkdir(parents=True, exist_ok=True)

@@ -28,16 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from squall.planner.demand import Gang, PodShape, shape_of
 from squall.planner.fit import blocking_taints, fit_count, resource_shortfall
 from squall.planner.inventory import build_inventory
 from squall.planner.model import (
     REGION_LABEL,
-    GroupHealth,
     Node,
     NodeGroup,
     NodeSelectorRequirement,
@@ -52,6 +51,9 @@ from squall.planner.planning import rooms_on_nodes_up
 # The planner is given at most this many queued jobs as demand, head first: beyond
 # what every group at its max size could hold nothing more can be bought anyway.
 MAX_DEMAND_JOBS = 5000
+# Waiting jobs described one by one (place, reason), head first; the rest are counted.
+MAX_LISTED = 1000
+NEVER_FITS = "; no region can ever hold it: it is larger than the node groups at max size"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,14 +108,38 @@ class QueuedJob:
     submitted_at: datetime | None
     requeued: bool
     replicas: tuple[ReplicaJob, ...]
+    gpus: int  # all replicas together
 
-    @property
-    def gpus(self) -> int:
-        return sum(r.gpus for r in self.replicas)
+    def order_key(self) -> tuple[bool, datetime, str]:
+        return (not self.requeued, self.submitted_at or _EARLIEST, self.job_id)
 
-    def order_key(self) -> tuple[bool, str, str]:
-        submitted = self.submitted_at.isoformat() if self.submitted_at is not None else ""
-        return (not self.requeued, submitted, self.job_id)
+
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+# Shapes of pods kept between calls at most; past it the memo starts afresh.
+MAX_REMEMBERED_SHAPES = 10_000
+
+
+@dataclass(slots=True)
+class AdmissionCache:
+    """What one `admit` call prepared for the next, in a process that admits again and again.
+
+    A warm scale function reads the same suspended Jobs check after check, and its
+    parse cache hands back the same ReplicaJob objects for those unchanged: a queued
+    job whose replica Jobs are the very same objects is prepared as it was (its
+    QueuedJob, its pods by shape). Only the jobs of the latest call are kept. Purely a
+    memo: `admit` decides the same with or without it.
+    """
+
+    shapes: dict[tuple[object, ...], PodShape] = field(default_factory=dict)
+    jobs: dict[str, _Prepared] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    seen: tuple[ReplicaJob, ...]  # as listed, for the identity check
+    job: QueuedJob
+    by_shape: dict[PodShape, list[Pod]]
+    key: tuple[tuple[int, int], ...]  # alike for jobs alike in shape
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,8 +168,22 @@ class Waiting:
     position: int  # 1-based, in admission order over every team (0: held by its quota)
     team_position: int  # 1-based within its team
     reason: str  # "Queued", or "QuotaExceeded:8/8 GPUs" (held back by the team's quota)
-    message: str
     reserved_region: str | None = None  # where it keeps the room it can use now
+    never_fits: bool = False  # larger than what the node groups could hold at their max sizes
+    in_use: int = 0  # with a quota: the team's GPUs in use or ahead of it
+    quota: int | None = None
+
+    @property
+    def message(self) -> str:
+        needs = (
+            f"needs {self.gpus} GPUs over {self.replicas} replicas in one region"
+            if self.replicas > 1
+            else f"needs {self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+        )
+        if self.held_by_quota:
+            return f"{self.in_use}/{self.quota} GPUs of {self.team} in use or ahead of it; {needs}"
+        place = f"{ordinal(self.team_position)} in {self.team}, {ordinal(self.position)} overall"
+        return f"{place}; {needs}" + (NEVER_FITS if self.never_fits else "")
 
     @property
     def held_by_quota(self) -> bool:
@@ -160,6 +200,12 @@ class AdmissionPlan:
     # GPUs of admitted, unfinished jobs by team, this check's admissions included.
     in_use: Mapping[str, int] = field(default_factory=dict)
     incomplete: tuple[str, ...] = ()  # jobs whose replica Jobs are not all created yet
+    # Every job still waiting, by team: (jobs, GPUs). `waiting` lists the first MAX_LISTED.
+    queued: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def waiting_total(self) -> int:
+        return sum(jobs for jobs, _ in self.queued.values())
 
     def to_dict(self, *, most: int = 200) -> dict[str, object]:
         """For the decision record and `squall queue`: the first `most` waiting jobs."""
@@ -180,20 +226,33 @@ class AdmissionPlan:
                 }
                 for w in self.waiting[:most]
             ],
-            "waitingTotal": len(self.waiting),
+            "waitingTotal": self.waiting_total,
             "inUse": dict(sorted(self.in_use.items())),
         }
 
 
-def gather(jobs: Iterable[ReplicaJob]) -> tuple[list[QueuedJob], dict[str, list[ReplicaJob]], list[str]]:
-    """Replica Jobs by job: the queued jobs, the admitted ones (job id -> replica Jobs), the incomplete."""
+def gather(
+    jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None
+) -> tuple[list[_Prepared], dict[str, list[ReplicaJob]], list[str]]:
+    """Replica Jobs by job: the queued jobs (prepared), the admitted ones (job id -> replica Jobs), the incomplete."""
+    cache = cache if cache is not None else AdmissionCache()
+    if len(cache.shapes) > MAX_REMEMBERED_SHAPES:
+        cache.shapes.clear()
+        cache.jobs.clear()
     by_job: dict[str, list[ReplicaJob]] = {}
     for job in jobs:
         by_job.setdefault(job.job_id, []).append(job)
-    queued: list[QueuedJob] = []
+    queued: list[_Prepared] = []
     admitted: dict[str, list[ReplicaJob]] = {}
     incomplete: list[str] = []
+    earlier, cache.jobs = cache.jobs, {}
     for job_id, replicas in by_job.items():
+        seen = tuple(replicas)
+        prepared = earlier.get(job_id)
+        if prepared is not None and prepared.seen == seen:
+            queued.append(prepared)
+            cache.jobs[job_id] = prepared
+            continue
         replicas.sort(key=lambda r: r.name)
         if not all(r.suspended for r in replicas):
             admitted[job_id] = replicas
@@ -202,19 +261,35 @@ def gather(jobs: Iterable[ReplicaJob]) -> tuple[list[QueuedJob], dict[str, list[
         elif len(replicas) < max(r.replicas for r in replicas):
             incomplete.append(job_id)
         else:
-            first = replicas[0]
-            queued.append(
-                QueuedJob(
-                    job_id=job_id,
-                    team=first.team,
-                    namespace=first.namespace,
-                    priority=first.priority,
-                    submitted_at=first.submitted_at,
-                    requeued=first.requeued,
-                    replicas=tuple(replicas),
-                )
-            )
+            prepared = _prepare(job_id, replicas, seen=seen, shapes=cache.shapes)
+            queued.append(prepared)
+            cache.jobs[job_id] = prepared
     return queued, admitted, sorted(incomplete)
+
+
+def _prepare(
+    job_id: str,
+    replicas: Sequence[ReplicaJob],
+    *,
+    seen: tuple[ReplicaJob, ...],
+    shapes: dict[tuple[object, ...], PodShape],
+) -> _Prepared:
+    first = replicas[0]
+    job = QueuedJob(
+        job_id=job_id,
+        team=first.team,
+        namespace=first.namespace,
+        priority=first.priority,
+        submitted_at=first.submitted_at,
+        requeued=first.requeued,
+        replicas=tuple(replicas),
+        gpus=sum(r.gpus for r in replicas),
+    )
+    by_shape: dict[PodShape, list[Pod]] = {}
+    for replica in replicas:
+        by_shape.setdefault(shape_of(replica.pod, shapes), []).append(replica.pod)
+    key = tuple(sorted((id(shape), len(pods)) for shape, pods in by_shape.items()))
+    return _Prepared(seen=seen, job=job, by_shape=by_shape, key=key)
 
 
 def admit(
@@ -226,11 +301,15 @@ def admit(
     teams: Mapping[str, TeamShare],
     policy: Policy,
     now: datetime,
-    health: Mapping[str, GroupHealth] | None = None,
+    cache: AdmissionCache | None = None,
 ) -> AdmissionPlan:
-    """Decide which queued jobs run now (whole, in one region) and where the rest stand."""
-    del health  # ready room does not depend on group health; kept for a symmetric call with plan()
-    queued, admitted_jobs, incomplete = gather(jobs)
+    """Decide which queued jobs run now (whole, in one region) and where the rest stand.
+
+    `cache`: kept by a caller that admits again and again (see AdmissionCache).
+    """
+    cache = cache if cache is not None else AdmissionCache()
+    prepared, admitted_jobs, incomplete = gather(jobs, cache)
+    queued = [p.job for p in prepared]
     pods = list(pods)
     inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
     in_use: dict[str, int] = {}
@@ -267,55 +346,72 @@ def admit(
                 not_created.append(_pinned(replica.pod, region))
 
     waiting_before = [pod for pod in inventory.pending if pod.job_id in admitted_jobs or pod.job_id is None]
-    interned: dict[tuple[object, ...], PodShape] = {}
-    queue_shapes = {job.job_id: _shapes(job.replicas, interned) for job in queued}
+    interned = cache.shapes
+    queue_shapes = {p.job.job_id: (p.by_shape, p.key) for p in prepared}
     earlier = [*waiting_before, *not_created]
-    for pod in earlier:
-        shape_of(pod, interned)
+    shapes_used = {shape for p in prepared for shape in p.by_shape}
+    shapes_used.update(shape_of(pod, interned) for pod in earlier)
     rooms = [room for room in rooms_on_nodes_up(inventory) if room.kind is RoomKind.READY]
-    packer = Packer(rooms=rooms, options=[], shapes=list(interned.values()))
+    packer = Packer(rooms=rooms, options=[], shapes=shapes_used)
     _place_earlier(packer, earlier, interned, job_regions=inventory.job_regions)
 
-    order, held = order_queue(queued, in_use=in_use, teams=teams)
     capacity = _RegionCapacity(groups)
     team_rank: dict[str, int] = {}
     waiting: list[Waiting] = []
-    failed: set[tuple[object, ...]] = set()
+    held_back: list[Waiting] = []  # listed after those in line
+    # Room only shrinks within a check: a shape of job that did not fit will not fit
+    # later in the check either, and what it could reserve the first such job reserved.
+    failed: set[tuple[tuple[int, int], ...]] = set()
+    every_key = {p.key for p in prepared}
+    ever_fits: dict[tuple[tuple[int, int], ...], bool] = {}
     demand: list[Pod] = [*not_created]
     demand_gpus = 0
     demand_jobs = 0
+    position = 0
     most_gpus = capacity.total_gpus + sum(room.free[2] for room in rooms)
-    for position, job in enumerate(order, start=1):
-        team_rank[job.team] = team_rank.get(job.team, 0) + 1
-        parts = queue_shapes[job.job_id]
-        key = tuple(sorted((id(shape), count) for shape, count in parts))
-        gang = Gang(job_id=job.job_id, pods_by_shape={shape: [] for shape, _ in parts}, priority=job.priority)
-        for replica, (shape, _) in zip(
-            job.replicas, _per_replica_shapes(job.replicas, interned), strict=True
+    for job, held in in_admission_order(queued, in_use=in_use, teams=teams):
+        if (
+            len(failed) == len(every_key)
+            and len(waiting) >= MAX_LISTED
+            and (demand_jobs >= MAX_DEMAND_JOBS or demand_gpus >= most_gpus)
         ):
-            gang.pods_by_shape[shape].append(replica.pod)
-        reason = None if key in failed else packer.place_gang(gang)
-        if reason is None and key not in failed:
-            region = packer.placed_regions[job.job_id]
-            admitted.append(
-                Admitted(
-                    job_id=job.job_id,
-                    team=job.team,
-                    namespace=job.namespace,
-                    region=region,
-                    gpus=job.gpus,
-                    jobs=job.replicas,
-                )
-            )
-            in_use[job.team] = in_use.get(job.team, 0) + job.gpus
-            demand.extend(_pinned(replica.pod, region) for replica in job.replicas)
-            team_rank[job.team] -= 1
+            break  # no job further on can be admitted, reserve or be bought for: counted below
+        team_rank[job.team] = team_rank.get(job.team, 0) + 1
+        if held is not None:
+            if len(held_back) < MAX_LISTED:
+                quota = teams[job.team].quota if job.team in teams else None
+                held_back.append(_held(job, used=held, quota=quota, team_position=team_rank[job.team]))
             continue
-        failed.add(key)
+        by_shape, key = queue_shapes[job.job_id]
         reserved = None
-        ever = capacity.could_hold(parts)
+        first_miss = key not in failed
+        if first_miss:
+            gang = Gang(job_id=job.job_id, pods_by_shape=by_shape, priority=job.priority)
+            if packer.place_gang(gang) is None:
+                region = packer.placed_regions[job.job_id]
+                admitted.append(
+                    Admitted(
+                        job_id=job.job_id,
+                        team=job.team,
+                        namespace=job.namespace,
+                        region=region,
+                        gpus=job.gpus,
+                        jobs=job.replicas,
+                    )
+                )
+                in_use[job.team] = in_use.get(job.team, 0) + job.gpus
+                demand.extend(_pinned(replica.pod, region) for replica in job.replicas)
+                team_rank[job.team] -= 1
+                continue
+            failed.add(key)
+        ever = ever_fits.get(key)
+        if ever is None:
+            ever = ever_fits[key] = capacity.could_hold(
+                [(shape, len(pods)) for shape, pods in by_shape.items()]
+            )
         if ever:
-            reserved = packer.hold_room(gang)
+            if first_miss:
+                reserved = packer.hold_room(Gang(job_id=job.job_id, pods_by_shape=by_shape))
             if demand_jobs < MAX_DEMAND_JOBS and demand_gpus < most_gpus:
                 demand_jobs += 1
                 demand_gpus += job.gpus
@@ -323,65 +419,84 @@ def admit(
                     dataclasses.replace(replica.pod, priority=MAX_DEMAND_JOBS - demand_jobs)
                     for replica in job.replicas
                 )
-        waiting.append(
-            Waiting(
-                job_id=job.job_id,
-                team=job.team,
-                priority=job.priority,
-                gpus=job.gpus,
-                replicas=len(job.replicas),
-                position=position,
-                team_position=team_rank[job.team],
-                reason="Queued",
-                message=_needs(job)
-                + (
-                    ""
-                    if ever
-                    else "; no region can ever hold it: it is larger than the node groups at max size"
-                ),
-                reserved_region=reserved,
+        if len(waiting) < MAX_LISTED:
+            waiting.append(
+                Waiting(
+                    job_id=job.job_id,
+                    team=job.team,
+                    priority=job.priority,
+                    gpus=job.gpus,
+                    replicas=len(job.replicas),
+                    position=(position := position + 1),
+                    team_position=team_rank[job.team],
+                    reason="Queued",
+                    reserved_region=reserved,
+                    never_fits=not ever,
+                )
             )
-        )
-    for job, used in held:
-        team_rank[job.team] = team_rank.get(job.team, 0) + 1
-        quota = teams[job.team].quota if job.team in teams else None
-        waiting.append(
-            Waiting(
-                job_id=job.job_id,
-                team=job.team,
-                priority=job.priority,
-                gpus=job.gpus,
-                replicas=len(job.replicas),
-                position=0,
-                team_position=team_rank[job.team],
-                reason=f"QuotaExceeded:{used}/{quota} GPUs",
-                message=f"{used}/{quota} GPUs of {job.team} in use or ahead of it; {_needs(job)}",
-            )
-        )
-    _renumber(waiting)
+    admitted_ids = {a.job_id for a in admitted}
+    queued_by_team: dict[str, tuple[int, int]] = {}
+    for job in queued:
+        if job.job_id not in admitted_ids:
+            jobs_count, gpus = queued_by_team.get(job.team, (0, 0))
+            queued_by_team[job.team] = (jobs_count + 1, gpus + job.gpus)
     return AdmissionPlan(
         admitted=tuple(admitted),
-        waiting=tuple(waiting),
+        waiting=(*waiting, *held_back),
         demand=tuple(demand),
         in_use=in_use,
         incomplete=tuple(incomplete),
+        queued=queued_by_team,
     )
+
+
+def _held(job: QueuedJob, *, used: int, quota: int | None, team_position: int) -> Waiting:
+    return Waiting(
+        job_id=job.job_id,
+        team=job.team,
+        priority=job.priority,
+        gpus=job.gpus,
+        replicas=len(job.replicas),
+        position=0,
+        team_position=team_position,
+        reason=f"QuotaExceeded:{used}/{quota} GPUs",
+        in_use=used,
+        quota=quota,
+    )
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def order_queue(
     queued: Sequence[QueuedJob], *, in_use: Mapping[str, int], teams: Mapping[str, TeamShare]
 ) -> tuple[list[QueuedJob], list[tuple[QueuedJob, int]]]:
-    """Admission order, and the jobs a quota holds back (with the GPUs in use or ahead of them).
+    """Admission order, and the jobs a quota holds back (with the GPUs in use or ahead of them)."""
+    order: list[QueuedJob] = []
+    held: list[tuple[QueuedJob, int]] = []
+    for job, used in in_admission_order(queued, in_use=in_use, teams=teams):
+        if used is None:
+            order.append(job)
+        else:
+            held.append((job, used))
+    return order, held
+
+
+def in_admission_order(
+    queued: Sequence[QueuedJob], *, in_use: Mapping[str, int], teams: Mapping[str, TeamShare]
+) -> Iterator[tuple[QueuedJob, int | None]]:
+    """The queue in admission order, each job with None, or the GPUs in use or ahead when its quota holds it.
 
     Priority bands, highest first. Within a band, each team's jobs in their own order
     (re-queued first, then by submission), and the teams interleaved by fair share: the
     next job is the head of the team with the fewest GPUs in use or ordered ahead, per
     unit of weight. A job that would take its team past its quota is held back; the
-    team's later, smaller jobs may still fit under it.
+    team's later, smaller jobs may still fit under it. Lazy: a caller that stops early
+    pays for the part it read (and the sorting).
     """
     prospective = dict(in_use)
-    order: list[QueuedJob] = []
-    held: list[tuple[QueuedJob, int]] = []
     bands: dict[int, dict[str, list[QueuedJob]]] = {}
     for job in queued:
         bands.setdefault(job.priority, {}).setdefault(job.team, []).append(job)
@@ -398,37 +513,17 @@ def order_queue(
             share = teams.get(team)
             used = prospective.get(team, 0)
             if share is not None and share.quota is not None and used + job.gpus > share.quota:
-                held.append((job, used))
+                yield job, used
             else:
-                order.append(job)
                 prospective[team] = used + job.gpus
+                yield job, None
             if index + 1 < len(by_team[team]):
                 heapq.heappush(heap, (_share(team, prospective, teams), team, index + 1))
-    return order, held
 
 
 def _share(team: str, used: Mapping[str, int], teams: Mapping[str, TeamShare]) -> float:
     share = teams.get(team)
     return used.get(team, 0) / (share.weight if share is not None else 1.0)
-
-
-def _renumber(waiting: list[Waiting]) -> None:
-    """Positions among the jobs still waiting: 1, 2, 3 overall and within each team."""
-    overall = 0
-    by_team: dict[str, int] = {}
-    for index, item in enumerate(waiting):
-        team_position = by_team[item.team] = by_team.get(item.team, 0) + 1
-        position = 0
-        if not item.held_by_quota:
-            overall += 1
-            position = overall
-        waiting[index] = dataclasses.replace(item, position=position, team_position=team_position)
-
-
-def _needs(job: QueuedJob) -> str:
-    if len(job.replicas) > 1:
-        return f"needs {job.gpus} GPUs over {len(job.replicas)} replicas in one region"
-    return f"needs {job.gpus} GPU{'s' if job.gpus != 1 else ''}"
 
 
 def _owner_name(pod: Pod) -> str:
@@ -448,21 +543,6 @@ def _pinned(pod: Pod, region: str | None) -> Pod:
             NodeSelectorTerm(match_expressions=(*term.match_expressions, requirement)) for term in terms
         ),
     )
-
-
-def _shapes(
-    replicas: Sequence[ReplicaJob], interned: dict[tuple[object, ...], PodShape]
-) -> list[tuple[PodShape, int]]:
-    counts: dict[PodShape, int] = {}
-    for shape, _ in _per_replica_shapes(replicas, interned):
-        counts[shape] = counts.get(shape, 0) + 1
-    return list(counts.items())
-
-
-def _per_replica_shapes(
-    replicas: Sequence[ReplicaJob], interned: dict[tuple[object, ...], PodShape]
-) -> list[tuple[PodShape, ReplicaJob]]:
-    return [(shape_of(replica.pod, interned), replica) for replica in replicas]
 
 
 def _place_earlier(

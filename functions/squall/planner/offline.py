@@ -92,7 +92,6 @@ def plan_offline(
                 teams=teams or {},
                 policy=policy,
                 now=moment,
-                health=health,
             )
             pods = [*pods, *admission.demand]
         result = plan(nodes=nodes, pods=pods, groups=groups, health=health, policy=policy, now=moment)

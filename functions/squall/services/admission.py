@@ -21,7 +21,15 @@ from squall.core.jobs import JobStatus, Reason, is_terminal, note, reason_code
 from squall.core.manifests import admission_patch
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import Node, NodeGroup, Pod, Policy
-from squall.planner.admission import AdmissionPlan, Admitted, ReplicaJob, TeamShare, Waiting, admit
+from squall.planner.admission import (
+    AdmissionCache,
+    AdmissionPlan,
+    Admitted,
+    ReplicaJob,
+    TeamShare,
+    Waiting,
+    admit,
+)
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, pod_cache, replica_job_cache
 from squall.ports import Cluster, JobStore, MetricsSink
 from squall.services.intake import update_job
@@ -47,6 +55,7 @@ class AdmissionMemory:
     """What earlier checks in this process saw; keep one per process (a warm Lambda reuses it)."""
 
     jobs: ParseCache[ReplicaJob | None] = field(default_factory=replica_job_cache)
+    prepared: AdmissionCache = field(default_factory=AdmissionCache)
     # job id -> the queue reason last written on its record by this process
     noted: dict[str, str] = field(default_factory=dict)
 
@@ -59,16 +68,12 @@ class Admitter:
     policy: Policy
     store: JobStore | None = None  # for the reasons on jobs' records; None: admit only
     parsed: AdmissionMemory = field(default_factory=AdmissionMemory)
-    _raw: dict[tuple[Any, Any], Mapping[str, Any]] = field(default_factory=dict)
+    _listed: Sequence[Mapping[str, Any]] = ()
 
     def read_queue(self) -> list[ReplicaJob]:
         """Squall's replica Jobs; an unreadable one is left out, logged and counted."""
         raw_jobs = self.cluster.list_jobs()
-        self._raw = {
-            (obj["metadata"].get("namespace"), obj["metadata"].get("name")): obj
-            for obj in raw_jobs
-            if isinstance(obj.get("metadata"), Mapping)
-        }
+        self._listed = raw_jobs
         jobs = [job for job in self.parsed.jobs.parse_all(raw_jobs, unreadable=lambda item, why: None) if job]
         problems = self.parsed.jobs.unreadable
         if problems:
@@ -91,7 +96,14 @@ class Admitter:
         now: datetime,
     ) -> AdmissionPlan:
         return admit(
-            jobs=jobs, nodes=nodes, pods=pods, groups=groups, teams=self.teams, policy=self.policy, now=now
+            jobs=jobs,
+            nodes=nodes,
+            pods=pods,
+            groups=groups,
+            teams=self.teams,
+            policy=self.policy,
+            now=now,
+            cache=self.parsed.prepared,
         )
 
     def run(self, *, now: datetime, outcome: Report, groups: Sequence[NodeGroup] = ()) -> AdmissionPlan:
@@ -112,9 +124,16 @@ class Admitter:
         A failure part way leaves the job admitted in part (its region annotated on the
         Jobs already let go): the next check finishes it in the same region.
         """
+        if not admission.admitted:
+            return
+        listed = {
+            (obj["metadata"].get("namespace"), obj["metadata"].get("name")): obj
+            for obj in self._listed
+            if isinstance(obj.get("metadata"), Mapping)
+        }
         for admitted in admission.admitted:
             try:
-                if self._unsuspend(admitted, outcome=outcome):
+                if self._unsuspend(admitted, listed, outcome=outcome):
                     outcome.done.setdefault("admitted", []).append(
                         {"job": admitted.job_id, "region": admitted.region, "gpus": admitted.gpus}
                     )
@@ -131,9 +150,11 @@ class Admitter:
                 # One job's trouble never costs the others.
                 self._job_failed(outcome, admitted.job_id, f"admit {admitted.job_id}", exc)
 
-    def _unsuspend(self, admitted: Admitted, *, outcome: Report) -> bool:
+    def _unsuspend(
+        self, admitted: Admitted, listed: Mapping[tuple[Any, Any], Mapping[str, Any]], *, outcome: Report
+    ) -> bool:
         for replica in admitted.jobs:
-            raw = self._raw.get((replica.namespace, replica.name))
+            raw = listed.get((replica.namespace, replica.name))
             if raw is None:
                 return False
             try:
@@ -220,13 +241,11 @@ class Admitter:
     # ---- metrics ------------------------------------------------------------------
 
     def emit(self, admission: AdmissionPlan) -> None:
-        queued: dict[str, list[Waiting]] = {}
-        for waiting in admission.waiting:
-            queued.setdefault(waiting.team, []).append(waiting)
-        for team in sorted({*queued, *admission.in_use, *self.teams}):
+        for team in sorted({*admission.queued, *admission.in_use, *self.teams}):
             dims = {"Team": team}
-            self.metrics.add(Metric.QUEUED_JOBS, len(queued.get(team, [])), dimensions=dims)
-            self.metrics.add(Metric.QUEUED_GPUS, sum(w.gpus for w in queued.get(team, [])), dimensions=dims)
+            jobs, gpus = admission.queued.get(team, (0, 0))
+            self.metrics.add(Metric.QUEUED_JOBS, jobs, dimensions=dims)
+            self.metrics.add(Metric.QUEUED_GPUS, gpus, dimensions=dims)
             self.metrics.add(Metric.ADMITTED_GPUS, admission.in_use.get(team, 0), dimensions=dims)
             share = self.teams.get(team)
             if share is not None and share.quota is not None:
@@ -236,17 +255,9 @@ class Admitter:
 
 def queue_message(waiting: Waiting, *, scaling: str = "") -> str:
     """`3rd in research, 7th overall; needs 16 GPUs over 2 replicas in one region; p3-usw2 scaling 2->6`."""
-    if waiting.held_by_quota:
-        return waiting.message
-    parts = [
-        f"{ordinal(waiting.team_position)} in {waiting.team}, {ordinal(waiting.position)} overall",
-        waiting.message,
-    ]
-    if scaling:
-        parts.append(scaling)
-    return "; ".join(parts)
+    return with_scaling(waiting.message, scaling=scaling, held=waiting.held_by_quota)
 
 
-def ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
+def with_scaling(message: str, *, scaling: str, held: bool) -> str:
+    """A waiting job's line with what is being bought (never for one a quota holds back)."""
+    return f"{message}; {scaling}" if scaling and not held else message

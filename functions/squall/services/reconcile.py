@@ -31,6 +31,9 @@ logger = Logger(service=SERVICE, child=True)
 CREATE_GRACE = timedelta(seconds=60)
 IMAGE_PULL_GRACE = timedelta(minutes=5)
 MAX_ERROR_MESSAGE = 1000
+# Active jobs one run reads at most; far beyond the queue the admission and the
+# Kubernetes API are sized for (docs/design.md, "Admission": at size).
+MAX_ACTIVE_JOBS = 200_000
 
 
 @dataclass
@@ -52,7 +55,11 @@ class Reconciler:
 
     def run(self) -> ReconcileReport:
         report = ReconcileReport()
-        active = self.store.list_by_status(JobStatus.QUEUED) + self.store.list_by_status(JobStatus.RUNNING)
+        # Every active job, however long the queue: a job left out would never be seen to
+        # fail, finish or lose its objects (the store pages through the status index).
+        active = self.store.list_by_status(
+            JobStatus.QUEUED, limit=MAX_ACTIVE_JOBS
+        ) + self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
         k8s_jobs: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for obj in self.cluster.list_jobs():
             if (job_id := job_id_of(obj)) is not None:
@@ -139,6 +146,8 @@ class Reconciler:
         pods: list[dict[str, Any]],
         report: ReconcileReport,
     ) -> None:
+        if _waiting_for_admission(job, k8s_jobs=k8s_jobs, pods=pods):
+            return  # the scale check's to decide; nothing here has changed
         now = self.clock.now()
         seen = observe(expected_replicas=max(job.replicas, 1), k8s_jobs=k8s_jobs, pods=pods)
         if seen.status is None or seen.reason == Reason.OBJECTS_MISSING:
@@ -306,8 +315,25 @@ class Reconciler:
     def _gauges(self) -> None:
         now = self.clock.now()
         for status in (JobStatus.QUEUED, JobStatus.RUNNING):
-            jobs = self.store.list_by_status(status)
+            jobs = self.store.list_by_status(status, limit=MAX_ACTIVE_JOBS)
             self.metrics.add(Metric.JOBS_IN_STATE, len(jobs), dimensions={"State": status.value})
             if status is JobStatus.QUEUED:
                 oldest = min((j.submitted_at for j in jobs if not j.is_sweep), default=now)
                 self.metrics.add(Metric.OLDEST_QUEUED_SECONDS, (now - oldest).total_seconds(), unit="Seconds")
+
+
+def _waiting_for_admission(job: Job, *, k8s_jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> bool:
+    """A queued job whose replica Jobs all exist, suspended and never failed, with no pod: nothing to observe.
+
+    Most queued jobs in a burst are this; `observe` would find them QUEUED as they are.
+    """
+    return (
+        job.status is JobStatus.QUEUED
+        and job.reason != Reason.IMAGE_PULL_BACK_OFF
+        and not pods
+        and len(k8s_jobs) >= max(job.replicas, 1)
+        and all(
+            (j.get("spec") or {}).get("suspend") is True and not (j.get("status") or {}).get("failed")
+            for j in k8s_jobs
+        )
+    )

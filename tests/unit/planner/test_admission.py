@@ -259,3 +259,36 @@ def _patched(obj: dict[str, Any], region: str) -> dict[str, Any]:
     spec["template"] = template
     merged["spec"] = spec
     return merged
+
+
+def test_a_long_queue_is_described_head_first_and_counted_whole() -> None:
+    from squall.planner.admission import MAX_LISTED
+
+    groups = [p4d(nodes=1, max_size=1)]
+    jobs = [o for i in range(MAX_LISTED + 300) for o in job_objects(f"j{i:05d}", gpus=1, minute=i)]
+    result = run(jobs, groups=groups)
+    assert len(result.admitted) == 8  # one node of 8 GPUs
+    assert len(result.waiting) == MAX_LISTED
+    assert [w.position for w in result.waiting[:3]] == [1, 2, 3]
+    assert result.waiting[0].job_id == "j00008"
+    assert result.queued == {"research": (MAX_LISTED + 292, MAX_LISTED + 292)}
+    assert result.to_dict()["waitingTotal"] == MAX_LISTED + 292
+
+
+def test_the_same_cache_gives_the_same_decision() -> None:
+    from squall.planner.admission import AdmissionCache
+    from squall.planner.kube import replica_job_cache
+
+    groups = [p4d(nodes=2)]
+    objects = [o for i in range(6) for o in job_objects(f"j{i}", gpus=4, minute=i)]
+    for obj in objects:
+        obj["metadata"] |= {"uid": obj["metadata"]["name"], "resourceVersion": "1"}
+    nodes = [node_of(g, i.instance_id) for g in groups for i in g.instances]
+    parsed, cache = replica_job_cache(), AdmissionCache()
+    decisions = []
+    for _ in range(3):
+        jobs = [j for j in parsed.parse_all(objects) if j]
+        decided = admit(jobs=jobs, nodes=nodes, pods=[], groups=groups, teams={}, policy=POLICY, now=NOW, cache=cache)
+        decisions.append((admitted(decided), [(w.job_id, w.position) for w in decided.waiting]))
+    assert decisions[0] == decisions[1] == decisions[2]
+    assert len(cache.jobs) == 6

@@ -117,7 +117,7 @@ def test_admits_by_priority_and_fair_share_then_plans_for_the_queue() -> None:
     waiting = {w["job"]: w for w in admission["waiting"]}
     assert [w["job"] for w in admission["waiting"]] == ["r0", "r1", "r2", "v1"]
     assert [(waiting[j]["position"], waiting[j]["teamPosition"]) for j in ("r0", "r1", "r2")] == [(1, 1), (2, 2), (3, 3)]
-    assert waiting["r0"]["reason"] == "Queued" and waiting["r0"]["message"] == "needs 1 GPU"
+    assert waiting["r0"]["reason"] == "Queued" and waiting["r0"]["message"] == "1st in research, 1st overall; needs 1 GPU"
     assert waiting["v1"]["reason"] == "QuotaExceeded:1/1 GPUs" and waiting["v1"]["position"] == 0
     assert admission["waitingTotal"] == 4
     assert admission["inUse"] == {"research": 1, "vision": 1}
@@ -157,7 +157,7 @@ def test_a_gang_too_large_for_ready_room_waits_and_its_capacity_is_bought() -> N
     # then: not admitted in part; the planner scales the region for the whole gang
     [waiting] = result["admission"]["waiting"]
     assert waiting["job"] == "gang" and waiting["reason"] == "Queued"
-    assert waiting["message"] == "needs 3 GPUs over 3 replicas in one region"
+    assert waiting["message"] == "1st in research, 1st overall; needs 3 GPUs over 3 replicas in one region"
     assert result["admission"]["admitted"] == []
     [scale_up] = result["scaleUp"]
     assert (scale_up["from"], scale_up["to"]) == (2, 3)

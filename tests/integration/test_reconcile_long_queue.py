@@ -1,0 +1,41 @@
+"""Reconcile sees every active job, however long the queue is."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from squall.core.jobs import JobStatus
+from squall.core.telemetry import RecordingMetrics
+from squall.local.clock import VirtualClock
+from squall.local.cluster import SimulatedCluster
+from squall.local.memory import InMemoryJobStore
+from squall.services.intake import Intake, IntakeConfig
+from squall.services.reconcile import Reconciler
+
+IMAGE = "registry.example.com/squall/tf-trainer:1.0"
+
+
+def test_a_job_behind_a_thousand_queued_ones_is_still_seen_to_fail() -> None:
+    clock = VirtualClock()
+    store = InMemoryJobStore()
+    cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=3))
+    metrics = RecordingMetrics(clock)
+    intake = Intake(
+        store=store,
+        cluster=cluster,
+        clock=clock,
+        metrics=metrics,
+        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
+    )
+    for i in range(1100):
+        body = {"name": "t", "id": f"j{i:04d}", "team": "research", "image": IMAGE, "resources": {"gpu": 1}, "maxRuntime": "2m"}
+        intake.handle(body=json.dumps(body), message_id=f"m-{i}")
+        clock.advance(timedelta(seconds=1))
+    # the newest job's Job is let go and runs into its deadline (no node to run on)
+    cluster.patch_job(namespace="team-research", name="j1099-worker-0", patch={"spec": {"suspend": False}})
+    clock.advance(timedelta(minutes=5))
+    cluster.advance()
+    Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake).run()
+    job = store.get("j1099")
+    assert job is not None and job.status is JobStatus.FAILED and job.reason == "DeadlineExceeded"
