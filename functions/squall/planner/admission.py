@@ -52,7 +52,7 @@ from squall.planner.planning import rooms_on_nodes_up
 # what every group at its max size could hold nothing more can be bought anyway.
 MAX_DEMAND_JOBS = 5000
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
-MAX_LISTED = 1000
+MAX_LISTED = 250
 NEVER_FITS = "; no region can ever hold it: it is larger than the node groups at max size"
 
 
@@ -132,6 +132,23 @@ class AdmissionCache:
 
     shapes: dict[tuple[object, ...], PodShape] = field(default_factory=dict)
     jobs: dict[str, _Prepared] = field(default_factory=dict)
+    # The latest call's replica Jobs, and what gather made of them.
+    listed: tuple[ReplicaJob, ...] = ()
+    gathered: _Gathered | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Gathered:
+    """The replica Jobs read as a queue, with what admission looks up in it."""
+
+    prepared: list[_Prepared]
+    admitted: dict[str, list[ReplicaJob]]  # job id -> its replica Jobs, some let go
+    incomplete: list[str]
+    queued: list[QueuedJob]
+    by_id: dict[str, _Prepared]
+    keys: frozenset[tuple[tuple[int, int], ...]]
+    shapes: frozenset[PodShape]
+    bands: dict[int, dict[str, list[QueuedJob]]]  # priority -> team -> its jobs in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,16 +248,17 @@ class AdmissionPlan:
         }
 
 
-def gather(
-    jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None
-) -> tuple[list[_Prepared], dict[str, list[ReplicaJob]], list[str]]:
+def gather(jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None) -> _Gathered:
     """Replica Jobs by job: the queued jobs (prepared), the admitted ones (job id -> replica Jobs), the incomplete."""
     cache = cache if cache is not None else AdmissionCache()
+    listed = tuple(jobs)
+    if cache.gathered is not None and listed == cache.listed:
+        return cache.gathered  # the very same Jobs (identity first, C speed): the same queue
     if len(cache.shapes) > MAX_REMEMBERED_SHAPES:
         cache.shapes.clear()
         cache.jobs.clear()
     by_job: dict[str, list[ReplicaJob]] = {}
-    for job in jobs:
+    for job in listed:
         by_job.setdefault(job.job_id, []).append(job)
     queued: list[_Prepared] = []
     admitted: dict[str, list[ReplicaJob]] = {}
@@ -264,7 +282,18 @@ def gather(
             prepared = _prepare(job_id, replicas, seen=seen, shapes=cache.shapes)
             queued.append(prepared)
             cache.jobs[job_id] = prepared
-    return queued, admitted, sorted(incomplete)
+    cache.listed = listed
+    cache.gathered = _Gathered(
+        prepared=queued,
+        admitted=admitted,
+        incomplete=sorted(incomplete),
+        queued=[p.job for p in queued],
+        by_id={p.job.job_id: p for p in queued},
+        keys=frozenset(p.key for p in queued),
+        shapes=frozenset(shape for p in queued for shape in p.by_shape),
+        bands=bands_of(p.job for p in queued),
+    )
+    return cache.gathered
 
 
 def _prepare(
@@ -308,8 +337,8 @@ def admit(
     `cache`: kept by a caller that admits again and again (see AdmissionCache).
     """
     cache = cache if cache is not None else AdmissionCache()
-    prepared, admitted_jobs, incomplete = gather(jobs, cache)
-    queued = [p.job for p in prepared]
+    gathered = gather(jobs, cache)
+    admitted_jobs, incomplete, queued = gathered.admitted, gathered.incomplete, gathered.queued
     pods = list(pods)
     inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
     in_use: dict[str, int] = {}
@@ -347,9 +376,8 @@ def admit(
 
     waiting_before = [pod for pod in inventory.pending if pod.job_id in admitted_jobs or pod.job_id is None]
     interned = cache.shapes
-    queue_shapes = {p.job.job_id: (p.by_shape, p.key) for p in prepared}
     earlier = [*waiting_before, *not_created]
-    shapes_used = {shape for p in prepared for shape in p.by_shape}
+    shapes_used = set(gathered.shapes)
     shapes_used.update(shape_of(pod, interned) for pod in earlier)
     rooms = [room for room in rooms_on_nodes_up(inventory) if room.kind is RoomKind.READY]
     packer = Packer(rooms=rooms, options=[], shapes=shapes_used)
@@ -362,14 +390,14 @@ def admit(
     # Room only shrinks within a check: a shape of job that did not fit will not fit
     # later in the check either, and what it could reserve the first such job reserved.
     failed: set[tuple[tuple[int, int], ...]] = set()
-    every_key = {p.key for p in prepared}
+    every_key = gathered.keys
     ever_fits: dict[tuple[tuple[int, int], ...], bool] = {}
     demand: list[Pod] = [*not_created]
     demand_gpus = 0
     demand_jobs = 0
     position = 0
     most_gpus = capacity.total_gpus + sum(room.free[2] for room in rooms)
-    for job, held in in_admission_order(queued, in_use=in_use, teams=teams):
+    for job, held in in_admission_order(queued, in_use=in_use, teams=teams, bands=gathered.bands):
         if (
             len(failed) == len(every_key)
             and len(waiting) >= MAX_LISTED
@@ -382,7 +410,8 @@ def admit(
                 quota = teams[job.team].quota if job.team in teams else None
                 held_back.append(_held(job, used=held, quota=quota, team_position=team_rank[job.team]))
             continue
-        by_shape, key = queue_shapes[job.job_id]
+        ready = gathered.by_id[job.job_id]
+        by_shape, key = ready.by_shape, ready.key
         reserved = None
         first_miss = key not in failed
         if first_miss:
@@ -484,8 +513,23 @@ def order_queue(
     return order, held
 
 
+def bands_of(queued: Iterable[QueuedJob]) -> dict[int, dict[str, list[QueuedJob]]]:
+    """Priority -> team -> the team's jobs in their order (re-queued first, then by submission)."""
+    bands: dict[int, dict[str, list[QueuedJob]]] = {}
+    for job in queued:
+        bands.setdefault(job.priority, {}).setdefault(job.team, []).append(job)
+    for by_team in bands.values():
+        for jobs in by_team.values():
+            jobs.sort(key=QueuedJob.order_key)
+    return bands
+
+
 def in_admission_order(
-    queued: Sequence[QueuedJob], *, in_use: Mapping[str, int], teams: Mapping[str, TeamShare]
+    queued: Sequence[QueuedJob],
+    *,
+    in_use: Mapping[str, int],
+    teams: Mapping[str, TeamShare],
+    bands: Mapping[int, Mapping[str, Sequence[QueuedJob]]] | None = None,
 ) -> Iterator[tuple[QueuedJob, int | None]]:
     """The queue in admission order, each job with None, or the GPUs in use or ahead when its quota holds it.
 
@@ -497,15 +541,10 @@ def in_admission_order(
     pays for the part it read (and the sorting).
     """
     prospective = dict(in_use)
-    bands: dict[int, dict[str, list[QueuedJob]]] = {}
-    for job in queued:
-        bands.setdefault(job.priority, {}).setdefault(job.team, []).append(job)
+    bands = bands_of(queued) if bands is None else bands
     for priority in sorted(bands, reverse=True):
         by_team = bands[priority]
-        heap: list[tuple[float, str, int]] = []
-        for team, jobs in by_team.items():
-            jobs.sort(key=QueuedJob.order_key)
-            heap.append((_share(team, prospective, teams), team, 0))
+        heap: list[tuple[float, str, int]] = [(_share(team, prospective, teams), team, 0) for team in by_team]
         heapq.heapify(heap)
         while heap:
             _, team, index = heapq.heappop(heap)

@@ -50,6 +50,7 @@ LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 # Pod priorities are 32-bit integers.
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 _EMPTY: Mapping[str, Any] = {}
+_MISSING = object()  # not parsed before (a parse may give None: a Job that is not Squall's)
 _TIME_EXAMPLE = "expected ISO 8601, e.g. 2024-05-01T12:00:00Z"
 
 
@@ -93,15 +94,16 @@ class ParseCache(Generic[_Parsed]):
         self.unreadable = []
         misses, first = self.misses, self._lists == 0
         self._lists += 1
+        hits = 0
         for index, item in enumerate(_items(doc, self._what)):
             metadata = item.get("metadata")
             key: tuple[str, str] | None
             try:
                 key = (metadata["uid"], metadata["resourceVersion"])  # type: ignore[index]
-                value = earlier.get(key)
+                value = earlier.get(key, _MISSING)
             except (KeyError, TypeError):  # no metadata, no uid or version, or not hashable
-                key, value = None, None
-            if value is None:
+                key, value = None, _MISSING
+            if value is _MISSING:
                 self.misses += 1
                 try:
                     value = _parse_item(self._parse, item, index)
@@ -114,10 +116,11 @@ class ParseCache(Generic[_Parsed]):
                         parsed.append(stand_in)
                     continue
             else:
-                self.hits += 1
+                hits += 1
             if key is not None and key[0] and key[1]:
-                seen[key] = value
-            parsed.append(value)
+                seen[key] = value  # type: ignore[assignment]
+            parsed.append(value)  # type: ignore[arg-type]
+        self.hits += hits
         self.changed = first or self.misses != misses or len(seen) != len(earlier) or bool(self.unreadable)
         self._seen = seen
         return parsed

@@ -61,9 +61,15 @@ class Reconciler:
             JobStatus.QUEUED, limit=MAX_ACTIVE_JOBS
         ) + self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
         k8s_jobs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        # Jobs with a replica Job that is not suspended, or that failed: not simply waiting.
+        stirring: set[str] = set()
         for obj in self.cluster.list_jobs():
             if (job_id := job_id_of(obj)) is not None:
                 k8s_jobs[job_id].append(obj)
+                if (obj.get("spec") or {}).get("suspend") is not True or (obj.get("status") or {}).get(
+                    "failed"
+                ):
+                    stirring.add(job_id)
         pods: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in self.cluster.list_pods():
             if (job_id := job_id_of(pod)) is not None:
@@ -72,7 +78,17 @@ class Reconciler:
         for job in active:
             if job.is_sweep:
                 self._isolated(job, report, functools.partial(self._sweep, job, report))
-            elif job.reason != Reason.WAITING_FOR_TRIAL_SLOT:
+            elif job.reason == Reason.WAITING_FOR_TRIAL_SLOT:
+                continue
+            elif (
+                job.status is JobStatus.QUEUED
+                and job.id not in stirring
+                and job.id not in pods
+                and job.reason != Reason.IMAGE_PULL_BACK_OFF
+                and len(k8s_jobs.get(job.id, ())) >= max(job.replicas, 1)
+            ):
+                continue  # waiting for admission, all its replica Jobs there, suspended: the scale check's
+            else:
                 step = functools.partial(
                     self._job,
                     job,
@@ -146,8 +162,6 @@ class Reconciler:
         pods: list[dict[str, Any]],
         report: ReconcileReport,
     ) -> None:
-        if _waiting_for_admission(job, k8s_jobs=k8s_jobs, pods=pods):
-            return  # the scale check's to decide; nothing here has changed
         now = self.clock.now()
         seen = observe(expected_replicas=max(job.replicas, 1), k8s_jobs=k8s_jobs, pods=pods)
         if seen.status is None or seen.reason == Reason.OBJECTS_MISSING:
@@ -320,20 +334,3 @@ class Reconciler:
             if status is JobStatus.QUEUED:
                 oldest = min((j.submitted_at for j in jobs if not j.is_sweep), default=now)
                 self.metrics.add(Metric.OLDEST_QUEUED_SECONDS, (now - oldest).total_seconds(), unit="Seconds")
-
-
-def _waiting_for_admission(job: Job, *, k8s_jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> bool:
-    """A queued job whose replica Jobs all exist, suspended and never failed, with no pod: nothing to observe.
-
-    Most queued jobs in a burst are this; `observe` would find them QUEUED as they are.
-    """
-    return (
-        job.status is JobStatus.QUEUED
-        and job.reason != Reason.IMAGE_PULL_BACK_OFF
-        and not pods
-        and len(k8s_jobs) >= max(job.replicas, 1)
-        and all(
-            (j.get("spec") or {}).get("suspend") is True and not (j.get("status") or {}).get("failed")
-            for j in k8s_jobs
-        )
-    )

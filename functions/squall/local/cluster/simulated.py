@@ -170,6 +170,10 @@ class SimulatedCluster:
     def list_jobs(self, *, namespace: str | None = None, job_id: str | None = None) -> list[KubeObject]:
         self._faults.record("list_jobs", namespace=namespace, job_id=job_id)
         state = self._state
+        if namespace is None and job_id is None:
+            return self._views.whole_list(
+                "jobs", lambda: [self._views.view(job, object_view) for job in state.jobs.values() if job.managed]
+            )
         jobs = (
             [state.jobs[k] for k in state.jobs_by_id.get(job_id, ())]
             if job_id is not None
