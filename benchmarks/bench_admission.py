@@ -205,7 +205,6 @@ def micro(queue: int, runs: int) -> None:
             teams=TEAMS,
             policy=policy,
             now=NOW,
-            health=scenario.health,
         )
 
     def planning(pods: list[Pod]) -> Callable[[], Any]:
