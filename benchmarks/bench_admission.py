@@ -31,12 +31,13 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from bench_planner import NOW, build_scenario
+from bench_replay import ideal_peak_gpus
 from histories import burst_history
 
 from squall.core import manifests
@@ -68,7 +69,7 @@ def replay_burst(jobs: int, *, write_trace: Path | None) -> bool:
     fleet = sum(g.allocatable.gpu * g.max_size for g in configuration.groups)
     print(
         f"burst history: {len(rows)} jobs ({_kinds(text)}), {sum(r.gpus * r.replicas * r.run_s for r in rows) / 3600:.0f} "
-        f"GPU-hours, ideal peak {_ideal_peak(rows)} GPUs, last arrival at {rows[-1].submit_s / 3600:.1f} h; "
+        f"GPU-hours, ideal peak {ideal_peak_gpus(rows)} GPUs, last arrival at {rows[-1].submit_s / 3600:.1f} h; "
         f"cdk.json groups: {len(configuration.groups)}, at most {fleet} GPUs"
     )
     checks: list[int] = []
@@ -107,19 +108,6 @@ def replay_burst(jobs: int, *, write_trace: Path | None) -> bool:
 def _kinds(text: str) -> str:
     notes = Counter(line.rsplit(",", 1)[1] for line in text.splitlines()[1:])
     return ", ".join(f"{count} {note}" for note, count in sorted(notes.items()))
-
-
-def _ideal_peak(rows: Sequence[TraceRow]) -> int:
-    """Most GPUs in use at once if every job started the moment it was submitted."""
-    edges = sorted(
-        [(r.submit_s, r.gpus * r.replicas) for r in rows]
-        + [(r.submit_s + r.run_s, -r.gpus * r.replicas) for r in rows]
-    )
-    peak = level = 0
-    for _, change in edges:
-        level += change
-        peak = max(peak, level)
-    return peak
 
 
 def _waits_by_team(result: SimulationResult) -> dict[str, tuple[float, float, int]]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from aws_lambda_powertools import Logger
 
 from squall.core.errors import NotFoundError, SquallError
-from squall.core.jobs import JobStatus, Reason, is_terminal, note, reason_code
+from squall.core.jobs import Reason, reason_code
 from squall.core.manifests import admission_patch
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import Node, NodeGroup, Pod, Policy
@@ -32,7 +32,7 @@ from squall.planner.admission import (
 )
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, pod_cache, replica_job_cache
 from squall.ports import Cluster, JobStore, MetricsSink
-from squall.services.intake import update_job
+from squall.services.intake import note_job
 
 logger = Logger(service=SERVICE, child=True)
 
@@ -215,19 +215,9 @@ class Admitter:
         if store is None:
             return
         try:
-            job = store.get(job_id)
-            if job is not None:
-                update_job(
-                    store,
-                    job,
-                    lambda current: (
-                        None
-                        if is_terminal(current.status)
-                        or current.reason == reason
-                        or (only_queued and current.status is not JobStatus.QUEUED)
-                        else note(current, reason=reason, at=now, message=message[:MAX_MESSAGE])
-                    ),
-                )
+            note_job(
+                store, job_id, reason=reason, message=message, at=now, once=True, queued_only=only_queued
+            )
         except SquallError as exc:
             logger.warning("could not note job", job_id=job_id, reason=reason, error=str(exc))
         except Exception as exc:

@@ -22,7 +22,7 @@ from aws_lambda_powertools import Logger
 
 from squall.core import manifests
 from squall.core.errors import ConflictError, DuplicateJobError, ItemTooLargeError, PermanentError
-from squall.core.jobs import Job, JobStatus, Reason, is_terminal, new_job, transition
+from squall.core.jobs import Job, JobStatus, Reason, is_terminal, new_job, note, transition
 from squall.core.spec import (
     DEFAULT_MAX_RUNTIME_LIMIT,
     DNS_LABEL,
@@ -45,6 +45,7 @@ logger = Logger(service=SERVICE, child=True)
 # DynamoDB's 400 KB item limit.
 MAX_RECORDED_BODY = 32 * 1024
 MAX_EVENT_MESSAGE = 2000
+MAX_NOTE = 1000  # a reason's message noted by the scale check
 # SQS's largest message body; nothing larger can come from the queue, and the work
 # spent on a body is bounded by its size.
 MAX_BODY_CHARS = 1024 * 1024
@@ -413,3 +414,34 @@ def update_job(store: JobStore, job: Job, change: Change) -> Job | None:
         except ConflictError:
             current = store.get(job.id)
     raise ConflictError(f"job {job.id}: gave up after {CONFLICT_RETRIES} conflicting writes")
+
+
+def note_job(
+    store: JobStore,
+    job_id: str,
+    *,
+    reason: str,
+    message: str,
+    at: datetime,
+    once: bool = False,
+    queued_only: bool = False,
+) -> None:
+    """A reason on a job's history, unless the job is final.
+
+    `once`: not when the record has that reason already; `queued_only`: only while it
+    is QUEUED. Raises what the store raises: the caller decides what a lost note costs.
+    """
+    job = store.get(job_id)
+    if job is None:
+        return
+    update_job(
+        store,
+        job,
+        lambda current: (
+            None
+            if is_terminal(current.status)
+            or (once and current.reason == reason)
+            or (queued_only and current.status is not JobStatus.QUEUED)
+            else note(current, reason=reason, at=at, message=message[:MAX_NOTE])
+        ),
+    )

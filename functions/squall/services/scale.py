@@ -20,7 +20,7 @@ from aws_lambda_powertools import Logger
 
 from squall.conventions import CORDONED_AT_ANNOTATION, EMPTY_SINCE_ANNOTATION, TERMINATION_REASON_ANNOTATION
 from squall.core.errors import NotFoundError, SquallError
-from squall.core.jobs import Reason, is_terminal, note, reason_code
+from squall.core.jobs import Reason, reason_code
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import (
     REGION_LABEL,
@@ -39,7 +39,7 @@ from squall.planner.kube import ParseCache, busy_stand_in, node_cache, parse_pod
 from squall.planner.timers import next_timer
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
 from squall.services.admission import AdmissionMemory, Admitter
-from squall.services.intake import update_job
+from squall.services.intake import note_job
 
 logger = Logger(service=SERVICE, child=True)
 
@@ -361,17 +361,7 @@ class Scaler:
         if store is None:
             return
         try:
-            job = store.get(job_id)
-            if job is not None:
-                update_job(
-                    store,
-                    job,
-                    lambda current: (
-                        None
-                        if is_terminal(current.status)
-                        else note(current, reason=reason, at=now, message=message[:1000])
-                    ),
-                )
+            note_job(store, job_id, reason=reason, message=message, at=now)
         except SquallError as exc:
             logger.warning("could not note job", job_id=job_id, reason=reason, error=str(exc))
         except Exception as exc:
