@@ -460,3 +460,67 @@ def test_objects_the_planner_cannot_read_never_stop_the_check_nor_free_a_busy_no
     assert "terminated" not in rig.scaler().check(trigger="schedule").done
     rig.run(minutes=6)
     assert len(rig.scaler().check(trigger="schedule").done["terminated"]) == 1
+
+
+def test_a_decision_too_large_for_one_item_records_the_first_part_of_its_lists(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import squall.services.scale as scale
+
+    monkeypatch.setattr(scale, "MAX_DECISION_BYTES", 6_000)
+    for i in range(40):
+        rig.submit(f"j-{i}")
+    result = rig.scaler().check(trigger="schedule")
+    (decision,) = rig.state.decisions
+    assert len(json.dumps(decision["plan"], separators=(",", ":"))) <= 3_000
+    assert decision["plan"]["truncated"]["admission.waiting"] == 40
+    assert 1 <= len(decision["plan"]["admission"]["waiting"]) < 40
+    assert len(result.plan["admission"]["waiting"]) == 40, "the check's own answer is whole"
+
+
+def test_shrunk_to_fit_cuts_the_longest_list_first_and_keeps_small_documents_as_they_are() -> None:
+    from squall.services.scale import shrunk_to_fit
+
+    small = {"scaleUp": [1, 2], "admission": {"waiting": [3]}}
+    assert shrunk_to_fit(small, 1_000) == small
+    doc = {"short": list(range(5)), "nested": {"long": ["x" * 10] * 1_000}}
+    fitted = shrunk_to_fit(doc, 800)
+    assert len(json.dumps(fitted, separators=(",", ":"))) <= 800
+    assert fitted["short"] == list(range(5)) and fitted["truncated"] == {"nested.long": 1_000}
+
+
+def test_a_check_that_sees_nothing_changed_and_no_timer_due_ends_after_its_reads(rig: Rig) -> None:
+    # given a busy node (a long job runs on it) and nothing else to do
+    rig.submit("long")
+    rig.cluster.set_behaviour("long", run_for=timedelta(hours=5))
+    scaler = rig.scaler()
+    scaler.check(trigger="schedule")
+    for _ in range(6):
+        rig.run(minutes=1)
+        scaler.check(trigger="schedule")
+    decisions = len(rig.state.decisions)
+    # when nothing changes, the next check plans nothing and records nothing
+    rig.run(minutes=1)
+    quiet = scaler.check(trigger="schedule")
+    assert quiet.skipped == ["nothing changed since the last check, no timer due"]
+    assert len(rig.state.decisions) == decisions
+    # and a change (a new job) makes the next check whole again
+    rig.submit("next")
+    assert scaler.check(trigger="schedule").skipped == []
+    assert len(rig.state.decisions) == decisions + 1
+
+
+def test_a_quiet_check_still_plans_when_a_timer_comes_due(rig: Rig) -> None:
+    # given an empty node: its idle threshold is a timer the quiet check waits for
+    rig.submit("short")
+    rig.cluster.set_behaviour("short", run_for=timedelta(minutes=1))
+    scaler = rig.scaler()
+    scaler.check(trigger="schedule")
+    rig.run_checked(minutes=8)  # booted, admitted, ran its minute, done
+    scaler.check(trigger="schedule")
+    quiet = scaler.check(trigger="schedule")
+    assert quiet.skipped == ["nothing changed since the last check, no timer due"]
+    assert scaler.parsed.quiet is not None and scaler.parsed.quiet.until is not None
+    # when the timer comes due with nothing else changed, the check is whole again
+    rig.clock.advance(scaler.parsed.quiet.until - rig.clock.now())
+    assert scaler.check(trigger="schedule").skipped == []

@@ -10,6 +10,7 @@ before it goes.
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,10 @@ from squall.services.intake import note_job
 logger = Logger(service=SERVICE, child=True)
 
 LEASE = "scale"
+# A decision record's plan and actions together, as JSON: DynamoDB takes 400 KB an
+# item, keys and attribute names included. A check that admits thousands of jobs or
+# finds thousands of pods unschedulable records the first part of each list.
+MAX_DECISION_BYTES = 300_000
 
 
 @dataclass(frozen=True)
@@ -245,7 +250,11 @@ class Scaler:
         self._emit(decided, groups=groups, pods=pods, nodes=nodes, result=result, now=now)
         admitter.emit(admission)
         self.state.record_decision(
-            at=now, trigger=trigger, dry_run=self.config.dry_run, plan=result.plan, acted=result.done
+            at=now,
+            trigger=trigger,
+            dry_run=self.config.dry_run,
+            plan=shrunk_to_fit(result.plan, MAX_DECISION_BYTES // 2),
+            acted=shrunk_to_fit(result.done, MAX_DECISION_BYTES // 2),
         )
         if _idle(decided, admission, result) and not self.config.dry_run:
             until = next_timer(
@@ -505,6 +514,40 @@ def fallbacks(
             origin = min(preferred, key=lambda g: g.priority)
             found.append(reason_code(Reason.REGION_FALLBACK, f"{origin.region}->{target.region}"))
     return found
+
+
+def shrunk_to_fit(doc: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
+    """A copy of `doc` whose compact JSON is at most `max_bytes`: its longest lists cut, again and again.
+
+    Each list cut is named under "truncated" (its path, and how long it was), so a
+    reader of the record knows it holds the first part only.
+    """
+    copy: dict[str, Any] = json.loads(json.dumps(doc))
+    cut: dict[str, int] = {}
+    for _ in range(64):  # each pass halves a list: enough for any list a check makes
+        if len(json.dumps(copy, separators=(",", ":"))) <= max_bytes:
+            break
+        found = _longest_list(copy, "")
+        if found is None or len(found[1]) <= 1:
+            break
+        path, items = found
+        cut.setdefault(path, len(items))
+        del items[max(1, len(items) // 2) :]
+    if cut:
+        copy["truncated"] = cut
+    return copy
+
+
+def _longest_list(doc: Any, path: str) -> tuple[str, list[Any]] | None:
+    best: tuple[str, list[Any]] | None = None
+    children = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    if isinstance(doc, list):
+        best = (path, doc)
+    for key, value in children:
+        found = _longest_list(value, f"{path}.{key}" if path else str(key))
+        if found is not None and (best is None or len(found[1]) > len(best[1])):
+            best = found
+    return best
 
 
 def _idle(decided: Plan, admission: AdmissionPlan, result: ScaleResult) -> bool:
