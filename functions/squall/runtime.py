@@ -39,7 +39,7 @@ from squall.ports import (
 )
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.lifecycle_hooks import LifecycleConfig, LifecycleService
-from squall.services.reconcile import Reconciler
+from squall.services.reconcile import ReconcileMemory, Reconciler
 from squall.services.scale import ParsedObjects, ScaleConfig, Scaler
 
 logger = Logger(service=SERVICE, child=True)
@@ -146,8 +146,18 @@ class Services:
     @property
     def reconciler(self) -> Reconciler:
         return Reconciler(
-            store=self.store, cluster=self.cluster, clock=self.clock, metrics=self.metrics, intake=self.intake
+            store=self.store,
+            cluster=self.cluster,
+            clock=self.clock,
+            metrics=self.metrics,
+            intake=self.intake,
+            memory=self.reconcile_memory,
         )
+
+    @functools.cached_property
+    def reconcile_memory(self) -> ReconcileMemory:
+        """What the last reconcile run of this process read (a quiet run ends after its reads)."""
+        return ReconcileMemory()
 
 
 class NamespacedCluster:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from squall.core.jobs import JobStatus
 from squall.core.telemetry import RecordingMetrics
@@ -39,3 +42,44 @@ def test_a_job_behind_a_thousand_queued_ones_is_still_seen_to_fail() -> None:
     Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake).run()
     job = store.get("j1099")
     assert job is not None and job.status is JobStatus.FAILED and job.reason == "DeadlineExceeded"
+
+
+def test_a_run_that_reads_what_the_last_one_read_observes_nothing_until_a_grace_is_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import squall.services.reconcile as reconcile
+
+    calls: list[str] = []
+    real = reconcile.observe
+
+    def counted(**kwargs: Any) -> Any:
+        calls.append("observe")
+        return real(**kwargs)
+
+    monkeypatch.setattr(reconcile, "observe", counted)
+    clock = VirtualClock()
+    store = InMemoryJobStore()
+    cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(hours=3))
+    metrics = RecordingMetrics(clock)
+    intake = Intake(
+        store=store,
+        cluster=cluster,
+        clock=clock,
+        metrics=metrics,
+        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
+    )
+    body = {"name": "t", "id": "lost", "team": "research", "image": IMAGE, "resources": {"gpu": 1}}
+    intake.handle(body=json.dumps(body), message_id="m-lost")
+    cluster.delete_job_objects(namespace="team-research", job_id="lost")  # its objects went missing
+    reconciler = Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake)
+    reconciler.run()
+    first = len(calls)
+    assert first == 1 and reconciler.memory.until is not None  # waits out the create grace
+    reconciler.run()
+    assert len(calls) == first, "nothing changed, no grace due: nothing observed"
+    # when the grace is over, the same reads are looked at again, and the objects re-created
+    clock.advance(reconciler.memory.until - clock.now())
+    report = reconciler.run()
+    assert report.recreated == ["lost"]
+    gauges = [m for m in metrics.points if m.name == "JobsInState"]
+    assert len(gauges) == 2 * 3, "the gauges go out on every run, a quiet one too"

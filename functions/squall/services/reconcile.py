@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -46,12 +46,31 @@ class ReconcileReport:
 
 
 @dataclass
+class ReconcileMemory:
+    """What the last run of this process read, and until when reading the same again decides nothing.
+
+    Keep one per process (a warm Lambda reuses it). A run whose Jobs, pods and active
+    job records (by version) are those of the last run, before any grace it waits out
+    is over, would observe each job as the last run did and change nothing: it ends
+    after its reads.
+    """
+
+    seen: tuple[object, ...] | None = None
+    until: datetime | None = None  # the earliest grace the last run waited out; None: none
+
+    def holds(self, seen: tuple[object, ...], now: datetime) -> bool:
+        return seen == self.seen and (self.until is None or now < self.until)
+
+
+@dataclass
 class Reconciler:
     store: JobStore
     cluster: Cluster
     clock: Clock
     metrics: MetricsSink
     intake: Intake
+    memory: ReconcileMemory = field(default_factory=ReconcileMemory)
+    _graces: list[datetime] = field(default_factory=list)
 
     def run(self) -> ReconcileReport:
         report = ReconcileReport()
@@ -71,9 +90,15 @@ class Reconciler:
                 ):
                     stirring.add(job_id)
         pods: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for pod in self.cluster.list_pods():
+        listed_pods = self.cluster.list_pods()
+        for pod in listed_pods:
             if (job_id := job_id_of(pod)) is not None:
                 pods[job_id].append(pod)
+        seen = _fingerprint(active, k8s_jobs, listed_pods)
+        if self.memory.holds(seen, self.clock.now()):
+            self._gauges()
+            return report
+        self._graces = []
 
         for job in active:
             if job.is_sweep:
@@ -97,6 +122,9 @@ class Reconciler:
                     report=report,
                 )
                 self._isolated(job, report, step)
+        # Whatever this run wrote changes what the next one reads; errors are tried again.
+        self.memory.seen = None if report.errors else seen
+        self.memory.until = min(self._graces, default=None)
         self._gauges()
         return report
 
@@ -167,6 +195,8 @@ class Reconciler:
         if seen.status is None or seen.reason == Reason.OBJECTS_MISSING:
             if now - job.updated_at >= CREATE_GRACE:
                 self._recreate(job, seen, report)
+            else:
+                self._graces.append(job.updated_at + CREATE_GRACE)
             return
         if seen.retries_used > job.retries_used and not is_terminal(seen.status):
             self._record(
@@ -189,6 +219,8 @@ class Reconciler:
                 self._record(
                     job, to=JobStatus.FAILED, reason=seen.reason, message=seen.message, report=report
                 )
+            else:
+                self._graces.append(job.updated_at + IMAGE_PULL_GRACE)
             return
         if seen.status != job.status or (
             seen.status is JobStatus.QUEUED and job.reason == Reason.IMAGE_PULL_BACK_OFF
@@ -334,3 +366,24 @@ class Reconciler:
             if status is JobStatus.QUEUED:
                 oldest = min((j.submitted_at for j in jobs if not j.is_sweep), default=now)
                 self.metrics.add(Metric.OLDEST_QUEUED_SECONDS, (now - oldest).total_seconds(), unit="Seconds")
+
+
+def _fingerprint(
+    active: list[Job], k8s_jobs: Mapping[str, list[dict[str, Any]]], pods: list[dict[str, Any]]
+) -> tuple[object, ...]:
+    """What a run reads, by identity and version: the same tuple, the same decisions."""
+
+    def versions(objects: Iterable[dict[str, Any]]) -> tuple[object, ...]:
+        keys = []
+        for obj in objects:
+            metadata = obj.get("metadata") or {}
+            uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+            # An object without them cannot be told apart from a changed one: never the same.
+            keys.append((uid, version) if uid and version else object())
+        return tuple(keys)
+
+    return (
+        tuple((job.id, job.version) for job in active),
+        versions(obj for objects in k8s_jobs.values() for obj in objects),
+        versions(pods),
+    )
