@@ -4,7 +4,9 @@ from squall.core.logstreams import ContainerStream, log_group, parse_stream, str
 
 
 def test_a_stream_name_round_trips() -> None:
-    stream = ContainerStream("ip-10-0-1-2.ec2.internal", "exp-1-chief-0-x7k2p", "research", "trainer", "0a1b2c")
+    stream = ContainerStream(
+        "ip-10-0-1-2.ec2.internal", "exp-1-chief-0-x7k2p", "research", "trainer", "0a1b2c"
+    )
     assert stream.name == (
         "ip-10-0-1-2.ec2.internal-application.var.log.containers.exp-1-chief-0-x7k2p_research_trainer-0a1b2c.log"
     )
