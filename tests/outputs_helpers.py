@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -98,3 +98,47 @@ class SteppingClock:
         self.now_at += timedelta(seconds=seconds)
         if self.steps:
             self.steps.pop(0)()
+
+
+@dataclass
+class LocalAws:
+    """The local endpoint (moto's server) with a jobs table and the cluster's log group."""
+
+    endpoint: str
+    store: Any
+    logs: Any
+    s3: Any
+
+
+@contextlib.contextmanager
+def local_aws(monkeypatch: Any, tmp_path: Any) -> Iterator[LocalAws]:
+    from squall.adapters.aws.job_store import DynamoJobStore
+    from squall.local.aws import client, create_resources, local_endpoint
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SQUALL_CLUSTER_NAME", raising=False)
+    with local_endpoint() as endpoint:
+        resources = create_resources(endpoint)
+        monkeypatch.setenv("SQUALL_TABLE_NAME", resources.table_name)
+        logs = client("logs", endpoint)
+        with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+            logs.create_log_group(logGroupName=GROUP)  # create_resources may make it already
+        yield LocalAws(
+            endpoint=endpoint,
+            store=DynamoJobStore(client("dynamodb", endpoint), resources.table_name),
+            logs=logs,
+            s3=client("s3", endpoint),
+        )
+
+
+def squall(*argv: str) -> int:
+    """`squall ARGV` for the commands of squall/researcher_commands.py, in this process."""
+    import argparse
+
+    from squall.researcher_commands import add_researcher_commands
+
+    root = argparse.ArgumentParser(prog="squall")
+    add_researcher_commands(root.add_subparsers(dest="command", required=True))
+    args = root.parse_args(list(argv))
+    code: int = args.run(args)
+    return code

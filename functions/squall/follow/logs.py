@@ -301,7 +301,9 @@ def print_logs(
         now = clock.now()
         just_final = final_at is None and (job is None or is_terminal(job.status))
         if just_final:
-            final_at = now
+            # The agent's lag counts from the job's end: a job that ended long ago is drained at once.
+            finished = job.finished_at if job is not None else None
+            final_at = min(now, finished) if finished is not None else now
         if just_final or (now - last_refresh).total_seconds() >= settings.refresh:
             follower.refresh()
             last_refresh = now

@@ -1,0 +1,192 @@
+"""`squall watch`: a job's record, live, until it is final.
+
+The record and its events come from the job store (DynamoDB through
+adapters/aws/job_store.py). Every change to a job is one event with the next version
+(core/jobs.py), so the loop reads the events only when the version moved, and a view
+shows what changed: on a terminal a rich Live panel (state, replicas, the latest
+events and their reasons), elsewhere one plain line per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol, TextIO
+
+from squall.core.errors import NotFoundError
+from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
+from squall.follow.clock import FollowClock
+from squall.follow.logs import replica_names
+
+DEFAULT_POLL = 2.0
+DEFAULT_EVENTS_SHOWN = 8
+
+
+class JobHistory(Protocol):
+    """What watching reads of the job store (ports.JobStore has it)."""
+
+    def get(self, job_id: str) -> Job | None: ...
+
+    def events(self, job_id: str) -> list[JobEvent]: ...
+
+
+class View(Protocol):
+    def show(self, job: Job, events: Sequence[JobEvent], *, now: datetime) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def event_line(event: JobEvent) -> str:
+    message = f": {event.message}" if event.message else ""
+    return f"{event.at.isoformat()} {event.status.value:<10} {event.reason}{message}"
+
+
+def _summary(job: Job) -> str:
+    replicas = replica_names(job)
+    names = f" ({', '.join(replicas[:8])}{', ...' if len(replicas) > 8 else ''})" if replicas else ""
+    count = job.replicas or len(replicas)
+    parts = [f"team {job.team}"]
+    if job.namespace:
+        parts.append(f"namespace {job.namespace}")
+    parts.append(f"{count} replica{'s' if count != 1 else ''}{names}")
+    parts.append(f"{job.gpus} GPUs")
+    if job.max_retries:
+        parts.append(f"retries {job.retries_used}/{job.max_retries}")
+    if job.is_sweep:
+        parts.append(f"{len(job.trial_ids)} trials")
+    return ", ".join(parts)
+
+
+class PlainView:
+    """One line per change: a header, then each new event, then the final state."""
+
+    def __init__(self, out: TextIO, *, events_shown: int = DEFAULT_EVENTS_SHOWN) -> None:
+        self._out = out
+        self._events_shown = events_shown
+        self._seen = 0  # the highest event version printed
+        self._started = False
+
+    def show(self, job: Job, events: Sequence[JobEvent], *, now: datetime) -> None:
+        lines: list[str] = []
+        if not self._started:
+            self._started = True
+            lines.append(f"{job.id} {job.status.value} ({job.reason}): {_summary(job)}")
+            if len(events) > self._events_shown:
+                hidden = len(events) - self._events_shown
+                lines.append(f"  ({hidden} earlier events: squall describe {job.id})")
+                self._seen = events[hidden - 1].version
+        lines.extend(f"  {event_line(e)}" for e in events if e.version > self._seen)
+        if events:
+            self._seen = max(self._seen, max(e.version for e in events))
+        if is_terminal(job.status):
+            lines.append(f"{job.id} {job.status.value} ({job.reason})")
+        if lines:
+            self._out.write("\n".join(lines) + "\n")
+            self._out.flush()
+
+    def close(self) -> None:
+        pass
+
+
+class RichView:
+    """A rich Live panel, redrawn on each change."""
+
+    def __init__(self, out: TextIO, *, events_shown: int = DEFAULT_EVENTS_SHOWN) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self._console = Console(file=out)
+        self._events_shown = events_shown
+        self._live = Live(console=self._console, auto_refresh=False, transient=False)
+        self._live.start()
+
+    def show(self, job: Job, events: Sequence[JobEvent], *, now: datetime) -> None:
+        self._live.update(self._render(job, events, now=now), refresh=True)
+
+    def _render(self, job: Job, events: Sequence[JobEvent], *, now: datetime) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        colour = {
+            JobStatus.SUCCEEDED: "green",
+            JobStatus.FAILED: "red",
+            JobStatus.CANCELLED: "yellow",
+            JobStatus.REJECTED: "red",
+            JobStatus.RUNNING: "cyan",
+        }.get(job.status, "white")
+        head = Text()
+        head.append(job.id, style="bold")
+        head.append("  ")
+        head.append(job.status.value, style=f"bold {colour}")
+        head.append(f"  {job.reason}")
+        since = job.started_at or job.submitted_at
+        elapsed = max(int(((job.finished_at or now) - since).total_seconds()), 0)
+        clock = f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"
+        what = "ran" if job.finished_at and job.started_at else ("running" if job.started_at else "waiting")
+        detail = Text(f"{_summary(job)}; {what} {clock}", style="dim")
+        table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+        for column in ("at", "state", "reason", "message"):
+            table.add_column(column, overflow="fold")
+        for event in list(events)[-self._events_shown :]:
+            table.add_row(
+                event.at.strftime("%H:%M:%S"),
+                event.status.value,
+                Text(event.reason),
+                Text(event.message),
+            )
+        return Group(head, detail, table)
+
+    def close(self) -> None:
+        self._live.stop()
+
+
+def make_view(out: TextIO, *, live: bool | None = None, events_shown: int = DEFAULT_EVENTS_SHOWN) -> View:
+    """rich on a terminal (or when `live` says so), plain lines otherwise."""
+    if live is None:
+        isatty = getattr(out, "isatty", None)
+        live = bool(isatty()) if isatty is not None else False
+    if live:
+        return RichView(out, events_shown=events_shown)
+    return PlainView(out, events_shown=events_shown)
+
+
+def watch_job(
+    job_id: str,
+    *,
+    store: JobHistory,
+    clock: FollowClock,
+    out: TextIO,
+    live: bool | None = None,
+    poll: float = DEFAULT_POLL,
+    wait_for_record: float = 0.0,
+    events_shown: int = DEFAULT_EVENTS_SHOWN,
+    view: View | None = None,
+) -> JobStatus:
+    """Follow `job_id` until it is final; returns its final status.
+
+    `wait_for_record`: seconds to wait for the record to appear (a job just sent to the
+    queue is recorded when the submit function has taken it); NotFoundError after that.
+    """
+    started = clock.now()
+    job = store.get(job_id)
+    while job is None:
+        if (clock.now() - started).total_seconds() >= wait_for_record:
+            raise NotFoundError(f"no job {job_id}")
+        clock.sleep(poll)
+        job = store.get(job_id)
+    shown = view if view is not None else make_view(out, live=live, events_shown=events_shown)
+    version = -1
+    events: list[JobEvent] = []
+    try:
+        while True:
+            if job.version != version:
+                version = job.version
+                events = store.events(job_id)
+            shown.show(job, events, now=clock.now())
+            if is_terminal(job.status):
+                return job.status
+            clock.sleep(poll)
+            job = store.get(job_id) or job
+    finally:
+        shown.close()

@@ -1,0 +1,342 @@
+"""`squall logs`, `squall watch` and `squall tensorboard`: what a job shows its researcher.
+
+They read AWS through boto3's default chain (AWS_ENDPOINT_URL points it at the local
+endpoint), never cluster credentials: the job record from the jobs table
+(SQUALL_TABLE_NAME), container output from the cluster's CloudWatch Logs group
+(SQUALL_CLUSTER_NAME, default "squall"), event files from the job's S3 URIs.
+
+Exit codes as the rest of `squall` (0 ok, 1 not found or failed, 2 bad input), and for
+`watch` the job's own end: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 REJECTED; 130 when
+interrupted. The loops are in squall/follow/; this module builds their adapters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from squall.core.errors import NotFoundError, SquallError
+from squall.core.jobs import Job, JobStatus
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_CANCELLED, EXIT_REJECTED = 3, 4
+EXIT_INTERRUPTED = 130
+DEFAULT_CLUSTER = "squall"
+DEFAULT_PORT = 6006
+
+_STATUS_EXIT = {
+    JobStatus.SUCCEEDED: EXIT_OK,
+    JobStatus.FAILED: EXIT_FAILED,
+    JobStatus.CANCELLED: EXIT_CANCELLED,
+    JobStatus.REJECTED: EXIT_REJECTED,
+}
+
+
+def exit_code(status: JobStatus) -> int:
+    """The exit code of a followed job's final state (`watch`, `submit --watch`)."""
+    return _STATUS_EXIT.get(status, EXIT_FAILED)
+
+
+class CommandError(Exception):
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Errors as one `squall: ...` line on stderr and an exit code (the CLI's convention)."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except CommandError as exc:
+            print(f"squall: {exc}", file=sys.stderr)
+            return exc.code
+        except SquallError as exc:
+            print(f"squall: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        except KeyboardInterrupt:
+            print("squall: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+    return run
+
+
+# ---- AWS, through boto3's default chain ----
+
+
+def _client(service: str) -> Any:
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        return boto3.client(service)
+    except BotoCoreError as exc:
+        raise CommandError(f"cannot make a {service} client: {exc}", code=EXIT_FAILED) from exc
+
+
+def job_store() -> Any:
+    """The deployment's job store (SQUALL_TABLE_NAME), as `squall status` reads it."""
+    from squall.adapters.aws.job_store import DynamoJobStore
+
+    table = os.environ.get("SQUALL_TABLE_NAME")
+    if not table:
+        raise CommandError("SQUALL_TABLE_NAME is not set: point it at the deployment's jobs table")
+    return DynamoJobStore(_client("dynamodb"), table)
+
+
+def _job(store: Any, job_id: str) -> Job:
+    job: Job | None = store.get(job_id)
+    if job is None:
+        raise CommandError(f"no job {job_id}", code=EXIT_FAILED)
+    return job
+
+
+def cluster_name() -> str:
+    name = os.environ.get("SQUALL_CLUSTER_NAME", "").strip() or DEFAULT_CLUSTER
+    if len(name) > 100 or not all(c.isalnum() or c in "-_" for c in name):
+        raise CommandError(
+            f"SQUALL_CLUSTER_NAME: expected an EKS cluster name (letters, digits, '-', '_'), got {name[:60]!r}"
+        )
+    return name
+
+
+def _sweep_refused(job: Job, what: str) -> CommandError:
+    shown = ", ".join(job.trial_ids[:5]) + (", ..." if len(job.trial_ids) > 5 else "")
+    return CommandError(
+        f"job {job.id} is a sweep: each of its {len(job.trial_ids)} trials has {what} of its own "
+        f"(squall {what.split()[0]} <trial id>; trials: {shown})",
+        code=EXIT_FAILED,
+    )
+
+
+# ---- squall logs ----
+
+
+@_reported
+def cmd_logs(args: argparse.Namespace) -> int:
+    from squall.adapters.aws.logs import CloudWatchLogReader, LogAccessDenied
+    from squall.core.logstreams import log_group
+    from squall.follow.clock import RealClock
+    from squall.follow.logs import (
+        LogFollower,
+        LogsError,
+        check_replica,
+        parse_since,
+        print_logs,
+        replica_names,
+    )
+
+    store = job_store()
+    job = _job(store, args.id)
+    if job.is_sweep:
+        raise _sweep_refused(job, "logs")
+    if not job.namespace:
+        raise CommandError(
+            f"job {job.id} is {job.status.value} ({job.reason}): it never ran, so it has no logs",
+            code=EXIT_FAILED,
+        )
+    replicas = replica_names(job)
+    clock = RealClock()
+    try:
+        since = parse_since(args.since, now=clock.now()) if args.since else None
+        replica = check_replica(args.replica, job_id=job.id, replicas=replicas) if args.replica else None
+    except LogsError as exc:
+        raise CommandError(str(exc)) from exc
+    group = log_group(cluster_name())
+    follower = LogFollower(
+        source=CloudWatchLogReader(_client("logs"), group),
+        job_id=job.id,
+        namespace=job.namespace,
+        replicas=replicas,
+        replica=replica,
+        since=since,
+        on_warning=lambda text: print(f"squall: {text}", file=sys.stderr),
+    )
+    try:
+        printed = print_logs(
+            follower, out=sys.stdout, timestamps=args.timestamps, follow=args.follow, store=store, clock=clock
+        )
+    except NotFoundError as exc:
+        raise CommandError(
+            f"{exc}: no such log group. Is the cluster's log agent installed (docs/deploy.md, the CloudWatch "
+            f"Observability add-on), and is SQUALL_CLUSTER_NAME ({cluster_name()}) the cluster's name?",
+            code=EXIT_FAILED,
+        ) from exc
+    except LogAccessDenied as exc:
+        raise CommandError(
+            f"{exc}: these credentials may not read the job's logs (a team's readers may read only "
+            f"the streams of their namespace, {job.namespace})",
+            code=EXIT_FAILED,
+        ) from exc
+    if not follower.cursors:
+        which = f" of replica {replica}" if replica else ""
+        print(
+            f"squall: no log streams{which} of job {job.id} in {group} (yet: the pods may not have started, "
+            "or the log agent not have shipped their first lines)",
+            file=sys.stderr,
+        )
+    elif printed == 0 and since is not None:
+        print(f"squall: no lines since {since.isoformat()}", file=sys.stderr)
+    return EXIT_OK
+
+
+# ---- squall watch ----
+
+
+@_reported
+def cmd_watch(args: argparse.Namespace) -> int:
+    from squall.follow.clock import RealClock
+    from squall.follow.watch import watch_job
+
+    store = job_store()
+    live = False if args.plain else None
+    status = watch_job(args.id, store=store, clock=RealClock(), out=sys.stdout, live=live, poll=args.poll)
+    return exit_code(status)
+
+
+# ---- squall tensorboard ----
+
+
+@_reported
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from squall.adapters.aws.s3_objects import S3ObjectReader
+    from squall.follow.clock import RealClock
+    from squall.follow.tensorboard import EventFileMirror, MirrorError, SyncReport, job_sources, keep_in_step
+
+    store = job_store()
+    job = _job(store, args.id)
+    sources = job_sources(job)
+    if not sources:
+        raise CommandError(
+            f"job {job.id} names no s3:// checkpointUri or outputUri: there are no TensorBoard files to copy",
+            code=EXIT_FAILED,
+        )
+    dest = Path(args.dir) if args.dir else Path("tensorboard") / job.id
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"--dir {dest}: cannot write there: {exc.strerror}") from exc
+    mirror = EventFileMirror(S3ObjectReader(_client("s3")), dest, sources)
+
+    def report(result: SyncReport) -> None:
+        for key in result.skipped[:5]:
+            print(f"squall: skipped {key}: its key would leave the directory", file=sys.stderr)
+        for uri in result.truncated:
+            print(
+                f"squall: {uri} holds more objects than one pass lists; the rest were not looked at",
+                file=sys.stderr,
+            )
+        if result.copied or result.appended:
+            print(
+                f"{dest}: {result.copied} copied, {result.appended} grown, {result.unchanged} unchanged "
+                f"({result.bytes} bytes)",
+                flush=True,
+            )
+
+    try:
+        if args.once:
+            result = mirror.sync()
+            report(result)
+            if not result.files:
+                where = ", ".join(s.uri for s in sources)
+                print(
+                    f"squall: no TensorBoard files under {where} yet (Squall's trainer writes them under "
+                    "<checkpointUri>/<job id>/logs/)",
+                    file=sys.stderr,
+                )
+            else:
+                print(f"{dest}: {result.files} TensorBoard files")
+            return EXIT_OK
+        from squall.follow.tensorboard import start_tensorboard
+
+        report(mirror.sync())
+        url = start_tensorboard(dest, port=args.port, host=args.host)
+        print(f"TensorBoard at {url} (serving {dest}; Ctrl-C stops it)", flush=True)
+        status = keep_in_step(
+            mirror, store=store, job_id=job.id, clock=RealClock(), interval=args.interval, on_report=report
+        )
+        print(
+            f"job {job.id} is {status.value if status else 'gone'}: its files are all copied; still serving",
+            flush=True,
+        )
+        clock = RealClock()
+        while True:
+            clock.sleep(3600)
+    except MirrorError as exc:
+        raise CommandError(str(exc), code=EXIT_FAILED) from exc
+
+
+# ---- registration ----
+
+
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g} seconds, got {value:g}")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text[:40]!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 65535, got {value}")
+    return value
+
+
+def add_researcher_commands(subparsers: Any) -> None:
+    """Add `logs`, `watch` and `tensorboard` to the `squall` command's subparsers."""
+    p = subparsers.add_parser("logs", help="a job's container output (CloudWatch Logs), merged by time")
+    p.add_argument("id")
+    p.add_argument(
+        "--replica", metavar="TYPE-INDEX", help="only this replica's output, e.g. chief-0 or worker-1"
+    )
+    p.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new lines until the job is final"
+    )
+    p.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only lines since a duration ago (90s, 10m, 2h, 3d) or an ISO 8601 time",
+    )
+    p.add_argument("--timestamps", action="store_true", help="start each line with its time")
+    p.set_defaults(run=cmd_logs)
+
+    p = subparsers.add_parser(
+        "watch", help="a job's state, replicas and latest events, live until it is final"
+    )
+    p.add_argument("id")
+    p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
+    p.add_argument("--poll", type=_seconds(0.5, 300), default=2.0, help="seconds between reads (default 2)")
+    p.set_defaults(run=cmd_watch)
+
+    p = subparsers.add_parser("tensorboard", help="copy a job's TensorBoard files from S3 and serve them")
+    p.add_argument("id")
+    p.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"TensorBoard's port (default {DEFAULT_PORT})"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address TensorBoard listens on (default 127.0.0.1)")
+    p.add_argument("--once", action="store_true", help="only copy the files, then exit")
+    p.add_argument("--dir", metavar="DIR", help="where the files go (default ./tensorboard/<job id>)")
+    p.add_argument(
+        "--interval",
+        type=_seconds(1, 3600),
+        default=30.0,
+        help="seconds between copies while the job runs (default 30)",
+    )
+    p.set_defaults(run=cmd_tensorboard)
