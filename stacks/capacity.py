@@ -104,12 +104,13 @@ class GpuGroups(Construct):
                         name=instance_profile_name
                     ),
                     security_group_ids=list(capacity.security_group_ids),
-                    # IMDSv2 only. Hop limit 2 lets pods that rely on the node's
-                    # credentials (EKS's default for managed node groups) reach it.
+                    # IMDSv2 only, hop limit 1: a pod's packets to IMDS cross one more
+                    # hop than the node's, so pods (off the host network) cannot borrow
+                    # the node's role; they get their team's through Pod Identity.
                     metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                         http_tokens="required",
                         http_endpoint="enabled",
-                        http_put_response_hop_limit=2,
+                        http_put_response_hop_limit=constants.IMDS_HOP_LIMIT,
                     ),
                     block_device_mappings=[
                         ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(

@@ -55,13 +55,37 @@ SETTINGS = (
     "logLevel",
     "logRetentionDays",
     "alarms",
+    "artifacts",
+    "podIdentityAgent",
+    "logAgent",
+    "researcherLogAccess",
 )
 CLUSTER_ACCESS_MODES = ("accessEntry", "awsAuth")
+# An EKS add-on the app installs and owns ("install"), or one the platform team
+# runs already ("existing": the app leaves the cluster's add-ons alone).
+ADDON_MODES = ("install", "existing")
+# "streams": researchers read their team's log streams only (GetLogEvents), and list
+# stream names (DescribeLogStreams); "group": also FilterLogEvents, which IAM can only
+# grant on the whole log group, so every team's output becomes readable.
+RESEARCHER_LOG_ACCESS = ("streams", "group")
+# A team's name becomes an S3 prefix (code/<team>/, teams/<team>/) and part of IAM
+# resource ARNs and policy names: no "*", "?" or "${" that IAM would read as a pattern
+# or a variable, no "/" that would reach into another team's prefix.
+_TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# S3 bucket names (general purpose buckets): 3-63 lower-case letters, digits, "." and "-".
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 # Node groups, teams and policy are read by squall/planner/inputs.py, as every other
 # reader reads them; this module adds what only a deployment needs (regions, capacity).
-__all__ = ["IAM_PRINCIPAL_ARN", "IAM_UNIQUE_ID", "ConfigError", "NodeGroupConfig", "SquallConfig", "TeamConfig"]
+__all__ = [
+    "IAM_PRINCIPAL_ARN",
+    "IAM_UNIQUE_ID",
+    "ConfigError",
+    "NodeGroupConfig",
+    "SquallConfig",
+    "TeamConfig",
+]
 
 
 class ConfigError(ValueError):
@@ -116,7 +140,9 @@ class TeamConfig:
 class NodeGroupConfig(NodeGroup):
     """A node group of cdk.json, as the planner reads it, and as written (for the functions)."""
 
-    raw: Mapping[str, Any] = field(default_factory=dict)  # passed through to the functions (SQUALL_NODE_GROUPS)
+    raw: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # passed through to the functions (SQUALL_NODE_GROUPS)
 
     @property
     def gpus(self) -> int:
@@ -141,6 +167,19 @@ class VpcConfig:
     vpc_id: str
     subnet_ids: tuple[str, ...]
     security_group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ArtifactsConfig:
+    """The artifacts bucket (code archives, team outputs) and the other buckets jobs may use."""
+
+    # Code archives (code/<team>/<sha256>.tar.gz) expire this many days after upload.
+    code_expiration_days: int = constants.CODE_EXPIRATION_DAYS
+    # Overwritten or deleted objects stay recoverable this many days.
+    noncurrent_version_days: int = constants.NONCURRENT_VERSION_DAYS
+    versioned: bool = True
+    # Buckets of your own whose teams/<team>/ prefixes each team's jobs and researchers may use.
+    buckets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,6 +210,10 @@ class SquallConfig:
     log_level: str
     log_retention_days: int
     alarms: AlarmConfig
+    artifacts: ArtifactsConfig = field(default_factory=ArtifactsConfig)
+    pod_identity_agent: str = "existing"
+    log_agent: str = "existing"
+    researcher_log_access: str = "streams"
 
     @property
     def submitters(self) -> dict[str, tuple[str, ...]]:
@@ -190,6 +233,14 @@ class SquallConfig:
             if share:
                 quotas[name] = share
         return quotas
+
+    @property
+    def namespace_teams(self) -> dict[str, tuple[str, ...]]:
+        """Namespace -> the teams whose jobs run in it (one pod identity per namespace)."""
+        found: dict[str, list[str]] = {}
+        for name, namespace in self.teams.items():
+            found.setdefault(namespace, []).append(name)
+        return {namespace: tuple(names) for namespace, names in found.items()}
 
     @property
     def remote_regions(self) -> tuple[str, ...]:
@@ -342,6 +393,10 @@ class _Reader:
             log_level=log_level,
             log_retention_days=self.get("logRetentionDays", int, constants.LOG_RETENTION_DAYS),
             alarms=self.alarms(),
+            artifacts=self.artifacts(policy_settings),
+            pod_identity_agent=self.choice("podIdentityAgent", ADDON_MODES, "existing"),
+            log_agent=self.choice("logAgent", ADDON_MODES, "existing"),
+            researcher_log_access=self.choice("researcherLogAccess", RESEARCHER_LOG_ACCESS, "streams"),
         )
         if self.problems:
             raise ConfigError(self.problems)
@@ -357,6 +412,19 @@ class _Reader:
         except InputError as exc:
             self.problems.extend(exc.errors)
             return {}
+        for name in teams:
+            if not _TEAM_NAME.match(name):
+                self.problem(
+                    f"teams.{name}",
+                    "a team name is an S3 prefix and part of IAM names: 1-63 letters, digits, "
+                    "'.', '_' or '-', starting with a letter or digit",
+                )
+        if len(teams) > constants.MAX_TEAMS:
+            self.problem(
+                "teams",
+                f"{len(teams)} teams; at most {constants.MAX_TEAMS} (each team's role, pod identity "
+                "association and researcher policy must fit one CloudFormation stack)",
+            )
         return {
             name: TeamConfig(
                 name=name,
@@ -367,6 +435,53 @@ class _Reader:
             )
             for name, team in teams.items()
         }
+
+    def choice(self, path: str, allowed: tuple[str, ...], default: str) -> str:
+        value = self.get(path, str, default)
+        if value not in allowed:
+            self.problem(path, f"one of {', '.join(allowed)}, got {json.dumps(value)}")
+            return default
+        return str(value)
+
+    def artifacts(self, policy: PolicySettings) -> ArtifactsConfig:
+        raw = self.get("artifacts", dict, {})
+        defaults = ArtifactsConfig()
+        config = ArtifactsConfig(
+            code_expiration_days=self.get(
+                "artifacts.codeExpirationDays", int, defaults.code_expiration_days, source=raw
+            ),
+            noncurrent_version_days=self.get(
+                "artifacts.noncurrentVersionDays", int, defaults.noncurrent_version_days, source=raw
+            ),
+            versioned=self.get("artifacts.versioned", bool, defaults.versioned, source=raw),
+            buckets=self.strings("artifacts.buckets", raw.get("buckets")),
+        )
+        for key in sorted(set(raw) - {"codeExpirationDays", "noncurrentVersionDays", "versioned", "buckets"}):
+            self.problem(
+                f"artifacts.{key}",
+                "unknown field (allowed: codeExpirationDays, noncurrentVersionDays, versioned, buckets)",
+            )
+        # A job may run for maxRuntimeLimit; its code must not expire under it.
+        longest_days = -(-int(policy.max_runtime_limit.total_seconds()) // 86400)
+        if config.code_expiration_days <= longest_days:
+            self.problem(
+                "artifacts.codeExpirationDays",
+                f"must be more than policy.maxRuntimeLimit ({longest_days} days), so that no running "
+                f"job's code expires; got {config.code_expiration_days}",
+            )
+        if config.noncurrent_version_days < 1:
+            self.problem(
+                "artifacts.noncurrentVersionDays", f"at least 1, got {config.noncurrent_version_days}"
+            )
+        for i, bucket in enumerate(config.buckets):
+            if not _BUCKET_NAME.match(bucket) or ".." in bucket:
+                self.problem(
+                    f"artifacts.buckets[{i}]",
+                    f"{json.dumps(bucket)} is not an S3 bucket name (a name, not an ARN or s3:// URI)",
+                )
+        if len(set(config.buckets)) != len(config.buckets):
+            self.problem("artifacts.buckets", "a bucket is named twice")
+        return config
 
     def cluster(self, home_region: str) -> ClusterConfig:
         raw = self.get("cluster", dict, {})
@@ -418,7 +533,11 @@ class _Reader:
     @staticmethod
     def group_regions(raw_groups: Any) -> list[str]:
         """The regions the groups name, as written (the groups may hold mistakes elsewhere)."""
-        found = [g.get("region") for g in raw_groups if isinstance(g, dict)] if isinstance(raw_groups, list) else []
+        found = (
+            [g.get("region") for g in raw_groups if isinstance(g, dict)]
+            if isinstance(raw_groups, list)
+            else []
+        )
         return list(dict.fromkeys(r for r in found if isinstance(r, str) and AWS_REGION.fullmatch(r)))
 
     def capacity(self, cluster: ClusterConfig) -> dict[str, CapacityConfig]:

@@ -96,8 +96,25 @@ SETTINGS_DIR = "squall-settings"
 # What each function reads from its settings (functions/squall/runtime.py and the
 # services it builds); nothing else goes into its file.
 SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
-    SUBMIT: ("teams", "submitters", "namespaces", "allowed_registries", "policy", "cluster", "event_bus_name"),
-    SCALE: ("node_groups", "policy", "teams", "quotas", "namespaces", "cluster_wide_pods", "cluster", "dry_run"),
+    SUBMIT: (
+        "teams",
+        "submitters",
+        "namespaces",
+        "allowed_registries",
+        "policy",
+        "cluster",
+        "event_bus_name",
+    ),
+    SCALE: (
+        "node_groups",
+        "policy",
+        "teams",
+        "quotas",
+        "namespaces",
+        "cluster_wide_pods",
+        "cluster",
+        "dry_run",
+    ),
     LIFECYCLE: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
     DRAIN: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
     RECONCILE: ("teams", "namespaces", "allowed_registries", "policy", "cluster"),
@@ -130,6 +147,8 @@ GROUP_COOLDOWN_SECONDS = 60
 HEALTH_CHECK_GRACE_SECONDS = 300
 ROOT_VOLUME_GIB = 200  # CUDA images are large; 20 GiB default roots fill on first pull
 ROOT_DEVICE_NAME = "/dev/xvda"
+# Created nodes answer IMDS one hop away: the node itself, not its pods.
+IMDS_HOP_LIMIT = 1
 NODE_TEMPLATE_TAG = "k8s.io/cluster-autoscaler/node-template"
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -164,6 +183,35 @@ KUBERNETES_GROUPS: dict[str, tuple[str, ...]] = {
     DRAIN: (KUBERNETES_CAPACITY_GROUP,),
 }
 RBAC_MANIFEST = Path(__file__).resolve().parent / "rbac" / "squall-rbac.yaml"
+
+# -- workloads: artifacts, job identities, log agent, researchers ----------------------
+
+# Code archives are content-addressed (code/<team>/<sha256>.tar.gz) and never change;
+# they must outlive the longest job (config checks codeExpirationDays > maxRuntimeLimit).
+CODE_PREFIX = "code"
+# Each team's checkpoints, event files and outputs: teams/<team>/...
+TEAMS_PREFIX = "teams"
+CODE_EXPIRATION_DAYS = 90
+NONCURRENT_VERSION_DAYS = 7
+INCOMPLETE_UPLOAD_DAYS = 7
+ACCESS_LOG_EXPIRATION_DAYS = 365
+# Job pods run under this service account in their team namespace (Pod Identity).
+JOB_SERVICE_ACCOUNT = "squall-job"
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
+LOG_AGENT_ADDON = "amazon-cloudwatch-observability"
+LOG_AGENT_NAMESPACE = "amazon-cloudwatch"
+LOG_AGENT_SERVICE_ACCOUNT = "cloudwatch-agent"
+LOG_AGENT_MANAGED_POLICY = "CloudWatchAgentServerPolicy"
+# Each team: a role, its policy, an association, a researcher policy, two outputs;
+# CloudFormation allows 500 resources and 200 outputs per stack.
+MAX_TEAMS = 90
+
+
+def researcher_policy_name(prefix: str, team: str, home_region: str) -> str:
+    """IAM names are global: prefix and home region tell two deployments' policies apart."""
+    return f"{prefix}-researcher-{team}-{home_region}"
+
 
 # -- monitoring -----------------------------------------------------------------------
 

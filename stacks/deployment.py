@@ -7,11 +7,16 @@
 <prefix>-capacity-<region>      each region with groups: the GPU groups, or only
                                              the lifecycle hooks on existing ones
 <prefix>-monitoring             home region  dashboard, alarms, alarm topic
+<prefix>-workloads              home region  what jobs and researchers use: the
+                                             artifacts bucket, one Pod Identity role
+                                             per team namespace, the log agent add-on
+                                             (when asked), researcher policies
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,14 +25,18 @@ from constructs import Construct
 
 from squall.core import dashboard
 from stacks import constants
+from stacks.artifacts import ArtifactsBucket, bucket_arn
 from stacks.capacity import GpuGroups
 from stacks.cluster_access import FunctionAccessEntries, NodeIdentity
 from stacks.config import SquallConfig
 from stacks.forwarding import EventForwarding
 from stacks.functions import SquallFunctions
 from stacks.lifecycle import HookSettings, LifecycleHooks
+from stacks.log_agent import LogAgent
 from stacks.monitoring import Monitoring
+from stacks.pod_identity import JobIdentities
 from stacks.queues import JobQueues, failed_events_queue
+from stacks.researchers import ResearcherPolicies
 from stacks.table import JobTable
 from stacks.triggers import Triggers
 
@@ -163,6 +172,77 @@ class MonitoringStack(cdk.Stack):
         )
 
 
+class WorkloadsStack(cdk.Stack):
+    """What the jobs and their researchers use; nothing here is read by the functions."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: SquallConfig, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.artifacts = ArtifactsBucket(self, "Artifacts", settings=config.artifacts)
+        artifacts_arn = self.artifacts.bucket.bucket_arn
+        other_buckets = [bucket_arn(name) for name in config.artifacts.buckets]
+        self.jobs = JobIdentities(
+            self,
+            "JobIdentities",
+            cluster=config.cluster,
+            namespace_teams=config.namespace_teams,
+            artifacts_bucket_arn=artifacts_arn,
+            other_bucket_arns=other_buckets,
+            install_agent=config.pod_identity_agent == "install",
+        )
+        self.log_agent = (
+            LogAgent(self, "LogAgent", cluster=config.cluster, pod_identity_agent=self.jobs.agent)
+            if config.log_agent == "install"
+            else None
+        )
+        self.researchers = ResearcherPolicies(
+            self,
+            "Researchers",
+            prefix=config.prefix,
+            home_region=config.home_region,
+            cluster_name=config.cluster.name,
+            teams=dict(config.teams),
+            artifacts_bucket_arn=artifacts_arn,
+            other_bucket_arns=other_buckets,
+            filter_whole_group=config.researcher_log_access == "group",
+        )
+
+        cdk.CfnOutput(
+            self,
+            "ArtifactsBucket",
+            value=self.artifacts.bucket.bucket_name,
+            description="SQUALL_ARTIFACTS_BUCKET: code archives (code/<team>/) and team outputs (teams/<team>/)",
+        )
+        for namespace, key in output_keys(self.jobs.roles).items():
+            cdk.CfnOutput(
+                self,
+                f"JobRoleArn{key}",
+                value=self.jobs.roles[namespace].role_arn,
+                description=f"Pod Identity role of squall-job in namespace {namespace}",
+            )
+        for team, key in output_keys(self.researchers.policies).items():
+            cdk.CfnOutput(
+                self,
+                f"ResearcherPolicyArn{key}",
+                value=self.researchers.policies[team].managed_policy_arn,
+                description=f"Attach to the researchers of team {team}",
+            )
+
+
+def output_keys(names: dict[str, Any]) -> dict[str, str]:
+    """Name -> a distinct alphanumeric output key (team-a and team_a must not collide)."""
+    keys: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in sorted(names):
+        base = "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name))
+        key, n = base, 1
+        while key in taken:
+            n += 1
+            key = f"{base}{n}"
+        taken.add(key)
+        keys[name] = key
+    return keys
+
+
 def hook_timeout(config: SquallConfig) -> cdk.Duration:
     """How long a lifecycle event matters: past its hook's timeout Auto Scaling has answered it."""
     return cdk.Duration.seconds(HookSettings.from_config(config).longest_timeout_seconds)
@@ -182,7 +262,9 @@ def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:
             constants.dead_letter_queue_name(drain),
         ),
         groups=tuple(dashboard.DashboardGroup(g.name, g.region) for g in config.node_groups),
-        teams=tuple(dashboard.DashboardTeam(name, team.gpu_quota) for name, team in config.team_configs.items()),
+        teams=tuple(
+            dashboard.DashboardTeam(name, team.gpu_quota) for name, team in config.team_configs.items()
+        ),
     )
 
 
@@ -190,11 +272,18 @@ def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:
 class SquallStacks:
     control_plane: ControlPlaneStack
     monitoring: MonitoringStack
+    workloads: WorkloadsStack
     forwarding: dict[str, ForwardingStack] = field(default_factory=dict)
     capacity: dict[str, CapacityStack] = field(default_factory=dict)
 
     def all(self) -> list[cdk.Stack]:
-        return [self.control_plane, *self.forwarding.values(), *self.capacity.values(), self.monitoring]
+        return [
+            self.control_plane,
+            *self.forwarding.values(),
+            *self.capacity.values(),
+            self.monitoring,
+            self.workloads,
+        ]
 
 
 def build(app: cdk.App, config: SquallConfig) -> SquallStacks:
@@ -213,7 +302,15 @@ def build(app: cdk.App, config: SquallConfig) -> SquallStacks:
         app, f"{prefix}-monitoring", config=config, env=home, description="Squall dashboard and alarms"
     )
     monitoring.add_stack_dependency(control_plane)
-    stacks = SquallStacks(control_plane=control_plane, monitoring=monitoring)
+    # Independent of the control plane: the functions read none of it.
+    workloads = WorkloadsStack(
+        app,
+        f"{prefix}-workloads",
+        config=config,
+        env=home,
+        description="Squall workloads: artifacts bucket, job pod identities, log agent, researcher policies",
+    )
+    stacks = SquallStacks(control_plane=control_plane, monitoring=monitoring, workloads=workloads)
     for region in config.remote_regions:
         if not config.groups_in(region):
             continue

@@ -2,8 +2,9 @@
 
 ``squall-rbac.yaml`` beside this module holds the cluster-scoped part; the
 team namespaces come from the deployment's settings, so the RoleBindings are
-rendered here. ``python -m stacks.rbac`` prints the whole set for
-``kubectl apply -f -``; ``python -m stacks.rbac --aws-auth ACCOUNT`` prints the
+rendered here, with the ``squall-job`` service account of each team namespace
+(the job pods' identity, stacks/pod_identity.py). ``python -m stacks.rbac``
+prints the whole set for ``kubectl apply -f -``; ``python -m stacks.rbac --aws-auth ACCOUNT`` prints the
 ``mapRoles`` entries for clusters that use the aws-auth ConfigMap instead of
 access entries. No aws_cdk import: this runs without starting jsii.
 """
@@ -34,7 +35,9 @@ def base_manifests() -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(constants.RBAC_MANIFEST.read_text()) if doc]
 
 
-def team_role_binding(namespace: str, role: str = WRITE_ROLE, group: str = constants.KUBERNETES_JOBS_GROUP) -> dict[str, Any]:
+def team_role_binding(
+    namespace: str, role: str = WRITE_ROLE, group: str = constants.KUBERNETES_JOBS_GROUP
+) -> dict[str, Any]:
     """Binds one of Squall's ClusterRoles to one Kubernetes group in one team namespace."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -45,11 +48,30 @@ def team_role_binding(namespace: str, role: str = WRITE_ROLE, group: str = const
     }
 
 
+def job_service_account(namespace: str) -> dict[str, Any]:
+    """The service account Squall's job pods run under; EKS Pod Identity maps it to the namespace's role.
+
+    It is bound to no Kubernetes role: the pods get AWS credentials through it, and
+    no rights in the cluster.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": constants.JOB_SERVICE_ACCOUNT,
+            "namespace": namespace,
+            "labels": dict(MANAGED_BY),
+        },
+    }
+
+
 def render_rbac(teams: Mapping[str, str]) -> list[dict[str, Any]]:
     namespaces = sorted(set(teams.values()))
-    return base_manifests() + [
-        team_role_binding(ns, role, group) for ns in namespaces for role, group in NAMESPACED_ROLES
-    ]
+    return (
+        base_manifests()
+        + [team_role_binding(ns, role, group) for ns in namespaces for role, group in NAMESPACED_ROLES]
+        + [job_service_account(ns) for ns in namespaces]
+    )
 
 
 def role_arn(account: str, role_name: str) -> str:

@@ -20,6 +20,7 @@ SUBMITTER_ROLE = f"arn:aws:iam::{ACCOUNT}:role/research/trainer"
 SUBMITTER_USER = f"arn:aws:iam::{ACCOUNT}:user/alice"
 SUBMITTER_ID = "AROAEXAMPLEROLEID0001"
 THIRD = "eu-west-1"
+DATA_BUCKET = "shared-datasets-123456789012"
 
 
 def full_context() -> dict[str, Any]:
@@ -58,6 +59,10 @@ def full_context() -> dict[str, Any]:
         },
         "vision": "team-vision",
     }
+    # The app installs the Pod Identity Agent and the log agent, and jobs may use a bucket of the team's own.
+    context["podIdentityAgent"] = "install"
+    context["logAgent"] = "install"
+    context["artifacts"]["buckets"] = [DATA_BUCKET]
     return context
 
 
@@ -100,13 +105,22 @@ def large_context(ca: str) -> dict[str, Any]:
     context["nodeGroups"] = groups
     context["capacity"] = {
         HOME: {"createGroups": False},
-        REMOTE: {"createGroups": True, "subnetIds": list(NODE_SUBNETS), "securityGroupIds": [NODE_SECURITY_GROUP]},
+        REMOTE: {
+            "createGroups": True,
+            "subnetIds": list(NODE_SUBNETS),
+            "securityGroupIds": [NODE_SECURITY_GROUP],
+        },
         THIRD: {"createGroups": False},
     }
     context["teams"] = {
-        f"team{i}": {"namespace": f"team-{i}", "submitters": [f"arn:aws:iam::{ACCOUNT}:role/team-{i}-submitter"]}
+        f"team{i}": {
+            "namespace": f"team-{i}",
+            "submitters": [f"arn:aws:iam::{ACCOUNT}:role/team-{i}-submitter"],
+        }
         for i in range(12)
     }
+    # Researchers may filter the whole application log group.
+    context["researcherLogAccess"] = "group"
     return context
 
 

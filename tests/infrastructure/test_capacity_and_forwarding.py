@@ -113,7 +113,12 @@ def test_launch_template_uses_the_eks_gpu_ami_from_ssm(created: dict[str, Any]) 
     assert data["InstanceType"] == "p3.2xlarge"
     assert data["IamInstanceProfile"] == {"Name": f"squall-gpu-node-{HOME}"}
     assert data["SecurityGroupIds"] == [NODE_SECURITY_GROUP]
-    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    # IMDSv2 only, and one hop: pods cannot reach the node's role (they have their team's).
+    assert data["MetadataOptions"] == {
+        "HttpTokens": "required",
+        "HttpEndpoint": "enabled",
+        "HttpPutResponseHopLimit": 1,
+    }
     (volume,) = data["BlockDeviceMappings"]
     assert volume["Ebs"]["Encrypted"] is True
     assert volume["Ebs"]["VolumeSize"] == 200
@@ -192,7 +197,9 @@ def test_remote_auto_scaling_events_go_to_the_home_bus(full: Synthesis) -> None:
     # an event the home bus does not take is retried while its hook waits (the 600 s
     # launch hook), not for EventBridge's default 24 hours, then kept in this region
     queues = resources(template, "AWS::SQS::Queue")
-    (queue_id,) = [k for k, q in queues.items() if q["Properties"]["QueueName"] == f"squall-events-failed-{REMOTE}"]
+    (queue_id,) = [
+        k for k, q in queues.items() if q["Properties"]["QueueName"] == f"squall-events-failed-{REMOTE}"
+    ]
     assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [queue_id, "Arn"]}}
     assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": 600, "MaximumRetryAttempts": 8}
     (role_id,) = resources(template, "AWS::IAM::Role")
@@ -223,14 +230,20 @@ def test_a_remote_regions_failed_events_alarm_on_a_topic_of_its_region(full: Syn
     (topic_props,) = [r["Properties"] for r in resources(raw, "AWS::SNS::Topic").values()]
     assert topic.as_object() == {"Ref": next(iter(resources(raw, "AWS::SNS::Topic")))}
     assert topic_props["TopicName"] == f"squall-alarms-{REMOTE}"
-    template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "gpu-oncall@example.com"})
+    template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "gpu-oncall@example.com"}
+    )
     # EventBridge, and only EventBridge, may put this rule's failures in the queue
     template.has_resource_properties(
         "AWS::SQS::QueuePolicy",
         {
             "PolicyDocument": {
                 "Statement": Match.array_with(
-                    [Match.object_like({"Action": "sqs:SendMessage", "Principal": {"Service": "events.amazonaws.com"}})]
+                    [
+                        Match.object_like(
+                            {"Action": "sqs:SendMessage", "Principal": {"Service": "events.amazonaws.com"}}
+                        )
+                    ]
                 )
             }
         },

@@ -30,6 +30,7 @@ def test_python_app_py_synthesises_every_stack_offline(default_app: AppRun) -> N
         "squall-control-plane.template.json",
         "squall-forwarding-us-east-1.template.json",
         "squall-monitoring.template.json",
+        "squall-workloads.template.json",
     ]
     # Not bundled (that needs pip and the network): the asset is the package's sources
     # as staged at synthesis, with every function's settings file.
@@ -74,6 +75,7 @@ def test_every_suppression_says_why(templates: dict[str, Path]) -> None:
         "AwsSolutions-L1",
         "AwsSolutions-AS3",
         "AwsSolutions-SQS3",
+        "AwsSolutions-S1",
         "CdkNagValidationFailure",
     }
 
@@ -149,9 +151,10 @@ def test_cfn_lint_covers_every_stack_of_every_app(templates: dict[str, Path]) ->
         "large/squall-forwarding-eu-west-1.template.json",
         "large/squall-forwarding-us-east-1.template.json",
         "large/squall-monitoring.template.json",
+        "large/squall-workloads.template.json",
     ]
-    assert len([n for n in templates if n.startswith("full/")]) == 5
-    assert len([n for n in templates if n.startswith("default/")]) == 5
+    assert len([n for n in templates if n.startswith("full/")]) == 6
+    assert len([n for n in templates if n.startswith("default/")]) == 6
 
 
 def _region(name: str, template: dict[str, Any]) -> str:
@@ -175,10 +178,15 @@ def test_a_real_size_deployment_fits_lambdas_environment(large: Synthesis) -> No
     for function in functions:
         variables = function["Properties"]["Environment"]["Variables"]
         sized = {k: v if isinstance(v, str) else json.dumps(v) for k, v in variables.items()}
-        assert environment_size(sized) < constants.LAMBDA_ENVIRONMENT_LIMIT_BYTES // 4, function["Properties"]["FunctionName"]
+        assert environment_size(sized) < constants.LAMBDA_ENVIRONMENT_LIMIT_BYTES // 4, function[
+            "Properties"
+        ]["FunctionName"]
     # and the settings are in the asset, whole: every group, the certificate, every team's submitters
     staged = next(large.outdir.glob(".squall-asset-squall-control-plane"))
     scale = json.loads((staged / constants.SETTINGS_DIR / "scale.json").read_text())
     submit = json.loads((staged / constants.SETTINGS_DIR / "submit.json").read_text())
-    assert len(scale["node_groups"]) == 10 and scale["cluster"]["certificate_authority"] == config.cluster.certificate_authority
+    assert (
+        len(scale["node_groups"]) == 10
+        and scale["cluster"]["certificate_authority"] == config.cluster.certificate_authority
+    )
     assert len(submit["submitters"]) == 12 and "node_groups" not in submit

@@ -102,7 +102,12 @@ def test_hook_timeouts_follow_the_policy(context: dict[str, Any]) -> None:
 def test_a_team_is_a_namespace_or_an_object_with_its_submitters(context: dict[str, Any]) -> None:
     role = "arn:aws:iam::123456789012:role/research/trainer"
     context["teams"] = {
-        "research": {"namespace": "team-research", "submitters": [role, "AROAEXAMPLEROLEID0001"], "gpuQuota": 64, "weight": 2},
+        "research": {
+            "namespace": "team-research",
+            "submitters": [role, "AROAEXAMPLEROLEID0001"],
+            "gpuQuota": 64,
+            "weight": 2,
+        },
         "vision": "team-vision",
     }
     config = SquallConfig.from_context(context)
@@ -127,11 +132,19 @@ def test_a_team_is_a_namespace_or_an_object_with_its_submitters(context: dict[st
 
 def test_team_mistakes_are_named_by_their_field(context: dict[str, Any]) -> None:
     context["teams"] = {
-        "research": {"namespace": "team-research", "submitter": ["x"], "submitters": ["arn:aws:iam::123:role/short", 7]},
+        "research": {
+            "namespace": "team-research",
+            "submitter": ["x"],
+            "submitters": ["arn:aws:iam::123:role/short", 7],
+        },
         "vision": {"namespace": "Team_Vision", "gpuQuota": -1, "weight": 0},
         "nlp": {"submitters": []},
         "ops": ["team-ops"],
-        "ml": {"namespace": "team-ml", "submitters": ["arn:aws:sts::123456789012:assumed-role/a/b"], "weight": True},
+        "ml": {
+            "namespace": "team-ml",
+            "submitters": ["arn:aws:sts::123456789012:assumed-role/a/b"],
+            "weight": True,
+        },
     }
     with pytest.raises(ConfigError) as caught:
         SquallConfig.from_context(context)
@@ -194,6 +207,7 @@ def test_stacks_per_region_follow_the_settings(context: dict[str, Any]) -> None:
         "squall-forwarding-us-east-1",
         "squall-capacity-us-west-2",
         "squall-monitoring",
+        "squall-workloads",
     ]
 
 
@@ -207,7 +221,9 @@ def test_node_groups_are_read_by_the_reader_squall_plan_uses(context: dict[str, 
     with pytest.raises(GroupsError) as offline:
         read_node_groups(context["nodeGroups"])
     assert [p for p in caught.value.problems if p.startswith("nodeGroups[")] == offline.value.errors
-    assert any(p.startswith("nodeGroups[0].allocatable.cpu: invalid quantity 'lots'") for p in offline.value.errors)
+    assert any(
+        p.startswith("nodeGroups[0].allocatable.cpu: invalid quantity 'lots'") for p in offline.value.errors
+    )
     assert "nodeGroups[1].taints[0].effect: required" in offline.value.errors
 
 

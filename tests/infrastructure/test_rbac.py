@@ -82,7 +82,9 @@ def test_jobs_group_reads_and_writes_only_in_team_namespaces(manifests: list[dic
     cluster_bound = {b["roleRef"]["name"] for b in _by(manifests, "ClusterRoleBinding").values()}
     assert cluster_bound == {"squall-capacity"}
     bindings = _by(manifests, "RoleBinding")
-    jobs_bindings = {k: b for k, b in bindings.items() if b["subjects"][0]["name"] == constants.KUBERNETES_JOBS_GROUP}
+    jobs_bindings = {
+        k: b for k, b in bindings.items() if b["subjects"][0]["name"] == constants.KUBERNETES_JOBS_GROUP
+    }
     assert sorted(jobs_bindings) == [
         "team-research/squall-jobs-read",
         "team-research/squall-jobs-write",
@@ -110,16 +112,20 @@ def test_scale_may_admit_and_release_gangs_in_team_namespaces_only(manifests: li
         ("", "services", "delete"),
     }
     bindings = {
-        k: b for k, b in _by(manifests, "RoleBinding").items() if b["subjects"][0]["name"] == constants.KUBERNETES_GANGS_GROUP
+        k: b
+        for k, b in _by(manifests, "RoleBinding").items()
+        if b["subjects"][0]["name"] == constants.KUBERNETES_GANGS_GROUP
     }
     assert sorted(bindings) == ["team-research/squall-gang-release", "team-vision/squall-gang-release"]
     # Only the scale function is in that group, and no other role patches or lists Jobs
     # beyond the jobs functions' reads: Jobs are never patched cluster-wide.
-    assert [h for h, groups in constants.KUBERNETES_GROUPS.items() if constants.KUBERNETES_GANGS_GROUP in groups] == [
-        "scale"
-    ]
+    assert [
+        h for h, groups in constants.KUBERNETES_GROUPS.items() if constants.KUBERNETES_GANGS_GROUP in groups
+    ] == ["scale"]
     patching = {
-        name for name, role in _by(manifests, "ClusterRole").items() if ("batch", "jobs", "patch") in _grants(role)
+        name
+        for name, role in _by(manifests, "ClusterRole").items()
+        if ("batch", "jobs", "patch") in _grants(role)
     }
     assert patching == {"/squall-gang-release"}
 
@@ -162,3 +168,23 @@ def test_command_prints_manifests_for_kubectl(capsys: pytest.CaptureFixture[str]
     printed = capsys.readouterr().out
     assert "kind: ClusterRole" in printed
     assert "namespace: team-research" in printed
+
+
+def test_every_team_namespace_gets_the_job_service_account_with_no_rights(
+    manifests: list[dict[str, Any]],
+) -> None:
+    # Job pods run as squall-job (core/manifests.py); EKS Pod Identity maps it to the
+    # namespace's role (stacks/pod_identity.py). In the cluster it may do nothing.
+    accounts = _by(manifests, "ServiceAccount")
+    assert sorted(accounts) == ["team-research/squall-job", "team-vision/squall-job"]
+    assert all(
+        a["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "squall"} for a in accounts.values()
+    )
+    subjects = [
+        subject
+        for kind in ("ClusterRoleBinding", "RoleBinding")
+        for binding in _by(manifests, kind).values()
+        for subject in binding["subjects"]
+    ]
+    assert all(subject["kind"] == "Group" for subject in subjects)
+    assert constants.JOB_SERVICE_ACCOUNT == "squall-job"

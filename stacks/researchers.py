@@ -1,0 +1,140 @@
+"""What a team's researchers need for `squall logs`, `squall tensorboard` and `submit --code`.
+
+One customer managed policy per team, ``<prefix>-researcher-<team>-<homeRegion>``,
+to attach to the team's users or roles:
+
+- logs:GetLogEvents on the team's streams of the application log group: the log
+  agent names each stream ``<host>-application.var.log.containers.<pod>_<namespace>_<container>-<id>.log``
+  and Kubernetes names hold no ``_``, so ``*_<namespace>_*`` matches the team
+  namespace's streams and no other's;
+- logs:DescribeLogStreams on the group (IAM cannot scope it below a group: it lists
+  every stream's name, not its content); with ``researcherLogAccess: group`` also
+  logs:FilterLogEvents, which is group-level too and so reads every team's output;
+- read of the team's ``teams/<team>/`` prefixes (event files, checkpoints, outputs)
+  in the artifacts bucket and the buckets of ``artifacts.buckets``, listing there only;
+- read and write of ``code/<team>/`` in the artifacts bucket (the upload, and the
+  HeadObject that skips an archive already there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
+from constructs import Construct
+
+from squall.core.logstreams import log_group
+from stacks import constants
+from stacks.artifacts import code_objects, list_prefixes, team_objects
+
+
+def log_group_arn(scope: Construct, cluster_name: str) -> str:
+    return cdk.Stack.of(scope).format_arn(
+        service="logs",
+        resource="log-group",
+        resource_name=log_group(cluster_name),
+        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+
+def team_streams_arn(group_arn: str, namespace: str) -> str:
+    """Every stream of one namespace's containers (Kubernetes names hold no "_")."""
+    return f"{group_arn}:log-stream:*_{namespace}_*"
+
+
+class ResearcherPolicies(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        prefix: str,
+        home_region: str,
+        cluster_name: str,
+        teams: dict[str, str],
+        artifacts_bucket_arn: str,
+        other_bucket_arns: Sequence[str],
+        filter_whole_group: bool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        group_arn = log_group_arn(self, cluster_name)
+        # DescribeLogStreams is authorised on the group; older IAM examples write it
+        # with ":*", which names the same group and no more actions.
+        group_resources = [group_arn, f"{group_arn}:*"]
+        self.policies: dict[str, iam.ManagedPolicy] = {}
+        for team, namespace in sorted(teams.items()):
+            buckets = [artifacts_bucket_arn, *other_bucket_arns]
+            statements = [
+                iam.PolicyStatement(
+                    sid="ReadTeamLogStreams",
+                    actions=["logs:GetLogEvents"],
+                    resources=[team_streams_arn(group_arn, namespace)],
+                ),
+                iam.PolicyStatement(
+                    sid="ListLogStreams",
+                    actions=["logs:DescribeLogStreams"],
+                    resources=group_resources,
+                ),
+                iam.PolicyStatement(
+                    sid="ReadTeamOutputs",
+                    actions=["s3:GetObject"],
+                    resources=[team_objects(bucket, team) for bucket in buckets],
+                ),
+                iam.PolicyStatement(
+                    sid="UploadTeamCode",
+                    actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+                    resources=[code_objects(artifacts_bucket_arn, team)],
+                ),
+                iam.PolicyStatement(
+                    sid="ListTeamArtifacts",
+                    actions=["s3:ListBucket"],
+                    resources=[artifacts_bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": list_prefixes(team, code=True)}},
+                ),
+            ]
+            if other_bucket_arns:
+                statements.append(
+                    iam.PolicyStatement(
+                        sid="ListTeamOutputs",
+                        actions=["s3:ListBucket"],
+                        resources=list(other_bucket_arns),
+                        conditions={"StringLike": {"s3:prefix": list_prefixes(team, code=False)}},
+                    )
+                )
+            if filter_whole_group:
+                statements.append(
+                    iam.PolicyStatement(
+                        sid="FilterApplicationLogs",
+                        actions=["logs:FilterLogEvents"],
+                        resources=group_resources,
+                    )
+                )
+            policy = iam.ManagedPolicy(
+                self,
+                f"{team}-Policy",
+                managed_policy_name=constants.researcher_policy_name(prefix, team, home_region),
+                description=f"Squall researchers of team {team}: its logs, outputs and code uploads",
+                statements=statements,
+            )
+            NagSuppressions.add_resource_suppressions(
+                policy,
+                [
+                    NagPackSuppression(
+                        id="AwsSolutions-IAM5",
+                        reason=(
+                            "Wildcards only inside the team's own scope: its S3 prefixes (keys chosen "
+                            "at run time), its namespace's log streams (*_<namespace>_*, named by node "
+                            "and container id), and the one application log group's streams for "
+                            "DescribeLogStreams, which IAM authorises on the group."
+                        ),
+                        applies_to=[
+                            RegexAppliesTo(regex=r"/^Resource::.*\/(code|teams)\/[A-Za-z0-9._-]+\/\*$/"),
+                            RegexAppliesTo(regex=r"/^Resource::.*:log-stream:\*_[a-z0-9-]+_\*$/"),
+                            RegexAppliesTo(regex=r"/^Resource::.*\/application:\*$/"),
+                        ],
+                    )
+                ],
+            )
+            self.policies[team] = policy
