@@ -159,3 +159,54 @@ def test_schema_validation_would_catch_a_broken_manifest() -> None:
     job["spec"]["backoffLimit"] = "three"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+
+
+CODE_URI = "s3://squall-artifacts/code/research/" + "ab" * 32 + ".tar.gz"
+
+
+def container_of(job: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = job["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_every_job_pod_runs_as_the_team_service_account() -> None:
+    for overrides in ({}, DISTRIBUTED):
+        for job in [o for o in render(parse(**overrides), job_id="m", namespace="team-research") if o["kind"] == "Job"]:
+            pod = job["spec"]["template"]["spec"]
+            assert pod["serviceAccountName"] == "squall-job"
+            # Pod Identity mounts its own token; the Kubernetes API token stays out
+            assert pod["automountServiceAccountToken"] is False
+
+
+def test_a_job_with_code_runs_its_command_through_the_launcher() -> None:
+    spec = parse(codeUri=CODE_URI, command=["python", "train.py"], args=["--epochs", "3"], **DISTRIBUTED)
+    for job in [o for o in render(spec, job_id="m", namespace="team-research") if o["kind"] == "Job"]:
+        container = container_of(job)
+        assert container["command"] == ["python", "-m", "trainer.launch", "--", "python", "train.py"]
+        assert container["args"] == ["--epochs", "3"]
+        assert env_of(job)["SQUALL_CODE_URI"] == CODE_URI
+        kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+
+
+def test_a_job_with_code_and_no_command_runs_the_trainer_from_it() -> None:
+    job = render(parse(codeUri=CODE_URI, args=["--steps", "10"]), job_id="m", namespace="n")[0]
+    assert container_of(job)["command"] == ["python", "-m", "trainer.launch", "--", "python", "-m", "trainer"]
+    assert container_of(job)["args"] == ["--steps", "10"]
+
+
+def test_a_job_without_code_is_rendered_as_before() -> None:
+    job = render(parse(command=["python", "-m", "trainer"]), job_id="m", namespace="n")[0]
+    assert container_of(job)["command"] == ["python", "-m", "trainer"]
+    assert "SQUALL_CODE_URI" not in env_of(job)
+    assert "command" not in container_of(render(parse(), job_id="m", namespace="n")[0])
+
+
+def test_sweep_trials_with_code_validate_upstream() -> None:
+    from squall.core.spec import expand_sweep
+
+    spec = parse(**LONGEST, codeUri=CODE_URI)
+    trial_id, trial = expand_sweep(spec, job_id=spec.id or "")[-1]
+    for obj in render(trial, job_id=trial_id, namespace="team-research"):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        if obj["kind"] == "Job":
+            assert env_of(obj)["SQUALL_CODE_URI"] == CODE_URI

@@ -469,3 +469,55 @@ def test_a_cancel_for_an_id_that_is_no_job_id_is_refused() -> None:
         with pytest.raises(SpecError) as caught:
             parse_message({"action": "cancel", "id": bad}, teams=TEAMS, registries=REGISTRIES)
         assert caught.value.issues[0].field == "id"
+
+
+SHA = "3f" * 32
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        f"s3://squall-artifacts/code/research/{SHA}.tar.gz",
+        f"s3://my.bucket-1/{SHA}.tar.gz",
+        f"s3://bucket/deeper/still/{SHA}.tar.gz",
+    ],
+)
+def test_code_uri_names_an_archive_by_its_hash(uri: str) -> None:
+    parsed = parse_spec(spec(codeUri=uri), teams=TEAMS, registries=REGISTRIES)
+    assert parsed.code_uri == uri
+    assert parsed.model_dump(by_alias=True, exclude_none=True)["codeUri"] == uri
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        f"https://bucket/code/{SHA}.tar.gz",  # not S3
+        f"file:///tmp/{SHA}.tar.gz",
+        "s3://bucket/code/research/latest.tar.gz",  # not named by a hash: the entrypoint could not check it
+        f"s3://bucket/code/{SHA[:-1]}.tar.gz",  # 63 digits
+        f"s3://bucket/code/{SHA.upper()}.tar.gz",  # hexdigest is lowercase
+        f"s3://bucket/code/{SHA}.zip",
+        f"s3://bucket/code/{SHA}.tar.gz/",
+        f"s3://bucket/code/{SHA}.tar.gz\n",
+        f"s3://bucket/co de/{SHA}.tar.gz",
+        f"s3://Bucket/{SHA}.tar.gz",
+        f"s3://bucket//{SHA}.tar.gz",
+        f"s3:///{SHA}.tar.gz",
+        "s3://bucket/" + "p/" * 600 + f"{SHA}.tar.gz",  # longer than any URI Squall takes
+        "",
+    ],
+)
+def test_a_code_uri_that_is_not_a_hashed_archive_is_refused_naming_the_field(uri: str) -> None:
+    found = errors(spec(codeUri=uri))
+    assert list(found) == ["codeUri"]
+    assert "sha256" in found["codeUri"] and "s3://" in found["codeUri"]
+
+
+def test_a_code_uri_must_be_a_string() -> None:
+    assert list(errors(spec(codeUri=["s3://b"]))) == ["codeUri"]
+
+
+def test_sweep_trials_keep_the_code() -> None:
+    uri = f"s3://bucket/code/research/{SHA}.tar.gz"
+    parsed = parse_spec(spec(codeUri=uri, sweep={"parameters": {"lr": [0.1, 0.2]}}), teams=TEAMS, registries=REGISTRIES)
+    assert {trial.code_uri for _, trial in expand_sweep(parsed, job_id="gan-1")} == {uri}

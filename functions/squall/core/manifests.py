@@ -12,6 +12,13 @@ count ride on the Job as annotations, so the queue is read from the cluster alon
 Retries: ``backoffLimit`` is the spec's ``retries`` and a pod failure policy fails
 the Job at once on an application error (non-zero exit), so only infrastructure
 loss (a pod disrupted by a drain, a spot reclaim, a lost node) consumes retries.
+
+Every pod runs as the ``squall-job`` service account of its team namespace, which EKS
+Pod Identity maps to the team's IAM role. A job with a ``codeUri`` gets it as
+``SQUALL_CODE_URI`` and runs ``python -m trainer.launch -- <command> <args>``: the worker
+image's launcher fetches the archive, checks its hash, unpacks it into a working
+directory, installs its requirements.txt and runs the command there (``python -m
+trainer`` when the spec names none).
 """
 
 from __future__ import annotations
@@ -39,6 +46,13 @@ from squall.conventions import (
 from squall.core.spec import TF_PORT, JobSpec, Replica, format_parameter
 
 CONTAINER = "trainer"
+# Job pods run as this service account in their team namespace: EKS Pod Identity gives
+# it the team's IAM role (the CDK app creates the role and the association).
+SERVICE_ACCOUNT = "squall-job"
+# With a codeUri, the worker image's entrypoint fetches and checks the code, then runs
+# the command there (worker_images/tf_trainer/trainer/launch.py).
+LAUNCHER = ("python", "-m", "trainer.launch", "--")
+DEFAULT_COMMAND = ("python", "-m", "trainer")
 
 DEFAULT_TTL_AFTER_FINISHED = timedelta(hours=1)
 SIGTERM_EXIT = 143  # 128 + SIGTERM: how a trainer stopped for a drain exits
@@ -161,6 +175,10 @@ def _job(
     metadata["annotations"] = dict(annotations)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "serviceAccountName": SERVICE_ACCOUNT,
+        # No Kubernetes API token: the job has no business with the API server. Pod
+        # Identity does not need it either: its webhook mounts a token of its own
+        # (audience pods.eks.amazonaws.com) whatever this says.
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -227,6 +245,8 @@ def _container(
         env.append({"name": "SQUALL_CHECKPOINT_URI", "value": spec.checkpoint_uri})
     if spec.output_uri:
         env.append({"name": "SQUALL_OUTPUT_URI", "value": spec.output_uri})
+    if spec.code_uri:
+        env.append({"name": "SQUALL_CODE_URI", "value": spec.code_uri})
     for key, value in (spec.trial_parameters or {}).items():
         env.append({"name": f"SQUALL_PARAM_{key.upper()}", "value": format_parameter(value)})
     env.extend({"name": k, "value": v} for k, v in sorted(spec.env.items()))
@@ -248,7 +268,9 @@ def _container(
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    if spec.command:
+    if spec.code_uri:
+        container["command"] = [*LAUNCHER, *(spec.command or DEFAULT_COMMAND)]
+    elif spec.command:
         container["command"] = list(spec.command)
     if spec.args:
         container["args"] = list(spec.args)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,6 +34,10 @@ from pydantic.alias_generators import to_camel
 from squall.core.spec import limits
 from squall.core.spec.durations import format_duration, parse_duration
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes
+
+# A code archive (squall submit --code): its name is the sha256 of its bytes, which the
+# worker's entrypoint checks before it unpacks anything.
+CODE_URI = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(?:[^\s/]+/)*[0-9a-f]{64}\.tar\.gz")
 
 
 class _Model(BaseModel):
@@ -294,6 +299,7 @@ class JobSpec(_Model):
     retries: Annotated[StrictInt, Field(ge=0, le=10)] = 2
     checkpoint_uri: str | None = None
     output_uri: str | None = None
+    code_uri: str | None = None
     sweep: Sweep | None = None
 
     @field_validator("name")
@@ -401,6 +407,16 @@ class JobSpec(_Model):
     def _uri(cls, value: str | None) -> str | None:
         if value is not None and (len(value) > limits.MAX_URI_LENGTH or not limits.S3_URI.fullmatch(value)):
             raise ValueError("must be an s3:// URI such as 's3://bucket/prefix'")
+        return value
+
+    @field_validator("code_uri")
+    @classmethod
+    def _code_uri(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > limits.MAX_URI_LENGTH or not CODE_URI.fullmatch(value)):
+            raise ValueError(
+                "must be the s3:// URI of a code archive named by its sha256 (64 lowercase hex digits), "
+                "such as 's3://bucket/code/<team>/<sha256>.tar.gz' (squall submit --code DIR makes one)"
+            )
         return value
 
     @model_validator(mode="after")
