@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from squall.follow.tensorboard import start_tensorboard
 from tests.outputs_helpers import LocalAws, local_aws, record_job, spec_record, squall
 
 BUCKET = "squall-artifacts"
@@ -103,6 +106,11 @@ def test_once_copies_event_files_that_tensorboards_reader_sees(
     # and a third pass with nothing new copies nothing
     assert squall("tensorboard", JOB, "--once", "--dir", str(dest)) == 0
     assert "copied" not in capsys.readouterr().out
+
+    # TensorBoard, in this process, serves the copy as one run
+    url = start_tensorboard(dest, port=0, host="127.0.0.1")
+    with urllib.request.urlopen(f"{url}data/runs", timeout=60) as response:
+        assert json.loads(response.read()) == ["logs"]
 
 
 def test_once_says_when_there_is_nothing_yet_or_nowhere_to_look(
