@@ -208,7 +208,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_tensorboard(args: argparse.Namespace) -> int:
     from squall.adapters.aws.s3_objects import S3ObjectReader
     from squall.follow.clock import RealClock
-    from squall.follow.tensorboard import EventFileMirror, MirrorError, SyncReport, job_sources, keep_in_step
+    from squall.follow.tensorboard import (
+        EventFileMirror,
+        MirrorError,
+        ServeError,
+        SyncReport,
+        job_sources,
+        keep_in_step,
+    )
 
     store = job_store()
     job = _job(store, args.id)
@@ -269,8 +276,10 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         clock = RealClock()
         while True:
             clock.sleep(3600)
-    except MirrorError as exc:
+    except (MirrorError, ServeError) as exc:
         raise CommandError(str(exc), code=EXIT_FAILED) from exc
+    except OSError as exc:  # the local directory, not S3 (whose errors are Squall's already)
+        raise CommandError(f"{dest}: cannot write the copy there: {exc}", code=EXIT_FAILED) from exc
 
 
 # ---- registration ----

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from squall.follow.tensorboard import start_tensorboard
+from squall.follow.tensorboard import ServeError, start_tensorboard
 from tests.outputs_helpers import LocalAws, local_aws, record_job, spec_record, squall
 
 BUCKET = "squall-artifacts"
@@ -111,6 +111,10 @@ def test_once_copies_event_files_that_tensorboards_reader_sees(
     url = start_tensorboard(dest, port=0, host="127.0.0.1")
     with urllib.request.urlopen(f"{url}data/runs", timeout=60) as response:
         assert json.loads(response.read()) == ["logs"]
+    # and says so when its port is taken
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    with pytest.raises(ServeError, match=f"cannot serve on 127.0.0.1:{port}"):
+        start_tensorboard(dest, port=port, host="127.0.0.1")
 
 
 def test_once_says_when_there_is_nothing_yet_or_nowhere_to_look(

@@ -58,6 +58,10 @@ class MirrorError(ValueError):
     """A pass that cannot be made: a bound it would pass, a job with nowhere to look."""
 
 
+class ServeError(RuntimeError):
+    """TensorBoard could not start serving."""
+
+
 @dataclass(frozen=True)
 class Source:
     """One S3 prefix and the folder (relative to the mirror) its files go to."""
@@ -291,5 +295,8 @@ def start_tensorboard(logdir: Path, *, port: int, host: str) -> str:
 
     board = program.TensorBoard()
     board.configure(logdir=str(logdir), port=port, host=host, reload_interval=5.0)
-    url: str = board.launch()
+    try:
+        url: str = board.launch()
+    except program.TensorBoardServerException as exc:  # the port is taken, say
+        raise ServeError(f"TensorBoard cannot serve on {host}:{port}: {exc.msg}") from exc
     return url
