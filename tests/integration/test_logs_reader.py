@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from squall.adapters.aws.job_store import DynamoJobStore
 from squall.adapters.aws.logs import CloudWatchLogReader, LogAccessDenied
-from squall.core.errors import NotFoundError
+from squall.core.errors import NotFoundError, RetryableError
 from squall.core.jobs import JobStatus
 from squall.follow.logs import FollowSettings, LogFollower, print_logs, replica_names
 from squall.local.aws import create_table
@@ -217,3 +217,55 @@ def test_the_stream_listing_is_bounded(aws: tuple[Any, DynamoJobStore]) -> None:
     reader = CloudWatchLogReader(logs, GROUP, max_streams=55)
     assert len(list(reader.streams())) == 55
     assert reader.truncated
+
+
+class Throttled:
+    """The reader, throttled on the given calls to `read` (counted from 1)."""
+
+    def __init__(self, reader: CloudWatchLogReader, failing: set[int]) -> None:
+        self._reader = reader
+        self.group = reader.group
+        self.failing = failing
+        self.calls = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self._reader.truncated
+
+    def streams(self) -> Any:
+        return self._reader.streams()
+
+    def read(self, stream: str, *, start: Any, token: str | None) -> Any:
+        self.calls += 1
+        if self.calls in self.failing:
+            raise RetryableError("reading log stream: ThrottlingException: Rate exceeded")
+        return self._reader.read(stream, start=start, token=token)
+
+
+def test_a_throttled_read_while_following_is_tried_again_and_loses_no_line(
+    aws: tuple[Any, DynamoJobStore],
+) -> None:
+    logs, store = aws
+    job = move(store, record_job(store, JOB), JobStatus.RUNNING, "Started", at=at(0))
+    chief = stream_name(f"{JOB}-chief-0-xk2q9")
+    put_lines(logs, chief, [(at(0), "line 1")])
+    state = {"job": job}
+    clock = SteppingClock(
+        now_at=at(1),
+        steps=[
+            lambda: put_lines(logs, chief, [(at(2), "line 2")]),
+            lambda: state.update(
+                job=move(store, state["job"], JobStatus.FAILED, "ApplicationError", at=at(4))
+            ),
+        ],
+    )
+    source = Throttled(CloudWatchLogReader(logs, GROUP), failing={3, 4})
+    warnings: list[str] = []
+    reader = follower(logs, store, on_warning=warnings.append)
+    reader.source = source
+    out = io.StringIO()
+    print_logs(
+        reader, out=out, follow=True, store=store, clock=clock, settings=FollowSettings(poll=1, grace=0)
+    )
+    assert out.getvalue().splitlines() == ["[chief-0] line 1", "[chief-0] line 2"]
+    assert len(warnings) == 2 and "trying again in 1 s" in warnings[0]

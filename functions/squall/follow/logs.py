@@ -19,13 +19,13 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from squall.core.job_outputs import LogEvent, LogPage, LogStreamInfo
 from squall.core.jobs import Job, is_terminal
 from squall.core.logstreams import ContainerStream, parse_stream
 from squall.core.manifests import CONTAINER
-from squall.follow.clock import FollowClock
+from squall.follow.clock import FollowClock, patient
 
 # Kubernetes' generateName: at most 63 - 5 characters of prefix, then 5 random ones.
 GENERATE_PREFIX_LIMIT = 58
@@ -254,10 +254,12 @@ class LogFollower:
         for _ in range(self.max_pages):
             page = self.source.read(cursor.stream.name, start=self.since, token=cursor.token)
             repeated = page.next_token == cursor.token
-            cursor.token = page.next_token
             for event in page.events:
                 yield _Tagged(event.timestamp_ms, cursor.order, sequence, event, cursor.stream.label)
                 sequence += 1
+            # Moved on only once the page is out: a pass that fails midway reads it again
+            # (a line printed twice rather than one lost).
+            cursor.token = page.next_token
             if repeated or (not page.events and not page.next_token):
                 return
         self.on_warning(
@@ -294,27 +296,32 @@ def print_logs(
         return printed
     if store is None or clock is None:
         raise ValueError("following needs the job store and a clock")
-    last_refresh = clock.now()
-    final_at: datetime | None = None
-    while True:
+    state: dict[str, Any] = {"last_refresh": clock.now(), "final_at": None, "printed": printed}
+
+    def poll() -> bool:
+        """One round: True when the job is final and its streams are drained."""
         job = store.get(follower.job_id)
         now = clock.now()
-        just_final = final_at is None and (job is None or is_terminal(job.status))
+        just_final = state["final_at"] is None and (job is None or is_terminal(job.status))
         if just_final:
             # The agent's lag counts from the job's end: a job that ended long ago is drained at once.
             finished = job.finished_at if job is not None else None
-            final_at = min(now, finished) if finished is not None else now
-        if just_final or (now - last_refresh).total_seconds() >= settings.refresh:
+            state["final_at"] = min(now, finished) if finished is not None else now
+        if just_final or (now - state["last_refresh"]).total_seconds() >= settings.refresh:
             follower.refresh()
-            last_refresh = now
+            state["last_refresh"] = now
         new = _emit(follower, out=out, timestamps=timestamps)
-        printed += new
+        state["printed"] += new
+        final_at = state["final_at"]
         if final_at is not None and new == 0 and (now - final_at).total_seconds() >= settings.grace:
             # Quiet since the grace ran out: done, unless one last listing finds a stream
             # the agent created late (then it is read before the end).
-            if follower.refresh() == 0:
-                return printed
-            continue
+            return follower.refresh() == 0
+        return False
+
+    while True:
+        if patient(poll, clock=clock, wait=settings.poll, on_warning=follower.on_warning):
+            return int(state["printed"])
         clock.sleep(max(settings.poll, settings.per_stream_call * len(follower.cursors)))
 
 

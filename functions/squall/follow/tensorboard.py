@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from squall.core.job_outputs import StoredObject
 from squall.core.jobs import Job, JobStatus, is_terminal
-from squall.follow.clock import FollowClock
+from squall.follow.clock import FollowClock, patient
 
 STATE_DIR = ".squall"
 MANIFEST = "manifest.json"
@@ -281,9 +281,9 @@ def keep_in_step(
 ) -> JobStatus | None:
     """Pass after pass while the job runs, and one more once it is final; returns its final status."""
     while True:
-        job = store.get(job_id)
+        job = patient(lambda: store.get(job_id), clock=clock, wait=interval)
         final = job is None or is_terminal(job.status)
-        on_report(mirror.sync())
+        on_report(patient(mirror.sync, clock=clock, wait=interval))
         if final:
             return job.status if job is not None else None
         clock.sleep(interval)

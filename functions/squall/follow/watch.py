@@ -15,7 +15,7 @@ from typing import Any, Protocol, TextIO
 
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
-from squall.follow.clock import FollowClock
+from squall.follow.clock import FollowClock, patient
 from squall.follow.logs import replica_names
 
 DEFAULT_POLL = 2.0
@@ -181,12 +181,12 @@ def watch_job(
     try:
         while True:
             if job.version != version:
+                events = patient(lambda: store.events(job_id), clock=clock, wait=poll)
                 version = job.version
-                events = store.events(job_id)
             shown.show(job, events, now=clock.now())
             if is_terminal(job.status):
                 return job.status
             clock.sleep(poll)
-            job = store.get(job_id) or job
+            job = patient(lambda: store.get(job_id), clock=clock, wait=poll) or job
     finally:
         shown.close()
