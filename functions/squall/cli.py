@@ -1,7 +1,8 @@
 """The `squall` command.
 
 Offline: `validate`, `render`, `plan`, `demo`. Against AWS (whatever endpoint the
-environment points boto3 at — the local one in the demo): `submit`, `status`,
+environment points boto3 at — the local one in the demo): `submit` (with `--code DIR`
+through the artifacts bucket, SQUALL_ARTIFACTS_BUCKET), `status`,
 `list`, `describe`, `queue`, `cancel`. Exit codes: 0 ok, 1 not found or failed, 2 bad input.
 """
 
@@ -157,17 +158,22 @@ def load_document(path: str) -> Any:
 
 def load_spec(path: str, *, job_id: str | None = None) -> tuple[JobSpec, Any]:
     """The job spec in a file, checked as the submit function checks it; `job_id` replaces its id."""
-    from squall.core.spec import SpecError, parse_spec
-
     data = load_document(path)
     if job_id is not None and isinstance(data, dict):
         data = {**data, "id": job_id}
+    return check_spec(data, source=path), data
+
+
+def check_spec(data: Any, *, source: str) -> JobSpec:
+    """A job spec's body checked as the submit function checks it; `source` names it in errors."""
+    from squall.core.spec import SpecError, parse_spec
+
     teams, registries, limit = configured_teams(), configured_registries(), configured_max_runtime_limit()
     try:
-        return parse_spec(data, teams=teams, registries=registries, max_runtime_limit=limit), data
+        return parse_spec(data, teams=teams, registries=registries, max_runtime_limit=limit)
     except SpecError as exc:
         total = getattr(exc, "total", len(exc.issues))
-        lines = [f"{path}: invalid job spec ({total} error{'s' if total != 1 else ''})"]
+        lines = [f"{source}: invalid job spec ({total} error{'s' if total != 1 else ''})"]
         lines += [f"  {issue.field}: {issue.message}" for issue in exc.issues]
         raise CliError("\n".join(lines)) from exc
 
@@ -283,13 +289,18 @@ def _scale_state() -> Any:
     return DynamoScaleState(*_table())
 
 
+def _queue_url() -> str:
+    queue = os.environ.get("SQUALL_JOBS_QUEUE_URL")
+    if not queue:
+        raise CliError("SQUALL_JOBS_QUEUE_URL is not set: point it at the deployment's jobs queue")
+    return queue
+
+
 def _send(body: Any) -> str:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    queue = os.environ.get("SQUALL_JOBS_QUEUE_URL")
-    if not queue:
-        raise CliError("SQUALL_JOBS_QUEUE_URL is not set: point it at the deployment's jobs queue")
+    queue = _queue_url()
     try:
         text = json.dumps(body)
     except (TypeError, ValueError) as exc:  # a YAML timestamp, say: JSON has none
@@ -305,10 +316,70 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from squall.core.spec import derive_job_id
 
     spec, data = load_spec(args.file)
+    code: dict[str, Any] = {}
+    if args.code is not None:
+        spec, data, code = _with_code(spec, data, directory=args.code, source=args.file, quiet=args.json)
     message_id = _send(data)
     job_id = spec.id or derive_job_id(spec, message_id=message_id)
-    print(json.dumps({"jobId": job_id, "messageId": message_id}) if args.json else f"submitted {job_id}")
+    print(
+        json.dumps({"jobId": job_id, "messageId": message_id} | code) if args.json else f"submitted {job_id}"
+    )
     return EXIT_OK
+
+
+def _with_code(
+    spec: JobSpec, data: Any, *, directory: str, source: str, quiet: bool
+) -> tuple[JobSpec, Any, dict[str, Any]]:
+    """Pack `directory`, store it once per content in the artifacts bucket, and name it as
+    the spec's codeUri. Everything is checked before the first byte goes up."""
+    import tempfile
+
+    from squall.core.codepack import PackError, pack
+
+    bucket = os.environ.get("SQUALL_ARTIFACTS_BUCKET", "").strip()
+    if not bucket:
+        raise CliError(
+            "SQUALL_ARTIFACTS_BUCKET is not set: point it at the deployment's artifacts bucket "
+            "(the CDK app's output; `squall local up` prints it) to submit with --code"
+        )
+    _queue_url()
+    if isinstance(data, dict) and data.get("codeUri") is not None and not quiet:
+        print(f"{source}: codeUri {data['codeUri']} is replaced by --code {directory}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="squall-code-") as scratch:
+        try:
+            packed = pack(directory, Path(scratch) / "code.tar.gz")
+        except PackError as exc:
+            raise CliError(f"--code {directory}: {exc}") from exc
+        stored = _artifacts(bucket).store(team=spec.team, sha256=packed.sha256, path=packed.path)
+    data = {**data, "codeUri": stored.uri}
+    spec = check_spec(data, source=source)
+    if not quiet:
+        what = "uploaded" if stored.uploaded else "already there, not uploaded again"
+        print(
+            f"code sha256 {packed.sha256}: {what} ({stored.uri}; {packed.files} files, "
+            f"{packed.archive_bytes:,} bytes packed, {packed.ignored} ignored)"
+        )
+    summary = {
+        "codeUri": stored.uri,
+        "codeSha256": packed.sha256,
+        "codeUploaded": stored.uploaded,
+        "codeFiles": packed.files,
+        "codeBytes": packed.archive_bytes,
+    }
+    return spec, data, summary
+
+
+def _artifacts(bucket: str) -> Any:
+    """The code archives in the artifacts bucket, through boto3's default chain."""
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    from squall.adapters.aws.artifacts import CodeArtifacts
+
+    try:
+        return CodeArtifacts(boto3.client("s3"), bucket)
+    except BotoCoreError as exc:
+        raise CliError(f"cannot reach the artifacts bucket: {exc}", code=EXIT_FAILED) from exc
 
 
 def _job_dict(job: Any) -> dict[str, Any]:
@@ -578,6 +649,12 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("submit", help="send a job spec to the jobs queue")
     p.add_argument("file")
+    p.add_argument(
+        "--code",
+        metavar="DIR",
+        help="pack DIR (less VCS files, caches and what DIR/.squallignore lists), upload it once per "
+        "content to $SQUALL_ARTIFACTS_BUCKET and run the job's command in it",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_submit)
 
