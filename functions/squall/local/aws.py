@@ -1,11 +1,13 @@
-"""The embedded AWS endpoint: moto's server on a free loopback port, with Squall's resources.
+"""The embedded AWS endpoint: moto's server on a loopback port, with Squall's resources.
 
 boto3 reaches it through AWS_ENDPOINT_URL, so the adapters run unchanged. The
 resources mirror what the CDK stacks create: the names the stacks give them for
 the default prefix, the same key schema and index, the same redrive (receive
 counts from squall/resources.py). Visibility timeouts are the stack's too, but
 kept on the virtual clock by the local queues (squall/local/queues.py): moto's
-own never run out.
+own never run out. Beside them: the artifacts bucket (code archives, checkpoints,
+event files) and the log group the cluster's log agent writes container output to
+(core/logstreams.py), which the local runtime's real pods write to.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
-from moto.server import ThreadedMotoServer
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import make_server
 
-from squall.core import resources
+from squall.core import logstreams, resources
 from squall.local.queues import MOTO_VISIBILITY_TIMEOUT_SECONDS
 
 PREFIX = "squall"  # cdk.json's default prefix
@@ -33,6 +37,9 @@ JOBS_QUEUE = resources.jobs_queue_name(PREFIX)
 DEAD_LETTER_QUEUE = resources.dead_letter_queue_name(JOBS_QUEUE)
 DRAIN_QUEUE = resources.drain_queue_name(PREFIX)
 MAX_RECEIVE_COUNT = resources.JOBS_MAX_RECEIVE_COUNT
+ARTIFACTS_BUCKET = f"{PREFIX}-artifacts"
+CLUSTER_NAME = "squall"  # what the CLI assumes when SQUALL_CLUSTER_NAME is not set
+LOG_GROUP = logstreams.log_group(CLUSTER_NAME)
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -50,17 +57,41 @@ class LocalResources:
     jobs_queue_url: str
     dead_letter_queue_url: str
     drain_queue_url: str
+    artifacts_bucket: str = ARTIFACTS_BUCKET
+    cluster_name: str = CLUSTER_NAME
+    log_group: str = LOG_GROUP
+
+
+class EndpointError(RuntimeError):
+    """The local endpoint could not start (its port is taken, say)."""
 
 
 @contextmanager
-def local_endpoint() -> Iterator[str]:
-    """Run moto's server on 127.0.0.1 (a free port) and point boto3 at it for the duration."""
+def local_endpoint(*, port: int = 0) -> Iterator[str]:
+    """Run moto's server on 127.0.0.1 and point boto3 at it for the duration.
+
+    `port` 0 takes a free one; another must be free, else EndpointError says so.
+    """
+    if not 0 <= port <= 65535:
+        raise EndpointError(f"port must be 0..65535, got {port}")
     # werkzeug logs every request to stderr: noise in a demo, and slow in a replay.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    # What moto's ThreadedMotoServer does, with the socket bound here: a port that is
+    # taken fails this call (werkzeug exits its thread instead, and start() would hang).
+    try:
+        server = make_server(
+            "127.0.0.1",
+            port,
+            DomainDispatcherApplication(create_backend_app),
+            threaded=True,
+            request_handler=MotoRequestHandler,
+        )
+    except (OSError, SystemExit) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "address already in use"
+        raise EndpointError(f"cannot listen on 127.0.0.1:{port}: {reason}") from None
+    thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_port}"
     # moto keeps its state per process, not per server: start from nothing.
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10)
     saved = {k: os.environ.get(k) for k in [*FAKE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
@@ -74,7 +105,9 @@ def local_endpoint() -> Iterator[str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        server.stop()
+        server.shutdown()
+        thread.join()
+        server.server_close()
 
 
 def client(service: str, endpoint: str, *, region: str = REGION) -> Any:
@@ -82,11 +115,16 @@ def client(service: str, endpoint: str, *, region: str = REGION) -> Any:
 
 
 def create_resources(endpoint: str) -> LocalResources:
-    """The jobs and drain queues with their dead-letter queues, and the jobs table."""
+    """The jobs and drain queues with their dead-letter queues, the jobs table, the
+    artifacts bucket and the cluster's application log group."""
     sqs = client("sqs", endpoint)
     jobs_url, dlq_url = _queue_pair(sqs, JOBS_QUEUE, max_receive_count=resources.JOBS_MAX_RECEIVE_COUNT)
     drain_url, _ = _queue_pair(sqs, DRAIN_QUEUE, max_receive_count=resources.DRAIN_MAX_RECEIVE_COUNT)
     create_table(client("dynamodb", endpoint), TABLE)
+    client("s3", endpoint).create_bucket(
+        Bucket=ARTIFACTS_BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION}
+    )
+    client("logs", endpoint).create_log_group(logGroupName=LOG_GROUP)
     return LocalResources(
         endpoint=endpoint,
         table_name=TABLE,
@@ -99,13 +137,17 @@ def create_resources(endpoint: str) -> LocalResources:
 def _queue_pair(sqs: Any, name: str, *, max_receive_count: int) -> tuple[str, str]:
     """A queue and its dead-letter queue, redriven as stacks/queues.py redrives them."""
     dlq_url = sqs.create_queue(QueueName=resources.dead_letter_queue_name(name))["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
     url = sqs.create_queue(
         QueueName=name,
         Attributes={
             # The stack's visibility timeout is kept on the virtual clock (local/queues.py).
             "VisibilityTimeout": str(MOTO_VISIBILITY_TIMEOUT_SECONDS),
-            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}
+            ),
         },
     )["QueueUrl"]
     return url, dlq_url

@@ -35,16 +35,31 @@ class VirtualClock:
 
 
 class WallClock(VirtualClock):
-    """Real time, for measuring reaction: `advance` sleeps instead of jumping."""
+    """Real time, for measuring reaction and for `squall local up`: `advance` sleeps instead of jumping.
 
-    def __init__(self) -> None:
+    `speed`: cluster seconds per wall-clock second (1: real time; 10: ten times
+    faster, from the moment the clock was made). `advance` sleeps the wall-clock
+    share of the delta.
+    """
+
+    def __init__(self, *, speed: float = 1.0) -> None:
+        if not speed > 0 or speed == float("inf"):
+            raise ValueError(f"speed must be a positive finite number, got {speed!r}")
         super().__init__(datetime.now(UTC))
+        self.speed = speed
+        self._wall_start = time.monotonic()
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        if self.speed == 1.0:
+            return datetime.now(UTC)
+        return self.start + timedelta(seconds=(time.monotonic() - self._wall_start) * self.speed)
+
+    def wall_seconds(self, delta: timedelta) -> float:
+        """How long `delta` of this clock's time takes in wall-clock seconds."""
+        return max(delta.total_seconds(), 0.0) / self.speed
 
     def advance(self, delta: timedelta) -> datetime:
-        time.sleep(max(delta.total_seconds(), 0.0))
+        time.sleep(self.wall_seconds(delta))
         return self.now()
 
     def advance_to(self, moment: datetime) -> datetime:

@@ -1,4 +1,8 @@
-"""`squall local run` and `squall simulate`: scenarios and trace replays from the command line.
+"""`squall local run|up|down|status` and `squall simulate`: the local runtime from the command line.
+
+`local run` and `simulate`: scenarios and trace replays. `local up` starts the
+embedded default as a long-running process (local/server.py) and prints the
+environment that points the CLI at it; `local down` stops it; `local status` shows it.
 
 Exit codes as the rest of `squall`: 0 when the run reached its end with every
 invariant holding, 1 when it did not, 2 for a scenario, trace or groups file that
@@ -28,6 +32,40 @@ def add_local_commands(subparsers: Any) -> None:
     run.add_argument("--scenario", required=True, metavar="FILE", help="scenario YAML")
     _common(run, backend="moto")
     run.set_defaults(run=cmd_local_run)
+
+    up = local_commands.add_parser(
+        "up", help="start the embedded default in the background; prints the environment to eval"
+    )
+    up.add_argument(
+        "--port", type=int, default=None, help="the local AWS endpoint's loopback port (default 4580)"
+    )
+    up.add_argument(
+        "--speed", default="1", help="cluster seconds per wall-clock second (default 1: real time)"
+    )
+    _state_dir_option(up)
+    up.add_argument(
+        "--real-image",
+        action="append",
+        default=[],
+        metavar="IMAGE",
+        help="run pods of this image as local processes (repeatable; a repository without a tag matches "
+        "every tag); default: the examples' worker image",
+    )
+    up.add_argument("--no-real-pods", action="store_true", help="simulate every pod's run time")
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for it to be ready")
+    up.set_defaults(run=cmd_local_up)
+
+    down = local_commands.add_parser("down", help="stop what `squall local up` started")
+    _state_dir_option(down)
+    down.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait after SIGTERM before SIGKILL"
+    )
+    down.set_defaults(run=cmd_local_down)
+
+    status = local_commands.add_parser("status", help="whether `squall local up` runs, and what it holds")
+    _state_dir_option(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=cmd_local_status)
 
     simulate = subparsers.add_parser(
         "simulate", help="replay a job trace against node groups, as fast as possible"
@@ -181,6 +219,73 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
     if jobs_out_failed:
         return EXIT_USAGE
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _state_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="where its pid, port and environment are kept "
+        "(default $SQUALL_STATE_DIR, else $XDG_STATE_HOME/squall, else ~/.local/state/squall)",
+    )
+
+
+def cmd_local_up(args: argparse.Namespace) -> int:
+    from squall.local import control
+
+    try:
+        speed = float(args.speed)
+    except ValueError:
+        speed = math.nan
+    if not math.isfinite(speed) or speed <= 0:
+        print(f"squall: --speed must be a positive number, got {args.speed[:40]!r}", file=sys.stderr)
+        return EXIT_USAGE
+    port = control.DEFAULT_PORT if args.port is None else args.port
+    if not 1 <= port <= 65535:
+        print(f"squall: --port must be 1..65535, got {port}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        state = control.up(
+            state_dir=control.state_dir(args.state_dir),
+            port=port,
+            speed=speed,
+            real_pods=not args.no_real_pods,
+            images=args.real_image,
+            timeout=args.timeout,
+        )
+    except control.ControlError as exc:
+        print(f"squall: {exc}", file=sys.stderr)
+        return exc.code
+    print(control.exports(state["env"]))
+    print(
+        f"# squall local: up on {state['endpoint']} (pid {state['pid']}); state in {state['stateDir']}; "
+        "stop it with `squall local down`",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def cmd_local_down(args: argparse.Namespace) -> int:
+    from squall.local import control
+
+    try:
+        said = control.down(state_dir=control.state_dir(args.state_dir), timeout=args.timeout)
+    except control.ControlError as exc:
+        print(f"squall: {exc}", file=sys.stderr)
+        return exc.code
+    print(said, file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_local_status(args: argparse.Namespace) -> int:
+    from squall.local import control
+
+    shown = control.status(state_dir=control.state_dir(args.state_dir))
+    if args.json:
+        print(json.dumps(shown))
+    else:
+        print(control.describe(shown))
+    return EXIT_OK if shown["running"] else EXIT_FAILED
 
 
 def _bad_input(exc: Any) -> int:

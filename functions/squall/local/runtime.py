@@ -67,6 +67,7 @@ from squall.local.aws import (
 )
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
+from squall.local.cluster.pods import PodRunner
 from squall.local.drain_queue import InMemoryDrainQueue, QueuedStep
 from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
 from squall.local.lambda_events import (
@@ -95,7 +96,9 @@ DRAIN_MAX_RECEIVE_COUNT = deployed.DRAIN_MAX_RECEIVE_COUNT
 # How often Lambda retries a failed asynchronous (EventBridge) invocation, per function,
 # as the stack configures them (squall/resources.py; unset there: Lambda's default
 # of 2). Scale and reconcile retry nothing: the next minute's run supersedes a failed one.
-ASYNC_RETRIES = {h: deployed.async_retries(h) for h in (deployed.SCALE, deployed.RECONCILE, deployed.LIFECYCLE)}
+ASYNC_RETRIES = {
+    h: deployed.async_retries(h) for h in (deployed.SCALE, deployed.RECONCILE, deployed.LIFECYCLE)
+}
 # Lambda waits a minute before the first retry of a failed asynchronous event, two before the second.
 ASYNC_RETRY_DELAYS = (timedelta(minutes=1), timedelta(minutes=2))
 # Where Lambda puts an asynchronous event it gave up on, per function (the stack's
@@ -204,7 +207,11 @@ def memory_backend() -> Backend:
     def create(groups: list[NodeGroup]) -> None:
         for g in groups:
             autoscaling.create_group(
-                name=g.asg_name or g.name, region=g.region, min_size=g.min_size, max_size=g.max_size, desired=g.desired
+                name=g.asg_name or g.name,
+                region=g.region,
+                min_size=g.min_size,
+                max_size=g.max_size,
+                desired=g.desired,
             )
 
     return Backend(
@@ -327,8 +334,15 @@ class LocalRuntime:
         backend: str = "moto",
         submitters: Mapping[str, Sequence[str]] | None = None,
         quotas: Mapping[str, TeamShare] | None = None,
+        port: int = 0,
+        pod_runner: Callable[[LocalResources], PodRunner] | None = None,
     ) -> Iterator[LocalRuntime]:
         """Start the embedded endpoint (or the memory backend), install the services.
+
+        `port`: the endpoint's loopback port (0: a free one). `pod_runner`: builds
+        the runner of the pods that run for real (local/processes.py) once the
+        endpoint is up; the runtime then makes its cluster (give no `cluster`), and
+        closes the runner when it stops.
 
         `submitters`: team -> unique ids of the principals that may submit for it
         (what SQS reports as a message's SenderId, before any ':'), handed to the
@@ -338,7 +352,10 @@ class LocalRuntime:
         a team left out has no quota and weight 1.
         """
         clock = clock or VirtualClock()
-        cluster = cluster or SimulatedCluster(clock=clock)
+        if pod_runner is not None and cluster is not None:
+            raise ValueError(
+                "give either a cluster or a pod_runner: the runtime makes the cluster of real pods"
+            )
         # The functions log every job at INFO, as they should in CloudWatch; here the
         # caller shows progress itself. Metrics go to the recording sink instead of EMF.
         from squall.handlers import observability  # noqa: F401  (the functions' logger exists now)
@@ -349,12 +366,21 @@ class LocalRuntime:
         warnings.filterwarnings("ignore", message="No application metrics to publish")
         with contextlib.ExitStack() as stack:
             if backend == "moto":
-                chosen = moto_backend(stack.enter_context(local_endpoint()))
+                chosen = moto_backend(stack.enter_context(local_endpoint(port=port)))
             elif backend == "memory":
                 chosen = memory_backend()
             else:
                 raise ValueError(f"unknown backend {backend!r}: use 'moto' or 'memory'")
             local_resources = chosen.resources
+            if pod_runner is not None:
+                if local_resources is None:
+                    raise ValueError("real pods need the moto backend: they talk to its endpoint")
+                runner = pod_runner(local_resources)
+                close = getattr(runner, "close", None)
+                if close is not None:
+                    stack.callback(close)
+                cluster = SimulatedCluster(clock=clock, runner=runner)
+            cluster = cluster or SimulatedCluster(clock=clock)
             settings = Settings(
                 table_name=local_resources.table_name if local_resources else "memory",
                 jobs_queue_url=local_resources.jobs_queue_url if local_resources else "",
@@ -397,7 +423,9 @@ class LocalRuntime:
         failure: FunctionError | None = None
         response: dict[str, Any] | None = None
         try:
-            context = LocalContext(function_name=function, timeout_ms=deployed.FUNCTIONS[handler].timeout_seconds * 1000)
+            context = LocalContext(
+                function_name=function, timeout_ms=deployed.FUNCTIONS[handler].timeout_seconds * 1000
+            )
             response = self._handler(handler)(event, context) or {}
         except InvocationKilled as killed:
             failure = FunctionError(at=self.clock.now(), function=handler, error=str(killed), killed=True)
@@ -412,8 +440,12 @@ class LocalRuntime:
         at = self.clock.now()
         self.metrics.points += [
             RecordedMetric(at=at, name="Invocations", value=1.0, unit="Count", dimensions=dimensions),
-            RecordedMetric(at=at, name="Errors", value=float(failure is not None), unit="Count", dimensions=dimensions),
-            RecordedMetric(at=at, name="Duration", value=duration_ms, unit="Milliseconds", dimensions=dimensions),
+            RecordedMetric(
+                at=at, name="Errors", value=float(failure is not None), unit="Count", dimensions=dimensions
+            ),
+            RecordedMetric(
+                at=at, name="Duration", value=duration_ms, unit="Milliseconds", dimensions=dimensions
+            ),
             # Invocations run one at a time here, with no concurrency limit to hit: none is throttled.
             RecordedMetric(at=at, name="Throttles", value=0.0, unit="Count", dimensions=dimensions),
         ]
@@ -429,7 +461,9 @@ class LocalRuntime:
             if attempt < ASYNC_RETRIES.get(handler, len(ASYNC_RETRY_DELAYS)):
                 due = now + ASYNC_RETRY_DELAYS[attempt]
                 if due - _event_time(event, default=now) <= self.max_event_age(handler):
-                    self.pending_retries.append(PendingRetry(due=due, function=handler, event=event, attempt=attempt + 1))
+                    self.pending_retries.append(
+                        PendingRetry(due=due, function=handler, event=event, attempt=attempt + 1)
+                    )
                 else:
                     self._give_up(handler, event, condition="EventAgeExceeded")
             else:
@@ -455,7 +489,9 @@ class LocalRuntime:
         destination = ON_FAILURE_DESTINATIONS.get(handler)
         if destination is not None:
             self.failed_events.append(
-                FailedEvent(at=now, function=handler, destination=destination, condition=condition, event=event)
+                FailedEvent(
+                    at=now, function=handler, destination=destination, condition=condition, event=event
+                )
             )
 
     def _handler(self, handler: str) -> Callable[[Any, Any], Any]:
@@ -491,7 +527,9 @@ class LocalRuntime:
             if response is None:
                 return handled
             failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
-            twice = [m for m in messages if m["MessageId"] in self.deliver_twice and m["MessageId"] not in failed]
+            twice = [
+                m for m in messages if m["MessageId"] in self.deliver_twice and m["MessageId"] not in failed
+            ]
             if twice:
                 # The same records again, as an at-least-once queue may deliver them.
                 self.deliver_twice.difference_update(m["MessageId"] for m in twice)
@@ -520,7 +558,9 @@ class LocalRuntime:
         drains_visible = sum(1 for queued in self.drain_queue.waiting if queued.due_at <= now)
         self._queue_gauge("ApproximateNumberOfMessagesVisible", JOBS_QUEUE, depth.visible, unit="Count")
         self._queue_gauge("ApproximateAgeOfOldestMessage", JOBS_QUEUE, max(age, 0.0), unit="Seconds")
-        self._queue_gauge("ApproximateNumberOfMessagesVisible", DEAD_LETTER_QUEUE, depth.dead_letters, unit="Count")
+        self._queue_gauge(
+            "ApproximateNumberOfMessagesVisible", DEAD_LETTER_QUEUE, depth.dead_letters, unit="Count"
+        )
         self._queue_gauge("ApproximateNumberOfMessagesVisible", DRAIN_QUEUE, drains_visible, unit="Count")
 
     def _queue_gauge(self, name: str, queue: str, value: float, *, unit: str) -> None:
@@ -529,7 +569,9 @@ class LocalRuntime:
         if last is not None and _minute(last.at) == _minute(now):
             last.value = max(last.value, value)
             return
-        point = RecordedMetric(at=now, name=name, value=float(value), unit=unit, dimensions={"QueueName": queue})
+        point = RecordedMetric(
+            at=now, name=name, value=float(value), unit=unit, dimensions={"QueueName": queue}
+        )
         self.metrics.points.append(point)
         self._gauges[(name, queue)] = point
 
@@ -539,7 +581,9 @@ class LocalRuntime:
         event = scheduled_event(rule="squall-reconcile", at=self.clock.now(), region=REGION)
         return self.invoke_async("reconcile", event)
 
-    def invoke_scale(self, *, trigger: str = "schedule", job_ids: Sequence[str] = ()) -> dict[str, Any] | None:
+    def invoke_scale(
+        self, *, trigger: str = "schedule", job_ids: Sequence[str] = ()
+    ) -> dict[str, Any] | None:
         if trigger == "schedule":
             event = scheduled_event(rule="squall-scale", at=self.clock.now(), region=REGION)
         else:
@@ -624,7 +668,9 @@ class LocalRuntime:
                 else:
                     # Not sent again: the same message, visible again.
                     self.drain_queue.waiting.append(
-                        QueuedStep(due_at=visible_again or received_at + DRAIN_VISIBILITY_TIMEOUT, message=step)
+                        QueuedStep(
+                            due_at=visible_again or received_at + DRAIN_VISIBILITY_TIMEOUT, message=step
+                        )
                     )
 
     def run_due_schedules(self) -> None:
@@ -671,6 +717,21 @@ class LocalRuntime:
         self.run_due_schedules()
         self.clock.advance(delta)
         self.cluster.advance()
+
+    def settle(self, *, max_steps: int = 20) -> None:
+        """Step at this instant until a step starts nothing new (a scale check, a hook, a node)."""
+        for _ in range(max_steps):
+            before = self._activity()
+            self.step(timedelta(0))
+            if self._activity() == before:
+                return
+
+    def _activity(self) -> tuple[int, ...]:
+        fleet = self.fleet
+        counts = (len(self.scale_results), len(self.function_errors), len(self.lifecycle_results))
+        if fleet is None:
+            return counts
+        return (*counts, len(fleet.outbox), fleet.nodes_added, fleet.nodes_removed)
 
     def run(
         self,

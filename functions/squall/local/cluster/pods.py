@@ -7,7 +7,17 @@ eviction) marking the pod with DisruptionTarget and, if its container was runnin
 the exit code it answers SIGTERM with; a pod's requests held on its node until it
 stops. The Job controller hears of every pod that reaches Succeeded or Failed.
 
-Leaves out: termination grace periods (a pod stops at once), container restarts
+Real pods: with a `PodRunner`, a pod the runner `runs` is started by it instead of
+being given a simulated run time (the kubelet asks again on the next advance while
+the runner says it cannot start it yet); its exit code, when the runner's `poll`
+reports one, decides its phase as a simulated exit does; a real pod that stops for
+any other reason (eviction, node loss, its Job deleted, suspended or finished) is
+`stop`ped: the runner sends SIGTERM and keeps the grace period. Its phase after a
+disruption is decided at once, by the exit code SIGTERM is answered with
+(SIGTERM_EXIT_CODE unless its behaviour says otherwise), as for a simulated pod.
+
+Leaves out: termination grace periods (a pod stops at once; a real pod's process
+gets its grace period, but the pod object goes at once), container restarts
 (restartPolicy OnFailure/Always), probes, init containers running one by one, and
 more than one pod per Job.
 """
@@ -17,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from squall.local.cluster.faults import Behaviours
 from squall.local.cluster.index import NodeIndex
@@ -43,11 +53,40 @@ _MAX_GENERATE_PREFIX = 58
 OnTerminal = Callable[[Pod, datetime, "Counter[str] | None"], None]
 
 
+class PodRunner(Protocol):
+    """Runs chosen pods for real (local/processes.py runs them as local processes).
+
+    Each method gets the pod as the cluster keeps it (bound: spec.nodeName is set);
+    it must not change it.
+    """
+
+    def runs(self, pod: KubeObject) -> bool:
+        """Whether this pod is run for real; asked once, when its containers would start."""
+        ...
+
+    def start(self, pod: KubeObject) -> bool:
+        """Start it; False when it cannot start yet (asked again on the next advance)."""
+        ...
+
+    def poll(self, pod: KubeObject) -> int | None:
+        """Its exit code once it has exited, else None."""
+        ...
+
+    def stop(self, pod: KubeObject) -> None:
+        """It must stop (SIGTERM now, SIGKILL after its grace period); it is not polled again."""
+        ...
+
+
 class PodLifecycle:
-    def __init__(self, state: ClusterState, index: NodeIndex, behaviours: Behaviours) -> None:
+    def __init__(
+        self, state: ClusterState, index: NodeIndex, behaviours: Behaviours, runner: PodRunner | None = None
+    ) -> None:
         self._state = state
         self._index = index
         self._behaviours = behaviours
+        self._runner = runner
+        # Pods the runner runs: those started (running) and those waiting for it to start them.
+        self._real: dict[Pod, bool] = {}
         # The Job controller's answer to a pod reaching Succeeded or Failed.
         self.on_terminal: OnTerminal = lambda pod, at, counts: None
 
@@ -112,6 +151,7 @@ class PodLifecycle:
 
     def remove(self, pod: Pod) -> None:
         state = self._state
+        self._stop_real(pod)
         self.release(pod)
         state.next_resource_version()  # a deletion moves the cluster's version on too
         pod.deleted = True
@@ -143,6 +183,7 @@ class PodLifecycle:
         )
         pod.obj["metadata"]["deletionTimestamp"] = stamp
         pod.obj["metadata"]["deletionGracePeriodSeconds"] = 0
+        self._stop_real(pod)
         if exit_code is not None:
             self._terminate_containers(pod, exit_code=exit_code, at=at)
         self.release(pod)
@@ -161,22 +202,61 @@ class PodLifecycle:
             return None
         return (pod.behaviour or self._behaviours.of(pod.job.job_id)).evicted_exit_code
 
-    def finish(self, pod: Pod, *, at: datetime, counts: Counter[str]) -> None:
-        """The pod's container exits on its own, after its run time."""
-        behaviour = pod.behaviour or self._behaviours.default
-        self._terminate_containers(pod, exit_code=behaviour.exit_code, at=at)
+    def finish(self, pod: Pod, *, at: datetime, counts: Counter[str], exit_code: int | None = None) -> None:
+        """The pod's container exits on its own: after its run time, or with a real process's code."""
+        if exit_code is None:
+            exit_code = (pod.behaviour or self._behaviours.default).exit_code
+        self._terminate_containers(pod, exit_code=exit_code, at=at)
         self.release(pod)
-        self._state.set_phase(pod, SUCCEEDED if behaviour.exit_code == 0 else FAILED)
+        self._state.set_phase(pod, SUCCEEDED if exit_code == 0 else FAILED)
         counts["finished"] += 1
         self._state.event(
             at,
             "Pod",
             pod.key[0],
             pod.key[1],
-            "Completed" if behaviour.exit_code == 0 else "Error",
-            f"container exited with code {behaviour.exit_code}",
+            "Completed" if exit_code == 0 else "Error",
+            f"container exited with code {exit_code}",
         )
         self.on_terminal(pod, at, counts)
+
+    # ---- real pods ----
+
+    def poll_real(self, now: datetime, counts: Counter[str]) -> None:
+        """Real pods whose process exited finish with its exit code."""
+        runner = self._runner
+        if runner is None or not self._real:
+            return
+        for pod, started in list(self._real.items()):
+            if not started or pod.deleted or pod.phase != RUNNING:
+                continue
+            code = runner.poll(pod.obj)
+            if code is not None:
+                del self._real[pod]
+                self.finish(pod, at=now, counts=counts, exit_code=code)
+
+    @property
+    def real_running(self) -> int:
+        return sum(1 for started in self._real.values() if started)
+
+    def _stop_real(self, pod: Pod) -> None:
+        started = self._real.pop(pod, None)
+        if started and self._runner is not None:
+            self._runner.stop(pod.obj)
+
+    def _start_real(self, pod: Pod) -> bool | None:
+        """None: not a real pod; True: started; False: the runner cannot start it yet."""
+        runner = self._runner
+        if runner is None:
+            return None
+        if pod not in self._real:
+            if not runner.runs(pod.obj):
+                return None
+            self._real[pod] = False
+        if not runner.start(pod.obj):
+            return False
+        self._real[pod] = True
+        return True
 
     def start_bound(self, now: datetime) -> int:
         """The kubelet's part: pull the image, start the containers."""
@@ -201,9 +281,13 @@ class PodLifecycle:
                     state.event(now, "Pod", pod.key[0], pod.key[1], "BackOff", "Back-off pulling image")
                 continue
             pod.image_blocked = False
+            real = self._start_real(pod)
+            if real is False:
+                continue  # ContainerCreating until the runner can start it
             del state.to_start[pod.key]
             pod.behaviour = behaviour
-            pod.ends_at = now + behaviour.run_for
+            # A real pod ends when its process does (poll_real), not after a run time.
+            pod.ends_at = None if real else now + behaviour.run_for
             stamp = timestamp(now)
             status["containerStatuses"] = [
                 _container_status(c, ready=True, state={"running": {"startedAt": stamp}})
@@ -213,7 +297,8 @@ class PodLifecycle:
                 set_condition(status, kind, "True", now)
             state.set_phase(pod, RUNNING)
             state.touch(pod.obj)
-            state.push(pod.ends_at, "finish", pod)
+            if pod.ends_at is not None:
+                state.push(pod.ends_at, "finish", pod)
             state.write_job_status(pod.job)
             state.event(now, "Pod", pod.key[0], pod.key[1], "Started", "Started container")
             started += 1

@@ -17,6 +17,12 @@ parts, each in its own module with what it models and leaves out:
 - nodes.py: nodes joining, readiness, GPUs, patches, removal (PodGC);
 - parsing.py: a Job's pod template parsed once into what the scheduler reads.
 
+Real pods: given a `PodRunner` (pods.py), the pods it chooses run for real (the
+local runtime of `squall local up` runs the worker image's pods as local
+processes: local/processes.py); every other pod keeps its simulated run time.
+`advance()` polls them, so a caller with real pods advances the cluster on a
+wall-clock tick: their ends are not in `next_event_time()`.
+
 Time only moves through the injected clock: after moving it, call `advance()`;
 `next_event_time()` says when something will happen on its own next, so a virtual
 clock can jump straight there.
@@ -40,7 +46,7 @@ from squall.local.cluster.index import NodeIndex
 from squall.local.cluster.job_controller import JobController
 from squall.local.cluster.nodes import NodeLifecycle
 from squall.local.cluster.parsing import label_selector
-from squall.local.cluster.pods import PodLifecycle
+from squall.local.cluster.pods import PodLifecycle, PodRunner
 from squall.local.cluster.scheduler import Scheduler
 from squall.local.cluster.state import (
     EVICTED_BY_API,
@@ -79,8 +85,11 @@ class SimulatedCluster:
         pod_backoff: timedelta = timedelta(seconds=10),
         event_limit: int = 10_000,
         lists: str = "copies",
+        runner: PodRunner | None = None,
     ) -> None:
-        """`lists` says what list_pods, list_jobs and list_nodes hand out:
+        """`runner`: runs the pods it chooses for real (see pods.py); None simulates every pod.
+
+        `lists` says what list_pods, list_jobs and list_nodes hand out:
 
         - "copies": objects the caller owns, as every API server response is;
         - "shared": an object unchanged since the last list is the same dict again
@@ -97,7 +106,7 @@ class SimulatedCluster:
         self._faults = PortFaults()
         self._behaviours = Behaviours(default_run_for=default_run_for)
         index = NodeIndex()
-        self._pods = PodLifecycle(state, index, self._behaviours)
+        self._pods = PodLifecycle(state, index, self._behaviours, runner)
         self._jobs = JobController(state, self._pods, pod_backoff=non_negative("pod_backoff", pod_backoff))
         self._scheduler = Scheduler(state, index)
         self._nodes = NodeLifecycle(state, index, self._pods, self._scheduler)
@@ -172,7 +181,8 @@ class SimulatedCluster:
         state = self._state
         if namespace is None and job_id is None:
             return self._views.whole_list(
-                "jobs", lambda: [self._views.view(job, object_view) for job in state.jobs.values() if job.managed]
+                "jobs",
+                lambda: [self._views.view(job, object_view) for job in state.jobs.values() if job.managed],
             )
         jobs = (
             [state.jobs[k] for k in state.jobs_by_id.get(job_id, ())]
@@ -330,6 +340,7 @@ class SimulatedCluster:
         """Catch up with the clock: due events in time order, then schedule and start pods."""
         now = self._state.now()
         counts: Counter[str] = Counter()
+        self._pods.poll_real(now, counts)
         for _ in range(_MAX_ROUNDS_PER_ADVANCE):
             self._jobs.process_due(now, counts)
             counts["scheduled"] += self._scheduler.schedule(now)
@@ -369,6 +380,7 @@ class SimulatedCluster:
             "pods_running": state.phases[RUNNING],
             "pods_succeeded": state.phases[SUCCEEDED],
             "pods_failed": state.phases[FAILED],
+            "pods_real": self._pods.real_running,
             "gpus_allocatable": allocatable,
             "gpus_in_use": in_use,
             "jobs_created": state.jobs_created,

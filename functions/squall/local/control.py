@@ -1,0 +1,271 @@
+"""Starting, stopping and reading `squall local up`'s process (local/server.py), from the CLI.
+
+`up` refuses when one already runs (its state file names a live server) or the
+port is taken, starts the server in a session of its own with its output in
+`server.log`, and returns its state once the state file is written and the
+endpoint answers (or says why it did not come up, with the log's last lines).
+`down` sends SIGTERM, waits, then SIGKILLs the server's process group and its real
+pods' groups, and removes the state files; with nothing running it says so and
+succeeds. `status` reads the state and status files.
+
+Imports nothing heavy: `squall local status` is quick.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from squall.local.server import DEFAULT_PORT, LOG_FILE, STATE_FILE, STATUS_FILE, default_state_dir
+
+__all__ = ["DEFAULT_PORT", "ControlError", "describe", "down", "exports", "state_dir", "status", "up"]
+
+SERVER_MODULE = "squall.local.server"
+LOG_TAIL_LINES = 20
+
+
+class ControlError(Exception):
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def state_dir(given: str | None) -> Path:
+    return Path(given) if given else default_state_dir()
+
+
+def exports(env: Mapping[str, str]) -> str:
+    """`export` lines a shell can eval."""
+    return "\n".join(f"export {key}={shlex.quote(value)}" for key, value in env.items())
+
+
+def read_state(directory: Path) -> dict[str, Any] | None:
+    return _read_json(directory / STATE_FILE)
+
+
+def up(
+    *,
+    state_dir: Path,
+    port: int,
+    speed: float,
+    real_pods: bool = True,
+    images: Sequence[str] = (),
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Start the server; its state (pid, port, endpoint, env) once it is ready."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ControlError(f"--state-dir {state_dir}: cannot create it: {exc.strerror}", code=2) from exc
+    existing = read_state(state_dir)
+    if existing is not None:
+        if _alive(existing.get("pid")):
+            raise ControlError(
+                f"squall local is already running (pid {existing['pid']}, {existing.get('endpoint')}); "
+                f"state in {state_dir}. Stop it with `squall local down`, or use another --state-dir and --port"
+            )
+        _remove_state(state_dir)  # stale: its process is gone
+    _check_port(port)
+    command = [sys.executable, "-m", SERVER_MODULE, "--state-dir", str(state_dir), "--port", str(port)]
+    command += ["--speed", repr(speed)]
+    if not real_pods:
+        command.append("--no-real-pods")
+    for image in images:
+        command += ["--real-image", image]
+    log_path = state_dir / LOG_FILE
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # not stopped by the shell's Ctrl-C or hang-up
+            close_fds=True,
+        )
+    deadline = time.monotonic() + timeout
+    while True:
+        code = process.poll()
+        if code is not None:
+            raise ControlError(f"squall local did not start (exit {code}):\n{_tail(log_path)}")
+        state = read_state(state_dir)
+        if state is not None and state.get("pid") == process.pid and _answers(str(state.get("endpoint"))):
+            return state
+        if time.monotonic() > deadline:
+            _stop_process(process.pid, timeout=10.0, groups=())
+            raise ControlError(
+                f"squall local was not ready within {timeout:g} s; stopped it:\n{_tail(log_path)}"
+            )
+        time.sleep(0.2)
+
+
+def down(*, state_dir: Path, timeout: float = 30.0) -> str:
+    """Stop the server; what happened, in words. Idempotent."""
+    state = read_state(state_dir)
+    if state is None:
+        return "squall local is not running"
+    pid = state.get("pid")
+    if not isinstance(pid, int) or not _alive(pid):
+        _remove_state(state_dir)
+        return f"squall local is not running (removed the state of pid {pid}, which is gone)"
+    status = _read_json(state_dir / STATUS_FILE) or {}
+    groups = [
+        p["pid"] for p in status.get("processes", []) if isinstance(p, dict) and isinstance(p.get("pid"), int)
+    ]
+    killed = _stop_process(pid, timeout=timeout, groups=groups)
+    _remove_state(state_dir)
+    return f"squall local stopped (pid {pid}{', killed after the timeout' if killed else ''})"
+
+
+def status(*, state_dir: Path) -> dict[str, Any]:
+    state = read_state(state_dir)
+    if state is None or not _alive(state.get("pid")):
+        return {"running": False, "stateDir": str(state_dir)}
+    shown: dict[str, Any] = {
+        "running": True,
+        "pid": state["pid"],
+        "port": state.get("port"),
+        "endpoint": state.get("endpoint"),
+        "stateDir": str(state_dir),
+        "speed": state.get("speed"),
+        "realPods": state.get("realPods"),
+        "log": state.get("log"),
+    }
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        started = datetime.fromisoformat(state["startedAt"])
+        shown["uptimeSeconds"] = int((datetime.now(UTC) - started).total_seconds())
+    live = _read_json(state_dir / STATUS_FILE) or {}
+    for key in ("clock", "heartbeat", "jobs", "nodes", "nodesReady", "podsRunning", "podsPending",
+                "gpusInUse", "gpusAllocatable", "processes", "functionErrors"):  # fmt: skip
+        if key in live:
+            shown[key] = live[key]
+    return shown
+
+
+def describe(shown: Mapping[str, Any]) -> str:
+    if not shown["running"]:
+        return f"squall local is not running (state dir {shown['stateDir']})"
+    uptime = int(shown.get("uptimeSeconds", 0))
+    lines = [
+        f"squall local is running: pid {shown['pid']}, {shown['endpoint']} (port {shown['port']}), "
+        f"up {uptime // 3600}:{uptime // 60 % 60:02d}:{uptime % 60:02d}, speed {shown.get('speed')}x, "
+        f"real pods {'on' if shown.get('realPods') else 'off'}",
+    ]
+    jobs = shown.get("jobs") or {}
+    lines.append("jobs: " + (", ".join(f"{k} {v}" for k, v in jobs.items()) or "none"))
+    if "nodes" in shown:
+        lines.append(
+            f"nodes: {shown['nodes']} ({shown.get('nodesReady', 0)} ready), GPUs in use "
+            f"{shown.get('gpusInUse', 0)}/{shown.get('gpusAllocatable', 0)}; pods running "
+            f"{shown.get('podsRunning', 0)}, pending {shown.get('podsPending', 0)}"
+        )
+    processes = shown.get("processes") or []
+    if processes:
+        lines.append(
+            "processes: " + ", ".join(f"{p['namespace']}/{p['pod']} (pid {p['pid']})" for p in processes)
+        )
+    lines.append(f"state: {shown['stateDir']}; log: {shown.get('log')}")
+    return "\n".join(lines)
+
+
+# ---- helpers ----
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _remove_state(directory: Path) -> None:
+    for name in (STATE_FILE, STATUS_FILE):
+        (directory / name).unlink(missing_ok=True)
+
+
+def _check_port(port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ControlError(
+                f"port {port} on 127.0.0.1 is taken ({exc.strerror}): stop what listens there, "
+                "or choose another with --port"
+            ) from None
+
+
+def _answers(endpoint: str) -> bool:
+    """The endpoint answers HTTP (any status)."""
+    try:
+        with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _alive(pid: Any) -> bool:
+    """Whether `pid` is a running squall local server (not a zombie, not another program)."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    with contextlib.suppress(ChildProcessError, OSError):
+        reaped, _ = os.waitpid(pid, os.WNOHANG)  # our own child (tests): reap it if it has exited
+        if reaped == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path(f"/proc/{pid}")
+    if proc.exists():
+        try:
+            if proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+            return SERVER_MODULE.encode() in proc.joinpath("cmdline").read_bytes()
+        except (OSError, IndexError):
+            return True
+    return True
+
+
+def _stop_process(pid: int, *, timeout: float, groups: Sequence[int]) -> bool:
+    """SIGTERM, wait up to `timeout`, then SIGKILL its group and `groups`; True if it came to that."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return False
+        time.sleep(0.1)
+    for group in (pid, *groups):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    for _ in range(50):
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    return True
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        return "  (no log)"
+    return "\n".join(f"  {line}" for line in lines) or "  (the log is empty)"
