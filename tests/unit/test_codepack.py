@@ -349,3 +349,54 @@ def test_the_archive_unpacks_to_the_same_files(code: Path, tmp_path: Path) -> No
     with tarfile.open(fileobj=data) as tar:
         contents = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers()}  # type: ignore[union-attr]
     assert contents == CODE
+
+
+def reference_ignored(rules: IgnoreRules, path: str, *, is_dir: bool) -> bool:
+    """gitignore's rule read plainly: every pattern in order, the last match decides."""
+    verdict = False
+    for pattern in rules.patterns:
+        if pattern.directory_only and not is_dir:
+            continue
+        if codepack._path_matches(pattern.segments, path.split("/")):
+            verdict = not pattern.negated
+    return verdict
+
+
+def test_the_indexed_lookup_decides_as_every_pattern_in_order_would() -> None:
+    import random
+
+    rng = random.Random(14)
+    pieces = ["a", "b", "lib", "x.py", "y.pyc", "*", "*.py", "?", "[ab]", "**", "build", "*.log", "c*d"]
+    lines = []
+    for _ in range(300):
+        segments = [rng.choice(pieces) for _ in range(rng.randint(1, 3))]
+        line = "/".join(segments)
+        if rng.random() < 0.3:
+            line = "/" + line
+        if rng.random() < 0.3:
+            line += "/"
+        if rng.random() < 0.3:
+            line = "!" + line
+        lines.append(line)
+    rules = IgnoreRules.defaults() + IgnoreRules.parse("\n".join(lines))
+    names_ = ["a", "b", "lib", "x.py", "y.pyc", "build", "run.log", "cd", "cxd", "ab", "__pycache__"]
+    for _ in range(3000):
+        path = "/".join(rng.choice(names_) for _ in range(rng.randint(1, 4)))
+        is_dir = rng.random() < 0.5
+        assert rules.ignored(path, is_dir=is_dir) == reference_ignored(rules, path, is_dir=is_dir), (
+            path,
+            is_dir,
+        )
+
+
+@pytest.mark.timeout(30)
+def test_a_long_ignore_file_of_names_suffixes_and_paths_is_looked_up() -> None:
+    # 1,000 names, suffixes and paths against 20,000 files: each is a lookup, not a pattern tried
+    text = "\n".join(
+        f"name{i}" if i % 3 == 0 else f"*.ext{i}" if i % 3 == 1 else f"/deep/path{i}" for i in range(1000)
+    )
+    rules = IgnoreRules.defaults() + IgnoreRules.parse(text)
+    paths = [f"src/module{i % 50}/file{i}.py" for i in range(20_000)]
+    assert not any(rules.ignored(p, is_dir=False) for p in paths)
+    assert rules.ignored("x/name3", is_dir=False) and rules.ignored("a.ext4", is_dir=False)
+    assert rules.ignored("deep/path5", is_dir=True) and not rules.ignored("x/deep/path5", is_dir=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import heapq
 import os
 import stat
 import tarfile
@@ -258,6 +259,70 @@ def _compile(line: str) -> _Pattern | None:
     )
 
 
+def _literal(tokens: tuple[_Token, ...]) -> str | None:
+    """The text a segment matches when it has no wildcard, else None."""
+    if all(token[0] == "lit" for token in tokens):
+        return "".join(str(token[1]) for token in tokens)
+    return None
+
+
+def _affixes(tokens: tuple[_Token, ...]) -> tuple[str, str]:
+    """The literal text a segment's matches must start and end with."""
+    head = []
+    for token in tokens:
+        if token[0] != "lit":
+            break
+        head.append(str(token[1]))
+    tail = []
+    for token in reversed(tokens):
+        if token[0] != "lit":
+            break
+        tail.append(str(token[1]))
+    return "".join(head), "".join(reversed(tail))
+
+
+@dataclass
+class _Index:
+    """The patterns sorted by how they can be found: most are a name (``build``), a suffix
+    (``*.pyc``) or a path (``/docs/_build``) and are looked up, not tried one by one."""
+
+    names: dict[str, list[int]] = field(default_factory=dict)
+    suffixes: dict[str, list[int]] = field(default_factory=dict)
+    paths: dict[str, list[int]] = field(default_factory=dict)
+    suffix_lengths: list[int] = field(default_factory=list)
+    # The other patterns (index, head, tail of the last part), by their tail's last character.
+    by_last_char: dict[str, list[tuple[int, str, str]]] = field(default_factory=dict)
+    untailed: list[tuple[int, str, str]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, patterns: Sequence[_Pattern]) -> _Index:
+        index = cls()
+        for number, pattern in enumerate(patterns):
+            segments = pattern.segments
+            last = segments[-1]
+            if not pattern.anchored and len(segments) == 2 and last is not None and last is not _INSIDE:
+                literal = _literal(last)
+                if literal is not None:
+                    index.names.setdefault(literal, []).append(number)
+                    continue
+                suffix = _literal(last[1:]) if last[0] == ("star", "") else None
+                if suffix is not None:
+                    index.suffixes.setdefault(suffix, []).append(number)
+                    continue
+            if pattern.anchored and all(s is not None and s is not _INSIDE for s in segments):
+                literals = [_literal(s) for s in segments if s is not None]
+                if all(part is not None for part in literals):
+                    index.paths.setdefault("/".join(str(part) for part in literals), []).append(number)
+                    continue
+            head, tail = _affixes(last) if last is not None and last is not _INSIDE else ("", "")
+            if tail:
+                index.by_last_char.setdefault(tail[-1], []).append((number, head, tail))
+            else:
+                index.untailed.append((number, head, tail))
+        index.suffix_lengths = sorted({len(suffix) for suffix in index.suffixes})
+        return index
+
+
 @dataclass(frozen=True)
 class IgnoreRules:
     """gitignore's grammar for one file at the root: ``#`` comments, ``!`` re-includes,
@@ -267,6 +332,10 @@ class IgnoreRules:
     a file under an ignored directory cannot be re-included (the directory is not walked)."""
 
     patterns: tuple[_Pattern, ...] = ()
+    _index: _Index = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", _Index.of(self.patterns))
 
     @classmethod
     def parse(cls, text: str, *, source: str = IGNORE_FILE) -> IgnoreRules:
@@ -292,17 +361,34 @@ class IgnoreRules:
         return IgnoreRules(self.patterns + other.patterns)
 
     def ignored(self, path: str, *, is_dir: bool) -> bool:
-        """Whether `path` (relative, "/"-separated) is left out."""
+        """Whether `path` (relative, "/"-separated) is left out: the last matching pattern decides."""
         parts = path.split("/")
-        verdict = False
-        for pattern in self.patterns:
+        name = parts[-1]
+        index = self._index
+        found: list[int] = []
+        found += index.names.get(name, ())
+        found += index.paths.get(path, ())
+        for length in index.suffix_lengths:
+            if length <= len(name):
+                found += index.suffixes.get(name[len(name) - length :], ())
+        best = max((n for n in found if is_dir or not self.patterns[n].directory_only), default=-1)
+        # The rest, last first, and only those that could still change the verdict: the
+        # ones whose literal tail ends with this name's last character, or that have none.
+        candidates = heapq.merge(
+            reversed(index.by_last_char.get(name[-1:], ())), reversed(index.untailed), reverse=True
+        )
+        for number, head, tail in candidates:
+            if number <= best:
+                break
+            pattern = self.patterns[number]
             if pattern.directory_only and not is_dir:
                 continue
-            if verdict == (not pattern.negated):
-                continue  # cannot change the verdict: skip the match
+            if (head and not name.startswith(head)) or (tail and not name.endswith(tail)):
+                continue
             if _path_matches(pattern.segments, parts):
-                verdict = not pattern.negated
-        return verdict
+                best = number
+                break
+        return best >= 0 and not self.patterns[best].negated
 
 
 def read_ignore_rules(directory: Path) -> IgnoreRules:
