@@ -322,9 +322,19 @@ def cmd_submit(args: argparse.Namespace) -> int:
     message_id = _send(data)
     job_id = spec.id or derive_job_id(spec, message_id=message_id)
     print(
-        json.dumps({"jobId": job_id, "messageId": message_id} | code) if args.json else f"submitted {job_id}"
+        json.dumps({"jobId": job_id, "messageId": message_id} | code) if args.json else f"submitted {job_id}",
+        flush=True,
     )
-    return EXIT_OK
+    if not args.watch:
+        return EXIT_OK
+    from squall.follow.clock import RealClock
+    from squall.follow.watch import watch_job
+    from squall.researcher_commands import exit_code
+
+    # The record appears once the submit function has taken the message: wait for it a while.
+    return exit_code(
+        watch_job(job_id, store=_store(), clock=RealClock(), out=sys.stdout, wait_for_record=120)
+    )
 
 
 def _with_code(
@@ -450,7 +460,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(f"  {event.at.isoformat()}  {event.status.value:<10} {event.reason}{message}")
     if place is not None:
         where = f"position {place['position']}" if place["position"] else "held by its team's quota"
-        print(f"  queue ({where}, scale check at {place['decidedAt']}): {place['reason']}: {place['message']}")
+        print(
+            f"  queue ({where}, scale check at {place['decidedAt']}): {place['reason']}: {place['message']}"
+        )
     elif unread:
         print(f"  queue: {unread}")
     return EXIT_OK
@@ -498,7 +510,9 @@ def _scaling(decision: dict[str, Any] | None) -> str:
     if not isinstance(ups, list):
         return ""
     return "; ".join(
-        f"{up.get('group')} scaling {up.get('from')}->{up.get('to')}" for up in ups[:3] if isinstance(up, dict)
+        f"{up.get('group')} scaling {up.get('from')}->{up.get('to')}"
+        for up in ups[:3]
+        if isinstance(up, dict)
     )
 
 
@@ -566,7 +580,9 @@ def cmd_queue(args: argparse.Namespace) -> int:
         return EXIT_OK
     dry = ", dry run: nothing was admitted" if decision.get("dryRun") else ""
     whose = f" ({args.team}: {len(rows)} listed)" if args.team is not None else ""
-    print(f"queue at {decision.get('at')} (scale check, {decision.get('trigger')}{dry}): {total} waiting{whose}")
+    print(
+        f"queue at {decision.get('at')} (scale check, {decision.get('trigger')}{dry}): {total} waiting{whose}"
+    )
     in_use = admission.get("inUse", {})
     if isinstance(in_use, dict) and in_use:
         print("GPUs admitted: " + ", ".join(f"{team} {gpus}" for team, gpus in in_use.items()))
@@ -581,9 +597,17 @@ def cmd_queue(args: argparse.Namespace) -> int:
         # Columns padded to their widest cell; the message, last, runs on.
         widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
         for *cells, message in table:
-            print("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)), message, sep="  ")
+            print(
+                "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)),
+                message,
+                sep="  ",
+            )
     elif args.team is not None:
-        print(f"no job of team {args.team} among the first {len(listed)}" if more else f"no job of team {args.team} is waiting")
+        print(
+            f"no job of team {args.team} among the first {len(listed)}"
+            if more
+            else f"no job of team {args.team} is waiting"
+        )
     elif not more:
         print("no job is waiting")
     if more:
@@ -655,6 +679,11 @@ def parser() -> argparse.ArgumentParser:
         help="pack DIR (less VCS files, caches and what DIR/.squallignore lists), upload it once per "
         "content to $SQUALL_ARTIFACTS_BUCKET and run the job's command in it",
     )
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow the job to its final state (as `squall watch`); exit 0 only if it SUCCEEDED",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_submit)
 
@@ -684,6 +713,9 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_cancel)
 
     add_local_commands(sub)
+    from squall.researcher_commands import add_researcher_commands
+
+    add_researcher_commands(sub)
     return root
 
 
