@@ -292,3 +292,49 @@ def test_the_python_of_the_command_is_this_interpreter(tmp_path: Path) -> None:
         assert runner._argv({}) == [sys.executable, "-m", "trainer"]
     finally:
         runner.close(wait=1)
+
+
+@pytest.mark.timeout(600)
+def test_a_two_worker_trainer_job_trains_for_real_from_squalls_tf_config(
+    harness: Harness, tmp_path: Path
+) -> None:
+    pytest.importorskip("tensorflow")
+    from tests.worker.harness import tiny_args
+
+    model_dir = tmp_path / "model"
+    harness.submit(
+        "gan",
+        replicas={"worker": 2},
+        command=["python", "-m", "trainer"],
+        args=["--model-dir", str(model_dir), *tiny_args(steps=3, log_every=1, checkpoint_every=2)],
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+
+    def both_finished() -> bool:
+        jobs = harness.cluster.list_jobs(job_id="gan")
+        return (
+            len(jobs) == 2
+            and all(
+                c["type"] in ("Complete", "Failed") and c["status"] == "True"
+                for j in jobs
+                for c in j["status"].get("conditions", [])
+                if c["type"] != "Suspended"
+            )
+            and all(len(j["status"].get("conditions", [])) > 1 for j in jobs)
+        )
+
+    harness.until(both_finished, seconds=540)
+    pods = harness.pods("gan")
+    assert sorted(p["status"]["phase"] for p in pods) == ["Succeeded", "Succeeded"], (
+        [j["status"] for j in harness.cluster.list_jobs(job_id="gan")],
+        [(p["metadata"]["name"], p["status"]["phase"]) for p in pods],
+        [harness.lines_of(p["metadata"]["name"])[-3:] for p in pods],
+    )
+    for pod in pods:
+        events = [
+            json.loads(line) for line in harness.lines_of(pod["metadata"]["name"]) if line.startswith("{")
+        ]
+        training = [e for e in events if e.get("event") == "training"]
+        assert training and (training[0]["mode"], training[0]["replicas"]) == ("collective", 2)
+        assert [e["step"] for e in events if e.get("event") == "step"] == [1, 2, 3]
+    assert (model_dir / "saved_model" / "saved_model.pb").exists()
