@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -149,6 +150,7 @@ class _Gathered:
     keys: frozenset[tuple[tuple[int, int], ...]]
     shapes: frozenset[PodShape]
     bands: dict[int, dict[str, list[QueuedJob]]]  # priority -> team -> its jobs in order
+    totals: dict[str, tuple[int, int]]  # team -> (queued jobs, their GPUs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,8 +254,8 @@ def gather(jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None) -> _
     """Replica Jobs by job: the queued jobs (prepared), the admitted ones (job id -> replica Jobs), the incomplete."""
     cache = cache if cache is not None else AdmissionCache()
     listed = tuple(jobs)
-    if cache.gathered is not None and listed == cache.listed:
-        return cache.gathered  # the very same Jobs (identity first, C speed): the same queue
+    if cache.gathered is not None and _same(listed, cache.listed):
+        return cache.gathered  # the very same Jobs: the same queue
     if len(cache.shapes) > MAX_REMEMBERED_SHAPES:
         cache.shapes.clear()
         cache.jobs.clear()
@@ -267,7 +269,7 @@ def gather(jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None) -> _
     for job_id, replicas in by_job.items():
         seen = tuple(replicas)
         prepared = earlier.get(job_id)
-        if prepared is not None and prepared.seen == seen:
+        if prepared is not None and _same(prepared.seen, seen):
             queued.append(prepared)
             cache.jobs[job_id] = prepared
             continue
@@ -283,6 +285,15 @@ def gather(jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None) -> _
             queued.append(prepared)
             cache.jobs[job_id] = prepared
     cache.listed = listed
+    before = cache.gathered
+    if before is not None and _same(before.prepared, queued):
+        # Only admitted jobs' Jobs changed (a pod started, a job finished): the same queue.
+        cache.gathered = dataclasses.replace(before, admitted=admitted, incomplete=sorted(incomplete))
+        return cache.gathered
+    totals: dict[str, tuple[int, int]] = {}
+    for p in queued:
+        count, gpus = totals.get(p.job.team, (0, 0))
+        totals[p.job.team] = (count + 1, gpus + p.job.gpus)
     cache.gathered = _Gathered(
         prepared=queued,
         admitted=admitted,
@@ -292,8 +303,18 @@ def gather(jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None) -> _
         keys=frozenset(p.key for p in queued),
         shapes=frozenset(shape for p in queued for shape in p.by_shape),
         bands=bands_of(p.job for p in queued),
+        totals=totals,
     )
     return cache.gathered
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    """The very same objects, in order: identity only, never a field-by-field comparison.
+
+    (A tuple's `==` goes on to compare equal-looking objects field by field, and
+    replica Jobs parsed again after a status change are equal-looking.)
+    """
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def _prepare(
@@ -463,12 +484,12 @@ def admit(
                     never_fits=not ever,
                 )
             )
-    admitted_ids = {a.job_id for a in admitted}
-    queued_by_team: dict[str, tuple[int, int]] = {}
-    for job in queued:
-        if job.job_id not in admitted_ids:
-            jobs_count, gpus = queued_by_team.get(job.team, (0, 0))
-            queued_by_team[job.team] = (jobs_count + 1, gpus + job.gpus)
+    queued_by_team = dict(gathered.totals)
+    for a in admitted:
+        if a.job_id in gathered.by_id:  # admitted from the queue now, not resumed
+            jobs_count, gpus = queued_by_team[a.team]
+            queued_by_team[a.team] = (jobs_count - 1, gpus - a.gpus)
+    queued_by_team = {team: counts for team, counts in queued_by_team.items() if counts[0]}
     return AdmissionPlan(
         admitted=tuple(admitted),
         waiting=(*waiting, *held_back),

@@ -75,6 +75,11 @@ class ParseCache(Generic[_Parsed]):
         # or gone); True until a second list has been seen.
         self.changed = True
         self._lists = 0
+        # The latest list's objects by identity, with their keys and parses: a lister that
+        # hands out the same unchanged dicts again (client-go's informers, the simulated
+        # cluster's shared lists) is answered without building and hashing their keys. The
+        # objects are held, so no other object can take one's id while it is remembered.
+        self._by_identity: dict[int, tuple[Mapping[str, Any], tuple[str, str], _Parsed]] = {}
 
     def parse_all(
         self,
@@ -90,12 +95,27 @@ class ParseCache(Generic[_Parsed]):
         """
         earlier = self._seen
         seen: dict[tuple[str, str], _Parsed] = {}
+        known, by_identity = self._by_identity, {}
         parsed = []
         self.unreadable = []
         misses, first = self.misses, self._lists == 0
         self._lists += 1
         hits = 0
         for index, item in enumerate(_items(doc, self._what)):
+            same = known.get(id(item))
+            if (
+                same is not None
+                and same[0] is item
+                # A lister that changes its own dicts in place still gives them a new version.
+                and type(metadata := item.get("metadata")) is dict
+                and metadata.get("resourceVersion") == same[1][1]
+                and metadata.get("uid") == same[1][0]
+            ):
+                seen[same[1]] = same[2]
+                by_identity[id(item)] = same
+                parsed.append(same[2])
+                hits += 1
+                continue
             metadata = item.get("metadata")
             key: tuple[str, str] | None
             try:
@@ -119,10 +139,12 @@ class ParseCache(Generic[_Parsed]):
                 hits += 1
             if key is not None and key[0] and key[1]:
                 seen[key] = value  # type: ignore[assignment]
+                by_identity[id(item)] = (item, key, value)  # type: ignore[assignment]
             parsed.append(value)  # type: ignore[arg-type]
         self.hits += hits
         self.changed = first or self.misses != misses or len(seen) != len(earlier) or bool(self.unreadable)
         self._seen = seen
+        self._by_identity = by_identity
         return parsed
 
 

@@ -126,11 +126,15 @@ class Admitter:
         """
         if not admission.admitted:
             return
-        listed = {
-            (obj["metadata"].get("namespace"), obj["metadata"].get("name")): obj
-            for obj in self._listed
-            if isinstance(obj.get("metadata"), Mapping)
-        }
+        wanted = {(replica.namespace, replica.name) for a in admission.admitted for replica in a.jobs}
+        listed: dict[tuple[Any, Any], Mapping[str, Any]] = {}
+        for obj in self._listed:
+            metadata = obj.get("metadata")
+            if (
+                isinstance(metadata, Mapping)
+                and (key := (metadata.get("namespace"), metadata.get("name"))) in wanted
+            ):
+                listed[key] = obj
         for admitted in admission.admitted:
             try:
                 if self._unsuspend(admitted, listed, outcome=outcome):

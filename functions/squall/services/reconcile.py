@@ -9,6 +9,7 @@ missing, and cleans up the objects of finished jobs.
 from __future__ import annotations
 
 import functools
+import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,10 @@ class ReconcileMemory:
 
     seen: tuple[object, ...] | None = None
     until: datetime | None = None  # the earliest grace the last run waited out; None: none
+    # The latest lists' objects by identity (see _Listing): a lister handing out the same
+    # unchanged dicts again is read without looking inside them.
+    jobs: _Listing | None = None
+    pods: _Listing | None = None
 
     def holds(self, seen: tuple[object, ...], now: datetime) -> bool:
         return seen == self.seen and (self.until is None or now < self.until)
@@ -79,24 +84,15 @@ class Reconciler:
         active = self.store.list_by_status(
             JobStatus.QUEUED, limit=MAX_ACTIVE_JOBS
         ) + self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
-        k8s_jobs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        listed_jobs = _Listing.of(self.cluster.list_jobs(), self.memory.jobs)
+        listed_pods = _Listing.of(self.cluster.list_pods(), self.memory.pods)
+        self.memory.jobs, self.memory.pods = listed_jobs, listed_pods
+        k8s_jobs, pods = listed_jobs.by_job, listed_pods.by_job
         # Jobs with a replica Job that is not suspended, or that failed: not simply waiting.
-        stirring: set[str] = set()
-        for obj in self.cluster.list_jobs():
-            if (job_id := job_id_of(obj)) is not None:
-                k8s_jobs[job_id].append(obj)
-                if (obj.get("spec") or {}).get("suspend") is not True or (obj.get("status") or {}).get(
-                    "failed"
-                ):
-                    stirring.add(job_id)
-        pods: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        listed_pods = self.cluster.list_pods()
-        for pod in listed_pods:
-            if (job_id := job_id_of(pod)) is not None:
-                pods[job_id].append(pod)
-        seen = _fingerprint(active, k8s_jobs, listed_pods)
+        stirring = listed_jobs.stirring
+        seen = (tuple((job.id, job.version) for job in active), listed_jobs.versions, listed_pods.versions)
         if self.memory.holds(seen, self.clock.now()):
-            self._gauges()
+            self._gauges(active)
             return report
         self._graces = []
 
@@ -358,32 +354,97 @@ class Reconciler:
 
     # ---- gauges ----------------------------------------------------------
 
-    def _gauges(self) -> None:
+    def _gauges(self, active: list[Job] | None = None) -> None:
+        """Jobs by state; `active`: this run's read, when it wrote nothing (else they are read again)."""
         now = self.clock.now()
         for status in (JobStatus.QUEUED, JobStatus.RUNNING):
-            jobs = self.store.list_by_status(status, limit=MAX_ACTIVE_JOBS)
+            jobs = (
+                [job for job in active if job.status is status]
+                if active is not None
+                else self.store.list_by_status(status, limit=MAX_ACTIVE_JOBS)
+            )
             self.metrics.add(Metric.JOBS_IN_STATE, len(jobs), dimensions={"State": status.value})
             if status is JobStatus.QUEUED:
                 oldest = min((j.submitted_at for j in jobs if not j.is_sweep), default=now)
                 self.metrics.add(Metric.OLDEST_QUEUED_SECONDS, (now - oldest).total_seconds(), unit="Seconds")
 
 
-def _fingerprint(
-    active: list[Job], k8s_jobs: Mapping[str, list[dict[str, Any]]], pods: list[dict[str, Any]]
-) -> tuple[object, ...]:
-    """What a run reads, by identity and version: the same tuple, the same decisions."""
+@dataclass(frozen=True)
+class _Read:
+    """What a run takes from one listed object, kept by the object's identity."""
 
-    def versions(objects: Iterable[dict[str, Any]]) -> tuple[object, ...]:
-        keys = []
+    obj: Mapping[str, Any]
+    job_id: str | None
+    version: object  # (uid, resourceVersion); a fresh object() when it has neither
+    resource_version: object
+    stirring: bool  # a Job not suspended, or one that failed
+
+
+@dataclass
+class _Listing:
+    """One list of Jobs or pods, grouped by job id, with what a quiet run compares."""
+
+    objects: list[dict[str, Any]]
+    by_job: dict[str, list[dict[str, Any]]]
+    stirring: set[str]
+    versions: tuple[object, ...]
+    memo: dict[int, _Read]
+
+    @classmethod
+    def of(cls, listed: Iterable[dict[str, Any]], before: _Listing | None) -> _Listing:
+        objects = list(listed)
+        if (
+            before is not None
+            and len(objects) == len(before.objects)
+            and all(map(operator.is_, objects, before.objects))
+            and all(
+                (obj.get("metadata") or _NONE).get("resourceVersion") == before.memo[id(obj)].resource_version
+                for obj in objects
+            )
+        ):
+            return before  # the very same objects at the same versions
+        known = before.memo if before is not None else {}
+        by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        stirring: set[str] = set()
+        versions: list[object] = []
+        memo: dict[int, _Read] = {}
         for obj in objects:
-            metadata = obj.get("metadata") or {}
-            uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-            # An object without them cannot be told apart from a changed one: never the same.
-            keys.append((uid, version) if uid and version else object())
-        return tuple(keys)
+            read = known.get(id(obj))
+            if (
+                read is None
+                or read.obj is not obj
+                # A lister that changes its own dicts in place still gives them a new version.
+                or (obj.get("metadata") or _NONE).get("resourceVersion") != read.resource_version
+            ):
+                read = _read(obj)
+            memo[id(obj)] = read
+            versions.append(read.version)
+            if read.job_id is not None:
+                by_job[read.job_id].append(obj)
+                if read.stirring:
+                    stirring.add(read.job_id)
+        return cls(objects=objects, by_job=by_job, stirring=stirring, versions=tuple(versions), memo=memo)
 
-    return (
-        tuple((job.id, job.version) for job in active),
-        versions(obj for objects in k8s_jobs.values() for obj in objects),
-        versions(pods),
+
+def _version(obj: Mapping[str, Any]) -> object:
+    """An object's identity and version; one without them cannot be told apart from a changed one."""
+    metadata = obj.get("metadata") or {}
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    return (uid, version) if uid and version else object()
+
+
+def _read(obj: dict[str, Any]) -> _Read:
+    stirring = (obj.get("spec") or {}).get("suspend") is not True or bool(
+        (obj.get("status") or {}).get("failed")
     )
+    version = _version(obj)
+    return _Read(
+        obj=obj,
+        job_id=job_id_of(obj),
+        version=version,
+        resource_version=version[1] if isinstance(version, tuple) else object(),
+        stirring=stirring,
+    )
+
+
+_NONE: Mapping[str, Any] = {}

@@ -522,10 +522,13 @@ def shrunk_to_fit(doc: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     Each list cut is named under "truncated" (its path, and how long it was), so a
     reader of the record knows it holds the first part only.
     """
-    copy: dict[str, Any] = json.loads(json.dumps(doc))
+    text = json.dumps(doc, separators=(",", ":"))  # ASCII: as many bytes as characters
+    if len(text) <= max_bytes:
+        return dict(doc)
+    copy: dict[str, Any] = json.loads(text)
     cut: dict[str, int] = {}
     for _ in range(64):  # each pass halves a list: enough for any list a check makes
-        if len(json.dumps(copy, separators=(",", ":"))) <= max_bytes:
+        if len(text) <= max_bytes:
             break
         found = _longest_list(copy, "")
         if found is None or len(found[1]) <= 1:
@@ -533,6 +536,7 @@ def shrunk_to_fit(doc: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
         path, items = found
         cut.setdefault(path, len(items))
         del items[max(1, len(items) // 2) :]
+        text = json.dumps(copy, separators=(",", ":"))
     if cut:
         copy["truncated"] = cut
     return copy
