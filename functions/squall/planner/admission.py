@@ -26,12 +26,15 @@ docs/design.md ("Admission") says which guarantees hold.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import operator
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from squall.planner.demand import Gang, PodShape, shape_of
 from squall.planner.fit import blocking_taints, fit_count, resource_shortfall
@@ -125,37 +128,90 @@ class AdmissionCache:
     """What one `admit` call prepared for the next, in a process that admits again and again.
 
     A warm scale function reads the same suspended Jobs check after check, and its
-    parse cache hands back the same ReplicaJob objects for those unchanged: a queued
-    job whose replica Jobs are the very same objects is prepared as it was (its
-    QueuedJob, its pods by shape). Only the jobs of the latest call are kept. Purely a
-    memo: `admit` decides the same with or without it.
+    parse cache hands back the same ReplicaJob objects for those unchanged. The queue
+    is kept between calls and brought up to date from the replica Jobs that came and
+    went since the last call (by identity): only the jobs they belong to are looked at
+    again, so a check costs what changed, not the length of the queue. Purely a memo:
+    `admit` decides the same with or without it (tests/unit/planner/test_admission.py
+    checks one against the other).
     """
 
     shapes: dict[tuple[object, ...], PodShape] = field(default_factory=dict)
-    jobs: dict[str, _Prepared] = field(default_factory=dict)
     # The latest call's replica Jobs, and what gather made of them.
     listed: tuple[ReplicaJob, ...] = ()
     gathered: _Gathered | None = None
+    by_identity: dict[int, ReplicaJob] = field(default_factory=dict)  # the latest call's, by id()
+    groups: dict[str, list[ReplicaJob]] = field(default_factory=dict)  # job id -> its replica Jobs
+    kinds: dict[str, str] = field(default_factory=dict)  # job id -> queued | admitted | incomplete | finished
+
+    @property
+    def jobs(self) -> dict[str, _Prepared]:
+        """The queued jobs of the latest call, prepared, by job id."""
+        return self.gathered.by_id if self.gathered is not None else {}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Gathered:
-    """The replica Jobs read as a queue, with what admission looks up in it."""
+    """The replica Jobs read as a queue, with what admission looks up in it (kept up to date in place)."""
 
-    prepared: list[_Prepared]
     admitted: dict[str, list[ReplicaJob]]  # job id -> its replica Jobs, some let go
-    incomplete: list[str]
-    queued: list[QueuedJob]
-    by_id: dict[str, _Prepared]
-    keys: frozenset[tuple[tuple[int, int], ...]]
-    shapes: frozenset[PodShape]
+    incomplete: set[str]
+    by_id: dict[str, _Prepared]  # the queued jobs
+    key_counts: Counter[tuple[tuple[int, int], ...]]
+    shape_counts: Counter[PodShape]
     bands: dict[int, dict[str, list[QueuedJob]]]  # priority -> team -> its jobs in order
     totals: dict[str, tuple[int, int]]  # team -> (queued jobs, their GPUs)
+
+    @property
+    def keys(self) -> frozenset[tuple[tuple[int, int], ...]]:
+        return frozenset(self.key_counts)
+
+    @property
+    def shapes(self) -> frozenset[PodShape]:
+        return frozenset(self.shape_counts)
+
+    def add(self, prepared: _Prepared) -> None:
+        job = prepared.job
+        self.by_id[job.job_id] = prepared
+        self.key_counts[prepared.key] += 1
+        self.shape_counts.update(prepared.by_shape.keys())
+        count, gpus = self.totals.get(job.team, (0, 0))
+        self.totals[job.team] = (count + 1, gpus + job.gpus)
+        in_order = self.bands.setdefault(job.priority, {}).setdefault(job.team, [])
+        bisect.insort(in_order, job, key=QueuedJob.order_key)
+
+    def remove(self, job_id: str) -> None:
+        prepared = self.by_id.pop(job_id)
+        job = prepared.job
+        _decrement(self.key_counts, prepared.key)
+        for shape in prepared.by_shape:
+            _decrement(self.shape_counts, shape)
+        count, gpus = self.totals[job.team]
+        if count == 1:
+            del self.totals[job.team]
+        else:
+            self.totals[job.team] = (count - 1, gpus - job.gpus)
+        by_team = self.bands[job.priority]
+        in_order = by_team[job.team]
+        del in_order[next(i for i, queued in enumerate(in_order) if queued is job)]
+        if not in_order:
+            del by_team[job.team]
+            if not by_team:
+                del self.bands[job.priority]
+
+
+_K = TypeVar("_K")
+
+
+def _decrement(counts: Counter[_K], key: _K) -> None:
+    if counts[key] <= 1:
+        del counts[key]
+    else:
+        counts[key] -= 1
 
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
-    seen: tuple[ReplicaJob, ...]  # as listed, for the identity check
     job: QueuedJob
     by_shape: dict[PodShape, list[Pod]]
     key: tuple[tuple[int, int], ...]  # alike for jobs alike in shape
@@ -256,56 +312,84 @@ def gather(jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None) -> _
     listed = tuple(jobs)
     if cache.gathered is not None and _same(listed, cache.listed):
         return cache.gathered  # the very same Jobs: the same queue
+    current = dict(zip(map(id, listed), listed, strict=True))
+    earlier = cache.by_identity
+    came = [current[i] for i in current.keys() - earlier.keys()]
+    went = [earlier[i] for i in earlier.keys() - current.keys()]
+    if (
+        cache.gathered is None
+        or len(current) != len(listed)  # the same object twice: no identity to go by
+        or len(cache.shapes) > MAX_REMEMBERED_SHAPES
+        or len(came) + len(went) > len(listed) // 2
+    ):
+        return _gather_afresh(listed, current, cache)
+    cache.listed, cache.by_identity = listed, current
+    groups = cache.groups
+    for replica in went:
+        replicas = groups[replica.job_id]
+        del replicas[next(i for i, r in enumerate(replicas) if r is replica)]
+        if not replicas:
+            del groups[replica.job_id]
+    for replica in came:
+        groups.setdefault(replica.job_id, []).append(replica)
+    gathered = cache.gathered
+    for job_id in {r.job_id for r in came} | {r.job_id for r in went}:
+        kind = cache.kinds.pop(job_id, None)
+        if kind == "queued":
+            gathered.remove(job_id)
+        elif kind == "admitted":
+            del gathered.admitted[job_id]
+        elif kind == "incomplete":
+            gathered.incomplete.discard(job_id)
+        if job_id in groups:
+            _classify(job_id, groups[job_id], gathered, cache)
+    return gathered
+
+
+def _gather_afresh(
+    listed: tuple[ReplicaJob, ...], current: dict[int, ReplicaJob], cache: AdmissionCache
+) -> _Gathered:
     if len(cache.shapes) > MAX_REMEMBERED_SHAPES:
         cache.shapes.clear()
-        cache.jobs.clear()
-    by_job: dict[str, list[ReplicaJob]] = {}
+    groups: dict[str, list[ReplicaJob]] = {}
     for job in listed:
-        by_job.setdefault(job.job_id, []).append(job)
-    queued: list[_Prepared] = []
-    admitted: dict[str, list[ReplicaJob]] = {}
-    incomplete: list[str] = []
-    earlier, cache.jobs = cache.jobs, {}
-    for job_id, replicas in by_job.items():
-        seen = tuple(replicas)
-        prepared = earlier.get(job_id)
-        if prepared is not None and _same(prepared.seen, seen):
-            queued.append(prepared)
-            cache.jobs[job_id] = prepared
-            continue
-        replicas.sort(key=lambda r: r.name)
-        if not all(r.suspended for r in replicas):
-            admitted[job_id] = replicas
-        elif any(r.finished for r in replicas):
-            continue  # a suspended Job that finished: nothing to admit
-        elif len(replicas) < max(r.replicas for r in replicas):
-            incomplete.append(job_id)
-        else:
-            prepared = _prepare(job_id, replicas, seen=seen, shapes=cache.shapes)
-            queued.append(prepared)
-            cache.jobs[job_id] = prepared
-    cache.listed = listed
-    before = cache.gathered
-    if before is not None and _same(before.prepared, queued):
-        # Only admitted jobs' Jobs changed (a pod started, a job finished): the same queue.
-        cache.gathered = dataclasses.replace(before, admitted=admitted, incomplete=sorted(incomplete))
-        return cache.gathered
-    totals: dict[str, tuple[int, int]] = {}
-    for p in queued:
-        count, gpus = totals.get(p.job.team, (0, 0))
-        totals[p.job.team] = (count + 1, gpus + p.job.gpus)
-    cache.gathered = _Gathered(
-        prepared=queued,
-        admitted=admitted,
-        incomplete=sorted(incomplete),
-        queued=[p.job for p in queued],
-        by_id={p.job.job_id: p for p in queued},
-        keys=frozenset(p.key for p in queued),
-        shapes=frozenset(shape for p in queued for shape in p.by_shape),
-        bands=bands_of(p.job for p in queued),
-        totals=totals,
+        groups.setdefault(job.job_id, []).append(job)
+    gathered = _Gathered(
+        admitted={},
+        incomplete=set(),
+        by_id={},
+        key_counts=Counter(),
+        shape_counts=Counter(),
+        bands={},
+        totals={},
     )
-    return cache.gathered
+    cache.listed, cache.by_identity, cache.groups, cache.kinds = (
+        listed,
+        current if len(current) == len(listed) else {},
+        groups,
+        {},
+    )
+    for job_id, replicas in groups.items():
+        _classify(job_id, replicas, gathered, cache)
+    cache.gathered = gathered
+    return gathered
+
+
+def _classify(job_id: str, listed: list[ReplicaJob], gathered: _Gathered, cache: AdmissionCache) -> None:
+    """File one job's replica Jobs under what they make it: queued, admitted, incomplete, or finished."""
+    replicas = sorted(listed, key=lambda r: r.name)
+    if not all(r.suspended for r in replicas):
+        gathered.admitted[job_id] = replicas
+        kind = "admitted"
+    elif any(r.finished for r in replicas):
+        kind = "finished"  # a suspended Job that finished: nothing to admit
+    elif len(replicas) < max(r.replicas for r in replicas):
+        gathered.incomplete.add(job_id)
+        kind = "incomplete"
+    else:
+        gathered.add(_prepare(job_id, replicas, shapes=cache.shapes))
+        kind = "queued"
+    cache.kinds[job_id] = kind
 
 
 def _same(a: Sequence[object], b: Sequence[object]) -> bool:
@@ -318,11 +402,7 @@ def _same(a: Sequence[object], b: Sequence[object]) -> bool:
 
 
 def _prepare(
-    job_id: str,
-    replicas: Sequence[ReplicaJob],
-    *,
-    seen: tuple[ReplicaJob, ...],
-    shapes: dict[tuple[object, ...], PodShape],
+    job_id: str, replicas: Sequence[ReplicaJob], *, shapes: dict[tuple[object, ...], PodShape]
 ) -> _Prepared:
     first = replicas[0]
     job = QueuedJob(
@@ -339,7 +419,7 @@ def _prepare(
     for replica in replicas:
         by_shape.setdefault(shape_of(replica.pod, shapes), []).append(replica.pod)
     key = tuple(sorted((id(shape), len(pods)) for shape, pods in by_shape.items()))
-    return _Prepared(seen=seen, job=job, by_shape=by_shape, key=key)
+    return _Prepared(job=job, by_shape=by_shape, key=key)
 
 
 def admit(
@@ -359,7 +439,7 @@ def admit(
     """
     cache = cache if cache is not None else AdmissionCache()
     gathered = gather(jobs, cache)
-    admitted_jobs, incomplete, queued = gathered.admitted, gathered.incomplete, gathered.queued
+    admitted_jobs = gathered.admitted
     pods = list(pods)
     inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
     in_use: dict[str, int] = {}
@@ -418,7 +498,7 @@ def admit(
     demand_jobs = 0
     position = 0
     most_gpus = capacity.total_gpus + sum(room.free[2] for room in rooms)
-    for job, held in in_admission_order(queued, in_use=in_use, teams=teams, bands=gathered.bands):
+    for job, held in in_admission_order((), in_use=in_use, teams=teams, bands=gathered.bands):
         if (
             len(failed) == len(every_key)
             and len(waiting) >= MAX_LISTED
@@ -495,7 +575,7 @@ def admit(
         waiting=(*waiting, *held_back),
         demand=tuple(demand),
         in_use=in_use,
-        incomplete=tuple(incomplete),
+        incomplete=tuple(sorted(gathered.incomplete)),
         queued=queued_by_team,
     )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from squall.core.manifests import admission_patch, render
 from squall.core.spec import JobSpec
 from squall.planner.admission import AdmissionPlan, TeamShare, admit
@@ -292,3 +294,86 @@ def test_the_same_cache_gives_the_same_decision() -> None:
         decisions.append((admitted(decided), [(w.job_id, w.position) for w in decided.waiting]))
     assert decisions[0] == decisions[1] == decisions[2]
     assert len(cache.jobs) == 6
+
+
+def _decision(result: AdmissionPlan) -> tuple[object, ...]:
+    return (
+        [(a.job_id, a.region, a.gpus, [j.name for j in a.jobs], a.resumed) for a in result.admitted],
+        [(w.job_id, w.position, w.team_position, w.reason, w.message) for w in result.waiting],
+        sorted((p.namespace, p.name, p.priority) for p in result.demand),
+        result.in_use,
+        result.incomplete,
+        result.queued,
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_queue_kept_up_to_date_between_checks_decides_as_one_read_afresh(seed: int) -> None:
+    """The cache follows the queue by the replica Jobs that came and went; any drift shows here."""
+    import random
+
+    from squall.planner.admission import AdmissionCache
+    from squall.planner.kube import replica_job_cache
+
+    rng = random.Random(seed)
+    groups = [p4d(nodes=2), p4d("p4d-use1", "us-east-1", nodes=1)]
+    nodes = [node_of(g, i.instance_id) for g in groups for i in g.instances]
+    teams = {"research": TeamShare(quota=24, weight=2.0), "vision": TeamShare(weight=1.0)}
+    live: dict[str, list[dict[str, Any]]] = {}
+    version = 0
+
+    def stamp(obj: dict[str, Any]) -> dict[str, Any]:
+        nonlocal version
+        version += 1
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
+        obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
+        return obj
+
+    parsed, cache = replica_job_cache(), AdmissionCache()
+    for step in range(40):
+        for _ in range(rng.randint(0, 4)):  # arrivals
+            job_id = f"j{step:02d}{rng.randint(0, 999):03d}"
+            objects = job_objects(
+                job_id,
+                team=rng.choice(["research", "vision"]),
+                gpus=rng.choice([1, 4, 8]),
+                replicas=rng.choice([1, 1, 2, 4]),
+                priority=rng.choice([10, 50, 90]),
+                minute=step,
+                requeued=rng.random() < 0.1,
+            )
+            if rng.random() < 0.1:
+                objects = objects[:-1] or objects  # a replica Job not created yet
+            live[job_id] = [stamp(o) for o in objects]
+        for job_id in rng.sample(sorted(live), k=min(len(live), rng.randint(0, 3))):
+            roll = rng.random()
+            if roll < 0.3:
+                del live[job_id]  # finished and cleaned up, or cancelled
+            elif roll < 0.6:  # admitted (in part, at times)
+                objects = live[job_id]
+                let_go = objects if rng.random() < 0.8 else objects[:1]
+                live[job_id] = [
+                    stamp(admission_patch_applied(o, admission_patch(o, region="us-west-2"))) if o in let_go else o
+                    for o in objects
+                ]
+            else:  # a status change: a new version of the same Job
+                live[job_id] = [stamp(o) for o in live[job_id]]
+        listed = [o for objects in live.values() for o in objects]
+        rng.shuffle(listed)
+        jobs = [j for j in parsed.parse_all(listed) if j]
+        kept = admit(jobs=jobs, nodes=nodes, pods=[], groups=groups, teams=teams, policy=POLICY, now=NOW, cache=cache)
+        afresh = admit(jobs=jobs, nodes=nodes, pods=[], groups=groups, teams=teams, policy=POLICY, now=NOW)
+        assert _decision(kept) == _decision(afresh), f"step {step}"
+
+
+def admission_patch_applied(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """JSON merge patch, on a copy."""
+    merged = dict(obj)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = admission_patch_applied(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -182,7 +182,7 @@ class SimulatedCluster:
         if namespace is None and job_id is None:
             return self._views.whole_list(
                 "jobs",
-                lambda: [self._views.view(job, object_view) for job in state.jobs.values() if job.managed],
+                lambda: self._views.views((job for job in state.jobs.values() if job.managed), object_view),
             )
         jobs = (
             [state.jobs[k] for k in state.jobs_by_id.get(job_id, ())]
@@ -206,9 +206,7 @@ class SimulatedCluster:
             node = state.nodes.get(node_name)
             keys = node.pods if node else ()
         elif namespace is None:
-            return self._views.whole_list(
-                "pods", lambda: [self._views.view(p, object_view) for p in state.pods.values()]
-            )
+            return self._views.whole_list("pods", lambda: self._views.views(state.pods.values(), object_view))
         else:
             keys = state.pods
         views: list[KubeObject] = []
@@ -224,9 +222,7 @@ class SimulatedCluster:
     def list_nodes(self) -> list[KubeObject]:
         self._faults.record("list_nodes")
         nodes = self._state.nodes
-        return self._views.whole_list(
-            "nodes", lambda: [self._views.view(n, json_copy) for n in nodes.values()]
-        )
+        return self._views.whole_list("nodes", lambda: self._views.views(nodes.values(), json_copy))
 
     def get_node(self, name: str) -> KubeObject | None:
         self._faults.record("get_node", name=name)

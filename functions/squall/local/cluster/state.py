@@ -92,6 +92,7 @@ class Stored:
 
     obj: KubeObject
     view: KubeObject | None = None
+    view_version: object = None  # the resourceVersion string `view` was copied at (the very object)
 
 
 @dataclass(slots=True, eq=False, kw_only=True)

@@ -13,7 +13,7 @@ server-side apply and strategic merge keys (a patch merges maps and replaces lis
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from squall.local.cluster.state import Stored
@@ -57,7 +57,24 @@ class ListViews:
                 raise SharedObjectChanged(holder.obj["metadata"], view, fresh)
             return view
         holder.view = copy(holder.obj)
+        holder.view_version = holder.obj["metadata"]["resourceVersion"]
         return holder.view
+
+    def views(self, holders: Iterable[Stored], copy: Callable[[KubeObject], KubeObject]) -> list[KubeObject]:
+        """What a list hands out for each object; with shared lists, at a glance for those unchanged.
+
+        Every change gives an object a new resourceVersion string, so a view taken at the
+        very string the object still holds is still the object.
+        """
+        if self.mode != "shared":
+            return [self.view(holder, copy) for holder in holders]
+        view = self.view
+        return [
+            holder.view  # type: ignore[misc]
+            if holder.view_version is holder.obj["metadata"]["resourceVersion"]
+            else view(holder, copy)
+            for holder in holders
+        ]
 
     def whole_list(self, kind: str, build: Callable[[], list[KubeObject]]) -> list[KubeObject]:
         """Every pod or node; with shared lists, the last answer again while nothing changed.
