@@ -6,9 +6,13 @@ machine, the command Squall rendered for it (with a codeUri that is the worker
 image's launcher, `python -m trainer.launch -- <command>`, which fetches, checks and
 unpacks the code first), with:
 
-- the environment Squall rendered in its pod spec (`env` values; `valueFrom` has
-  nothing to read here and is left out), plus the local endpoint's AWS settings
-  and dummy credentials (the job's own identity on AWS), HOSTNAME the pod's name,
+- the worker image's own environment (`IMAGE_ENV`: what its Dockerfile's ENV
+  sets, plus the launcher's `SQUALL_SKIP_REQUIREMENTS` when the runner's own
+  environment sets it; `image_env` replaces it), under the environment Squall
+  rendered in its pod spec (`env` values win, as a container's env wins over its
+  image's; `valueFrom` has nothing to read here and is left out), plus the local
+  endpoint's AWS settings and dummy credentials (the job's own identity on AWS),
+  HOSTNAME the pod's name,
   and the worker image's `trainer` package on PYTHONPATH; `python`/`python3` at
   the head of the command is this interpreter (the one with the trainer's
   dependencies);
@@ -69,6 +73,16 @@ logger = logging.getLogger("squall.local.processes")
 WORKER_IMAGES = ("123456789012.dkr.ecr.us-west-2.amazonaws.com/squall/tf-trainer",)
 # The worker image's sources: its `trainer` package goes on the pods' PYTHONPATH.
 TRAINER_PATH = Path(__file__).resolve().parents[3] / "worker_images" / "tf_trainer"
+# The worker image's Dockerfile ENV: what its containers have before the pod's env.
+IMAGE_ENV = {
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "TF_CPP_MIN_LOG_LEVEL": "1",
+}
+# Knobs of the image's launcher (trainer/launch.py) a local operator may set for every
+# real pod from the runner's environment: a job's spec cannot (SQUALL_* is reserved).
+PASSED_THROUGH = ("SQUALL_SKIP_REQUIREMENTS",)
 DEFAULT_GRACE_SECONDS = 30
 MAX_GRACE_SECONDS = 600
 MAX_PROCESSES = 32
@@ -136,6 +150,11 @@ def map_tf_config(text: str, ports: dict[str, int], allocate: Callable[[], int])
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
 
 
+def default_image_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The worker image's ENV, and the launcher knobs `environ` sets (`PASSED_THROUGH`)."""
+    return IMAGE_ENV | {key: environ[key] for key in PASSED_THROUGH if key in environ}
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -175,6 +194,7 @@ class ProcessRunner:
         max_processes: int = MAX_PROCESSES,
         python: str = sys.executable,
         region: str = FAKE_CREDENTIALS["AWS_REGION"],
+        image_env: Mapping[str, str] | None = None,
     ) -> None:
         if max_processes < 1:
             raise ValueError("max_processes must be at least 1")
@@ -186,6 +206,7 @@ class ProcessRunner:
         self.max_processes = max_processes
         self.python = python
         self.region = region
+        self.image_env = dict(image_env) if image_env is not None else default_image_env(os.environ)
         self._logs = logs_client
         self._lock = threading.Lock()
         self._running: dict[str, _Process] = {}  # by pod uid
@@ -378,8 +399,9 @@ class ProcessRunner:
     ) -> dict[str, str]:
         env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG", "LC_ALL", "TZ") if key in os.environ}
         env.setdefault("PATH", os.defpath)
+        env.update(self.image_env)
         env["HOSTNAME"] = pod_name
-        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"  # the log shipper reads lines as they come
         for item in container.get("env") or []:
             if isinstance(item, Mapping) and isinstance(item.get("name"), str) and "value" in item:
                 env[item["name"]] = str(item["value"])
