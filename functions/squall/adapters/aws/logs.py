@@ -12,8 +12,9 @@ parsed names. Two things rule out the other routes:
 
 - FilterLogEvents with a filter pattern on the agent's `kubernetes.pod_name` would
   scan every event of the group (every team's), needs `logs:FilterLogEvents` on the
-  whole group, and depends on the agent's JSON envelope (moto 5.2 matches JSON filter
-  patterns only partly, and the local runtime writes plain lines).
+  whole group, and depends on the agent's JSON envelope (which the local runtime
+  writes too, local/processes.py, but moto 5.2 matches JSON filter patterns only
+  partly, so the local endpoint could not stand in for AWS there).
 - DescribeLogStreams ordered by LastEventTime could stop early, but CloudWatch stamps
   `lastEventTimestamp` eventually ("typically within an hour"), so a running job's
   fresh streams sort last and would be missed.
