@@ -54,8 +54,7 @@ class RegionCapacity:
 _UNLIMITED = RegionCapacity(instances={})  # a region the scenario says nothing about
 
 SPOT_CAUSE = (
-    "At {at} an instance was taken out of service in response to an EC2 Spot Instance "
-    "interruption notice."
+    "At {at} an instance was taken out of service in response to an EC2 Spot Instance interruption notice."
 )
 # What Auto Scaling writes when its EC2 health check finds an instance gone (a failed
 # host, an instance retired or terminated outside the group).
@@ -165,8 +164,15 @@ class LocalFleet:
     def recent_activities(self, refs: Sequence[GroupRef], *, since: datetime) -> list[ScalingActivity]:
         self._maybe_throttle("DescribeScalingActivities")
         wanted = {(r.region, r.name) for r in refs}
-        # newest first, as Auto Scaling lists them
-        return [a for a in reversed(self.failures) if (a.region, a.group) in wanted and a.start_time >= since]
+        # Newest first, as Auto Scaling lists them. Failures are recorded as they happen, so
+        # in time order: the walk stops at the first one older than `since`.
+        recent = []
+        for activity in reversed(self.failures):
+            if activity.start_time < since:
+                break
+            if (activity.region, activity.group) in wanted:
+                recent.append(activity)
+        return recent
 
     def set_desired_capacity(self, *, ref: GroupRef, desired: int) -> None:
         self._maybe_throttle("SetDesiredCapacity")
@@ -196,7 +202,9 @@ class LocalFleet:
             at = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
             self._record_termination(
                 tracked,
-                cause=SCALE_IN_CAUSE.format(at=at, instance=instance_id, before=desired, after=desired - int(decrement)),
+                cause=SCALE_IN_CAUSE.format(
+                    at=at, instance=instance_id, before=desired, after=desired - int(decrement)
+                ),
             )
         if self.hooks is not None and tracked is not None and tracked.region == region:
             if not tracked.state.startswith("Terminating"):
@@ -278,7 +286,9 @@ class LocalFleet:
             },
             at=self.clock.now(),
             region=tracked.region,
-            resources=[f"arn:aws:autoscaling:{tracked.region}:123456789012:autoScalingGroup:sim:autoScalingGroupName/{tracked.group}"],
+            resources=[
+                f"arn:aws:autoscaling:{tracked.region}:123456789012:autoScalingGroup:sim:autoScalingGroupName/{tracked.group}"
+            ],
         )
 
     def _new_hook(self, name: str, *, default_result: str, timeout: timedelta) -> _Hook:
@@ -293,7 +303,9 @@ class LocalFleet:
     def _start_launch_hook(self, tracked: _Tracked) -> None:
         assert self.hooks is not None
         tracked.state = "Pending:Wait"
-        tracked.hook = self._new_hook(self.hooks.launch, default_result="ABANDON", timeout=self.hooks.launch_timeout)
+        tracked.hook = self._new_hook(
+            self.hooks.launch, default_result="ABANDON", timeout=self.hooks.launch_timeout
+        )
         self.outbox.append(self._event(tracked, transition="autoscaling:EC2_INSTANCE_LAUNCHING"))
 
     def _record_termination(self, tracked: _Tracked, *, cause: str) -> None:
@@ -312,7 +324,9 @@ class LocalFleet:
             )
         )
 
-    def _start_terminate_hook(self, tracked: _Tracked, *, decrement: bool, hard_after: timedelta | None = None) -> None:
+    def _start_terminate_hook(
+        self, tracked: _Tracked, *, decrement: bool, hard_after: timedelta | None = None
+    ) -> None:
         assert self.hooks is not None
         tracked.state = "Terminating:Wait"
         tracked.decrement = decrement
@@ -334,7 +348,9 @@ class LocalFleet:
             self.stats.abandoned += 1
             tracked.state = "Terminating:Proceed"
             self._observed = None
-            self.adapter.terminate_instance(region=tracked.region, instance_id=tracked.instance_id, decrement=False)
+            self.adapter.terminate_instance(
+                region=tracked.region, instance_id=tracked.instance_id, decrement=False
+            )
             return
         if hook is not None and tracked.state == "Terminating:Wait":
             tracked.state = "Terminating:Proceed"
@@ -378,7 +394,9 @@ class LocalFleet:
         tracked = self.tracked.get(instance_id)
         if tracked is None:
             raise KeyError(f"no instance {instance_id} in the simulated fleet")
-        self._record_termination(tracked, cause=SPOT_CAUSE.format(at=self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")))
+        self._record_termination(
+            tracked, cause=SPOT_CAUSE.format(at=self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"))
+        )
         if self.hooks is not None:
             if not tracked.state.startswith("Terminating"):
                 self._start_terminate_hook(tracked, decrement=False, hard_after=self.hooks.spot_notice)
@@ -546,7 +564,9 @@ class LocalFleet:
         return self.capacity.get(region, _UNLIMITED)
 
     def _join(self, tracked: _Tracked) -> None:
-        template = next(g for g in self.groups if (g.asg_name or g.name) == tracked.group and g.region == tracked.region)
+        template = next(
+            g for g in self.groups if (g.asg_name or g.name) == tracked.group and g.region == tracked.region
+        )
         allocatable = template.allocatable
         name = f"{template.name}-{tracked.instance_id[-8:]}"
         self.cluster.add_node(
@@ -558,10 +578,14 @@ class LocalFleet:
                 "pods": str(allocatable.pods),
             },
             labels=template.template_labels()
-            | {NODE_GROUP_LABEL: template.name, CAPACITY_TYPE_LABEL: "spot" if template.spot else "on-demand"},
+            | {
+                NODE_GROUP_LABEL: template.name,
+                CAPACITY_TYPE_LABEL: "spot" if template.spot else "on-demand",
+            },
             taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in template.taints],
             provider_id=f"aws:///{tracked.zone}/{tracked.instance_id}",
-            gpus_ready=allocatable.gpu == 0 or self._capacity(tracked.region).gpu_plugin_delay <= timedelta(0),
+            gpus_ready=allocatable.gpu == 0
+            or self._capacity(tracked.region).gpu_plugin_delay <= timedelta(0),
         )
         tracked.node = name
         self.revision += 1

@@ -62,6 +62,12 @@ class ParseCache(Generic[_Parsed]):
     Pod are frozen). A warm scale function lists every node and pod once per check;
     most are unchanged since the last one. Only what the latest list held is kept,
     and objects without a uid or resourceVersion are parsed every time.
+
+    A lister may hand out the very same dict again while its object is unchanged
+    (client-go's informers do, and the simulated cluster's shared lists), never one
+    changed in place: such a dict is known by its identity alone, without reading
+    it, so a list costs what changed since the last one. The dicts are held while
+    remembered, so no other object can take one's id.
     """
 
     def __init__(self, parse: Callable[[Mapping[str, Any]], _Parsed], what: str) -> None:
@@ -75,10 +81,7 @@ class ParseCache(Generic[_Parsed]):
         # or gone); True until a second list has been seen.
         self.changed = True
         self._lists = 0
-        # The latest list's objects by identity, with their keys and parses: a lister that
-        # hands out the same unchanged dicts again (client-go's informers, the simulated
-        # cluster's shared lists) is answered without building and hashing their keys. The
-        # objects are held, so no other object can take one's id while it is remembered.
+        # The latest list's objects with a uid and version: id -> (the dict, its key, its parse).
         self._by_identity: dict[int, tuple[Mapping[str, Any], tuple[str, str], _Parsed]] = {}
 
     def parse_all(
@@ -93,34 +96,27 @@ class ParseCache(Generic[_Parsed]):
         `unreadable(item, why)` returns what stands in for it (or None to leave it
         out), and `self.unreadable` lists why, for the caller to log and count.
         """
-        earlier = self._seen
-        seen: dict[tuple[str, str], _Parsed] = {}
-        known, by_identity = self._by_identity, {}
+        known = self._by_identity
+        by_key = self._seen
+        by_identity: dict[int, tuple[Mapping[str, Any], tuple[str, str], _Parsed]] = {}
+        came: list[tuple[tuple[str, str], _Parsed]] = []
         parsed = []
         self.unreadable = []
         misses, first = self.misses, self._lists == 0
         self._lists += 1
         hits = 0
         for index, item in enumerate(_items(doc, self._what)):
-            same = known.get(id(item))
-            if (
-                same is not None
-                and same[0] is item
-                # A lister that changes its own dicts in place still gives them a new version.
-                and type(metadata := item.get("metadata")) is dict
-                and metadata.get("resourceVersion") == same[1][1]
-                and metadata.get("uid") == same[1][0]
-            ):
-                seen[same[1]] = same[2]
-                by_identity[id(item)] = same
-                parsed.append(same[2])
+            entry = known.get(id(item))
+            if entry is not None:  # the very dict of the last list: held there, so its id is its own
+                by_identity[id(item)] = entry
+                parsed.append(entry[2])
                 hits += 1
                 continue
             metadata = item.get("metadata")
             key: tuple[str, str] | None
             try:
                 key = (metadata["uid"], metadata["resourceVersion"])  # type: ignore[index]
-                value = earlier.get(key, _MISSING)
+                value = by_key.get(key, _MISSING)
             except (KeyError, TypeError):  # no metadata, no uid or version, or not hashable
                 key, value = None, _MISSING
             if value is _MISSING:
@@ -138,12 +134,19 @@ class ParseCache(Generic[_Parsed]):
             else:
                 hits += 1
             if key is not None and key[0] and key[1]:
-                seen[key] = value  # type: ignore[assignment]
                 by_identity[id(item)] = (item, key, value)  # type: ignore[assignment]
+                came.append((key, value))  # type: ignore[arg-type]
             parsed.append(value)  # type: ignore[arg-type]
+        went = known.keys() - by_identity.keys()
+        # The keys of the latest list: those of dicts gone dropped, those of dicts new added.
+        for gone in went:
+            by_key.pop(known[gone][1], None)
+        by_key.update(came)
         self.hits += hits
-        self.changed = first or self.misses != misses or len(seen) != len(earlier) or bool(self.unreadable)
-        self._seen = seen
+        # Unchanged: nothing parsed anew, and every object of the last list here again.
+        self.changed = (
+            first or self.misses != misses or len(by_identity) != len(known) or bool(self.unreadable)
+        )
         self._by_identity = by_identity
         return parsed
 

@@ -9,8 +9,7 @@ missing, and cleans up the objects of finished jobs.
 from __future__ import annotations
 
 import functools
-import operator
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -60,8 +59,8 @@ class ReconcileMemory:
     until: datetime | None = None  # the earliest grace the last run waited out; None: none
     # The latest lists' objects by identity (see _Listing): a lister handing out the same
     # unchanged dicts again is read without looking inside them.
-    jobs: _Listing | None = None
-    pods: _Listing | None = None
+    jobs: _Listing = field(default_factory=lambda: _Listing())
+    pods: _Listing = field(default_factory=lambda: _Listing())
 
     def holds(self, seen: tuple[object, ...], now: datetime) -> bool:
         return seen == self.seen and (self.until is None or now < self.until)
@@ -84,13 +83,17 @@ class Reconciler:
         active = self.store.list_by_status(
             JobStatus.QUEUED, limit=MAX_ACTIVE_JOBS
         ) + self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
-        listed_jobs = _Listing.of(self.cluster.list_jobs(), self.memory.jobs)
-        listed_pods = _Listing.of(self.cluster.list_pods(), self.memory.pods)
-        self.memory.jobs, self.memory.pods = listed_jobs, listed_pods
-        k8s_jobs, pods = listed_jobs.by_job, listed_pods.by_job
+        listed_jobs, listed_pods = self.memory.jobs, self.memory.pods
+        listed_jobs.update(self.cluster.list_jobs())
+        listed_pods.update(self.cluster.list_pods())
         # Jobs with a replica Job that is not suspended, or that failed: not simply waiting.
-        stirring = listed_jobs.stirring
-        seen = (tuple((job.id, job.version) for job in active), listed_jobs.versions, listed_pods.versions)
+        stirring = listed_jobs.stirring_count
+        pods = listed_pods.by_job
+        seen = (
+            tuple((job.id, job.version) for job in active),
+            listed_jobs.generation,
+            listed_pods.generation,
+        )
         if self.memory.holds(seen, self.clock.now()):
             self._gauges(active)
             return report
@@ -106,15 +109,15 @@ class Reconciler:
                 and job.id not in stirring
                 and job.id not in pods
                 and job.reason != Reason.IMAGE_PULL_BACK_OFF
-                and len(k8s_jobs.get(job.id, ())) >= max(job.replicas, 1)
+                and len(listed_jobs.by_job.get(job.id, ())) >= max(job.replicas, 1)
             ):
                 continue  # waiting for admission, all its replica Jobs there, suspended: the scale check's
             else:
                 step = functools.partial(
                     self._job,
                     job,
-                    k8s_jobs=k8s_jobs.get(job.id, []),
-                    pods=pods.get(job.id, []),
+                    k8s_jobs=listed_jobs.of_job(job.id),
+                    pods=listed_pods.of_job(job.id),
                     report=report,
                 )
                 self._isolated(job, report, step)
@@ -373,78 +376,88 @@ class Reconciler:
 class _Read:
     """What a run takes from one listed object, kept by the object's identity."""
 
-    obj: Mapping[str, Any]
+    obj: dict[str, Any]
     job_id: str | None
-    version: object  # (uid, resourceVersion); a fresh object() when it has neither
-    resource_version: object
+    version: tuple[str, str] | None  # (uid, resourceVersion); None when it lacks either
     stirring: bool  # a Job not suspended, or one that failed
 
 
 @dataclass
 class _Listing:
-    """One list of Jobs or pods, grouped by job id, with what a quiet run compares."""
+    """One kind's list (Jobs or pods) grouped by job id, kept between runs and brought up to date.
 
-    objects: list[dict[str, Any]]
-    by_job: dict[str, list[dict[str, Any]]]
-    stirring: set[str]
-    versions: tuple[object, ...]
-    memo: dict[int, _Read]
+    A lister may hand out the very same dict again while its object is unchanged (the
+    simulated cluster's shared lists do; see ParseCache), never one changed in place:
+    such a dict is known by its identity, so a run costs what changed since the last.
+    `generation` moves on whenever the list's objects (by uid and resourceVersion)
+    differ from the last run's, or it holds one without them.
+    """
 
-    @classmethod
-    def of(cls, listed: Iterable[dict[str, Any]], before: _Listing | None) -> _Listing:
-        objects = list(listed)
-        if (
-            before is not None
-            and len(objects) == len(before.objects)
-            and all(map(operator.is_, objects, before.objects))
-            and all(
-                (obj.get("metadata") or _NONE).get("resourceVersion") == before.memo[id(obj)].resource_version
-                for obj in objects
-            )
-        ):
-            return before  # the very same objects at the same versions
-        known = before.memo if before is not None else {}
-        by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        stirring: set[str] = set()
-        versions: list[object] = []
-        memo: dict[int, _Read] = {}
-        for obj in objects:
+    reads: dict[int, _Read] = field(default_factory=dict)  # id -> read; the dicts are held
+    by_job: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    stirring_count: Counter[str] = field(default_factory=Counter)
+    generation: int = 0
+
+    @property
+    def stirring(self) -> set[str]:
+        return set(self.stirring_count)
+
+    def update(self, listed: Iterable[dict[str, Any]]) -> None:
+        known = self.reads
+        reads: dict[int, _Read] = {}
+        unversioned = False
+        for obj in listed:
             read = known.get(id(obj))
-            if (
-                read is None
-                or read.obj is not obj
-                # A lister that changes its own dicts in place still gives them a new version.
-                or (obj.get("metadata") or _NONE).get("resourceVersion") != read.resource_version
-            ):
+            if read is None or read.version is None:
                 read = _read(obj)
-            memo[id(obj)] = read
-            versions.append(read.version)
-            if read.job_id is not None:
-                by_job[read.job_id].append(obj)
-                if read.stirring:
-                    stirring.add(read.job_id)
-        return cls(objects=objects, by_job=by_job, stirring=stirring, versions=tuple(versions), memo=memo)
+                unversioned = unversioned or read.version is None
+            reads[id(obj)] = read
+        went = [known[i] for i in known.keys() - reads.keys()]
+        came = [reads[i] for i in reads.keys() - known.keys()]
+        for read in went:
+            self._file(read, -1)
+        for read in came:
+            self._file(read, +1)
+        self.reads = reads
+        if unversioned or Counter(r.version for r in went) != Counter(r.version for r in came):
+            self.generation += 1
+
+    def _file(self, read: _Read, step: int) -> None:
+        if read.job_id is None:
+            return
+        if step > 0:
+            self.by_job.setdefault(read.job_id, []).append(read.obj)
+            if read.stirring:
+                self.stirring_count[read.job_id] += 1
+            return
+        objects = self.by_job[read.job_id]
+        del objects[next(i for i, obj in enumerate(objects) if obj is read.obj)]
+        if not objects:
+            del self.by_job[read.job_id]
+        if read.stirring:
+            self.stirring_count[read.job_id] -= 1
+            if not self.stirring_count[read.job_id]:
+                del self.stirring_count[read.job_id]
+
+    def of_job(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's objects in the API server's order (by name)."""
+        return sorted(
+            self.by_job.get(job_id, ()), key=lambda obj: str((obj.get("metadata") or _NONE).get("name"))
+        )
 
 
-def _version(obj: Mapping[str, Any]) -> object:
-    """An object's identity and version; one without them cannot be told apart from a changed one."""
+def _version(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """An object's identity and version; None for one without them (never the same as before)."""
     metadata = obj.get("metadata") or {}
     uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-    return (uid, version) if uid and version else object()
+    return (uid, version) if uid and version else None
 
 
 def _read(obj: dict[str, Any]) -> _Read:
     stirring = (obj.get("spec") or {}).get("suspend") is not True or bool(
         (obj.get("status") or {}).get("failed")
     )
-    version = _version(obj)
-    return _Read(
-        obj=obj,
-        job_id=job_id_of(obj),
-        version=version,
-        resource_version=version[1] if isinstance(version, tuple) else object(),
-        stirring=stirring,
-    )
+    return _Read(obj=obj, job_id=job_id_of(obj), version=_version(obj), stirring=stirring)
 
 
 _NONE: Mapping[str, Any] = {}

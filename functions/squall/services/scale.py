@@ -94,6 +94,11 @@ class ParsedObjects:
     admission: AdmissionMemory = field(default_factory=AdmissionMemory)
     # Set by a check that changed nothing: what it saw, and until when that stays the plan.
     quiet: Quiet | None = None
+    # The node groups the last check made of what the fleet showed: (region, name) ->
+    # (template, the group observed, its failures, the group as planned).
+    groups: dict[tuple[str, str], tuple[NodeGroup, FleetGroup, list[ScalingFailure], NodeGroup]] = field(
+        default_factory=dict
+    )
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,21 @@ class Scaler:
             if observed is None:
                 logger.warning("node group not found", group=template.name, region=ref.region)
                 continue
-            groups.append(_with_live_state(template, observed, failures.get((ref.region, ref.name), []), now))
+            failed = failures.get((ref.region, ref.name), [])
+            made = self.parsed.groups.get((ref.region, ref.name))
+            if (
+                made is not None
+                and (made[0] is template or made[0] == template)
+                and made[1] == observed
+                and made[2] == failed
+                # An instance without a launch time counts from now: made anew each check.
+                and all(i.launch_time is not None for i in observed.instances)
+            ):
+                groups.append(made[3])
+                continue
+            group = _with_live_state(template, observed, failed, now)
+            self.parsed.groups[(ref.region, ref.name)] = (template, observed, failed, group)
+            groups.append(group)
         # A node the planner cannot read is left out: its room goes unused and it is
         # never scaled down. One object never stops the check for everyone.
         nodes = self.parsed.nodes.parse_all(self.cluster.list_nodes(), unreadable=lambda item, why: None)

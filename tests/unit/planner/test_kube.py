@@ -202,6 +202,30 @@ def test_the_parse_cache_reuses_an_object_until_its_resource_version_changes() -
     assert cache.parse_all(items[1:2])[0] is not first[1]
 
 
+def test_the_parse_cache_knows_a_dict_handed_out_again_by_identity_and_sees_what_came_and_went() -> None:
+    # given pods as a lister hands them out that shares unchanged dicts (an informer, shared lists)
+    cache = pod_cache()
+    items = load("pods.json")["items"]
+    for number, item in enumerate(items):
+        item["metadata"] |= {"uid": f"uid-{number}", "resourceVersion": str(10 + number)}
+    first = cache.parse_all(items)
+    # when the very same dicts come again, reordered: nothing is parsed, nothing changed
+    again = cache.parse_all(list(reversed(items)))
+    assert list(reversed(again)) == first and all(a is b for a, b in zip(reversed(again), first, strict=True))
+    assert cache.misses == len(items) and not cache.changed
+    # when fresh copies come (as the API server answers): the same parses, by uid and version
+    copies = cache.parse_all(json.loads(json.dumps(items)))
+    assert all(a is b for a, b in zip(copies, first, strict=True)) and not cache.changed
+    # when one goes: changed; when a new version of one comes: parsed again, changed
+    cache.parse_all(items[1:])
+    assert cache.changed
+    newer = json.loads(json.dumps(items[0]))
+    newer["metadata"]["resourceVersion"] = "99"
+    misses = cache.misses
+    assert cache.parse_all([newer, *items[1:]])[0] is not first[0]
+    assert cache.misses == misses + 1 and cache.changed
+
+
 def test_the_parse_cache_parses_objects_without_uid_or_version_every_time() -> None:
     cache = pod_cache()
     pod = load("pods.json")["items"][0]
@@ -213,7 +237,6 @@ def test_the_parse_cache_parses_objects_without_uid_or_version_every_time() -> N
 def test_the_parse_cache_refuses_what_parse_pods_refuses() -> None:
     with pytest.raises(ValueError, match=r"items\[0\]: expected a pod object"):
         pod_cache().parse_all({"items": ["not a pod"]})
-
 
 
 def test_an_unreadable_pod_stands_in_as_busy_on_its_node_and_is_left_out_unbound() -> None:
