@@ -264,4 +264,5 @@ def test_code_in_logs_and_tensorboard_out_surviving_an_eviction(
     ]
     assert {"loss/generator", "loss/discriminator"} <= set(scalars)
     steps = [e.step for e in accumulator.Tensors("loss/generator")]
-    assert max(steps) == STEPS and min(steps) < int(restored[-1]["step"])
+    assert max(steps) == STEPS and min(steps) < int(restored[-1]["step"])  # both runs' scalars
+    assert accumulator.SummaryMetadata("samples").plugin_data.plugin_name == "images"  # the sample grids
