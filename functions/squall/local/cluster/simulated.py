@@ -183,6 +183,7 @@ class SimulatedCluster:
             return self._views.whole_list(
                 "jobs",
                 lambda: self._views.views((job for job in state.jobs.values() if job.managed), object_view),
+                version=lambda: state.kind_version("Job"),
             )
         jobs = (
             [state.jobs[k] for k in state.jobs_by_id.get(job_id, ())]
@@ -206,7 +207,11 @@ class SimulatedCluster:
             node = state.nodes.get(node_name)
             keys = node.pods if node else ()
         elif namespace is None:
-            return self._views.whole_list("pods", lambda: self._views.views(state.pods.values(), object_view))
+            return self._views.whole_list(
+                "pods",
+                lambda: self._views.views(state.pods.values(), object_view),
+                version=lambda: state.kind_version("Pod"),
+            )
         else:
             keys = state.pods
         views: list[KubeObject] = []
@@ -222,7 +227,11 @@ class SimulatedCluster:
     def list_nodes(self) -> list[KubeObject]:
         self._faults.record("list_nodes")
         nodes = self._state.nodes
-        return self._views.whole_list("nodes", lambda: self._views.views(nodes.values(), json_copy))
+        return self._views.whole_list(
+            "nodes",
+            lambda: self._views.views(nodes.values(), json_copy),
+            version=lambda: self._state.kind_version("Node"),
+        )
 
     def get_node(self, name: str) -> KubeObject | None:
         self._faults.record("get_node", name=name)

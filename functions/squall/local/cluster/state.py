@@ -20,7 +20,7 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from squall.local.cluster.parsing import Selector, Template
 from squall.planner.model import Taint
@@ -169,6 +169,27 @@ class Pdb:
 HeapEntry = tuple[datetime, int, str, "Pod | Job"]
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class Versioned(dict[_K, _V]):
+    """A dict that counts the times an entry was added, replaced or removed.
+
+    Only `[]=` and `del` count: the cluster's object stores change by those alone.
+    """
+
+    version = 0
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: _K) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+
 class ClusterState:
     """The objects, their indexes by Squall job id, and the clock, version and event log."""
 
@@ -176,10 +197,11 @@ class ClusterState:
         self.clock = clock
         self.rng = random.Random(seed)
         self.events: deque[ClusterEvent] = deque(maxlen=event_limit)
-        self.nodes: dict[str, Node] = {}
-        self.jobs: dict[Key, Job] = {}
+        # Versioned: with `kind_version`, whether a list of the kind can be handed out again.
+        self.nodes: Versioned[str, Node] = Versioned()
+        self.jobs: Versioned[Key, Job] = Versioned()
         self.services: dict[Key, KubeObject] = {}
-        self.pods: dict[Key, Pod] = {}
+        self.pods: Versioned[Key, Pod] = Versioned()
         self.jobs_by_id: dict[str, dict[Key, None]] = {}
         self.services_by_id: dict[str, dict[Key, None]] = {}
         self.pods_by_id: dict[str, dict[Key, None]] = {}
@@ -191,6 +213,7 @@ class ClusterState:
         self.priorities: set[int] = set()
         self.jobs_created = 0
         self.resource_version = 0
+        self.touched: Counter[str | None] = Counter()  # changes to stored objects, by their kind
         self.seq = 0
         # The scheduler only runs a pass when something could have changed its answer.
         self.schedule_dirty = False
@@ -211,6 +234,12 @@ class ClusterState:
 
     def touch(self, obj: KubeObject) -> None:
         obj["metadata"]["resourceVersion"] = self.next_resource_version()
+        self.touched[obj.get("kind")] += 1
+
+    def kind_version(self, kind: str) -> tuple[int, int, int]:
+        """Moves on with every change to an object of `kind` (or of no kind), and every one added or removed."""
+        stored: Versioned[Any, Any] = self.jobs if kind == "Job" else self.pods if kind == "Pod" else self.nodes
+        return (stored.version, self.touched[kind], self.touched[None])
 
     def new_metadata(
         self, *, name: str, namespace: str | None, at: datetime, labels: dict[str, str]

@@ -42,7 +42,7 @@ class ListViews:
             raise ValueError(f"lists must be one of {', '.join(sorted(LIST_MODES))}, not {mode!r}")
         self.mode = mode
         self._version = version
-        self._whole_lists: dict[str, tuple[int, list[KubeObject]]] = {}
+        self._whole_lists: dict[str, tuple[object, list[KubeObject]]] = {}
 
     def view(self, holder: Stored, copy: Callable[[KubeObject], KubeObject]) -> KubeObject:
         """What a list hands out for one object."""
@@ -76,30 +76,33 @@ class ListViews:
             for holder in holders
         ]
 
-    def whole_list(self, kind: str, build: Callable[[], list[KubeObject]]) -> list[KubeObject]:
-        """Every pod or node; with shared lists, the last answer again while nothing changed.
+    def whole_list(
+        self, kind: str, build: Callable[[], list[KubeObject]], version: Callable[[], object] | None = None
+    ) -> list[KubeObject]:
+        """Every job, pod or node; with shared lists, the last answer again while nothing changed.
 
         Every change gives the cluster a new resourceVersion (a deletion too, as in
-        etcd), so an answer given at the current one is still the answer.
+        etcd), so an answer given at the current one is still the answer. `version`:
+        one that moves on with every change to this kind only (ClusterState.kind_version).
         """
         if self.mode == "copies":
             return build()
-        version = self._version()
+        version_now = (version or self._version)()
         cached = self._whole_lists.get(kind)
-        if cached is not None and cached[0] == version:
+        if cached is not None and cached[0] == version_now:
             if self.mode == "checked":
                 fresh = build()
                 if len(fresh) != len(cached[1]) or any(
                     a is not b for a, b in zip(fresh, cached[1], strict=False)
                 ):
                     raise SharedObjectChanged(
-                        {"name": f"list of {kind}", "resourceVersion": str(version)},
+                        {"name": f"list of {kind}", "resourceVersion": str(version_now)},
                         {"items": cached[1]},
                         {"items": fresh},
                     )
             return list(cached[1])
         views = build()
-        self._whole_lists[kind] = (version, views)
+        self._whole_lists[kind] = (version_now, views)
         return list(views)
 
 
