@@ -364,7 +364,13 @@ def _with_code(
     data = {**data, "codeUri": stored.uri}
     spec = check_spec(data, source=source)
     if not quiet:
-        what = "uploaded" if stored.uploaded else "already there, not uploaded again"
+        what = (
+            "uploaded again (the stored copy could expire during the longest run)"
+            if stored.renewed
+            else "uploaded"
+            if stored.uploaded
+            else "already there, not uploaded again"
+        )
         print(
             f"code sha256 {packed.sha256}: {what} ({stored.uri}; {packed.files} files, "
             f"{packed.archive_bytes:,} bytes packed, {packed.ignored} ignored)"
@@ -387,7 +393,7 @@ def _artifacts(bucket: str) -> Any:
     from squall.adapters.aws.artifacts import CodeArtifacts
 
     try:
-        return CodeArtifacts(boto3.client("s3"), bucket)
+        return CodeArtifacts(boto3.client("s3"), bucket, longest_run=configured_max_runtime_limit())
     except BotoCoreError as exc:
         raise CliError(f"cannot reach the artifacts bucket: {exc}", code=EXIT_FAILED) from exc
 
