@@ -71,6 +71,16 @@ class Services:
         return read_node_groups(self.settings.node_groups)[0]
 
     @functools.cached_property
+    def scale_config(self) -> ScaleConfig:
+        """The scale check's configuration, made once per process (settings do not change)."""
+        return ScaleConfig(
+            groups=self.node_groups,
+            policy=self.settings.policy.planner_policy(),
+            teams=self.settings.team_shares(),
+            dry_run=self.settings.dry_run,
+        )
+
+    @functools.cached_property
     def parsed_objects(self) -> ParsedObjects:
         """Nodes and pods the scale checks of this process have parsed, by resourceVersion."""
         return ParsedObjects()
@@ -79,19 +89,13 @@ class Services:
     def scaler(self) -> Scaler:
         if self.fleet is None or self.scale_state is None:
             raise RuntimeError("this runtime has no fleet: the scale function needs one")
-        groups = self.node_groups
         return Scaler(
             state=self.scale_state,
             cluster=self.cluster,
             fleet=self.fleet,
             clock=self.clock,
             metrics=self.metrics,
-            config=ScaleConfig(
-                groups=groups,
-                policy=self.settings.policy.planner_policy(),
-                teams=self.settings.team_shares(),
-                dry_run=self.settings.dry_run,
-            ),
+            config=self.scale_config,
             store=self.store,
             parsed=self.parsed_objects,
         )

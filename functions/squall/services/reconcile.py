@@ -9,6 +9,7 @@ missing, and cleans up the objects of finished jobs.
 from __future__ import annotations
 
 import functools
+import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -397,16 +398,26 @@ class _Listing:
     by_job: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stirring_count: Counter[str] = field(default_factory=Counter)
     generation: int = 0
+    last: tuple[dict[str, Any], ...] = ()  # the latest list as it came
+    unversioned: bool = False  # it held an object without uid or version
 
     @property
     def stirring(self) -> set[str]:
         return set(self.stirring_count)
 
     def update(self, listed: Iterable[dict[str, Any]]) -> None:
+        objects = tuple(listed)
+        if (
+            len(objects) == len(self.last)
+            and all(map(operator.is_, objects, self.last))
+            and not self.unversioned
+        ):
+            return  # the very list of dicts again (a lister's unchanged answer)
+        self.last = objects
         known = self.reads
         reads: dict[int, _Read] = {}
         unversioned = False
-        for obj in listed:
+        for obj in objects:
             read = known.get(id(obj))
             if read is None or read.version is None:
                 read = _read(obj)
@@ -419,6 +430,7 @@ class _Listing:
         for read in came:
             self._file(read, +1)
         self.reads = reads
+        self.unversioned = unversioned
         if unversioned or Counter(r.version for r in went) != Counter(r.version for r in came):
             self.generation += 1
 
