@@ -73,7 +73,9 @@ def test_a_failing_scale_request_does_not_fail_the_batch(
     assert len(response["batchItemFailures"]) == 1
 
 
-def test_reconcile_handler_reports_what_it_did(world: World, installed: LocalScaleRequests, lambda_context: Any) -> None:
+def test_reconcile_handler_reports_what_it_did(
+    world: World, installed: LocalScaleRequests, lambda_context: Any
+) -> None:
     submit.handler(load_event("sqs_jobs_batch"), lambda_context)
     result = reconcile.handler(load_event("schedule_reconcile"), lambda_context)
     assert result["errors"] == [] and result["transitions"] == {}
@@ -83,9 +85,15 @@ def test_reconcile_handler_reports_what_it_did(world: World, installed: LocalSca
     ("event", "trigger"),
     [
         ({"detail-type": "Scheduled Event", "detail": {}}, "schedule"),
-        ({"detail-type": "Scale Check Requested", "detail": {"reason": "jobs submitted"}}, "requested:jobs submitted"),
         (
-            {"detail-type": "EC2 Instance Launch Unsuccessful", "detail": {"AutoScalingGroupName": "p3-usw2"}},
+            {"detail-type": "Scale Check Requested", "detail": {"reason": "jobs submitted"}},
+            "requested:jobs submitted",
+        ),
+        (
+            {
+                "detail-type": "EC2 Instance Launch Unsuccessful",
+                "detail": {"AutoScalingGroupName": "p3-usw2"},
+            },
             "launch-unsuccessful:p3-usw2",
         ),
         ({"detail-type": "Something New"}, "other:Something New"),
@@ -98,7 +106,10 @@ def test_scale_trigger_is_named_from_the_event(event: dict[str, Any], trigger: s
 @pytest.mark.parametrize(
     ("event", "jobs"),
     [
-        ({"detail-type": "Scale Check Requested", "detail": {"jobIds": ["a", "b"], "jobCount": 2}}, ["a", "b"]),
+        (
+            {"detail-type": "Scale Check Requested", "detail": {"jobIds": ["a", "b"], "jobCount": 2}},
+            ["a", "b"],
+        ),
         # more jobs than the event could name: the check cannot know them all
         ({"detail-type": "Scale Check Requested", "detail": {"jobIds": ["a"], "jobCount": 60}}, None),
         ({"detail-type": "Scale Check Requested", "detail": {"reason": "jobs submitted"}}, None),
@@ -110,7 +121,6 @@ def test_a_request_names_the_jobs_it_asks_for_only_when_it_names_them_all(
     event: dict[str, Any], jobs: list[str] | None
 ) -> None:
     assert scale.asked_for(event) == jobs
-
 
 
 def test_submit_passes_each_messages_sender_to_the_intake(
@@ -142,4 +152,20 @@ def test_every_handler_shares_the_one_logger_metrics_and_tracer() -> None:
         module = importlib.import_module(f"squall.handlers.{name}")
         assert module.logger is observability.logger, name
         assert module.metrics is observability.metrics, name
-        assert module.tracer is observability.tracer, name
+        # traced() wraps a handler with the one tracer (where tracing is on)
+        assert module.traced is observability.traced, name
+
+
+def test_a_handler_is_traced_in_a_subsegment_only_where_tracing_is_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from squall.handlers import observability
+
+    def handler(event: dict[str, object], context: object) -> str:
+        return "done"
+
+    monkeypatch.setattr(observability.tracer, "disabled", True)
+    assert observability.traced(handler) is handler
+    monkeypatch.setattr(observability.tracer, "disabled", False)
+    wrapped = observability.traced(handler)
+    assert wrapped is not handler and wrapped.__wrapped__ is handler  # type: ignore[attr-defined]

@@ -9,17 +9,19 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from squall.core.asg_events import DrainStepRecord
-from squall.handlers.observability import logger, metrics, tracer
+from squall.handlers.observability import logger, metrics, traced
 from squall.runtime import services
 
 # A batch whose every record failed still answers with a partial response, so that
 # each message keeps its own retry count on its way to the dead-letter queue. A
 # body that is not a step message fails its record only (and is dead-lettered).
-processor = BatchProcessor(event_type=EventType.SQS, model=DrainStepRecord, raise_on_entire_batch_failure=False)
+processor = BatchProcessor(
+    event_type=EventType.SQS, model=DrainStepRecord, raise_on_entire_batch_failure=False
+)
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@traced
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     lifecycle = services(metrics).lifecycle

@@ -7,12 +7,12 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from squall.core.asg_events import InvalidEventError, parse_lifecycle_event
-from squall.handlers.observability import logger, metrics, tracer
+from squall.handlers.observability import logger, metrics, traced
 from squall.runtime import services
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@traced
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:

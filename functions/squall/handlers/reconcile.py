@@ -6,12 +6,12 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from squall.handlers.observability import logger, metrics, tracer
+from squall.handlers.observability import logger, metrics, traced
 from squall.runtime import services
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@traced
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = services(metrics).reconciler.run()

@@ -6,7 +6,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from squall.handlers.observability import logger, metrics, tracer
+from squall.handlers.observability import logger, metrics, traced
 from squall.runtime import services
 
 
@@ -37,7 +37,7 @@ def asked_for(event: dict[str, Any]) -> list[str] | None:
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@traced
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     result = services(metrics).scaler.check(trigger=trigger_of(event), asked_for=asked_for(event))

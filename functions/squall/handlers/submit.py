@@ -9,7 +9,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from squall.core.errors import SquallError
-from squall.handlers.observability import logger, metrics, tracer
+from squall.handlers.observability import logger, metrics, traced
 from squall.runtime import services
 from squall.services.intake import MalformedMessage
 
@@ -19,7 +19,7 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@traced
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     app = services(metrics)
