@@ -137,6 +137,9 @@ class LocalFleet:
     # observation is exact, and it spares a round trip on every simulation step.
     _observed: list[FleetGroup] | None = None
     _shown: dict[str, tuple[tuple[FleetInstance, datetime, str], FleetInstance]] = field(default_factory=dict)
+    _shown_groups: dict[tuple[str, str], tuple[FleetGroup, tuple[FleetInstance, ...], FleetGroup]] = field(
+        default_factory=dict
+    )
     _throttled_calls: int = 0
     terminated_busy: list[str] = field(default_factory=list)  # nodes that went with work on them
     # None: groups without lifecycle hooks (instances go at once, as moto does)
@@ -558,7 +561,14 @@ class LocalFleet:
             instances.append(shown[1])
         if len(self._shown) > 2 * len(self.tracked) + 100:
             self._shown = {i: v for i, v in self._shown.items() if i in self.tracked}
-        return dataclasses.replace(group, instances=tuple(instances))
+        shown_instances = tuple(instances)
+        # The same group showing the same instances looks the same: build it once.
+        made = self._shown_groups.get((group.region, group.name))
+        if made is not None and made[0] is group and made[1] == shown_instances:
+            return made[2]
+        visible = dataclasses.replace(group, instances=shown_instances)
+        self._shown_groups[(group.region, group.name)] = (group, shown_instances, visible)
+        return visible
 
     def _capacity(self, region: str) -> RegionCapacity:
         return self.capacity.get(region, _UNLIMITED)
