@@ -288,6 +288,9 @@ class LocalRuntime:
         )
         self.lifecycle_results: list[dict[str, Any]] = []
         self.scale_results: list[dict[str, Any]] = []
+        # Scale checks that acted, or failed to: one that decided nothing leaves nothing to
+        # deliver at its instant (see settle).
+        self.scale_checks_acted = 0
         self.deliveries = DeliveryStats()
         # every invocation that raised or was killed, oldest first (the summary's functionErrors)
         self.function_errors: list[FunctionError] = []
@@ -471,6 +474,8 @@ class LocalRuntime:
             return None
         if handler == "scale":
             self.scale_results.append({"at": self.clock.now()} | response)
+            if response.get("done") or response.get("errors") or response.get("fallbacks"):
+                self.scale_checks_acted += 1
         elif handler == "lifecycle":
             self.lifecycle_results.append({"at": self.clock.now(), "event": event["detail-type"]} | response)
         return response
@@ -719,19 +724,26 @@ class LocalRuntime:
         self.cluster.advance()
 
     def settle(self, *, max_steps: int = 20) -> None:
-        """Step at this instant until a step starts nothing new (a scale check, a hook, a node)."""
+        """Step at this instant until a step starts nothing new (a scale check that acted, a hook,
+        a node) and nothing more is due at it."""
         for _ in range(max_steps):
-            before = self._activity()
+            before = self.activity()
             self.step(timedelta(0))
-            if self._activity() == before:
+            if self.activity() == before and not self.due_now():
                 return
 
-    def _activity(self) -> tuple[int, ...]:
+    def activity(self) -> tuple[int, ...]:
+        """What changes when a step did something that may need another step at this instant."""
         fleet = self.fleet
-        counts = (len(self.scale_results), len(self.function_errors), len(self.lifecycle_results))
+        counts = (self.scale_checks_acted, len(self.function_errors), len(self.lifecycle_results))
         if fleet is None:
             return counts
         return (*counts, len(fleet.outbox), fleet.nodes_added, fleet.nodes_removed)
+
+    def due_now(self) -> bool:
+        """Whether something of the runtime's own is due at this instant already."""
+        upcoming = self.next_event_time()
+        return upcoming is not None and upcoming <= self.clock.now()
 
     def run(
         self,

@@ -243,10 +243,10 @@ class Simulation:
         at once (visibility timeout 0), and the next step delivers it again.
         """
         for _ in range(MAX_SETTLE_STEPS):
-            before = self._activity(local)
+            before = local.activity()
             local.step(ZERO)
             self._note_errors(local)
-            if self._activity(local) == before:
+            if local.activity() == before and not local.due_now():
                 return
 
     def _note_errors(self, local: LocalRuntime) -> None:
@@ -254,21 +254,6 @@ class Simulation:
             what = f"was killed half way ({error.error})" if error.killed else f"failed: {error.error}"
             self._note(error.at - self.plan.start, f"the {error.function} function {what}")
         self._errors_noted = len(local.function_errors)
-
-    @staticmethod
-    def _activity(local: LocalRuntime) -> tuple[int, ...]:
-        """What changes when a step did something that may need another step at this instant."""
-        fleet = local.fleet
-        if fleet is None:
-            return (len(local.scale_results), len(local.function_errors))
-        return (
-            len(local.scale_results),
-            len(local.function_errors),
-            len(local.lifecycle_results),
-            len(fleet.outbox),
-            fleet.nodes_added,
-            fleet.nodes_removed,
-        )
 
     def _ended(self, local: LocalRuntime, *, all_sent: bool) -> bool:
         end = self.plan.end
