@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from squall.core import dashboard as spec
 from squall.core.telemetry import Metric
 from squall.local.lambda_events import HANDLERS, function_name
@@ -47,3 +49,19 @@ def test_aws_metrics_share_the_recorder_without_colliding_with_squalls() -> None
         if ref.namespace in (spec.LAMBDA_NAMESPACE, spec.SQS_NAMESPACE)
     }
     assert graphed <= AWS_METRICS
+
+
+def test_event_and_request_ids_are_version_4_uuids_and_unique() -> None:
+    import uuid
+
+    from squall.local.lambda_events import LocalContext, scheduled_event
+
+    ids = [
+        scheduled_event(rule="r", at=datetime(2026, 1, 1, tzinfo=UTC), region="us-west-2")["id"]
+        for _ in range(500)
+    ]
+    ids += [LocalContext(function_name="f").aws_request_id for _ in range(500)]
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122 and str(parsed) == text
+    assert len(set(ids)) == len(ids)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -102,7 +101,11 @@ _IDS = random.Random()
 
 def _new_id() -> str:
     """A version-4 UUID for an event or request id; unique, not secret (no system call per event)."""
-    return str(uuid.UUID(int=_IDS.getrandbits(128), version=4))
+    h = f"{_IDS.getrandbits(128):032x}"
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
+
+_VARIANT = "89ab"  # RFC 4122's variant bits: the 17th hex digit is one of these
 
 
 def scheduled_event(*, rule: str, at: datetime, region: str) -> dict[str, Any]:
