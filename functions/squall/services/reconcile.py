@@ -81,9 +81,9 @@ class Reconciler:
         report = ReconcileReport()
         # Every active job, however long the queue: a job left out would never be seen to
         # fail, finish or lose its objects (the store pages through the status index).
-        active = self.store.list_by_status(
-            JobStatus.QUEUED, limit=MAX_ACTIVE_JOBS
-        ) + self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
+        queued = self.store.list_by_status(JobStatus.QUEUED, limit=MAX_ACTIVE_JOBS)
+        running = self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
+        active = queued + running
         listed_jobs, listed_pods = self.memory.jobs, self.memory.pods
         listed_jobs.update(self.cluster.list_jobs())
         listed_pods.update(self.cluster.list_pods())
@@ -91,12 +91,12 @@ class Reconciler:
         stirring = listed_jobs.stirring_count
         pods = listed_pods.by_job
         seen = (
-            tuple((job.id, job.version) for job in active),
+            tuple(map(_ID_AND_VERSION, active)),
             listed_jobs.generation,
             listed_pods.generation,
         )
         if self.memory.holds(seen, self.clock.now()):
-            self._gauges(active)
+            self._gauges(queued, running)
             return report
         self._graces = []
 
@@ -358,19 +358,19 @@ class Reconciler:
 
     # ---- gauges ----------------------------------------------------------
 
-    def _gauges(self, active: list[Job] | None = None) -> None:
-        """Jobs by state; `active`: this run's read, when it wrote nothing (else they are read again)."""
+    def _gauges(self, queued: list[Job] | None = None, running: list[Job] | None = None) -> None:
+        """Jobs by state: this run's read when it wrote nothing (else they are read again)."""
         now = self.clock.now()
-        for status in (JobStatus.QUEUED, JobStatus.RUNNING):
-            jobs = (
-                [job for job in active if job.status is status]
-                if active is not None
-                else self.store.list_by_status(status, limit=MAX_ACTIVE_JOBS)
-            )
+        if queued is None or running is None:
+            queued = self.store.list_by_status(JobStatus.QUEUED, limit=MAX_ACTIVE_JOBS)
+            running = self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
+        for status, jobs in ((JobStatus.QUEUED, queued), (JobStatus.RUNNING, running)):
             self.metrics.add(Metric.JOBS_IN_STATE, len(jobs), dimensions={"State": status.value})
-            if status is JobStatus.QUEUED:
-                oldest = min((j.submitted_at for j in jobs if not j.is_sweep), default=now)
-                self.metrics.add(Metric.OLDEST_QUEUED_SECONDS, (now - oldest).total_seconds(), unit="Seconds")
+        oldest = min((j.submitted_at for j in queued if not j.is_sweep), default=now)
+        self.metrics.add(Metric.OLDEST_QUEUED_SECONDS, (now - oldest).total_seconds(), unit="Seconds")
+
+
+_ID_AND_VERSION = operator.attrgetter("id", "version")
 
 
 @dataclass(frozen=True)
