@@ -10,6 +10,7 @@ before it goes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,11 @@ class ScaleConfig:
     teams: Mapping[str, TeamShare] = field(default_factory=dict)
     dry_run: bool = False
     lease_duration: timedelta = timedelta(minutes=2)
+
+    @functools.cached_property
+    def group_refs(self) -> list[tuple[GroupRef, NodeGroup]]:
+        """Each configured group's Auto Scaling group, with its template."""
+        return [(GroupRef(name=g.asg_name or g.name, region=g.region), g) for g in self.groups]
 
 
 @dataclass
@@ -165,8 +171,7 @@ class Scaler:
     def _observe(
         self, now: datetime
     ) -> tuple[list[NodeGroup], dict[str, GroupHealth], list[Node], list[Pod]]:
-        by_name = {g.name: g for g in self.config.groups}
-        refs = [GroupRef(name=g.asg_name or g.name, region=g.region) for g in self.config.groups]
+        refs = [ref for ref, _ in self.config.group_refs]
         live = {(fg.region, fg.name): fg for fg in self.fleet.describe_groups(refs)}
         since = now - self.config.policy.failure_window
         failures: dict[tuple[str, str], list[ScalingFailure]] = {}
@@ -179,8 +184,7 @@ class Scaler:
                     )
                 )
         groups = []
-        for ref in refs:
-            template = by_name[_config_name(self.config.groups, ref)]
+        for ref, template in self.config.group_refs:
             observed = live.get((ref.region, ref.name))
             if observed is None:
                 logger.warning("node group not found", group=template.name, region=ref.region)
@@ -592,10 +596,6 @@ def _idle(decided: Plan, admission: AdmissionPlan, result: ScaleResult) -> bool:
 def _scaling(decided: Plan) -> str:
     """What is being bought, for the queue's messages: `p3-usw2 scaling 2->6`."""
     return "; ".join(f"{s.group} scaling {s.from_desired}->{s.to_desired}" for s in decided.scale_ups[:3])
-
-
-def _config_name(groups: Sequence[NodeGroup], ref: GroupRef) -> str:
-    return next(g.name for g in groups if (g.asg_name or g.name) == ref.name and g.region == ref.region)
 
 
 def _with_live_state(
