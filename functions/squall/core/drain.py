@@ -565,7 +565,8 @@ def find_node(nodes: Sequence[Mapping[str, Any]], instance_id: str) -> Mapping[s
     """The node whose spec.providerID names this instance (aws:///<zone>/<instance-id>)."""
     for obj in nodes:
         provider_id = str((obj.get("spec") or {}).get("providerID") or "")
-        if instance_id_from_provider_id(provider_id) == instance_id:
+        # The substring test first: most nodes are some other instance's.
+        if instance_id in provider_id and instance_id_from_provider_id(provider_id) == instance_id:
             return obj
     return None
 
