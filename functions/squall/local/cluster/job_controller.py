@@ -173,7 +173,7 @@ class JobController:
         job.template = parsed
         job.pod_labels = pod_labels
         job.pod_spec = template["spec"]
-        state.touch(job.obj)
+        state.touch(job)
         now = state.now()
         suspend = bool(updated["spec"]["suspend"])
         if suspend != job.suspended and job.finished is None:

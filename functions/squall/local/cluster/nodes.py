@@ -155,7 +155,7 @@ class NodeLifecycle:
     def set_gpus_ready(self, name: str, ready: bool) -> None:
         node = self.get(name)
         self._set_gpus(node, ready=ready)
-        self._state.touch(node.obj)
+        self._state.touch(node)
         self._state.schedule_dirty = True
 
     def patch(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
@@ -224,7 +224,7 @@ class NodeLifecycle:
         else:
             spec.pop("unschedulable", None)
         node.taints = tuple(Taint(key=t["key"], value=t.get("value", ""), effect=t["effect"]) for t in taints)
-        self._state.touch(node.obj)
+        self._state.touch(node)
         self._scheduler.forget_placements()
         self._state.schedule_dirty = True
 

@@ -277,7 +277,7 @@ class PodLifecycle:
                         )
                         for c in pod.obj["spec"]["containers"]
                     ]
-                    state.touch(pod.obj)
+                    state.touch(pod)
                     state.event(now, "Pod", pod.key[0], pod.key[1], "BackOff", "Back-off pulling image")
                 continue
             pod.image_blocked = False
@@ -296,7 +296,7 @@ class PodLifecycle:
             for kind in ("Initialized", "ContainersReady", "Ready"):
                 set_condition(status, kind, "True", now)
             state.set_phase(pod, RUNNING)
-            state.touch(pod.obj)
+            state.touch(pod)
             if pod.ends_at is not None:
                 state.push(pod.ends_at, "finish", pod)
             state.write_job_status(pod.job)
@@ -320,7 +320,7 @@ class PodLifecycle:
         reason = "PodCompleted" if exit_code == 0 else "PodFailed"
         set_condition(status, "Ready", "False", at, reason=reason)
         set_condition(status, "ContainersReady", "False", at, reason=reason)
-        self._state.touch(pod.obj)
+        self._state.touch(pod)
 
 
 def _container_status(container: Mapping[str, Any], *, ready: bool, state: dict[str, Any]) -> dict[str, Any]:

@@ -179,7 +179,7 @@ class Scheduler:
             reason="Unschedulable",
             message=f"0/{len(self._state.nodes)} nodes are available to schedule the pod.",
         )
-        self._state.touch(pod.obj)
+        self._state.touch(pod)
 
     def _bind(self, pod: Pod, node: Node, now: datetime) -> None:
         state = self._state
@@ -196,7 +196,7 @@ class Scheduler:
         pod.obj["spec"]["nodeName"] = node.name
         pod.obj["status"]["hostIP"] = _host_ip(node.name)
         set_condition(pod.obj["status"], "PodScheduled", "True", now)
-        state.touch(pod.obj)
+        state.touch(pod)
         del state.pending[pod.key]
         state.to_start[pod.key] = pod
         state.event(

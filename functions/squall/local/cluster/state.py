@@ -92,7 +92,6 @@ class Stored:
 
     obj: KubeObject
     view: KubeObject | None = None
-    view_version: object = None  # the resourceVersion string `view` was copied at (the very object)
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -232,8 +231,11 @@ class ClusterState:
         self.resource_version += 1
         return str(self.resource_version)
 
-    def touch(self, obj: KubeObject) -> None:
+    def touch(self, stored: Stored) -> None:
+        """A change to a stored object: a new resourceVersion, and its shared view made anew."""
+        obj = stored.obj
         obj["metadata"]["resourceVersion"] = self.next_resource_version()
+        stored.view = None
         self.touched[obj.get("kind")] += 1
 
     def kind_version(self, kind: str) -> tuple[int, int, int]:
@@ -288,7 +290,7 @@ class ClusterState:
             status["conditions"] = [dict(c) for c in job.conditions]
         status["uncountedTerminatedPods"] = {}
         job.obj["status"] = status
-        self.touch(job.obj)
+        self.touch(job)
 
 
 def discard(index: dict[str, dict[Key, None]], job_id: str, key: Key) -> None:

@@ -57,24 +57,15 @@ class ListViews:
                 raise SharedObjectChanged(holder.obj["metadata"], view, fresh)
             return view
         holder.view = copy(holder.obj)
-        holder.view_version = holder.obj["metadata"]["resourceVersion"]
         return holder.view
 
     def views(self, holders: Iterable[Stored], copy: Callable[[KubeObject], KubeObject]) -> list[KubeObject]:
-        """What a list hands out for each object; with shared lists, at a glance for those unchanged.
-
-        Every change gives an object a new resourceVersion string, so a view taken at the
-        very string the object still holds is still the object.
-        """
+        """What a list hands out for each object; with shared lists, at a glance for those unchanged."""
         if self.mode != "shared":
             return [self.view(holder, copy) for holder in holders]
         view = self.view
-        return [
-            holder.view  # type: ignore[misc]
-            if holder.view_version is holder.obj["metadata"]["resourceVersion"]
-            else view(holder, copy)
-            for holder in holders
-        ]
+        # A change drops the object's view (ClusterState.touch): one still there is current.
+        return [holder.view or view(holder, copy) for holder in holders]
 
     def whole_list(
         self, kind: str, build: Callable[[], list[KubeObject]], version: Callable[[], object] | None = None
