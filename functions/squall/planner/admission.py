@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import heapq
 import operator
 from collections import Counter
@@ -595,6 +596,7 @@ def _held(job: QueuedJob, *, used: int, quota: int | None, team_position: int) -
     )
 
 
+@functools.lru_cache(maxsize=4096)  # the same places come up check after check
 def ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"

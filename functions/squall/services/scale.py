@@ -545,7 +545,8 @@ def shrunk_to_fit(doc: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     Each list cut is named under "truncated" (its path, and how long it was), so a
     reader of the record knows it holds the first part only.
     """
-    text = json.dumps(doc, separators=(",", ":"))  # ASCII: as many bytes as characters
+    # ASCII: as many bytes as characters. A check's record holds no cycles: none to look for.
+    text = json.dumps(doc, separators=(",", ":"), check_circular=False)
     if len(text) <= max_bytes:
         return dict(doc)
     copy: dict[str, Any] = json.loads(text)
@@ -559,7 +560,7 @@ def shrunk_to_fit(doc: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
         path, items = found
         cut.setdefault(path, len(items))
         del items[max(1, len(items) // 2) :]
-        text = json.dumps(copy, separators=(",", ":"))
+        text = json.dumps(copy, separators=(",", ":"), check_circular=False)
     if cut:
         copy["truncated"] = cut
     return copy
