@@ -144,6 +144,10 @@ class AdmissionCache:
     by_identity: dict[int, ReplicaJob] = field(default_factory=dict)  # the latest call's, by id()
     groups: dict[str, list[ReplicaJob]] = field(default_factory=dict)  # job id -> its replica Jobs
     kinds: dict[str, str] = field(default_factory=dict)  # job id -> queued | admitted | incomplete | finished
+    # The latest call's waiting jobs by their place: the same job in the same place is the same Waiting.
+    waiting: dict[tuple[str, int, int, str | None, bool], tuple[QueuedJob, Waiting]] = field(
+        default_factory=dict
+    )
 
     @property
     def jobs(self) -> dict[str, _Prepared]:
@@ -498,6 +502,7 @@ def admit(
     demand_gpus = 0
     demand_jobs = 0
     position = 0
+    places: dict[tuple[str, int, int, str | None, bool], tuple[QueuedJob, Waiting]] = {}
     most_gpus = capacity.total_gpus + sum(room.free[2] for room in rooms)
     for job, held in in_admission_order((), in_use=in_use, teams=teams, bands=gathered.bands):
         if (
@@ -551,20 +556,28 @@ def admit(
                     for replica in job.replicas
                 )
         if len(waiting) < MAX_LISTED:
-            waiting.append(
-                Waiting(
-                    job_id=job.job_id,
-                    team=job.team,
-                    priority=job.priority,
-                    gpus=job.gpus,
-                    replicas=len(job.replicas),
-                    position=(position := position + 1),
-                    team_position=team_rank[job.team],
-                    reason="Queued",
-                    reserved_region=reserved,
-                    never_fits=not ever,
+            position += 1
+            place = (job.job_id, position, team_rank[job.team], reserved, not ever)
+            known = cache.waiting.get(place)
+            if known is None or known[0] is not job:
+                known = (
+                    job,
+                    Waiting(
+                        job_id=job.job_id,
+                        team=job.team,
+                        priority=job.priority,
+                        gpus=job.gpus,
+                        replicas=len(job.replicas),
+                        position=position,
+                        team_position=team_rank[job.team],
+                        reason="Queued",
+                        reserved_region=reserved,
+                        never_fits=not ever,
+                    ),
                 )
-            )
+            places[place] = known
+            waiting.append(known[1])
+    cache.waiting = places
     queued_by_team = dict(gathered.totals)
     for a in admitted:
         if a.job_id in gathered.by_id:  # admitted from the queue now, not resumed

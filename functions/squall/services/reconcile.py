@@ -61,6 +61,8 @@ class ReconcileMemory:
     # The latest lists' objects by identity (see _Listing): a lister handing out the same
     # unchanged dicts again is read without looking inside them.
     jobs: _Listing = field(default_factory=lambda: _Listing())
+    # The active job records last read, and their (id, version) pairs.
+    active: tuple[list[Job], tuple[tuple[str, int], ...]] = ((), ())  # type: ignore[assignment]
     pods: _Listing = field(default_factory=lambda: _Listing())
 
     def holds(self, seen: tuple[object, ...], now: datetime) -> bool:
@@ -90,8 +92,12 @@ class Reconciler:
         # Jobs with a replica Job that is not suspended, or that failed: not simply waiting.
         stirring = listed_jobs.stirring_count
         pods = listed_pods.by_job
+        memory = self.memory
+        if not (len(active) == len(memory.active[0]) and all(map(operator.is_, active, memory.active[0]))):
+            # The very records again (a store that hands out what it holds): their versions as read.
+            memory.active = (active, tuple(map(_ID_AND_VERSION, active)))
         seen = (
-            tuple(map(_ID_AND_VERSION, active)),
+            memory.active[1],
             listed_jobs.generation,
             listed_pods.generation,
         )
