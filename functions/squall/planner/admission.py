@@ -252,6 +252,24 @@ class Waiting:
     never_fits: bool = False  # larger than what the node groups could hold at their max sizes
     in_use: int = 0  # with a quota: the team's GPUs in use or ahead of it
     quota: int | None = None
+    _entry: dict[str, object] | None = field(default=None, compare=False, repr=False)
+
+    def entry(self) -> dict[str, object]:
+        """Its entry in the decision record (made once: a Waiting does not change; do not change it)."""
+        if self._entry is None:
+            entry = {
+                "job": self.job_id,
+                "team": self.team,
+                "priority": self.priority,
+                "gpus": self.gpus,
+                "position": self.position,
+                "teamPosition": self.team_position,
+                "reason": self.reason,
+                "message": self.message,
+            }
+            object.__setattr__(self, "_entry", entry)  # a memo: frozen for everything else
+            return entry
+        return self._entry
 
     @property
     def message(self) -> str:
@@ -293,19 +311,7 @@ class AdmissionPlan:
             "admitted": [
                 {"job": a.job_id, "team": a.team, "region": a.region, "gpus": a.gpus} for a in self.admitted
             ],
-            "waiting": [
-                {
-                    "job": w.job_id,
-                    "team": w.team,
-                    "priority": w.priority,
-                    "gpus": w.gpus,
-                    "position": w.position,
-                    "teamPosition": w.team_position,
-                    "reason": w.reason,
-                    "message": w.message,
-                }
-                for w in self.waiting[:most]
-            ],
+            "waiting": [w.entry() for w in self.waiting[:most]],
             "waitingTotal": self.waiting_total,
             "inUse": dict(sorted(self.in_use.items())),
         }
