@@ -236,7 +236,9 @@ class Admitted:
     resumed: bool = False  # an admission an earlier check began, finished now
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+# Not frozen: a check makes hundreds (its first MAX_LISTED in line), and a frozen
+# dataclass takes three times as long to build. Treat it as a value all the same.
+@dataclass(slots=True, kw_only=True)
 class Waiting:
     """A queued job that stays queued, with its place in the queue and why."""
 
@@ -267,7 +269,7 @@ class Waiting:
                 "reason": self.reason,
                 "message": self.message,
             }
-            object.__setattr__(self, "_entry", entry)  # a memo: frozen for everything else
+            self._entry = entry
             return entry
         return self._entry
 
