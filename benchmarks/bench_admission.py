@@ -20,12 +20,14 @@
    second.
 
 Run: .venv/bin/python benchmarks/bench_admission.py [--jobs 3000] [--queue 10000] [--runs 3]
-     [--quick] [--no-replay] [--no-micro] [--write-trace FILE]
+     [--quick] [--no-replay] [--no-micro] [--write-trace FILE] [--run-times 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import random
 import statistics
 import sys
@@ -58,10 +60,12 @@ T = TypeVar("T")
 # ---- 1. the burst history ------------------------------------------------------------------
 
 
-def replay_burst(jobs: int, *, write_trace: Path | None) -> bool:
+def replay_burst(jobs: int, *, write_trace: Path | None, run_times: float = 1.0) -> bool:
     configuration = load_configuration(ROOT / "cdk.json")
     most_per_node = max(g.allocatable.gpu for g in configuration.groups)
     text = burst_history(jobs, max_gpus_per_replica=most_per_node)
+    if run_times != 1.0:
+        text = _longer_runs(text, run_times)
     if write_trace is not None:
         write_trace.write_text(text)
     rows = parse_trace(text, source="burst", max_run=configuration.policy.max_runtime_limit)
@@ -103,6 +107,17 @@ def replay_burst(jobs: int, *, write_trace: Path | None) -> bool:
         f"({succeeded}/{len(rows)} SUCCEEDED, {wall:.1f} s)"
     )
     return result.checks.hold
+
+
+def _longer_runs(text: str, factor: float) -> str:
+    """The same history with every run `factor` times as long (a heavier burst: more waits)."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row | {"run_s": str(round(float(row["run_s"]) * factor))})
+    return out.getvalue()
 
 
 def _kinds(text: str) -> str:
@@ -239,12 +254,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-replay", action="store_true", help="only the micro-benchmark")
     parser.add_argument("--no-micro", action="store_true", help="only the replay")
     parser.add_argument("--write-trace", type=Path, help="also write the burst history here (TRACE.csv)")
+    parser.add_argument(
+        "--run-times",
+        type=float,
+        default=1.0,
+        help="every run this many times as long (3: a heavier burst, near the issue's 2,737 of 3,000 failed before admission)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs, args.queue, args.runs = 1_000, 2_000, 1
     ok = True
     if not args.no_replay:
-        ok = replay_burst(args.jobs, write_trace=args.write_trace)
+        ok = replay_burst(args.jobs, write_trace=args.write_trace, run_times=args.run_times)
     if not args.no_micro:
         micro(args.queue, args.runs)
     return 0 if ok else 1
