@@ -152,7 +152,7 @@ def spec(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LocalRuntime, Driver]]:
+def local(tmp_path: Path) -> Iterator[tuple[LocalRuntime, Driver]]:
     clock = WallClock(speed=SPEED)
     groups = node_groups()
     capacity = {
@@ -175,11 +175,14 @@ def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Loc
         environment = cli_environment(
             runtime.resources, teams=DEFAULT_TEAMS, registries=list(DEFAULT_REGISTRIES)
         )
-        for key, value in environment.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.chdir(ROOT)
-        with Driver(runtime, clock) as driver:
-            yield runtime, driver
+        # Undone before the runtime stops: the endpoint puts back the environment it found,
+        # and a monkeypatch undone after it would put the endpoint's address back instead.
+        with pytest.MonkeyPatch.context() as patched:
+            for key, value in environment.items():
+                patched.setenv(key, value)
+            patched.chdir(ROOT)
+            with Driver(runtime, clock) as driver:
+                yield runtime, driver
 
 
 def until(what: Callable[[], Any], *, seconds: float) -> Any:
