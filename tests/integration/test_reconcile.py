@@ -11,7 +11,13 @@ from tests.integration.conftest import IMAGE, World
 
 
 def submit(world: World, job_id: str, **overrides: Any) -> None:
-    body = {"name": "train", "id": job_id, "team": "research", "image": IMAGE, "resources": {"gpu": 1}} | overrides
+    body = {
+        "name": "train",
+        "id": job_id,
+        "team": "research",
+        "image": IMAGE,
+        "resources": {"gpu": 1},
+    } | overrides
     world.new_intake().handle(body=json.dumps(body), message_id=f"m-{job_id}")
 
 
@@ -28,7 +34,12 @@ def test_a_job_runs_succeeds_and_its_objects_are_cleaned_up(world: World) -> Non
     world.run(minutes=4)
     job = world.store.get("ok-1")
     assert job is not None and job.status is JobStatus.SUCCEEDED and job.started_at and job.finished_at
-    assert reasons(world, "ok-1") == [Reason.SUBMITTED, "Admitted:us-west-2", Reason.STARTED, Reason.COMPLETED]
+    assert reasons(world, "ok-1") == [
+        Reason.SUBMITTED,
+        "Admitted:us-west-2",
+        Reason.STARTED,
+        Reason.COMPLETED,
+    ]
     assert world.cluster.list_jobs(job_id="ok-1") == []
     assert world.metrics.total("QueueWaitSeconds") == 60
     assert world.metrics.total("JobsSucceeded") == 1
@@ -105,10 +116,21 @@ def test_an_image_that_cannot_be_pulled_fails_after_the_grace(world: World) -> N
 
 def test_a_distributed_job_runs_when_every_replica_runs(world: World) -> None:
     world.add_gpu_nodes(1)
-    submit(world, "dist-1", replicas={"chief": 1, "worker": {"count": 2}, "ps": {"count": 1, "resources": {"cpu": "2", "memory": "4Gi", "gpu": 0}}})
+    submit(
+        world,
+        "dist-1",
+        replicas={
+            "chief": 1,
+            "worker": {"count": 2},
+            "ps": {"count": 1, "resources": {"cpu": "2", "memory": "4Gi", "gpu": 0}},
+        },
+    )
     world.cluster.add_node(
-        name="cpu-0", allocatable={"cpu": "16", "memory": "64Gi", "pods": "58"},
-        labels={"topology.kubernetes.io/region": "us-west-2"}, taints=[], provider_id="aws:///us-west-2a/i-0cpu",
+        name="cpu-0",
+        allocatable={"cpu": "16", "memory": "64Gi", "pods": "58"},
+        labels={"topology.kubernetes.io/region": "us-west-2"},
+        taints=[],
+        provider_id="aws:///us-west-2a/i-0cpu",
     )
     world.cluster.set_behaviour("dist-1", run_for=timedelta(minutes=3))
     world.run(minutes=1)
@@ -129,14 +151,41 @@ def test_sweep_trials_start_as_slots_free_and_the_parent_finishes_last(world: Wo
     assert parent is not None and parent.status is JobStatus.SUCCEEDED
     assert world.store.events("sw")[-1].message == "2/3 trials succeeded"
     assert [world.store.get(t).status for t in parent.trial_ids] == [  # type: ignore[union-attr]
-        JobStatus.SUCCEEDED, JobStatus.SUCCEEDED, JobStatus.FAILED
+        JobStatus.SUCCEEDED,
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
     ]
 
 
 def test_gauges_report_jobs_by_state_and_the_oldest_wait(world: World) -> None:
     submit(world, "g-1")
     world.run(minutes=2)
-    states = [p for p in world.metrics.points if p.name == "JobsInState" and p.dimensions == {"State": "QUEUED"}]
+    states = [
+        p for p in world.metrics.points if p.name == "JobsInState" and p.dimensions == {"State": "QUEUED"}
+    ]
     assert states[-1].value == 1
     oldest = [p for p in world.metrics.points if p.name == "OldestQueuedJobAgeSeconds"]
     assert oldest[-1].value == 120
+
+
+def test_quiet_runs_report_the_oldest_wait_as_it_grows_and_none_once_the_queue_is_empty(world: World) -> None:
+    submit(world, "g-2")
+    world.run(minutes=2)
+    world.run(minutes=3)  # nothing changes: these runs end after their reads
+    oldest = [p.value for p in world.metrics.points if p.name == "OldestQueuedJobAgeSeconds"]
+    assert oldest[-1] == 300 and oldest[-2] == 240  # read again each run, not kept from the first
+    world.cluster.delete_job_objects(namespace="team-research", job_id="g-2")
+    job = world.store.get("g-2")
+    assert job is not None
+    from squall.core.jobs import transition
+    from squall.services.intake import update_job
+
+    now = world.clock.now()
+    update_job(
+        world.store,
+        job,
+        lambda current: transition(current, to=JobStatus.CANCELLED, reason="Cancelled", at=now),
+    )
+    world.run(minutes=3)
+    oldest = [p.value for p in world.metrics.points if p.name == "OldestQueuedJobAgeSeconds"]
+    assert oldest[-1] == 0 and oldest[-2] == 0

@@ -61,8 +61,9 @@ class ReconcileMemory:
     # The latest lists' objects by identity (see _Listing): a lister handing out the same
     # unchanged dicts again is read without looking inside them.
     jobs: _Listing = field(default_factory=lambda: _Listing())
-    # The active job records last read, and their (id, version) pairs.
+    # The active job records last read, their (id, version) pairs, and the oldest queued one's time.
     active: tuple[list[Job], tuple[tuple[str, int], ...]] = ((), ())  # type: ignore[assignment]
+    oldest_queued: tuple[datetime | None] | None = None  # (None,): none queued; None: not found yet
     pods: _Listing = field(default_factory=lambda: _Listing())
 
     def holds(self, seen: tuple[object, ...], now: datetime) -> bool:
@@ -94,8 +95,9 @@ class Reconciler:
         pods = listed_pods.by_job
         memory = self.memory
         if not (len(active) == len(memory.active[0]) and all(map(operator.is_, active, memory.active[0]))):
-            # The very records again (a store that hands out what it holds): their versions as read.
+            # Else the very records again (a store that hands out what it holds): as read.
             memory.active = (active, tuple(map(_ID_AND_VERSION, active)))
+            memory.oldest_queued = None
         seen = (
             memory.active[1],
             listed_jobs.generation,
@@ -370,9 +372,14 @@ class Reconciler:
         if queued is None or running is None:
             queued = self.store.list_by_status(JobStatus.QUEUED, limit=MAX_ACTIVE_JOBS)
             running = self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
+            oldest = min((j.submitted_at for j in queued if not j.is_sweep), default=now)
+        else:  # this run's read, the records of the last one when nothing changed
+            if self.memory.oldest_queued is None:
+                first = min((j.submitted_at for j in queued if not j.is_sweep), default=None)
+                self.memory.oldest_queued = (first,)
+            oldest = self.memory.oldest_queued[0] or now
         for status, jobs in ((JobStatus.QUEUED, queued), (JobStatus.RUNNING, running)):
             self.metrics.add(Metric.JOBS_IN_STATE, len(jobs), dimensions={"State": status.value})
-        oldest = min((j.submitted_at for j in queued if not j.is_sweep), default=now)
         self.metrics.add(Metric.OLDEST_QUEUED_SECONDS, (now - oldest).total_seconds(), unit="Seconds")
 
 

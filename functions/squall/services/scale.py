@@ -100,6 +100,8 @@ class ParsedObjects:
     admission: AdmissionMemory = field(default_factory=AdmissionMemory)
     # Set by a check that changed nothing: what it saw, and until when that stays the plan.
     quiet: Quiet | None = None
+    # The pending pods and their GPUs in the pods last parsed (counted again when they change).
+    pending: tuple[int, int] | None = None
     # The node groups the last check made of what the fleet showed: (region, name) ->
     # (template, the group observed, its failures, the group as planned).
     groups: dict[tuple[str, str], tuple[NodeGroup, FleetGroup, list[ScalingFailure], NodeGroup]] = field(
@@ -223,14 +225,19 @@ class Scaler:
         return self.parsed.nodes.changed or self.parsed.pods.changed or admitter.queue_changed
 
     def _emit_pending(self, pods: Sequence[Pod]) -> None:
-        pending = [pod for pod in pods if pod.is_pending]
-        self.metrics.add(Metric.PENDING_PODS, len(pending))
-        self.metrics.add(Metric.PENDING_GPUS, sum(pod.requests.gpu for pod in pending))
+        counted = self.parsed.pending
+        if counted is None:
+            pending = [pod for pod in pods if pod.is_pending]
+            counted = self.parsed.pending = (len(pending), sum(pod.requests.gpu for pod in pending))
+        self.metrics.add(Metric.PENDING_PODS, counted[0])
+        self.metrics.add(Metric.PENDING_GPUS, counted[1])
 
     def _pods(self) -> list[Pod]:
         # An unreadable pod bound to a node keeps that node busy; one not bound is left out.
         pods = self.parsed.pods.parse_all(self.cluster.list_pods(), unreadable=busy_stand_in)
         self._count_unreadable("pod", self.parsed.pods.unreadable)
+        if self.parsed.pods.changed:
+            self.parsed.pending = None  # counted for other pods
         return pods
 
     def _count_unreadable(self, what: str, problems: list[str]) -> None:
