@@ -90,8 +90,25 @@ def world(aws_credentials: None) -> Iterator[World]:
         cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=3))
         metrics = RecordingMetrics(clock)
         intake = Intake(
-            store=store, cluster=cluster, clock=clock, metrics=metrics,
+            store=store,
+            cluster=cluster,
+            clock=clock,
+            metrics=metrics,
             config=IntakeConfig(teams=TEAMS, registries=REGISTRIES),
         )
         reconciler = Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake)
         yield World(clock, store, cluster, metrics, intake, reconciler)
+
+
+ARTIFACTS_BUCKET = "squall-artifacts"
+
+
+@pytest.fixture
+def s3(aws_credentials: None) -> Iterator[Any]:
+    """moto's S3 with the artifacts bucket (the code archives' tests)."""
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-west-2")
+        client.create_bucket(
+            Bucket=ARTIFACTS_BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+        )
+        yield client

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from squall.adapters.aws.artifacts import CodeArtifacts, code_key
 from squall.core.codepack import pack
@@ -22,14 +20,6 @@ from squall.core.errors import PermanentError, RetryableError, SquallError
 pytestmark = pytest.mark.timeout(60)
 
 BUCKET = "squall-artifacts"
-
-
-@pytest.fixture
-def s3(aws_credentials: None) -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-west-2")
-        client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-        yield client
 
 
 class Recording:

@@ -7,7 +7,6 @@ was stored would expire five days into a 30-day run.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from squall.adapters.aws.artifacts import (
     CODE_EXPIRATION_ENV,
@@ -31,14 +29,6 @@ pytestmark = pytest.mark.timeout(60)
 
 BUCKET = "squall-artifacts"
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def s3(aws_credentials: None) -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-west-2")
-        client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-        yield client
 
 
 @pytest.fixture

@@ -19,10 +19,13 @@ from squall.services.reconcile import Reconciler
 IMAGE = "registry.example.com/squall/tf-trainer:1.0"
 
 
-def test_a_job_behind_a_thousand_queued_ones_is_still_seen_to_fail() -> None:
+def _world(
+    *, run_for: timedelta
+) -> tuple[VirtualClock, InMemoryJobStore, SimulatedCluster, RecordingMetrics, Intake]:
+    """A clock, a job table, a simulated cluster (no nodes), metrics, and the intake over them."""
     clock = VirtualClock()
     store = InMemoryJobStore()
-    cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=3))
+    cluster = SimulatedCluster(clock=clock, default_run_for=run_for)
     metrics = RecordingMetrics(clock)
     intake = Intake(
         store=store,
@@ -31,8 +34,20 @@ def test_a_job_behind_a_thousand_queued_ones_is_still_seen_to_fail() -> None:
         metrics=metrics,
         config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
     )
+    return clock, store, cluster, metrics, intake
+
+
+def test_a_job_behind_a_thousand_queued_ones_is_still_seen_to_fail() -> None:
+    clock, store, cluster, metrics, intake = _world(run_for=timedelta(minutes=3))
     for i in range(1100):
-        body = {"name": "t", "id": f"j{i:04d}", "team": "research", "image": IMAGE, "resources": {"gpu": 1}, "maxRuntime": "2m"}
+        body = {
+            "name": "t",
+            "id": f"j{i:04d}",
+            "team": "research",
+            "image": IMAGE,
+            "resources": {"gpu": 1},
+            "maxRuntime": "2m",
+        }
         intake.handle(body=json.dumps(body), message_id=f"m-{i}")
         clock.advance(timedelta(seconds=1))
     # the newest job's Job is let go and runs into its deadline (no node to run on)
@@ -57,17 +72,7 @@ def test_a_run_that_reads_what_the_last_one_read_observes_nothing_until_a_grace_
         return real(**kwargs)
 
     monkeypatch.setattr(reconcile, "observe", counted)
-    clock = VirtualClock()
-    store = InMemoryJobStore()
-    cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(hours=3))
-    metrics = RecordingMetrics(clock)
-    intake = Intake(
-        store=store,
-        cluster=cluster,
-        clock=clock,
-        metrics=metrics,
-        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
-    )
+    clock, store, cluster, metrics, intake = _world(run_for=timedelta(hours=3))
     body = {"name": "t", "id": "lost", "team": "research", "image": IMAGE, "resources": {"gpu": 1}}
     intake.handle(body=json.dumps(body), message_id="m-lost")
     cluster.delete_job_objects(namespace="team-research", job_id="lost")  # its objects went missing
