@@ -6,10 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench synth clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[local,worker,dev]'
+	# TensorFlow Serving's gRPC API (squall predict --grpc, the local model server). Its
+	# package requires `tensorflow`, which would install beside tensorflow-cpu over the
+	# same files; its generated modules need only tensorflow-cpu's protos and grpcio.
+	$(BIN)/python -m pip install --quiet --progress-bar off --no-deps 'tensorflow-serving-api==2.21.0'
 	touch $(STAMP)
 
 demo: $(STAMP)

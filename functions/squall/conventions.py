@@ -12,6 +12,8 @@ JOB_ID_LABEL = "squall.io/job-id"
 REPLICA_TYPE_LABEL = "squall.io/replica-type"
 REPLICA_INDEX_LABEL = "squall.io/replica-index"
 TEAM_LABEL = "squall.io/team"
+# On a model service's Deployment, its pods, its Service and its PodDisruptionBudget: the service's name.
+MODEL_SERVICE_LABEL = "squall.io/model-service"
 NODE_GROUP_LABEL = "squall.io/node-group"
 CAPACITY_TYPE_LABEL = "squall.io/capacity-type"
 REGION_LABEL = "topology.kubernetes.io/region"

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 from squall.core.asg_events import DrainStepMessage
 from squall.core.drain import DrainRecord
 from squall.core.jobs import Job, JobEvent, JobStatus
+from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
 from squall.planner import GroupHealth
 
 KubeObject = dict[str, Any]
@@ -93,6 +94,31 @@ class Cluster(Protocol):
         ...
 
 
+class ServingCluster(Cluster, Protocol):
+    """The cluster as model services need it: apps/v1 Deployments, v1 Services, policy/v1 PodDisruptionBudgets.
+
+    `create` takes these kinds too. Each object of a model service carries
+    MODEL_SERVICE_LABEL with its name.
+    """
+
+    def list_deployments(
+        self, *, namespace: str | None = None, model_service: str | None = None
+    ) -> list[KubeObject]:
+        """apps/v1 Deployments managed by Squall, optionally of one namespace or one model service."""
+        ...
+
+    def get_service(self, *, namespace: str, name: str) -> KubeObject | None:
+        """One v1 Service (for its status.loadBalancer), None when there is none."""
+        ...
+
+    def delete_model_service_objects(self, *, namespace: str, model_service: str) -> int:
+        """Delete a model service's Deployment, Service and PodDisruptionBudget (pods go with them).
+
+        Returns how many objects were deleted; 0 when nothing was left.
+        """
+        ...
+
+
 class ScaleRequests(Protocol):
     """Asks for a scale check soon (an EventBridge custom event in AWS)."""
 
@@ -127,6 +153,36 @@ class JobStore(Protocol):
 
     def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
         """Jobs in one state, oldest submission first."""
+        ...
+
+
+class ModelServiceStore(Protocol):
+    """Model services and their events (the job table in DynamoDB: ``pk=SERVICE#<name>``).
+
+    ``create`` raises DuplicateServiceError when the name exists (in any state);
+    ``save`` raises ConflictError when the stored version is not the one the caller
+    read. Either way nothing is half-written. Serving a STOPPED or FAILED name again
+    is a ``save`` (a transition back to DEPLOYING), so its history is kept.
+    """
+
+    def create(self, service: ModelService, event: ServiceEvent) -> None: ...
+
+    def save(self, service: ModelService, event: ServiceEvent) -> None: ...
+
+    def get(self, name: str) -> ModelService | None: ...
+
+    def events(self, name: str) -> list[ServiceEvent]: ...
+
+    def list_by_status(self, status: ServiceStatus, *, limit: int = 1000) -> list[ModelService]:
+        """Services in one state, oldest first."""
+        ...
+
+
+class SavedModels(Protocol):
+    """Where the SavedModels are (S3 in AWS): asked before a service is created."""
+
+    def has_saved_model(self, uri: str) -> bool:
+        """Whether ``<uri>/saved_model.pb`` exists. RetryableError when S3 cannot be asked now."""
         ...
 
 
@@ -247,9 +303,7 @@ class Fleet(Protocol):
         """The groups asked for, in the order asked; groups that do not exist are omitted."""
         ...
 
-    def recent_activities(
-        self, refs: Sequence[GroupRef], *, since: datetime
-    ) -> list[ScalingActivity]:
+    def recent_activities(self, refs: Sequence[GroupRef], *, since: datetime) -> list[ScalingActivity]:
         """Scaling activities of these groups that started at or after ``since``.
 
         Newest first within each group, groups in the order asked. A naive
@@ -268,9 +322,7 @@ class Fleet(Protocol):
         """
         ...
 
-    def set_scale_in_protection(
-        self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool
-    ) -> None:
+    def set_scale_in_protection(self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool) -> None:
         """Protect these instances of the group from scale-in, or lift the protection."""
         ...
 

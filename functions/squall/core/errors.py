@@ -48,6 +48,14 @@ class DuplicateJobError(ConflictError):
         super().__init__(f"job {job_id} exists already")
 
 
+class DuplicateServiceError(ConflictError):
+    """A model service with this name exists already."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"model service {name} exists already")
+
+
 class LifecycleActionGone(PermanentError):
     """The lifecycle action is no longer pending: already completed, or timed out.
 

@@ -1,0 +1,182 @@
+"""Model services: a finished job's SavedModel served by TensorFlow Serving. Pure.
+
+A model service is recorded like a job (see `core/jobs.py`): a record whose every
+change is a transition yielding the new record and exactly one event, numbered by
+the record's ``version`` so the store writes both under one condition.
+
+States::
+
+    DEPLOYING ──► SERVING ──► DEPLOYING (a replica lost: fewer ready than asked)
+        │            │
+        └──► FAILED ◄┘ (ModelNotFound, ModelLoadFailed, ImagePullBackOff, ProgressDeadlineExceeded, ...)
+    any ──► STOPPED (squall unserve)
+    STOPPED | FAILED ──► DEPLOYING (served again under the same name: the record goes on, its history kept)
+
+A name is one service across the whole installation (`squall predict NAME` needs
+nothing else); it is a DNS label, and names the Kubernetes Deployment, Service and
+PodDisruptionBudget in the job's team namespace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from squall.core.errors import InvalidTransitionError
+
+
+class ServiceStatus(StrEnum):
+    DEPLOYING = "DEPLOYING"
+    SERVING = "SERVING"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+
+# The states reconcile follows (it reads their Kubernetes objects on every run).
+LIVE = frozenset({ServiceStatus.DEPLOYING, ServiceStatus.SERVING})
+# The states a name may be served again from.
+ENDED = frozenset({ServiceStatus.FAILED, ServiceStatus.STOPPED})
+
+ALLOWED: dict[ServiceStatus, frozenset[ServiceStatus]] = {
+    ServiceStatus.DEPLOYING: frozenset(
+        {ServiceStatus.DEPLOYING, ServiceStatus.SERVING, ServiceStatus.FAILED, ServiceStatus.STOPPED}
+    ),
+    ServiceStatus.SERVING: frozenset(
+        {ServiceStatus.DEPLOYING, ServiceStatus.SERVING, ServiceStatus.FAILED, ServiceStatus.STOPPED}
+    ),
+    ServiceStatus.FAILED: frozenset({ServiceStatus.DEPLOYING, ServiceStatus.STOPPED}),
+    ServiceStatus.STOPPED: frozenset({ServiceStatus.DEPLOYING}),
+}
+
+
+class ServiceReason(StrEnum):
+    """Reason codes on model service events; some take a suffix, e.g. ``Ready:2/2``."""
+
+    REQUESTED = "Requested"  # the serve request was accepted, objects created
+    SERVED_AGAIN = "ServedAgain"  # a STOPPED or FAILED name served again
+    READY = "Ready"  # every asked replica is ready (``Ready:<ready>/<replicas>``)
+    UNREADY = "Unready"  # fewer ready than asked (``Unready:<ready>/<replicas>``)
+    OBJECTS_RECREATED = "ObjectsRecreated"  # reconcile found the Deployment (or Service, PDB) gone
+    MODEL_NOT_FOUND = "ModelNotFound"  # no SavedModel at the model URI
+    MODEL_LOAD_FAILED = "ModelLoadFailed"  # the server could not load it (crash loop)
+    IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+    CLUSTER_REFUSED = "ClusterRefused"  # the API server refused an object (PermanentError)
+    UNSERVE_REQUESTED = "UnserveRequested"
+    RECONCILE_ERROR = "ReconcileError"
+
+
+@dataclass(frozen=True)
+class ModelService:
+    name: str
+    team: str
+    namespace: str
+    job_id: str  # the job whose SavedModel is served
+    model_uri: str  # s3://bucket/key of the SavedModel directory (the job's <outputUri>/<job id>)
+    model_version: int  # the version TensorFlow Serving serves it as (/models/<name>/<version>)
+    replicas: int
+    gpus: int  # per replica
+    status: ServiceStatus
+    reason: str
+    created_at: datetime
+    updated_at: datetime
+    version: int = 1  # the record's version: the number of its events
+    message_id: str | None = None  # the queue message that asked for it (last serve)
+    submitted_by: str | None = None
+    ready_replicas: int = 0
+    rest_url: str | None = None  # e.g. http://host:8501 (``/v1/models/<name>`` below it)
+    grpc_target: str | None = None  # e.g. host:8500
+    errors: tuple[dict[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ServiceEvent:
+    name: str
+    version: int
+    at: datetime
+    status: ServiceStatus
+    previous: ServiceStatus | None
+    reason: str
+    message: str = ""
+
+
+def new_service(
+    *,
+    name: str,
+    team: str,
+    namespace: str,
+    job_id: str,
+    model_uri: str,
+    model_version: int,
+    replicas: int,
+    gpus: int,
+    at: datetime,
+    message_id: str | None = None,
+    submitted_by: str | None = None,
+) -> tuple[ModelService, ServiceEvent]:
+    """A service's first record (DEPLOYING, version 1) and its first event."""
+    service = ModelService(
+        name=name,
+        team=team,
+        namespace=namespace,
+        job_id=job_id,
+        model_uri=model_uri,
+        model_version=model_version,
+        replicas=replicas,
+        gpus=gpus,
+        status=ServiceStatus.DEPLOYING,
+        reason=ServiceReason.REQUESTED,
+        created_at=at,
+        updated_at=at,
+        message_id=message_id,
+        submitted_by=submitted_by,
+    )
+    event = ServiceEvent(
+        name=name,
+        version=1,
+        at=at,
+        status=ServiceStatus.DEPLOYING,
+        previous=None,
+        reason=ServiceReason.REQUESTED,
+    )
+    return service, event
+
+
+def transition_service(
+    service: ModelService,
+    *,
+    to: ServiceStatus,
+    reason: str,
+    at: datetime,
+    message: str = "",
+    **changes: Any,
+) -> tuple[ModelService, ServiceEvent]:
+    """Move a service to `to` (with field changes), or raise InvalidTransitionError naming both states."""
+    if to not in ALLOWED[service.status]:
+        raise InvalidTransitionError(f"model service {service.name}: {service.status} -> {to} is not allowed")
+    updated = dataclasses.replace(
+        service, status=to, reason=reason, updated_at=at, version=service.version + 1, **changes
+    )
+    event = ServiceEvent(
+        name=service.name,
+        version=updated.version,
+        at=at,
+        status=to,
+        previous=service.status,
+        reason=reason,
+        message=message,
+    )
+    return updated, event
+
+
+def model_path(*, name: str, model_version: int) -> str:
+    """Where the serving pod keeps the SavedModel: TensorFlow Serving's base path plus the version."""
+    return f"{MODEL_BASE_PATH}/{name}/{model_version}"
+
+
+MODEL_BASE_PATH = "/models"
+REST_PORT = 8501
+GRPC_PORT = 8500
