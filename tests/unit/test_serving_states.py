@@ -28,6 +28,8 @@ def _service():
         model_version=1,
         replicas=2,
         gpus=0,
+        cpu="1",
+        memory="2Gi",
         at=T0,
         message_id="m-1",
     )

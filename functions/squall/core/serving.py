@@ -78,7 +78,9 @@ class ModelService:
     model_uri: str  # s3://bucket/key of the SavedModel directory (the job's <outputUri>/<job id>)
     model_version: int  # the version TensorFlow Serving serves it as (/models/<name>/<version>)
     replicas: int
-    gpus: int  # per replica
+    gpus: int  # per replica (nvidia.com/gpu requests = limits)
+    cpu: str  # per replica, a Kubernetes quantity as the serve request gave it
+    memory: str  # per replica (requests = limits)
     status: ServiceStatus
     reason: str
     created_at: datetime
@@ -113,6 +115,8 @@ def new_service(
     model_version: int,
     replicas: int,
     gpus: int,
+    cpu: str,
+    memory: str,
     at: datetime,
     message_id: str | None = None,
     submitted_by: str | None = None,
@@ -127,6 +131,8 @@ def new_service(
         model_version=model_version,
         replicas=replicas,
         gpus=gpus,
+        cpu=cpu,
+        memory=memory,
         status=ServiceStatus.DEPLOYING,
         reason=ServiceReason.REQUESTED,
         created_at=at,
@@ -172,11 +178,18 @@ def transition_service(
     return updated, event
 
 
+def object_name(name: str) -> str:
+    """The name of a model service's Deployment, Service and PodDisruptionBudget."""
+    return f"{OBJECT_PREFIX}{name}"
+
+
 def model_path(*, name: str, model_version: int) -> str:
     """Where the serving pod keeps the SavedModel: TensorFlow Serving's base path plus the version."""
     return f"{MODEL_BASE_PATH}/{name}/{model_version}"
 
 
+OBJECT_PREFIX = "model-"
+MAX_NAME_LENGTH = 40  # object_name and the pods' generated names stay within Kubernetes' 63
 MODEL_BASE_PATH = "/models"
 REST_PORT = 8501
 GRPC_PORT = 8500
