@@ -107,6 +107,10 @@ class ServingCluster(Cluster, Protocol):
         """apps/v1 Deployments managed by Squall, optionally of one namespace or one model service."""
         ...
 
+    def list_model_service_pods(self, *, namespace: str, model_service: str) -> list[KubeObject]:
+        """The pods of one model service (those carrying MODEL_SERVICE_LABEL with its name)."""
+        ...
+
     def get_service(self, *, namespace: str, name: str) -> KubeObject | None:
         """One v1 Service (for its status.loadBalancer), None when there is none."""
         ...
