@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from squall.core.settings import PolicySettings
-from squall.local.scenario import EndModel, ScenarioPlan, Simulation
+from squall.local.scenario import EndModel, ScenarioPlan, Simulation, start_runtime
 from squall.local.trace import Configuration, TraceRow, parse_trace, trace_plan
 from squall.planner.offline import parse_groups
 
@@ -166,15 +166,7 @@ def fixed_step(plan: ScenarioPlan, hours: float, *, step: timedelta) -> float:
     clock = VirtualClock(plan.start)
     submissions = list(plan.submissions)
     started = time.perf_counter()
-    with LocalRuntime.start(
-        clock=clock,
-        teams=plan.teams,
-        registries=plan.registries,
-        policy=plan.policy,
-        node_groups=plan.node_groups,
-        capacity=plan.capacity,
-        backend="memory",
-    ) as local:
+    with start_runtime(plan, clock=clock, backend="memory") as local:
         index = 0
 
         def send_due(rt: LocalRuntime) -> None:

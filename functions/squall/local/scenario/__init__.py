@@ -40,7 +40,13 @@ from squall.local.scenario.plan import (
     load_scenario,
     read_policy_settings,
 )
-from squall.local.scenario.simulation import MAX_SETTLE_STEPS, Simulation, SimulationResult, View
+from squall.local.scenario.simulation import (
+    MAX_SETTLE_STEPS,
+    Simulation,
+    SimulationResult,
+    View,
+    start_runtime,
+)
 
 __all__ = [
     "FAULT_TYPES",
@@ -76,5 +82,6 @@ __all__ = [
     "load_scenario",
     "parse_span",
     "read_policy_settings",
+    "start_runtime",
     "validation_errors",
 ]

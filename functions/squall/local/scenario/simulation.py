@@ -21,6 +21,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from squall.core.errors import RetryableError
 from squall.core.jobs import JobStatus, is_terminal
 from squall.core.spec import derive_job_id, expand_sweep
 from squall.local.clock import VirtualClock
+from squall.local.cluster import SimulatedCluster
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario.models import (
     ZERO,
@@ -58,6 +60,30 @@ from squall.local.summary import (
 # Steps at one instant before moving on: a scale check launches instances that the
 # fleet must see at that same instant, and that in turn may let pods bind.
 MAX_SETTLE_STEPS = 8
+
+
+def start_runtime(
+    plan: ScenarioPlan,
+    *,
+    clock: VirtualClock,
+    backend: str,
+    cluster: SimulatedCluster | None = None,
+    log_level: int = logging.WARNING,
+) -> AbstractContextManager[LocalRuntime]:
+    """A LocalRuntime configured as the plan says: its teams, registries, policy, node groups and capacity."""
+    return LocalRuntime.start(
+        clock=clock,
+        cluster=cluster,
+        teams=plan.teams,
+        registries=plan.registries,
+        policy=plan.policy,
+        node_groups=plan.node_groups,
+        capacity=plan.capacity,
+        log_level=log_level,
+        backend=backend,
+        submitters=plan.submitters,
+        quotas=plan.quotas,
+    )
 
 
 class View(Protocol):
@@ -122,18 +148,12 @@ class Simulation:
         # Squall's functions only read what they list: shared objects spare a copy of
         # every node and pod per scale check (SimulatedCluster's `lists`).
         cluster = ObservedCluster(clock=clock, default_run_for=plan.default_run_time, lists=self.lists)
-        with LocalRuntime.start(
+        with start_runtime(
+            plan,
             clock=clock,
             cluster=cluster,
-            teams=plan.teams,
-            registries=plan.registries,
-            policy=plan.policy,
-            node_groups=plan.node_groups,
-            capacity=plan.capacity,
             log_level=self.log_level if self.log_level is not None else logging.CRITICAL,
             backend=self.backend,
-            submitters=plan.submitters,
-            quotas=plan.quotas,
         ) as local:
             recorder = Recorder(clock=clock, cluster=cluster, fleet=local.fleet, groups=plan.groups)
             if before is not None:
