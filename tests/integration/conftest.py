@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -12,6 +13,7 @@ import pytest
 from moto import mock_aws
 
 from squall.adapters.aws.job_store import DynamoJobStore
+from squall.core.codepack import pack
 from squall.core.telemetry import RecordingMetrics
 from squall.local.aws import create_table
 from squall.local.clock import VirtualClock
@@ -112,3 +114,12 @@ def s3(aws_credentials: None) -> Iterator[Any]:
             Bucket=ARTIFACTS_BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
         )
         yield client
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Any:
+    """A packed code archive of one train.py (the code archives' tests)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('train')\n")
+    return pack(code, tmp_path / "code.tar.gz")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -14,7 +13,6 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from squall.adapters.aws.artifacts import CodeArtifacts, code_key
-from squall.core.codepack import pack
 from squall.core.errors import PermanentError, RetryableError, SquallError
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,14 +33,6 @@ class Recording:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
-
-
-@pytest.fixture
-def archive(tmp_path: Path) -> Any:
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "train.py").write_text("print('train')\n")
-    return pack(code, tmp_path / "code.tar.gz")
 
 
 def test_the_same_code_is_uploaded_once(s3: Any, archive: Any) -> None:

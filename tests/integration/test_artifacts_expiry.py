@@ -22,21 +22,12 @@ from squall.adapters.aws.artifacts import (
     code_expiration,
     code_key,
 )
-from squall.core.codepack import pack
 from squall.core.errors import PermanentError
 
 pytestmark = pytest.mark.timeout(60)
 
 BUCKET = "squall-artifacts"
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def archive(tmp_path: Path) -> Any:
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "train.py").write_text("print('train')\n")
-    return pack(code, tmp_path / "code.tar.gz")
 
 
 class Clock:
