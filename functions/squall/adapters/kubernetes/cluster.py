@@ -1,4 +1,4 @@
-"""KubernetesCluster: the `Cluster` port on the official ``kubernetes`` client.
+"""KubernetesCluster: the `Cluster` and `ServingCluster` ports on the official ``kubernetes`` client.
 
 Responses are read raw (``_preload_content=False``) and decoded with ``json``:
 the dicts are exactly what the API server sent, camelCase and lossless. The
@@ -21,13 +21,25 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pydantic
 import urllib3
-from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, V1Eviction, V1Job, V1ObjectMeta, V1Service
+from kubernetes.client import (
+    ApiClient,
+    AppsV1Api,
+    BatchV1Api,
+    CoreV1Api,
+    PolicyV1Api,
+    V1Deployment,
+    V1Eviction,
+    V1Job,
+    V1ObjectMeta,
+    V1PodDisruptionBudget,
+    V1Service,
+)
 from kubernetes.client.exceptions import ApiException, OpenApiException
 
-from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL
+from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL, MODEL_SERVICE_LABEL
 from squall.core.errors import NotFoundError, PermanentError, RetryableError, SquallError
 from squall.core.manifests import job_selector
-from squall.ports import Cluster, KubeObject
+from squall.ports import Cluster, KubeObject, ServingCluster
 
 DEFAULT_REQUEST_TIMEOUT: Final = (3.0, 15.0)  # seconds: (connect, read)
 DEFAULT_PAGE_SIZE: Final = 500
@@ -43,7 +55,7 @@ _Response = tuple[int, Any]
 
 
 class KubernetesCluster:
-    """The `squall.ports.Cluster` port over a ``kubernetes.client.ApiClient``.
+    """The `squall.ports.ServingCluster` port (a `Cluster` too) over a ``kubernetes.client.ApiClient``.
 
     The composition root builds the ApiClient (host, TLS, bearer token) and owns
     it; this adapter only issues requests through it.
@@ -61,6 +73,8 @@ class KubernetesCluster:
             raise ValueError("page_size must be at least 1")
         self._batch = BatchV1Api(api_client)
         self._core = CoreV1Api(api_client)
+        self._apps = AppsV1Api(api_client)
+        self._policy = PolicyV1Api(api_client)
         self._timeout = request_timeout
         self._page_size = page_size
 
@@ -73,15 +87,24 @@ class KubernetesCluster:
         doing = f"create {kind} {namespace}/{name}"
         if not namespace or not name:
             raise PermanentError(f"{doing}: metadata.name and metadata.namespace are required")
+        creators: dict[tuple[object, object], tuple[Callable[..., Any], Any]] = {
+            ("batch/v1", "Job"): (self._batch.create_namespaced_job, V1Job),
+            ("v1", "Service"): (self._core.create_namespaced_service, V1Service),
+            ("apps/v1", "Deployment"): (self._apps.create_namespaced_deployment, V1Deployment),
+            ("policy/v1", "PodDisruptionBudget"): (
+                self._policy.create_namespaced_pod_disruption_budget,
+                V1PodDisruptionBudget,
+            ),
+        }
+        found = creators.get((manifest.get("apiVersion"), kind))
+        if found is None:
+            raise PermanentError(
+                f"{doing}: only batch/v1 Jobs and v1 Services (and for model services apps/v1 "
+                "Deployments and policy/v1 PodDisruptionBudgets) are created"
+            )
+        create, model = found
         with _translated(doing):
-            if (manifest.get("apiVersion"), kind) == ("batch/v1", "Job"):
-                create: Callable[..., Any] = self._batch.create_namespaced_job
-                body: Any = V1Job.model_validate(manifest)
-            elif (manifest.get("apiVersion"), kind) == ("v1", "Service"):
-                create = self._core.create_namespaced_service
-                body = V1Service.model_validate(manifest)
-            else:
-                raise PermanentError(f"{doing}: only batch/v1 Jobs and v1 Services are created")
+            body: Any = model.model_validate(manifest)
         status, _ = self._call(
             doing, create, tolerate={409}, namespace=namespace, body=body, _headers=_json_body()
         )
@@ -103,16 +126,64 @@ class KubernetesCluster:
         )
         deletions: list[tuple[str, Callable[..., Any], KubeObject, dict[str, Any]]] = [
             # Background propagation: the Job's pods go too.
-            *(("Job", self._batch.delete_namespaced_job, job, {"propagation_policy": "Background"}) for job in jobs),
+            *(
+                ("Job", self._batch.delete_namespaced_job, job, {"propagation_policy": "Background"})
+                for job in jobs
+            ),
             *(("Service", self._core.delete_namespaced_service, service, {}) for service in services),
         ]
         deleted = 0
         for kind, delete, obj, options in deletions:
             name = obj["metadata"]["name"]
             status, _ = self._call(
-                f"delete {kind} {namespace}/{name}", delete, tolerate={404}, name=name, namespace=namespace, **options
+                f"delete {kind} {namespace}/{name}",
+                delete,
+                tolerate={404},
+                name=name,
+                namespace=namespace,
+                **options,
             )
             deleted += status != 404
+        return deleted
+
+    def delete_model_service_objects(self, *, namespace: str, model_service: str) -> int:
+        # By label, not by the deterministic name: only what carries Squall's labels goes.
+        selector = _model_service_selector(model_service)
+        kinds: list[tuple[str, Callable[..., Any], Callable[..., Any], dict[str, Any]]] = [
+            # Background propagation: the Deployment's ReplicaSets and their pods go too.
+            (
+                "Deployment",
+                self._apps.list_namespaced_deployment,
+                self._apps.delete_namespaced_deployment,
+                {"propagation_policy": "Background"},
+            ),
+            ("Service", self._core.list_namespaced_service, self._core.delete_namespaced_service, {}),
+            (
+                "PodDisruptionBudget",
+                self._policy.list_namespaced_pod_disruption_budget,
+                self._policy.delete_namespaced_pod_disruption_budget,
+                {},
+            ),
+        ]
+        deleted = 0
+        for kind, list_kind, delete, options in kinds:
+            found = self._list(
+                f"list {kind}s of model service {model_service} in {namespace}",
+                list_kind,
+                namespace=namespace,
+                label_selector=selector,
+            )
+            for obj in found:
+                name = obj["metadata"]["name"]
+                status, _ = self._call(
+                    f"delete {kind} {namespace}/{name}",
+                    delete,
+                    tolerate={404},
+                    name=name,
+                    namespace=namespace,
+                    **options,
+                )
+                deleted += status != 404
         return deleted
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
@@ -195,6 +266,44 @@ class KubernetesCluster:
     def get_node(self, name: str) -> KubeObject | None:
         status, node = self._call(f"get Node {name}", self._core.read_node, tolerate={404}, name=name)
         return None if status == 404 else _with_type(node, api_version="v1", kind="Node")
+
+    def list_deployments(
+        self, *, namespace: str | None = None, model_service: str | None = None
+    ) -> list[KubeObject]:
+        selector = (
+            _model_service_selector(model_service)
+            if model_service is not None
+            else f"{MANAGED_BY_LABEL}=squall,{MODEL_SERVICE_LABEL}"
+        )
+        doing = f"list Deployments{_scope(namespace=namespace, model_service=model_service)}"
+        if namespace is None:
+            deployments = self._list(
+                doing, self._apps.list_deployment_for_all_namespaces, label_selector=selector
+            )
+        else:
+            deployments = self._list(
+                doing, self._apps.list_namespaced_deployment, namespace=namespace, label_selector=selector
+            )
+        return [_with_type(obj, api_version="apps/v1", kind="Deployment") for obj in deployments]
+
+    def list_model_service_pods(self, *, namespace: str, model_service: str) -> list[KubeObject]:
+        pods = self._list(
+            f"list Pods{_scope(namespace=namespace, model_service=model_service)}",
+            self._core.list_namespaced_pod,
+            namespace=namespace,
+            label_selector=f"{MODEL_SERVICE_LABEL}={model_service}",
+        )
+        return [_with_type(pod, api_version="v1", kind="Pod") for pod in pods]
+
+    def get_service(self, *, namespace: str, name: str) -> KubeObject | None:
+        status, service = self._call(
+            f"get Service {namespace}/{name}",
+            self._core.read_namespaced_service,
+            tolerate={404},
+            name=name,
+            namespace=namespace,
+        )
+        return None if status == 404 else _with_type(service, api_version="v1", kind="Service")
 
     # ==== plumbing ===================================================================
 
@@ -303,10 +412,21 @@ def _shorten(text: str) -> str:
     return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
 
 
-def _scope(*, namespace: str | None, job_id: str | None = None, node_name: str | None = None) -> str:
+def _model_service_selector(model_service: str) -> str:
+    return f"{MANAGED_BY_LABEL}=squall,{MODEL_SERVICE_LABEL}={model_service}"
+
+
+def _scope(
+    *,
+    namespace: str | None,
+    job_id: str | None = None,
+    node_name: str | None = None,
+    model_service: str | None = None,
+) -> str:
     parts = [
         f"in {namespace}" if namespace is not None else "in all namespaces",
         f"of job {job_id}" if job_id is not None else "",
+        f"of model service {model_service}" if model_service is not None else "",
         f"on node {node_name}" if node_name is not None else "",
     ]
     return "".join(f" {part}" for part in parts if part)
@@ -325,3 +445,6 @@ if TYPE_CHECKING:
 
     def _held_to_the_port(cluster: KubernetesCluster) -> Cluster:
         return cluster  # mypy fails here when the adapter drifts from the Cluster protocol
+
+    def _held_to_the_serving_port(cluster: KubernetesCluster) -> ServingCluster:
+        return cluster  # and here when it drifts from the ServingCluster protocol
