@@ -15,7 +15,7 @@ from moto import mock_aws
 from squall.adapters.aws.job_store import DynamoJobStore
 from squall.adapters.aws.logs import CloudWatchLogReader, LogAccessDenied
 from squall.core.errors import NotFoundError, RetryableError
-from squall.core.jobs import JobStatus
+from squall.core.jobs import Job, JobStatus
 from squall.follow.logs import FollowSettings, LogFollower, print_logs, replica_names
 from squall.local.aws import create_table
 from tests.outputs_helpers import GROUP, START, SteppingClock, move, put_lines, record_job, stream_name
@@ -53,6 +53,15 @@ def read(logs: Any, store: DynamoJobStore, **fields: Any) -> list[str]:
 
 def at(seconds: float) -> Any:
     return START + timedelta(seconds=seconds)
+
+
+def running_with_one_line(logs: Any, store: DynamoJobStore) -> tuple[dict[str, Job], str]:
+    """JOB running, its chief's stream holding "line 1": the job (in a dict a test's clock steps
+    update) and the chief's stream."""
+    job = move(store, record_job(store, JOB), JobStatus.RUNNING, "Started", at=at(0))
+    chief = stream_name(f"{JOB}-chief-0-xk2q9")
+    put_lines(logs, chief, [(at(0), "line 1")])
+    return {"job": job}, chief
 
 
 @pytest.mark.timeout(120)
@@ -147,10 +156,7 @@ def test_follow_prints_new_lines_and_new_streams_until_the_job_is_final(
 ) -> None:
     # given a running job with one stream
     logs, store = aws
-    job = move(store, record_job(store, JOB), JobStatus.RUNNING, "Started", at=at(0))
-    chief = stream_name(f"{JOB}-chief-0-xk2q9")
-    put_lines(logs, chief, [(at(0), "line 1")])
-    state = {"job": job}
+    state, chief = running_with_one_line(logs, store)
 
     def finish() -> None:
         state["job"] = move(store, state["job"], JobStatus.SUCCEEDED, "Completed", at=at(10))
@@ -246,10 +252,7 @@ def test_a_throttled_read_while_following_is_tried_again_and_loses_no_line(
     aws: tuple[Any, DynamoJobStore],
 ) -> None:
     logs, store = aws
-    job = move(store, record_job(store, JOB), JobStatus.RUNNING, "Started", at=at(0))
-    chief = stream_name(f"{JOB}-chief-0-xk2q9")
-    put_lines(logs, chief, [(at(0), "line 1")])
-    state = {"job": job}
+    state, chief = running_with_one_line(logs, store)
     clock = SteppingClock(
         now_at=at(1),
         steps=[
