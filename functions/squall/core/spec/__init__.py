@@ -7,9 +7,9 @@ and every error names the field path as the user wrote it and what is allowed.
 What one message may cost is bounded too, because one body must never be able to
 hang or wedge the functions (see `parse` and `bounds`). The package's modules:
 `limits` (patterns and bounds), `durations`, `bounds` (bounded error reports and the
-body-shape checks), `model` (the pydantic models), `sweep` (trial expansion) and
-`parse` (bodies and recorded specs). Import from the package: `from squall.core.spec
-import parse_spec`.
+body-shape checks), `model` (the pydantic models), `sweep` (trial expansion),
+`commands` (the model service commands: serve, unserve) and `parse` (bodies and
+recorded specs). Import from the package: `from squall.core.spec import parse_spec`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,16 @@ from squall.core.spec.bounds import (
     Issue,
     SpecError,
     bound_issues,
+)
+from squall.core.spec.commands import (
+    MAX_MODEL_VERSION,
+    MAX_SERVING_GPUS,
+    MAX_SERVING_REPLICAS,
+    ServeCommand,
+    ServeResources,
+    UnserveCommand,
+    is_service_name,
+    service_name,
 )
 from squall.core.spec.durations import (
     MAX_DURATION_SECONDS,
@@ -79,9 +89,12 @@ from squall.core.spec.model import (
     SweepValue,
 )
 from squall.core.spec.parse import (
+    COMMANDS,
+    Command,
     check_recorded,
     derive_job_id,
     load_spec,
+    parse_command,
     parse_message,
     parse_spec,
     recorded,
@@ -94,6 +107,7 @@ from squall.core.spec.sweep import (
 )
 
 __all__ = [
+    "COMMANDS",
     "DEFAULT_MAX_RUNTIME_LIMIT",
     "DNS_LABEL",
     "DURATION",
@@ -119,11 +133,14 @@ __all__ = [
     "MAX_ISSUE_FIELD_LENGTH",
     "MAX_ISSUE_MESSAGE_LENGTH",
     "MAX_MEMORY_BYTES",
+    "MAX_MODEL_VERSION",
     "MAX_NAME_LENGTH",
     "MAX_OBJECTS_PER_MESSAGE",
     "MAX_PARAMETER_NAME_LENGTH",
     "MAX_RECORDED_SPEC_BYTES",
     "MAX_REPLICAS",
+    "MAX_SERVING_GPUS",
+    "MAX_SERVING_REPLICAS",
     "MAX_SWEEP_PARAMETERS",
     "MAX_SWEEP_TRIALS",
     "MAX_SWEEP_VALUES",
@@ -137,6 +154,7 @@ __all__ = [
     "TF_PORT",
     "TRIAL_SUFFIX",
     "CancelCommand",
+    "Command",
     "Issue",
     "JobSpec",
     "Placement",
@@ -144,9 +162,12 @@ __all__ = [
     "ReplicaGroup",
     "ReplicaResources",
     "ReplicaType",
+    "ServeCommand",
+    "ServeResources",
     "SpecError",
     "Sweep",
     "SweepValue",
+    "UnserveCommand",
     "bound_issues",
     "check_recorded",
     "derive_job_id",
@@ -154,10 +175,13 @@ __all__ = [
     "format_duration",
     "format_parameter",
     "grid_point",
+    "is_service_name",
     "load_spec",
+    "parse_command",
     "parse_duration",
     "parse_message",
     "parse_spec",
     "recorded",
+    "service_name",
     "trial_indices",
 ]

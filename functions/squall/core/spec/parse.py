@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from squall.core.spec.bounds import Issue, SpecError, shape_issues, validation_issues
+from squall.core.spec.commands import ServeCommand, UnserveCommand
 from squall.core.spec.limits import DEFAULT_MAX_RUNTIME_LIMIT, ISSUES_CONSIDERED, MAX_RECORDED_SPEC_BYTES
 from squall.core.spec.model import CancelCommand, JobSpec
 from squall.core.spec.sweep import expand_sweep
@@ -70,18 +71,38 @@ def parse_spec(
     return spec
 
 
+Command = CancelCommand | ServeCommand | UnserveCommand
+# A body with "action" is a command, validated by the model its action names.
+COMMANDS: dict[str, type[CancelCommand] | type[ServeCommand] | type[UnserveCommand]] = {
+    "cancel": CancelCommand,
+    "serve": ServeCommand,
+    "unserve": UnserveCommand,
+}
+
+
 def parse_message(
     data: Any,
     *,
     teams: Collection[str],
     registries: Collection[str],
     max_runtime_limit: timedelta = DEFAULT_MAX_RUNTIME_LIMIT,
-) -> JobSpec | CancelCommand:
+) -> JobSpec | Command:
     """A queue message body (already decoded JSON): a job spec or a command."""
     if isinstance(data, Mapping) and "action" in data:
-        command: CancelCommand = _validate(CancelCommand, data, {})
-        return command
+        return parse_command(data)
     return parse_spec(data, teams=teams, registries=registries, max_runtime_limit=max_runtime_limit)
+
+
+def parse_command(data: Mapping[str, Any]) -> Command:
+    """A command body: its ``action`` names the model it is validated by. Raises SpecError."""
+    action = data.get("action")
+    model = COMMANDS.get(action) if isinstance(action, str) else None
+    if model is None:
+        got = repr(action[:80]) if isinstance(action, str) else f"a {type(action).__name__}"
+        allowed = ", ".join(repr(name) for name in COMMANDS)
+        raise SpecError([Issue("action", f"must be one of {allowed}; got {got}")])
+    command: Command = _validate(model, data, {})
+    return command
 
 
 def recorded(spec: JobSpec) -> dict[str, Any]:
