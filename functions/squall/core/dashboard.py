@@ -232,6 +232,14 @@ def squall(
     return MetricRef(NAMESPACE, str(metric), dims, stat, period_seconds, label or str(metric))
 
 
+_SPREAD_LABELS = {Stat.P50: "p50", Stat.P90: "p90", Stat.MAXIMUM: "max"}
+
+
+def _spread(metric: Metric, *stats: Stat) -> tuple[MetricRef, ...]:
+    """A duration's spread: one series per statistic, labelled p50, p90, max."""
+    return tuple(squall(metric, stat, label=_SPREAD_LABELS[stat]) for stat in stats)
+
+
 def _lambda(name: str, function_name: str, stat: Stat, label: str) -> MetricRef:
     return MetricRef(LAMBDA_NAMESPACE, name, (("FunctionName", function_name),), stat, 60, label)
 
@@ -304,10 +312,7 @@ def _intake(deployment: Deployment) -> Section:
             ),
             Graph(
                 "Queue wait (submitted to running)",
-                left=(
-                    squall(Metric.QUEUE_WAIT_SECONDS, Stat.P50, label="p50"),
-                    squall(Metric.QUEUE_WAIT_SECONDS, Stat.P90, label="p90"),
-                ),
+                left=_spread(Metric.QUEUE_WAIT_SECONDS, Stat.P50, Stat.P90),
                 right=(squall(Metric.OLDEST_QUEUED_SECONDS, Stat.MAXIMUM, label="oldest queued job"),),
                 left_label="seconds",
                 right_label="seconds",
@@ -326,7 +331,8 @@ def _queue(teams: Sequence[DashboardTeam]) -> Section:
             Graph(
                 "Queued jobs by team",
                 left=tuple(
-                    squall(Metric.QUEUED_JOBS, Stat.MAXIMUM, label=team.name, Team=team.name) for team in ordered
+                    squall(Metric.QUEUED_JOBS, Stat.MAXIMUM, label=team.name, Team=team.name)
+                    for team in ordered
                 ),
                 left_label="jobs",
                 stacked=True,
@@ -350,7 +356,12 @@ def _queue(teams: Sequence[DashboardTeam]) -> Section:
             gpus.append(squall(Metric.GPU_QUOTA, Stat.MAXIMUM, label="quota", Team=team.name))
         quota = f"quota {team.gpu_quota}" if team.gpu_quota is not None else "no quota"
         widgets.append(
-            Graph(f"{team.name}: GPUs queued and admitted ({quota})", left=tuple(gpus), left_label="GPUs", width=8)
+            Graph(
+                f"{team.name}: GPUs queued and admitted ({quota})",
+                left=tuple(gpus),
+                left_label="GPUs",
+                width=8,
+            )
         )
     if not ordered:
         widgets.append(Text("No teams are configured.", height=2))
@@ -433,11 +444,7 @@ def _drains() -> Section:
             ),
             Graph(
                 "Drain duration",
-                left=(
-                    squall(Metric.DRAIN_SECONDS, Stat.P50, label="p50"),
-                    squall(Metric.DRAIN_SECONDS, Stat.P90, label="p90"),
-                    squall(Metric.DRAIN_SECONDS, Stat.MAXIMUM, label="max"),
-                ),
+                left=_spread(Metric.DRAIN_SECONDS, Stat.P50, Stat.P90, Stat.MAXIMUM),
                 left_label="seconds",
                 width=8,
             ),
