@@ -19,6 +19,8 @@ from squall.local.scenario import Simulation, SimulationResult, compile_scenario
 
 P4D = {"cpu": "95", "memory": "1100Gi", "nvidia.com/gpu": 8, "pods": 58}
 GPU_TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+# A scenario's result, its job records by id and each job's event reasons in order.
+Outcome = tuple[SimulationResult, dict[str, Job], dict[str, list[str]]]
 
 
 def p4d(region: str, *, max_size: int, priority: int) -> dict[str, Any]:
@@ -35,7 +37,9 @@ def p4d(region: str, *, max_size: int, priority: int) -> dict[str, Any]:
     }
 
 
-def spec(job_id: str, *, gpus: int = 8, priority: int = 50, workers: int = 0, max_runtime: str = "6h") -> dict[str, Any]:
+def spec(
+    job_id: str, *, gpus: int = 8, priority: int = 50, workers: int = 0, max_runtime: str = "6h"
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": job_id,
         "id": job_id,
@@ -50,7 +54,7 @@ def spec(job_id: str, *, gpus: int = 8, priority: int = 50, workers: int = 0, ma
     return body
 
 
-def run(doc: dict[str, Any]) -> tuple[SimulationResult, dict[str, Job], dict[str, list[str]]]:
+def run(doc: dict[str, Any]) -> Outcome:
     seen: dict[str, Any] = {}
 
     def after(local: LocalRuntime, _: SimulationResult) -> None:
@@ -61,11 +65,23 @@ def run(doc: dict[str, Any]) -> tuple[SimulationResult, dict[str, Job], dict[str
     return result, seen["jobs"], seen["reasons"]
 
 
-def scenario(name: str, *, groups: list[dict[str, Any]], capacity: dict[str, int], arrivals: list[dict[str, Any]]) -> dict[str, Any]:
+def assert_every_job_succeeded(result: SimulationResult, jobs: dict[str, Job]) -> None:
+    assert result.ok, (result.summary, result.notes)
+    assert all(job.status is JobStatus.SUCCEEDED for job in jobs.values()), {
+        j.id: j.status for j in jobs.values()
+    }
+
+
+def scenario(
+    name: str, *, groups: list[dict[str, Any]], capacity: dict[str, int], arrivals: list[dict[str, Any]]
+) -> dict[str, Any]:
     return {
         "name": name,
         "policy": {"idleThreshold": "PT5M", "bootGrace": "PT2M"},
-        "regions": {region: {"capacity": {"p4d.24xlarge": count}, "bootTime": "3m"} for region, count in capacity.items()},
+        "regions": {
+            region: {"capacity": {"p4d.24xlarge": count}, "bootTime": "3m"}
+            for region, count in capacity.items()
+        },
         "nodeGroups": groups,
         "teams": {"research": "team-research"},
         "arrivals": arrivals,
@@ -74,7 +90,7 @@ def scenario(name: str, *, groups: list[dict[str, Any]], capacity: dict[str, int
 
 
 @pytest.fixture(scope="module")
-def overtaking() -> Iterator[tuple[SimulationResult, dict[str, Job], dict[str, list[str]]]]:
+def overtaking() -> Iterator[Outcome]:
     # One node can ever be bought. A burst of five low-priority jobs arrives first;
     # a priority-90 job ten minutes later must run next, before the rest of the burst.
     doc = scenario(
@@ -90,12 +106,9 @@ def overtaking() -> Iterator[tuple[SimulationResult, dict[str, Job], dict[str, l
 
 
 @pytest.mark.timeout(300)
-def test_a_priority_90_job_overtakes_a_waiting_low_priority_burst(
-    overtaking: tuple[SimulationResult, dict[str, Job], dict[str, list[str]]],
-) -> None:
+def test_a_priority_90_job_overtakes_a_waiting_low_priority_burst(overtaking: Outcome) -> None:
     result, jobs, reasons = overtaking
-    assert result.ok, (result.summary, result.notes)
-    assert all(job.status is JobStatus.SUCCEEDED for job in jobs.values()), {j.id: j.status for j in jobs.values()}
+    assert_every_job_succeeded(result, jobs)
     started = {job_id: job.started_at for job_id, job in jobs.items()}
     assert all(started.values())
     first = min(started, key=lambda job_id: started[job_id])  # type: ignore[arg-type,return-value]
@@ -108,7 +121,7 @@ def test_a_priority_90_job_overtakes_a_waiting_low_priority_burst(
 
 
 @pytest.fixture(scope="module")
-def gangs() -> Iterator[tuple[SimulationResult, dict[str, Job], dict[str, list[str]]]]:
+def gangs() -> Iterator[Outcome]:
     # us-west-2 can buy two p4d nodes, us-east-1 six: a 3-replica gang of 8 GPUs fits
     # only in us-east-1, next to single-node jobs competing for both regions.
     doc = scenario(
@@ -124,12 +137,9 @@ def gangs() -> Iterator[tuple[SimulationResult, dict[str, Job], dict[str, list[s
 
 
 @pytest.mark.timeout(300)
-def test_a_distributed_job_is_admitted_whole_in_one_region_and_no_gang_is_released(
-    gangs: tuple[SimulationResult, dict[str, Job], dict[str, list[str]]],
-) -> None:
+def test_a_distributed_job_is_admitted_whole_in_one_region_and_no_gang_is_released(gangs: Outcome) -> None:
     result, jobs, reasons = gangs
-    assert result.ok, (result.summary, result.notes)
-    assert all(job.status is JobStatus.SUCCEEDED for job in jobs.values()), {j.id: j.status for j in jobs.values()}
+    assert_every_job_succeeded(result, jobs)
     assert result.summary["gangsReleased"] == 0
     for i in range(3):
         admitted = [r for r in reasons[f"gang-{i}"] if r.startswith("Admitted:")]
@@ -138,7 +148,7 @@ def test_a_distributed_job_is_admitted_whole_in_one_region_and_no_gang_is_releas
 
 
 @pytest.fixture(scope="module")
-def long_wait() -> Iterator[tuple[SimulationResult, dict[str, Job], dict[str, list[str]]]]:
+def long_wait() -> Iterator[Outcome]:
     # One node; the first job holds it for three hours. The second, whose maxRuntime is
     # one hour, waits three hours and must still run its whole 50 minutes.
     doc = scenario(
@@ -154,9 +164,7 @@ def long_wait() -> Iterator[tuple[SimulationResult, dict[str, Job], dict[str, li
 
 
 @pytest.mark.timeout(300)
-def test_a_job_that_waited_longer_than_its_max_runtime_still_runs_its_full_time(
-    long_wait: tuple[SimulationResult, dict[str, Job], dict[str, list[str]]],
-) -> None:
+def test_a_job_that_waited_longer_than_its_max_runtime_still_runs_its_full_time(long_wait: Outcome) -> None:
     result, jobs, _ = long_wait
     assert result.ok, (result.summary, result.notes)
     patient = jobs["patient"]
