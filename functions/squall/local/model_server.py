@@ -1,0 +1,933 @@
+"""The local stand-in for TensorFlow Serving: a model service's pod under `squall local up`.
+
+    python -m squall.local.model_server --source <s3://… or a local dir> --model-name N \
+        --model-version V --rest-port P --grpc-port Q --work-dir D
+
+does in one process what a model service's pod does on a cluster (the `fetch-model`
+init container, then TensorFlow Serving):
+
+- binds both ports on loopback at once (the model reports LOADING meanwhile), then
+  fetches the SavedModel: an s3:// source (boto3's default chain; AWS_ENDPOINT_URL is
+  how the local runtime points it at its endpoint) is copied to
+  `<work dir>/models/<name>/<version>`, a local directory is loaded in place. No
+  `saved_model.pb` under the source: exit 2 (the contract's ModelNotFound) with one
+  stderr line saying so; any other failure to fetch or load: exit 1.
+- loads it with `tf.saved_model.load` and serves, as TensorFlow Serving does, its
+  REST API (`GET /v1/models/<name>[/versions/<v>]` model status,
+  `GET …/metadata`, `POST …:predict` in the row (`instances` → `predictions`) and
+  columnar (`inputs` → `outputs`) formats, errors as `{"error": "..."}`: 400 for a
+  request that does not fit the signature, naming the input; 404 for another model
+  or version, or before the model is loaded) and its gRPC API
+  (`PredictionService/Predict`, `PredictionService/GetModelMetadata`,
+  `ModelService/GetModelStatus`; INVALID_ARGUMENT for bad inputs, NOT_FOUND as 404).
+- bounded: request bodies and gRPC messages at most `MAX_BODY_BYTES`, at most
+  `REST_THREADS` REST requests and `GRPC_THREADS` RPCs at once (more wait their
+  turn: the REST accept loop waits, gRPC refuses beyond `GRPC_MAX_CONCURRENT`), a
+  connection that sends nothing for `SOCKET_TIMEOUT_SECONDS` is closed; a fetch
+  copies at most `MAX_OBJECTS` objects and `MAX_MODEL_BYTES` bytes.
+- SIGTERM (or SIGINT) stops it: both servers shut down, exit 0.
+
+The copy here and `trainer/fetch_model.py` (the worker image's `fetch-model`) are
+two copies of one small routine, on purpose: the worker image cannot import squall
+and squall may not import the worker image's package, so each side keeps its own,
+with the same rules (the SavedModel's parts only, the same limits, the same exit
+codes). Change them together.
+
+Leaves out: classify/regress/multi-inference (answered as unsupported), model
+version policies and several versions, labels, batching, warm-up, and reloads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import signal
+import socketserver
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path, PurePosixPath
+from types import FrameType
+from typing import Any, NoReturn
+
+HOST = "127.0.0.1"
+MAX_BODY_BYTES = 16 * 1024 * 1024
+REST_THREADS = 8
+GRPC_THREADS = 8
+GRPC_MAX_CONCURRENT = 32
+SOCKET_TIMEOUT_SECONDS = 30.0
+GRPC_GRACE_SECONDS = 5.0
+MAX_OBJECTS = 10_000
+MAX_MODEL_BYTES = 16 * 1024**3
+MAX_RANK = 32
+DEFAULT_SIGNATURE = "serving_default"
+# The files of a SavedModel directory; anything else under the source is not copied.
+SAVED_MODEL_FILES = frozenset({"saved_model.pb", "fingerprint.pb"})
+SAVED_MODEL_DIRS = frozenset({"variables", "assets", "assets.extra"})
+
+NO_SAVED_MODEL_EXIT = 2
+FAILED_EXIT = 1
+
+LOADING = "LOADING"
+AVAILABLE = "AVAILABLE"
+
+
+# ---- fetching ----
+
+
+class FetchError(RuntimeError):
+    """The SavedModel could not be copied (exit 1)."""
+
+
+class NoSavedModelError(FetchError):
+    """There is no saved_model.pb under the source (exit 2)."""
+
+
+def fetch_saved_model(
+    source: str,
+    target: Path,
+    *,
+    client: Any = None,
+    max_objects: int = MAX_OBJECTS,
+    max_bytes: int = MAX_MODEL_BYTES,
+) -> Path:
+    """The local directory holding the SavedModel at `source` (copied to `target` when on S3)."""
+    if not source.startswith("s3://"):
+        path = Path(source)
+        if not (path / "saved_model.pb").is_file():
+            raise NoSavedModelError(f"no SavedModel at {source}: no saved_model.pb in it")
+        return path
+    bucket, _, prefix = source[len("s3://") :].partition("/")
+    if not bucket:
+        raise FetchError(f"--source {source!r} names no bucket")
+    prefix = prefix.strip("/")
+    base = f"{prefix}/" if prefix else ""
+    if client is None:
+        import boto3  # lazily: only the stand-in needs it, and only for an s3:// source
+
+        client = boto3.client("s3")
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    wanted: list[tuple[str, PurePosixPath, int]] = []
+    total = 0
+    listed = 0
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base):
+            for item in page.get("Contents", []):
+                key = str(item["Key"])
+                listed += 1
+                if listed > max_objects:
+                    raise FetchError(
+                        f"more than {max_objects} objects under {source}: not a SavedModel directory"
+                    )
+                relative = _saved_model_part(key[len(base) :])
+                if relative is None:
+                    continue
+                size = int(item.get("Size", 0))
+                total += size
+                if total > max_bytes:
+                    raise FetchError(f"the SavedModel at {source} is larger than {max_bytes} bytes")
+                wanted.append((key, relative, size))
+        if not any(relative == PurePosixPath("saved_model.pb") for _, relative, _ in wanted):
+            raise NoSavedModelError(f"no SavedModel at {source}: no saved_model.pb under it")
+        staging = target.with_name(target.name + ".partial")
+        _remove(staging)
+        for key, relative, _ in wanted:
+            path = staging.joinpath(*relative.parts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, key, str(path))
+    except (BotoCoreError, ClientError) as exc:
+        raise FetchError(f"cannot copy {source}: {exc}") from exc
+    except OSError as exc:
+        raise FetchError(f"cannot write the SavedModel to {target}: {exc}") from exc
+    _remove(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging.rename(target)
+    return target
+
+
+def _saved_model_part(relative: str) -> PurePosixPath | None:
+    """The path of a key below the source when it is part of a SavedModel, else None."""
+    if not relative or relative.endswith("/"):
+        return None  # the prefix itself, or a console "folder"
+    parts = relative.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return None  # never written outside the target
+    if len(parts) == 1:
+        return PurePosixPath(relative) if relative in SAVED_MODEL_FILES else None
+    return PurePosixPath(*parts) if parts[0] in SAVED_MODEL_DIRS else None
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+# ---- the model ----
+
+
+class BadRequest(ValueError):
+    """A request that does not fit the model: HTTP 400, gRPC INVALID_ARGUMENT."""
+
+
+class NotFound(LookupError):
+    """Another model, version or path: HTTP 404, gRPC NOT_FOUND."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    function: Any  # a ConcreteFunction taking the inputs by name
+    inputs: Mapping[str, Any]  # name -> tf.TensorSpec
+    outputs: tuple[str, ...]
+
+
+class Servable:
+    """A loaded SavedModel: its predict signatures and its SignatureDefs (for metadata)."""
+
+    def __init__(self, path: Path) -> None:
+        import tensorflow as tf
+        from tensorflow.core.protobuf import saved_model_pb2
+
+        self._tf = tf
+        saved = saved_model_pb2.SavedModel()
+        saved.ParseFromString((path / "saved_model.pb").read_bytes())
+        self.signature_defs = dict(saved.meta_graphs[0].signature_def) if saved.meta_graphs else {}
+        self._loaded = tf.saved_model.load(str(path))
+        self.signatures: dict[str, Signature] = {}
+        for name, function in self._loaded.signatures.items():
+            _, kwargs = function.structured_input_signature
+            outputs = function.structured_outputs
+            self.signatures[name] = Signature(
+                name=name,
+                function=function,
+                inputs=dict(kwargs),
+                outputs=tuple(sorted(outputs)) if isinstance(outputs, Mapping) else (),
+            )
+
+    def signature(self, name: str) -> Signature:
+        found = self.signatures.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.signatures)) or "none"
+            raise BadRequest(f"Serving signature name: {name!r} not found in signature def (it has: {known})")
+        return found
+
+    def run(
+        self, signature: Signature, arrays: Mapping[str, Any], *, output_filter: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        tf = self._tf
+        unknown = sorted(set(arrays) - set(signature.inputs))
+        if unknown:
+            raise BadRequest(
+                f"input {unknown[0]!r} is not an input of signature {signature.name!r}; {_takes(signature)}"
+            )
+        missing = sorted(set(signature.inputs) - set(arrays))
+        if missing:
+            raise BadRequest(f"input {missing[0]!r} is missing; {_takes(signature)}")
+        for name in output_filter:
+            if name not in signature.outputs:
+                raise BadRequest(
+                    f"output_filter names {name!r}, not an output of signature {signature.name!r} "
+                    f"(outputs: {', '.join(signature.outputs)})"
+                )
+        tensors = {}
+        for name, array in arrays.items():
+            spec = signature.inputs[name]
+            _check_shape(name, array.shape, spec)
+            tensors[name] = tf.constant(array, dtype=spec.dtype)
+        try:
+            outputs = signature.function(**tensors)
+        except (tf.errors.InvalidArgumentError, ValueError, TypeError) as exc:
+            raise BadRequest(f"signature {signature.name!r} refused the inputs: {_first_line(exc)}") from exc
+        wanted = output_filter or signature.outputs
+        return {name: outputs[name].numpy() for name in wanted}
+
+
+def _takes(signature: Signature) -> str:
+    described = ", ".join(f"{name} ({_describe(spec)})" for name, spec in sorted(signature.inputs.items()))
+    return f"signature {signature.name!r} takes {described}"
+
+
+def _describe(spec: Any) -> str:
+    dims = spec.shape.as_list() if spec.shape.rank is not None else None
+    shape = (
+        "any shape" if dims is None else "[" + ", ".join("-1" if d is None else str(d) for d in dims) + "]"
+    )
+    return f"{spec.dtype.name}, shape {shape}"
+
+
+def _check_shape(name: str, shape: Sequence[int], spec: Any) -> None:
+    if spec.shape.rank is None:
+        return
+    expected = spec.shape.as_list()
+    if len(shape) != len(expected) or any(
+        e is not None and e != s for s, e in zip(shape, expected, strict=False)
+    ):
+        raise BadRequest(
+            f"input {name!r} has shape [{', '.join(str(s) for s in shape)}]; "
+            f"the signature takes {_describe(spec)}"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "message", None) or exc).strip()
+    return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+# ---- JSON <-> arrays (REST) ----
+
+
+def _json_array(name: str, value: Any, spec: Any) -> Any:
+    """One input's JSON value as an array of the signature's dtype, or BadRequest naming it."""
+    import numpy as np
+
+    dtype = spec.dtype
+    if dtype.name == "string":
+        return _string_array(name, value)
+    if isinstance(value, dict):
+        raise BadRequest(f"input {name!r}: expected {dtype.name} values, got an object")
+    try:
+        array = np.asarray(value)
+    except (ValueError, OverflowError) as exc:
+        raise BadRequest(
+            f"input {name!r}: the lists are not rectangular (ragged): {_first_line(exc)}"
+        ) from exc
+    if array.ndim > MAX_RANK:
+        raise BadRequest(f"input {name!r}: rank {array.ndim} is more than {MAX_RANK}")
+    if not (dtype.is_bool or dtype.is_integer or dtype.is_floating or dtype.is_complex):
+        raise BadRequest(f"input {name!r}: its dtype {dtype.name} cannot be sent as JSON here")
+    target = np.dtype(dtype.as_numpy_dtype)
+    if array.size == 0 and array.dtype.kind in "fb":
+        return np.zeros(array.shape, dtype=target)  # an empty list fits any input
+    kind = array.dtype.kind
+    if dtype.is_bool:
+        ok = kind == "b"
+    elif dtype.is_integer:
+        ok = kind in "iu" or (kind == "f" and bool(np.all(np.isfinite(array) & (array == np.round(array)))))
+    else:
+        ok = kind in "iuf"
+    if not ok:
+        got = {
+            "b": "booleans",
+            "U": "strings",
+            "f": "non-integral numbers",
+            "O": "mixed or non-numeric values",
+        }
+        raise BadRequest(
+            f"input {name!r}: expected {dtype.name} values, got {got.get(kind, str(array.dtype))}"
+        )
+    if dtype.is_integer and array.size:
+        limits = np.iinfo(target)
+        if array.min() < limits.min or array.max() > limits.max:
+            raise BadRequest(
+                f"input {name!r}: a value is outside {dtype.name}'s range {limits.min}..{limits.max}"
+            )
+    return array.astype(target)
+
+
+def _string_array(name: str, value: Any) -> Any:
+    import numpy as np
+
+    shape: list[int] = []
+    flat: list[bytes] = []
+    leaf_depth: list[int] = []
+
+    def walk(item: Any, depth: int) -> None:
+        if depth > MAX_RANK:
+            raise BadRequest(f"input {name!r}: nested more than {MAX_RANK} deep")
+        if isinstance(item, list):
+            if leaf_depth and depth >= leaf_depth[0]:
+                raise BadRequest(f"input {name!r}: the lists are not rectangular (ragged)")
+            if depth == len(shape):
+                shape.append(len(item))
+            elif shape[depth] != len(item):
+                raise BadRequest(f"input {name!r}: the lists are not rectangular (ragged)")
+            for element in item:
+                walk(element, depth + 1)
+            return
+        if not leaf_depth:
+            leaf_depth.append(depth)
+        if depth != leaf_depth[0] or depth != len(shape):
+            raise BadRequest(f"input {name!r}: the lists are not rectangular (ragged)")
+        flat.append(_string_leaf(name, item))
+
+    walk(value, 0)
+    array = np.empty(len(flat), dtype=object)
+    array[:] = flat
+    return array.reshape(shape)
+
+
+def _string_leaf(name: str, item: Any) -> bytes:
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    if isinstance(item, dict) and set(item) == {"b64"} and isinstance(item["b64"], str):
+        try:
+            return base64.b64decode(item["b64"], validate=True)
+        except ValueError as exc:
+            raise BadRequest(f"input {name!r}: a b64 value is not base64") from exc
+    raise BadRequest(f'input {name!r}: expected string values (or {{"b64": ...}}), got {type(item).__name__}')
+
+
+def _is_value(item: Any) -> bool:
+    """A JSON value that is an input's value, not an object naming inputs."""
+    return not isinstance(item, dict) or set(item) == {"b64"}
+
+
+def parse_predict(body: Any, servable: Servable) -> tuple[Signature, dict[str, Any], bool]:
+    """A REST predict body as (signature, inputs, row format)."""
+    if not isinstance(body, dict):
+        raise BadRequest("a predict request is a JSON object")
+    unknown = sorted(set(body) - {"signature_name", "instances", "inputs"})
+    if unknown:
+        raise BadRequest(
+            f"unknown field {unknown[0]!r}: a predict request takes signature_name and instances or inputs"
+        )
+    signature_name = body.get("signature_name", DEFAULT_SIGNATURE)
+    if not isinstance(signature_name, str):
+        raise BadRequest("signature_name must be a string")
+    signature = servable.signature(signature_name or DEFAULT_SIGNATURE)
+    if ("instances" in body) == ("inputs" in body):
+        raise BadRequest(
+            "a predict request takes either 'instances' (row format) or 'inputs' (columnar format), "
+            + ("not both" if "instances" in body else "and has neither")
+        )
+    single = next(iter(signature.inputs)) if len(signature.inputs) == 1 else None
+    if "inputs" in body:
+        value = body["inputs"]
+        if _is_value(value):
+            if single is None:
+                raise BadRequest(f"'inputs' must be an object naming each input: {_takes(signature)}")
+            named = {single: value}
+        else:
+            named = value
+        return signature, _arrays(named, signature), False
+    instances = body["instances"]
+    if not isinstance(instances, list) or not instances:
+        raise BadRequest("'instances' must be a non-empty list, one element per example")
+    columns: dict[str, list[Any]] = {}
+    if all(_is_value(item) for item in instances):
+        if single is None:
+            raise BadRequest(f"each instance must be an object naming each input: {_takes(signature)}")
+        columns[single] = instances
+    elif all(not _is_value(item) for item in instances):
+        names = set(instances[0])
+        for index, item in enumerate(instances):
+            if set(item) != names:
+                other = sorted(names.symmetric_difference(item))[0]
+                raise BadRequest(f"instance {index} and instance 0 differ in input {other!r}")
+        for input_name in names:
+            columns[input_name] = [item[input_name] for item in instances]
+    else:
+        raise BadRequest("'instances' mixes objects naming inputs with bare values")
+    return signature, _arrays(columns, signature), True
+
+
+def _arrays(named: Mapping[str, Any], signature: Signature) -> dict[str, Any]:
+    for input_name in sorted(named):
+        if input_name not in signature.inputs:
+            raise BadRequest(
+                f"input {input_name!r} is not an input of signature {signature.name!r}; {_takes(signature)}"
+            )
+    return {name: _json_array(name, value, signature.inputs[name]) for name, value in named.items()}
+
+
+def format_predict(outputs: Mapping[str, Any], *, rows: bool, batch: int | None) -> dict[str, Any]:
+    if not rows:
+        if len(outputs) == 1:
+            (only,) = outputs.items()
+            return {"outputs": _json_value(only[0], only[1])}
+        return {"outputs": {name: _json_value(name, value) for name, value in outputs.items()}}
+    for name, value in outputs.items():
+        if value.ndim == 0 or value.shape[0] != batch:
+            raise BadRequest(
+                f"output {name!r} has batch size {value.shape[0] if value.ndim else 'none'}, expecting {batch}: "
+                "use the columnar format ('inputs')"
+            )
+    if len(outputs) == 1:
+        (only,) = outputs.items()
+        return {"predictions": _json_value(only[0], only[1])}
+    columns = {name: _json_value(name, value) for name, value in outputs.items()}
+    return {"predictions": [{name: column[i] for name, column in columns.items()} for i in range(batch or 0)]}
+
+
+def _json_value(name: str, array: Any) -> Any:
+    if array.dtype.kind not in ("O", "S"):
+        return array.tolist()
+    binary = name.endswith("_bytes")
+
+    def convert(item: Any) -> Any:
+        if isinstance(item, list):
+            return [convert(i) for i in item]
+        if not binary:
+            try:
+                return item.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+        return {"b64": base64.b64encode(item).decode("ascii")}
+
+    return convert(array.tolist())
+
+
+# ---- the servers ----
+
+
+class ModelState:
+    """The one model this server serves, and where it is in its life."""
+
+    def __init__(self, *, name: str, version: int) -> None:
+        self.name = name
+        self.version = version
+        self._lock = threading.Lock()
+        self._servable: Servable | None = None
+        self._state = LOADING
+
+    @property
+    def state(self) -> str:
+        with self._lock:
+            return self._state
+
+    def available(self, servable: Servable) -> None:
+        with self._lock:
+            self._servable = servable
+            self._state = AVAILABLE
+
+    def check_version(self, name: str, version: int | None) -> None:
+        if name != self.name:
+            raise NotFound(f"Could not find any versions of model {name}")
+        if version is not None and version != self.version:
+            raise NotFound(f"Could not find version {version} of model {name}")
+
+    def servable(self, name: str, version: int | None) -> Servable:
+        self.check_version(name, version)
+        with self._lock:
+            servable = self._servable
+        if servable is None:
+            which = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
+            raise NotFound(f"Servable not found for request: {which} (the model is still loading)")
+        return servable
+
+    def status(self, name: str, version: int | None) -> dict[str, Any]:
+        self.check_version(name, version)
+        return {
+            "model_version_status": [
+                {
+                    "version": str(self.version),
+                    "state": self.state,
+                    "status": {"error_code": "OK", "error_message": ""},
+                }
+            ]
+        }
+
+    def metadata(self, name: str, version: int | None) -> tuple[Any, Servable]:
+        """The SignatureDefMap proto of the model, and the servable."""
+        from tensorflow_serving.apis import get_model_metadata_pb2
+
+        servable = self.servable(name, version)
+        return get_model_metadata_pb2.SignatureDefMap(signature_def=servable.signature_defs), servable
+
+
+_PATH = re.compile(
+    r"^/v1/models/(?P<name>[^/:]+)"
+    r"(?:/versions/(?P<version>[0-9]{1,18})|/labels/(?P<label>[^/:]+))?"
+    r"(?P<suffix>/metadata|:predict|:classify|:regress)?$"
+)
+
+
+class _HTTPServer(socketserver.ThreadingMixIn, HTTPServer):
+    """A threaded HTTP server with at most `REST_THREADS` requests at once."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], handler: Any, *, threads: int) -> None:
+        self.slots = threading.BoundedSemaphore(threads)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.slots.acquire()  # the accept loop waits for a free slot: bounded threads
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def _handler(model: ModelState, *, max_body_bytes: int) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        timeout = SOCKET_TIMEOUT_SECONDS
+        server_version = "squall-model-server"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # one line per request is noise in the pod's log
+
+        def do_GET(self) -> None:
+            self._answer(self._get)
+
+        def do_POST(self) -> None:
+            self._answer(self._post)
+
+        def _route(self) -> tuple[str, int | None, str | None]:
+            match = _PATH.match(self.path.split("?", 1)[0])
+            if match is None:
+                raise NotFound(f"Malformed request: {self.command} {self.path[:200]}")
+            if match["label"] is not None:
+                raise NotFound(f"Unrecognized servable version label: {match['label']}")
+            version = int(match["version"]) if match["version"] is not None else None
+            return match["name"], version, match["suffix"]
+
+        def _get(self) -> tuple[int, Any]:
+            name, version, suffix = self._route()
+            if suffix is None:
+                return 200, model.status(name, version)
+            if suffix != "/metadata":
+                raise NotFound(f"Malformed request: {self.command} {self.path[:200]}")
+            from google.protobuf import json_format
+
+            signature_map, _ = model.metadata(name, version)
+            return 200, {
+                "model_spec": {"name": name, "signature_name": "", "version": str(model.version)},
+                "metadata": {
+                    "signature_def": json_format.MessageToDict(
+                        signature_map, preserving_proto_field_name=True
+                    )
+                },
+            }
+
+        def _post(self) -> tuple[int, Any]:
+            name, version, suffix = self._route()
+            if suffix in (":classify", ":regress"):
+                model.servable(name, version)
+                raise BadRequest(f"{suffix[1:]} is not supported by the local stand-in; use :predict")
+            if suffix != ":predict":
+                raise NotFound(f"Malformed request: {self.command} {self.path[:200]}")
+            servable = model.servable(name, version)
+            body = self._body()
+            signature, arrays, rows = parse_predict(body, servable)
+            batch = None
+            if rows:
+                batch = next(iter(arrays.values())).shape[0] if arrays else 0
+            outputs = servable.run(signature, arrays)
+            return 200, format_predict(outputs, rows=rows, batch=batch)
+
+        def _body(self) -> Any:
+            if self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
+                raise BadRequest("send the request body with a Content-Length, not chunked")
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                self.close_connection = True
+                raise BadRequest("a predict request needs a Content-Length header") from None
+            if length < 0 or length > max_body_bytes:
+                self.close_connection = True  # the unread body must not be taken for a request
+                raise BadRequest(f"the request body is {length} bytes; at most {max_body_bytes} are accepted")
+            raw = self.rfile.read(length)
+            if len(raw) != length:
+                self.close_connection = True
+                raise BadRequest("the request body ended before its Content-Length")
+            try:
+                return json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                raise BadRequest(f"the request body is not valid JSON: {_first_line(exc)}") from exc
+
+        def _answer(self, route: Callable[[], tuple[int, Any]]) -> None:
+            try:
+                code, payload = route()
+            except BadRequest as exc:
+                code, payload = 400, {"error": str(exc)}
+            except NotFound as exc:
+                code, payload = 404, {"error": str(exc)}
+            except Exception as exc:  # a bug or TensorFlow failing: the client hears, the server goes on
+                print(
+                    f"model_server: request failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True
+                )
+                code, payload = 500, {"error": f"{type(exc).__name__}: {_first_line(exc)}"}
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                self.close_connection = True  # the client went away
+
+    return Handler
+
+
+def _grpc_servicers(model: ModelState) -> tuple[Any, Any]:
+    import grpc
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow_serving.apis import (
+        get_model_metadata_pb2,
+        get_model_status_pb2,
+        model_service_pb2_grpc,
+        predict_pb2,
+        prediction_service_pb2_grpc,
+    )
+
+    def version_of(spec: Any) -> int | None:
+        if spec.version_label:
+            raise NotFound(f"Unrecognized servable version label: {spec.version_label}")
+        return int(spec.version.value) if spec.HasField("version") else None
+
+    def guarded(context: Any, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except BadRequest as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except NotFound as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except Exception as exc:
+            if isinstance(exc, grpc.RpcError):
+                raise
+            print(f"model_server: RPC failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {_first_line(exc)}")
+
+    class Prediction(prediction_service_pb2_grpc.PredictionServiceServicer):
+        def Predict(self, request: Any, context: Any) -> Any:
+            def call() -> Any:
+                version = version_of(request.model_spec)
+                servable = model.servable(request.model_spec.name, version)
+                signature = servable.signature(request.model_spec.signature_name or DEFAULT_SIGNATURE)
+                arrays = {}
+                for name in sorted(request.inputs):
+                    proto = request.inputs[name]
+                    spec = signature.inputs.get(name)
+                    if spec is not None and proto.dtype != spec.dtype.as_datatype_enum:
+                        got = tf.dtypes.as_dtype(proto.dtype).name if proto.dtype else "no dtype"
+                        raise BadRequest(f"input {name!r}: expected {spec.dtype.name}, got {got}")
+                    try:
+                        arrays[name] = tf.make_ndarray(proto)
+                    except (TypeError, ValueError) as exc:
+                        raise BadRequest(f"input {name!r}: not a valid tensor: {_first_line(exc)}") from exc
+                outputs = servable.run(signature, arrays, output_filter=list(request.output_filter))
+                response = predict_pb2.PredictResponse()
+                response.model_spec.name = model.name
+                response.model_spec.version.value = model.version
+                response.model_spec.signature_name = signature.name
+                for name, value in outputs.items():
+                    response.outputs[name].CopyFrom(tf.make_tensor_proto(np.asarray(value)))
+                return response
+
+            return guarded(context, call)
+
+        def GetModelMetadata(self, request: Any, context: Any) -> Any:
+            def call() -> Any:
+                if list(request.metadata_field) != ["signature_def"]:
+                    raise BadRequest("metadata_field must be ['signature_def'], the only metadata served")
+                signature_map, _ = model.metadata(request.model_spec.name, version_of(request.model_spec))
+                response = get_model_metadata_pb2.GetModelMetadataResponse()
+                response.model_spec.name = model.name
+                response.model_spec.version.value = model.version
+                response.metadata["signature_def"].Pack(signature_map)
+                return response
+
+            return guarded(context, call)
+
+    class Models(model_service_pb2_grpc.ModelServiceServicer):
+        def GetModelStatus(self, request: Any, context: Any) -> Any:
+            def call() -> Any:
+                model.check_version(request.model_spec.name, version_of(request.model_spec))
+                response = get_model_status_pb2.GetModelStatusResponse()
+                status = response.model_version_status.add()
+                status.version = model.version
+                status.state = get_model_status_pb2.ModelVersionStatus.State.Value(model.state)
+                return response
+
+            return guarded(context, call)
+
+    return Prediction(), Models()
+
+
+class ModelServer:
+    """The REST and gRPC servers of one model; `load` makes it AVAILABLE."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        version: int,
+        rest_port: int = 0,
+        grpc_port: int = 0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        rest_threads: int = REST_THREADS,
+        grpc_threads: int = GRPC_THREADS,
+    ) -> None:
+        self.model = ModelState(name=name, version=version)
+        self._rest_port = rest_port
+        self._grpc_port = grpc_port
+        self._max_body_bytes = max_body_bytes
+        self._rest_threads = rest_threads
+        self._grpc_threads = grpc_threads
+        self._http: _HTTPServer | None = None
+        self._http_thread: threading.Thread | None = None
+        self._grpc: Any = None
+        self.rest_port = rest_port
+        self.grpc_port = grpc_port
+
+    def start(self) -> None:
+        """Bind both ports (0: a free one) and answer; OSError when a port is taken."""
+        import grpc
+
+        handler = _handler(self.model, max_body_bytes=self._max_body_bytes)
+        self._http = _HTTPServer((HOST, self._rest_port), handler, threads=self._rest_threads)
+        self.rest_port = int(self._http.server_address[1])
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._grpc_threads, thread_name_prefix="grpc"),
+            maximum_concurrent_rpcs=GRPC_MAX_CONCURRENT,
+            options=[
+                ("grpc.max_receive_message_length", self._max_body_bytes),
+                ("grpc.max_send_message_length", 4 * self._max_body_bytes),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
+
+        prediction, models = _grpc_servicers(self.model)
+        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(prediction, server)
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
+        try:
+            port = server.add_insecure_port(f"{HOST}:{self._grpc_port}")
+        except RuntimeError as exc:
+            self._http.server_close()
+            raise OSError(f"cannot listen on {HOST}:{self._grpc_port} for gRPC: {exc}") from exc
+        if not port:
+            self._http.server_close()
+            raise OSError(f"cannot listen on {HOST}:{self._grpc_port} for gRPC")
+        self.grpc_port = int(port)
+        server.start()
+        self._grpc = server
+        self._http_thread = threading.Thread(target=self._http.serve_forever, name="rest", daemon=True)
+        self._http_thread.start()
+
+    def load(self, path: Path) -> None:
+        self.model.available(Servable(path))
+
+    def close(self) -> None:
+        if self._http is not None:
+            if self._http_thread is not None:  # shutdown() waits for a serve_forever that ran
+                self._http.shutdown()
+                self._http_thread = None
+            self._http.server_close()
+            self._http = None
+        if self._grpc is not None:
+            self._grpc.stop(GRPC_GRACE_SECONDS).wait()
+            self._grpc = None
+
+
+# ---- the command ----
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # exit 2 is the contract's "no SavedModel"
+        raise _UsageError(message)
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived before the model was served."""
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = _Parser(prog="python -m squall.local.model_server", description=__doc__.split("\n")[0])
+    parser.add_argument("--source", required=True, help="s3://bucket/prefix or a local directory")
+    parser.add_argument("--model-name", required=True)
+    parser.add_argument("--model-version", type=int, required=True)
+    parser.add_argument("--rest-port", type=int, required=True)
+    parser.add_argument("--grpc-port", type=int, required=True)
+    parser.add_argument("--work-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", args.model_name):
+        raise _UsageError(f"--model-name {args.model_name!r}: letters, digits, '.', '_', '-', at most 128")
+    if not 1 <= args.model_version <= 10**9:
+        raise _UsageError(f"--model-version must be 1..1000000000, got {args.model_version}")
+    for flag in ("rest_port", "grpc_port"):
+        if not 0 <= getattr(args, flag) <= 65535:
+            raise _UsageError(f"--{flag.replace('_', '-')} must be 0..65535, got {getattr(args, flag)}")
+    if args.rest_port and args.rest_port == args.grpc_port:
+        raise _UsageError("--rest-port and --grpc-port must differ")
+    return args
+
+
+def _say(message: str) -> None:
+    print(f"model_server: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parse(argv)
+    except _UsageError as exc:
+        _say(f"usage: {exc}")
+        return FAILED_EXIT
+    stop = threading.Event()
+    serving = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        if not serving.is_set():
+            raise _Stopped
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = ModelServer(
+        name=args.model_name, version=args.model_version, rest_port=args.rest_port, grpc_port=args.grpc_port
+    )
+    try:
+        try:
+            server.start()
+        except OSError as exc:
+            _say(f"cannot start: {exc}")
+            return FAILED_EXIT
+        _say(
+            f"listening: REST {HOST}:{server.rest_port}, gRPC {HOST}:{server.grpc_port}; loading {args.source}"
+        )
+        target = args.work_dir / "models" / args.model_name / str(args.model_version)
+        try:
+            path = fetch_saved_model(args.source, target)
+            server.load(path)
+        except NoSavedModelError as exc:
+            _say(str(exc))
+            return NO_SAVED_MODEL_EXIT
+        except FetchError as exc:
+            _say(str(exc))
+            return FAILED_EXIT
+        except _Stopped:
+            raise
+        except Exception as exc:
+            _say(f"cannot load the SavedModel from {args.source}: {type(exc).__name__}: {_first_line(exc)}")
+            return FAILED_EXIT
+        serving.set()
+        _say(f"serving model {args.model_name} version {args.model_version}")
+        stop.wait()
+        _say("stopping")
+        return 0
+    except _Stopped:
+        _say("stopped before the model was served")
+        return 0
+    finally:
+        serving.set()  # a second signal while closing only sets `stop`
+        server.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
