@@ -187,7 +187,7 @@ def _job(
         ],
     }
     if replica.resources.gpu > 0:
-        pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+        pod_spec["tolerations"] = gpu_tolerations()
     affinity = _affinity(spec, job_id=job_id, distributed=distributed)
     if affinity:
         pod_spec["affinity"] = affinity
@@ -252,21 +252,12 @@ def _container(
     env.extend({"name": k, "value": v} for k, v in sorted(spec.env.items()))
 
     resources = replica.resources
-    requests: dict[str, str] = {"cpu": resources.cpu, "memory": resources.memory}
-    limits: dict[str, str] = {"memory": resources.memory}
-    if resources.gpu > 0:
-        # Extended resources cannot be overcommitted: requests must equal limits.
-        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(resources.gpu)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
         "env": env,
-        "resources": {"requests": requests, "limits": limits},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "resources": container_resources(cpu=resources.cpu, memory=resources.memory, gpus=resources.gpu),
+        "securityContext": container_security_context(),
     }
     if spec.code_uri:
         container["command"] = [*LAUNCHER, *(spec.command or DEFAULT_COMMAND)]
@@ -277,6 +268,30 @@ def _container(
     if distributed:
         container["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT, "protocol": "TCP"}]
     return container
+
+
+def gpu_tolerations() -> list[dict[str, Any]]:
+    """What a pod asking for GPUs tolerates: the GPU groups' taint."""
+    return [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def container_resources(*, cpu: str, memory: str, gpus: int) -> dict[str, dict[str, str]]:
+    """A container's requests and limits: cpu and memory requested, memory limited, GPUs both."""
+    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
+    limits: dict[str, str] = {"memory": memory}
+    if gpus > 0:
+        # Extended resources cannot be overcommitted: requests must equal limits.
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
+    return {"requests": requests, "limits": limits}
+
+
+def container_security_context() -> dict[str, Any]:
+    """Every container Squall renders: never privileged, no privilege escalation, no capabilities."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def _affinity(spec: JobSpec, *, job_id: str, distributed: bool) -> dict[str, Any]:

@@ -17,12 +17,22 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from squall.core.spec import JobSpec
 from squall.planner.admission import TeamShare
 from squall.planner.inputs import (
     POLICY_DEFAULTS,
@@ -103,6 +113,48 @@ class PolicySettings(BaseModel):
         return planner_policy(dict(self))
 
 
+class ServingSettings(BaseModel):
+    """Model services (cdk.json ``serving``, camelCase as the stack writes it).
+
+    Serve requests are refused while either image is unset; `Settings` checks both
+    against ``allowed_registries`` as a job's image is checked.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    # TensorFlow Serving, pinned by tag or digest.
+    image: str | None = None
+    # Squall's worker image: its fetch-model init container copies the SavedModel in.
+    fetch_image: str | None = None
+    service_type: Literal["LoadBalancer", "ClusterIP"] = "LoadBalancer"
+    # The AWS Load Balancer Controller's scheme for the LoadBalancer Service.
+    load_balancer_scheme: Literal["internal", "internet-facing"] = "internal"
+
+    @field_validator("image", "fetch_image", mode="before")
+    @classmethod
+    def _unset(cls, value: Any) -> Any:
+        return None if value == "" else value  # cdk.json's "" means not configured
+
+    @property
+    def not_configured(self) -> str | None:
+        """Why serve requests are refused now, or None when serving is configured."""
+        if self.image is None or self.fetch_image is None:
+            return "serving is not configured: set serving.image and serving.fetchImage"
+        return None
+
+
+def image_problem(image: str, *, registries: list[str]) -> str | None:
+    """Why `image` may not run in the cluster, by the job spec's own rule; None when it may."""
+    try:
+        JobSpec.model_validate(
+            {"name": "image", "team": "-", "image": image}, context={"registries": registries}
+        )
+    except ValidationError as exc:
+        problems = [e["msg"].removeprefix("Value error, ") for e in exc.errors() if e["loc"] == ("image",)]
+        return problems[0] if problems else None
+    return None
+
+
 class SettingsFileError(ValueError):
     """The settings file named by SQUALL_SETTINGS_FILE is missing or not a settings object."""
 
@@ -129,7 +181,9 @@ class _SettingsFile(PydanticBaseSettingsSource):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise SettingsFileError(f"{SETTINGS_FILE_VARIABLE}={value}: cannot read {path}: {exc.strerror}") from exc
+            raise SettingsFileError(
+                f"{SETTINGS_FILE_VARIABLE}={value}: cannot read {path}: {exc.strerror}"
+            ) from exc
         except (UnicodeDecodeError, ValueError) as exc:
             raise SettingsFileError(f"{SETTINGS_FILE_VARIABLE}={value}: {path} is not JSON: {exc}") from exc
         if not isinstance(data, dict):
@@ -186,10 +240,21 @@ class Settings(BaseSettings):
     cluster_wide_pods: bool = False
     policy: PolicySettings = Field(default_factory=PolicySettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    serving: ServingSettings = Field(default_factory=ServingSettings)
     dry_run: bool = False
     # Squall's own lifecycle hooks (names) on the groups it manages
     launch_hook_name: str = "squall-launch"
     terminate_hook_name: str = "squall-terminate"
+
+    @model_validator(mode="after")
+    def _serving_images(self) -> Settings:
+        for key, image in (("image", self.serving.image), ("fetchImage", self.serving.fetch_image)):
+            if image is None:
+                continue
+            problem = image_problem(image, registries=self.allowed_registries)
+            if problem is not None:
+                raise ValueError(f"serving.{key} {image[:200]!r}: {problem}")
+        return self
 
     def team_shares(self) -> dict[str, TeamShare]:
         """Every team's share in admission (ScaleConfig.teams): a team without a quota has none, weight 1."""
