@@ -16,19 +16,7 @@ from squall.core.spec import parse_spec
 from squall.local.runtime import LocalRuntime
 from squall.planner.admission import TeamShare
 from tests.groups import gpu_group
-
-REGISTRY = "registry.example.com/squall"
-
-
-def spec(name: str, team: str, *, priority: int = 50, gpu: int = 1) -> dict[str, Any]:
-    return {
-        "name": name,
-        "id": name,
-        "team": team,
-        "image": f"{REGISTRY}/tf-trainer:1.0",
-        "resources": {"cpu": "4", "memory": "16Gi", "gpu": gpu},
-        "priority": priority,
-    }
+from tests.job_bodies import REGISTRY, job_body
 
 
 @pytest.fixture
@@ -55,12 +43,12 @@ def queued(here: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalRuntime
     ) as local:
         monkeypatch.setenv("SQUALL_TABLE_NAME", local.resources.table_name)
         for body in (
-            spec("r0", "research"),
-            spec("r1", "research"),
-            spec("v0", "vision"),
-            spec("v1", "vision"),
-            spec("r2", "research"),
-            spec("urgent", "research", priority=90),
+            job_body("r0", "research"),
+            job_body("r1", "research"),
+            job_body("v0", "vision"),
+            job_body("v1", "vision"),
+            job_body("r2", "research"),
+            job_body("urgent", "research", priority=90),
         ):
             local.send(body)
         assert local.run(
@@ -171,7 +159,9 @@ def test_no_decision_yet_is_said_plainly(bare: LocalRuntime, capsys: pytest.Capt
     assert "no scale-check decision recorded yet" in capsys.readouterr().err
 
 
-def test_a_decision_without_a_queue_is_said_plainly(bare: LocalRuntime, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_decision_without_a_queue_is_said_plainly(
+    bare: LocalRuntime, capsys: pytest.CaptureFixture[str]
+) -> None:
     bare.backend.scale_state.record_decision(
         at=bare.clock.now(), trigger="schedule", dry_run=False, plan={"scaleUp": []}, acted={}
     )
@@ -179,15 +169,29 @@ def test_a_decision_without_a_queue_is_said_plainly(bare: LocalRuntime, capsys: 
     assert "recorded no queue" in capsys.readouterr().err
 
 
-def test_more_waiting_than_the_record_lists_is_counted(bare: LocalRuntime, capsys: pytest.CaptureFixture[str]) -> None:
+def test_more_waiting_than_the_record_lists_is_counted(
+    bare: LocalRuntime, capsys: pytest.CaptureFixture[str]
+) -> None:
     # given a decision that lists the first 2 of 250 waiting jobs
     waiting = [
-        {"job": f"j{i}", "team": "research", "priority": 50, "gpus": 8, "position": i, "teamPosition": i,
-         "reason": "Queued", "message": f"{place} in research, {place} overall; needs 8 GPUs"}
+        {
+            "job": f"j{i}",
+            "team": "research",
+            "priority": 50,
+            "gpus": 8,
+            "position": i,
+            "teamPosition": i,
+            "reason": "Queued",
+            "message": f"{place} in research, {place} overall; needs 8 GPUs",
+        }
         for i, place in ((1, "1st"), (2, "2nd"))
     ]
-    admission = {"admitted": [{"job": "a", "team": "vision", "region": "us-east-1", "gpus": 4}],
-                 "waiting": waiting, "waitingTotal": 250, "inUse": {"vision": 4}}
+    admission = {
+        "admitted": [{"job": "a", "team": "vision", "region": "us-east-1", "gpus": 4}],
+        "waiting": waiting,
+        "waitingTotal": 250,
+        "inUse": {"vision": 4},
+    }
     bare.backend.scale_state.record_decision(
         at=bare.clock.now(), trigger="schedule", dry_run=True, plan={"admission": admission}, acted={}
     )
@@ -205,7 +209,9 @@ def test_more_waiting_than_the_record_lists_is_counted(bare: LocalRuntime, capsy
     assert shown["dryRun"] is True and shown["inUse"] == {"vision": 4}
 
 
-def test_queue_without_a_table_says_what_is_missing(here: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_queue_without_a_table_says_what_is_missing(
+    here: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("SQUALL_TABLE_NAME", raising=False)
     assert main(["queue"]) == 2
     assert "SQUALL_TABLE_NAME is not set" in capsys.readouterr().err
@@ -223,8 +229,13 @@ def rendered_jobs(*bodies: dict[str, Any]) -> dict[str, Any]:
     for index, body in enumerate(bodies):
         parsed = parse_spec(body, teams=teams, registries=[REGISTRY], max_runtime_limit=timedelta(days=30))
         at = queued_at(index)
-        items += [o for o in manifests.render(parsed, job_id=body["id"], namespace=teams[body["team"]], submitted_at=at)
-                  if o["kind"] == "Job"]
+        items += [
+            o
+            for o in manifests.render(
+                parsed, job_id=body["id"], namespace=teams[body["team"]], submitted_at=at
+            )
+            if o["kind"] == "Job"
+        ]
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
@@ -237,15 +248,43 @@ def plan_files(here: Path, jobs: Any) -> list[str]:
     (here / "pods.json").write_text(json.dumps({"items": []}))
     (here / "groups.json").write_text(json.dumps(GROUPS))
     (here / "jobs.json").write_text(json.dumps(jobs))
-    return ["plan", "--nodes", "nodes.json", "--pods", "pods.json", "--groups", "groups.json",
-            "--jobs", "jobs.json", "--now", "2026-01-05T09:00:00Z"]
+    return [
+        "plan",
+        "--nodes",
+        "nodes.json",
+        "--pods",
+        "pods.json",
+        "--groups",
+        "groups.json",
+        "--jobs",
+        "jobs.json",
+        "--now",
+        "2026-01-05T09:00:00Z",
+    ]
 
 
-def test_plan_with_jobs_admits_then_plans_with_cdk_json_teams(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_with_jobs_admits_then_plans_with_cdk_json_teams(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # given cdk.json's teams: vision may hold 1 GPU
-    (here / "cdk.json").write_text(json.dumps({"context": {"teams": {
-        "research": "team-research", "vision": {"namespace": "team-vision", "gpuQuota": 1}}}}))
-    jobs = rendered_jobs(spec("r0", "research"), spec("v0", "vision"), spec("v1", "vision"), spec("r1", "research"))
+    (here / "cdk.json").write_text(
+        json.dumps(
+            {
+                "context": {
+                    "teams": {
+                        "research": "team-research",
+                        "vision": {"namespace": "team-vision", "gpuQuota": 1},
+                    }
+                }
+            }
+        )
+    )
+    jobs = rendered_jobs(
+        job_body("r0", "research"),
+        job_body("v0", "vision"),
+        job_body("v1", "vision"),
+        job_body("r1", "research"),
+    )
     # when
     assert main([*plan_files(here, jobs), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -253,7 +292,11 @@ def test_plan_with_jobs_admits_then_plans_with_cdk_json_teams(here: Path, capsys
     admission = result["admission"]
     assert admission["admitted"] == []
     assert [(w["job"], w["reason"]) for w in admission["waiting"]] == [
-        ("r0", "Queued"), ("v0", "Queued"), ("r1", "Queued"), ("v1", "QuotaExceeded:1/1 GPUs")]
+        ("r0", "Queued"),
+        ("v0", "Queued"),
+        ("r1", "Queued"),
+        ("v1", "QuotaExceeded:1/1 GPUs"),
+    ]
     [scale_up] = result["scaleUp"]
     assert (scale_up["group"], scale_up["from"], scale_up["to"]) == ("p3-usw2", 0, 3)
 
@@ -263,7 +306,7 @@ def test_plan_with_jobs_admits_then_plans_with_cdk_json_teams(here: Path, capsys
 
 
 def test_plan_names_the_job_and_field_it_refuses(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    jobs = rendered_jobs(spec("r0", "research"), spec("r1", "research"))
+    jobs = rendered_jobs(job_body("r0", "research"), job_body("r1", "research"))
     jobs["items"][1]["metadata"]["annotations"]["squall.io/replicas"] = "many"
     assert main(plan_files(here, jobs)) == 2
     err = capsys.readouterr().err
@@ -272,7 +315,8 @@ def test_plan_names_the_job_and_field_it_refuses(here: Path, capsys: pytest.Capt
 
 
 def test_plan_refuses_a_bad_team_quota_in_cdk_json(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (here / "cdk.json").write_text(json.dumps({"context": {"teams": {
-        "research": {"namespace": "team-research", "gpuQuota": -1}}}}))
-    assert main(plan_files(here, rendered_jobs(spec("r0", "research")))) == 2
+    (here / "cdk.json").write_text(
+        json.dumps({"context": {"teams": {"research": {"namespace": "team-research", "gpuQuota": -1}}}})
+    )
+    assert main(plan_files(here, rendered_jobs(job_body("r0", "research")))) == 2
     assert "teams.research.gpuQuota" in capsys.readouterr().err

@@ -17,14 +17,16 @@ from squall.core import manifests
 from squall.core.spec import parse_spec
 from squall.planner.admission import TeamShare
 from squall.planner.offline import PlanInputError, plan_offline
+from tests.job_bodies import REGISTRY, job_body
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 TEAMS = {"research": "team-research", "vision": "team-vision"}
-REGISTRY = "registry.example.com/squall"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 
 
-def group(name: str = "p3-usw2", *, region: str = "us-west-2", instances: int = 2, max_size: int = 4) -> dict[str, Any]:
+def group(
+    name: str = "p3-usw2", *, region: str = "us-west-2", instances: int = 2, max_size: int = 4
+) -> dict[str, Any]:
     return {
         "name": name,
         "region": region,
@@ -52,7 +54,10 @@ def node(group_name: str, index: int, *, region: str = "us-west-2") -> dict[str,
         "metadata": {
             "name": f"{group_name}-node-{index}",
             "creationTimestamp": "2026-01-05T09:01:00Z",
-            "labels": {"topology.kubernetes.io/region": region, "node.kubernetes.io/instance-type": "p3.2xlarge"},
+            "labels": {
+                "topology.kubernetes.io/region": region,
+                "node.kubernetes.io/instance-type": "p3.2xlarge",
+            },
         },
         "spec": {"providerID": f"aws:///{region}a/{instance_id(group_name, index)}", "taints": [GPU_TAINT]},
         "status": {
@@ -62,18 +67,11 @@ def node(group_name: str, index: int, *, region: str = "us-west-2") -> dict[str,
     }
 
 
-def jobs_of(name: str, team: str, *, at: datetime, priority: int = 50, gpu: int = 1, workers: int = 0) -> list[dict[str, Any]]:
+def jobs_of(
+    name: str, team: str, *, at: datetime, priority: int = 50, gpu: int = 1, workers: int = 0
+) -> list[dict[str, Any]]:
     """The suspended replica Jobs Squall creates for one job spec."""
-    body: dict[str, Any] = {
-        "name": name,
-        "id": name,
-        "team": team,
-        "image": f"{REGISTRY}/tf-trainer:1.0",
-        "resources": {"cpu": "4", "memory": "16Gi", "gpu": gpu},
-        "priority": priority,
-    }
-    if workers:
-        body["replicas"] = {"worker": workers}
+    body = job_body(name, team, priority=priority, gpu=gpu, workers=workers)
     spec = parse_spec(body, teams=TEAMS, registries=[REGISTRY], max_runtime_limit=timedelta(days=30))
     objects = manifests.render(spec, job_id=name, namespace=TEAMS[team], submitted_at=at)
     jobs = [o for o in objects if o["kind"] == "Job"]
@@ -89,8 +87,13 @@ def minutes_ago(minutes: int) -> datetime:
     return NOW - timedelta(minutes=minutes)
 
 
-def offline(jobs_doc: Any, *, teams: dict[str, TeamShare] | None = None, groups: list[dict[str, Any]] | None = None,
-            nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def offline(
+    jobs_doc: Any,
+    *,
+    teams: dict[str, TeamShare] | None = None,
+    groups: list[dict[str, Any]] | None = None,
+    nodes: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     return plan_offline(
         nodes_doc={"items": nodes if nodes is not None else [node("p3-usw2", 0), node("p3-usw2", 1)]},
         pods_doc={"items": []},
@@ -113,11 +116,21 @@ def test_admits_by_priority_and_fair_share_then_plans_for_the_queue() -> None:
     result = offline(doc, teams={"vision": TeamShare(quota=1)})
     # then: the priority-90 job overtakes, vision gets its fair share, the rest wait in order
     admission = result["admission"]
-    assert [(a["job"], a["region"]) for a in admission["admitted"]] == [("urgent", "us-west-2"), ("v0", "us-west-2")]
+    assert [(a["job"], a["region"]) for a in admission["admitted"]] == [
+        ("urgent", "us-west-2"),
+        ("v0", "us-west-2"),
+    ]
     waiting = {w["job"]: w for w in admission["waiting"]}
     assert [w["job"] for w in admission["waiting"]] == ["r0", "r1", "r2", "v1"]
-    assert [(waiting[j]["position"], waiting[j]["teamPosition"]) for j in ("r0", "r1", "r2")] == [(1, 1), (2, 2), (3, 3)]
-    assert waiting["r0"]["reason"] == "Queued" and waiting["r0"]["message"] == "1st in research, 1st overall; needs 1 GPU"
+    assert [(waiting[j]["position"], waiting[j]["teamPosition"]) for j in ("r0", "r1", "r2")] == [
+        (1, 1),
+        (2, 2),
+        (3, 3),
+    ]
+    assert (
+        waiting["r0"]["reason"] == "Queued"
+        and waiting["r0"]["message"] == "1st in research, 1st overall; needs 1 GPU"
+    )
     assert waiting["v1"]["reason"] == "QuotaExceeded:1/1 GPUs" and waiting["v1"]["position"] == 0
     assert admission["waitingTotal"] == 4
     assert admission["inUse"] == {"research": 1, "vision": 1}
@@ -145,7 +158,9 @@ def test_a_queued_gang_is_admitted_whole_in_the_one_region_that_holds_it() -> No
     # when
     result = offline(doc, groups=groups, nodes=nodes)
     # then: all of it in us-east-1, nothing bought
-    assert [(a["job"], a["region"], a["gpus"]) for a in result["admission"]["admitted"]] == [("gang", "us-east-1", 3)]
+    assert [(a["job"], a["region"], a["gpus"]) for a in result["admission"]["admitted"]] == [
+        ("gang", "us-east-1", 3)
+    ]
     assert result["scaleUp"] == [] and result["admission"]["waiting"] == []
 
 
@@ -193,9 +208,14 @@ def test_every_waiting_job_is_listed_offline() -> None:
             lambda job: job["metadata"]["annotations"].update({"squall.io/priority": "urgent"}),
             "items[1]: job team-research/r1-worker-0: metadata.annotations.squall.io/priority: expected a whole number from 0 to 100",
         ),
-        (lambda job: job["spec"].update(suspend="yes"), "items[1]: job team-research/r1-worker-0: spec.suspend"),
         (
-            lambda job: job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"].update(cpu="lots"),
+            lambda job: job["spec"].update(suspend="yes"),
+            "items[1]: job team-research/r1-worker-0: spec.suspend",
+        ),
+        (
+            lambda job: job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"].update(
+                cpu="lots"
+            ),
             "items[1]: job team-research/r1-worker-0:",
         ),
     ],
