@@ -3,7 +3,8 @@
 Offline: `validate`, `render`, `plan`, `demo`. Against AWS (whatever endpoint the
 environment points boto3 at — the local one in the demo): `submit` (with `--code DIR`
 through the artifacts bucket, SQUALL_ARTIFACTS_BUCKET), `status`,
-`list`, `describe`, `queue`, `cancel`. Exit codes: 0 ok, 1 not found or failed, 2 bad input.
+`list`, `describe`, `queue`, `cancel`; the model services' commands (`serve`, `services`,
+`unserve`, `predict`) are in serving_commands.py. Exit codes: 0 ok, 1 not found or failed, 2 bad input.
 """
 
 from __future__ import annotations
@@ -442,9 +443,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    job = _get(args.id)
+    from squall.serving_commands import (
+        describe_model_service,
+        history_dict,
+        model_service_history,
+        print_history,
+    )
+
+    job = _store().get(args.id)
+    if job is None:  # a model service's name, then (serving_commands.py)
+        if describe_model_service(args.id, as_json=args.json):
+            return EXIT_OK
+        raise CliError(f"no job or model service {args.id}", code=EXIT_FAILED)
     events = _store().events(args.id)
     place, unread = _place_in_queue(job)
+    served = model_service_history(args.id)  # a model service is named after its job by default
     if args.json:
         body = _job_dict(job) | {
             "events": [
@@ -452,6 +465,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
                 for e in events
             ],
             "queue": place,
+            "modelService": history_dict(*served) if served is not None else None,
         }
         print(json.dumps(body))
         return EXIT_OK
@@ -471,6 +485,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         )
     elif unread:
         print(f"  queue: {unread}")
+    if served is not None:
+        print_history(*served, out=sys.stdout)
     return EXIT_OK
 
 
@@ -695,7 +711,7 @@ def parser() -> argparse.ArgumentParser:
 
     for name, func, text in (
         ("status", cmd_status, "a job's state"),
-        ("describe", cmd_describe, "a job's history"),
+        ("describe", cmd_describe, "a job's history (or a model service's, by its name)"),
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("id")
@@ -722,6 +738,9 @@ def parser() -> argparse.ArgumentParser:
     from squall.researcher_commands import add_researcher_commands
 
     add_researcher_commands(sub)
+    from squall.serving_commands import add_serving_commands
+
+    add_serving_commands(sub)
     return root
 
 

@@ -1,0 +1,800 @@
+"""`squall serve`, `services`, `unserve`, `predict` and `describe NAME` of a model service.
+
+Like the researcher's other commands (researcher_commands.py) they read AWS through
+boto3's default chain (AWS_ENDPOINT_URL points it at the local endpoint), never
+cluster credentials: the records from the jobs table (SQUALL_TABLE_NAME), the
+SavedModel's presence from S3, and they send their requests to the jobs queue
+(SQUALL_JOBS_QUEUE_URL), where the submit function applies the same checks and team
+rules as to any message. `predict` talks to the model service's own endpoints
+(TensorFlow Serving's REST API, or its gRPC API with `--grpc`).
+
+Exit codes as the rest of `squall`: 0 ok, 1 not found or failed (a service that
+FAILED, a server's error), 2 bad input (a request refused before anything was sent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
+from squall.follow.clock import FollowClock, patient
+from squall.researcher_commands import CommandError, _client, _reported, job_store
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_POLL = 2.0
+# The submit function takes a message within seconds; a record that has not appeared
+# (or not taken this request) after this long was refused or lost.
+WAIT_FOR_RECORD = 120.0
+# Pods placed (a node launched first, perhaps), the model fetched and loaded: the
+# Deployment's progress deadline is 600 s and reconcile looks every minute.
+WAIT_TIMEOUT = 1800.0
+MAX_INPUT_BYTES = 16 * 2**20  # a predict request's file
+MAX_ANSWER_BYTES = 64 * 2**20  # a predict answer read back
+DEFAULT_PREDICT_TIMEOUT = 60.0
+DEFAULT_SIGNATURE = "serving_default"
+REQUEST_KEYS = frozenset({"instances", "inputs", "signature_name"})
+
+
+# ---- AWS, through boto3's default chain ----
+
+
+def _table() -> str:
+    table = os.environ.get("SQUALL_TABLE_NAME")
+    if not table:
+        raise CommandError("SQUALL_TABLE_NAME is not set: point it at the deployment's jobs table")
+    return table
+
+
+def service_store() -> Any:
+    """The deployment's model service records (the jobs table, ``pk=SERVICE#<name>``)."""
+    from squall.adapters.aws.model_service_store import DynamoModelServiceStore
+
+    return DynamoModelServiceStore(_client("dynamodb"), _table())
+
+
+def _saved_models() -> Any:
+    from squall.adapters.aws.saved_models import S3SavedModels
+
+    return S3SavedModels(_client("s3"))
+
+
+def _send(body: Mapping[str, Any]) -> str:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    queue = os.environ.get("SQUALL_JOBS_QUEUE_URL")
+    if not queue:
+        raise CommandError("SQUALL_JOBS_QUEUE_URL is not set: point it at the deployment's jobs queue")
+    try:
+        response = _client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+    except (BotoCoreError, ClientError) as exc:
+        raise CommandError(f"cannot send to the jobs queue: {exc}", code=EXIT_FAILED) from exc
+    return str(response["MessageId"])
+
+
+def _service(store: Any, name: str) -> ModelService:
+    service: ModelService | None = store.get(name)
+    if service is None:
+        raise CommandError(f"no model service {name}", code=EXIT_FAILED)
+    return service
+
+
+def _checked_name(name: str) -> str:
+    from squall.core.spec import is_service_name
+
+    if not is_service_name(name):
+        raise CommandError(
+            f"{name[:80]!r} is not a model service name (a DNS label of lowercase letters, digits and "
+            "'-', starting with a letter, at most 40 characters)"
+        )
+    return name
+
+
+def _refused(source: str, exc: Any) -> CommandError:
+    """A SpecError as the CLI shows a refused spec: every issue, field first."""
+    total = getattr(exc, "total", len(exc.issues))
+    lines = [f"{source}: refused ({total} error{'s' if total != 1 else ''})"]
+    lines += [f"  {issue.field}: {issue.message}" for issue in exc.issues]
+    return CommandError("\n".join(lines))
+
+
+# ---- records as shown ----
+
+
+def service_dict(service: ModelService) -> dict[str, Any]:
+    return {
+        "name": service.name,
+        "status": service.status.value,
+        "reason": service.reason,
+        "job": service.job_id,
+        "team": service.team,
+        "namespace": service.namespace,
+        "modelUri": service.model_uri,
+        "modelVersion": service.model_version,
+        "replicas": service.replicas,
+        "readyReplicas": service.ready_replicas,
+        "resources": {"gpu": service.gpus, "cpu": service.cpu, "memory": service.memory},
+        "restUrl": service.rest_url,
+        "grpcTarget": service.grpc_target,
+        "createdAt": service.created_at.isoformat(),
+        "updatedAt": service.updated_at.isoformat(),
+        "errors": list(service.errors),
+    }
+
+
+def event_dict(event: ServiceEvent) -> dict[str, Any]:
+    return {
+        "at": event.at.isoformat(),
+        "status": event.status.value,
+        "reason": event.reason,
+        "message": event.message,
+    }
+
+
+def event_line(event: ServiceEvent) -> str:
+    message = f": {event.message}" if event.message else ""
+    return f"{event.at.isoformat()}  {event.status.value:<10} {event.reason}{message}"
+
+
+def _endpoints(service: ModelService) -> str:
+    if service.rest_url is None and service.grpc_target is None:
+        return "no endpoints yet"
+    return f"REST {service.rest_url or '-'}, gRPC {service.grpc_target or '-'}"
+
+
+def model_service_history(name: str) -> tuple[ModelService, list[ServiceEvent]] | None:
+    """Model service `name`'s record and events; None when there is none (or `name` cannot be one)."""
+    from squall.core.spec import is_service_name
+
+    if not is_service_name(name):
+        return None
+    store = service_store()
+    service: ModelService | None = store.get(name)
+    if service is None:
+        return None
+    return service, store.events(name)
+
+
+def history_dict(service: ModelService, events: Sequence[ServiceEvent]) -> dict[str, Any]:
+    return service_dict(service) | {"events": [event_dict(e) for e in events]}
+
+
+def print_history(service: ModelService, events: Sequence[ServiceEvent], *, out: TextIO) -> None:
+    print(f"model service {service.name}  {service.status.value}  ({service.reason})", file=out)
+    print(
+        f"  job {service.job_id}, team {service.team}, namespace {service.namespace}, "
+        f"model {service.model_uri} as version {service.model_version}",
+        file=out,
+    )
+    print(
+        f"  {service.ready_replicas}/{service.replicas} replicas ready, each {service.gpus} GPUs, "
+        f"cpu {service.cpu}, memory {service.memory}; {_endpoints(service)}",
+        file=out,
+    )
+    for error in service.errors:
+        print(f"  error {error.get('field', '')}: {error.get('message', '')}", file=out)
+    for event in events:
+        print(f"  {event_line(event)}", file=out)
+
+
+def describe_model_service(name: str, *, as_json: bool, out: TextIO | None = None) -> bool:
+    """`squall describe NAME` of a model service; False when there is no model service NAME."""
+    found = model_service_history(name)
+    if found is None:
+        return False
+    out = out or sys.stdout
+    if as_json:
+        print(json.dumps(history_dict(*found)), file=out)
+    else:
+        print_history(*found, out=out)
+    return True
+
+
+# ---- squall serve ----
+
+
+@_reported
+def cmd_serve(args: argparse.Namespace) -> int:
+    from squall.core.serving_requests import plan_serve
+    from squall.core.spec import ServeCommand, SpecError, parse_command
+
+    body: dict[str, Any] = {"action": "serve", "job": args.job}
+    if args.name is not None:
+        body["name"] = args.name
+    for key, value in (("modelVersion", args.version), ("replicas", args.replicas)):
+        if value is not None:
+            body[key] = value
+    resources = {
+        k: v for k, v in (("gpu", args.gpu), ("cpu", args.cpu), ("memory", args.memory)) if v is not None
+    }
+    if resources:
+        body["resources"] = resources
+    try:
+        command = parse_command(body)
+    except SpecError as exc:
+        raise _refused("serve request", exc) from exc
+    assert isinstance(command, ServeCommand)
+    # What the submit function will check, asked now: a request that cannot be served
+    # fails here, naming the field, and nothing is sent.
+    saved_models = _saved_models()
+    store = service_store()
+    try:
+        plan_serve(
+            command,
+            job=job_store().get(command.job),
+            existing=store.get(command.name),
+            message_id=None,
+            has_saved_model=saved_models.has_saved_model,
+        )
+    except SpecError as exc:
+        raise _refused(f"serve {command.job}", exc) from exc
+    message_id = _send(body)
+    if args.json and not args.wait:
+        print(json.dumps({"name": command.name, "job": command.job, "messageId": message_id}))
+        return EXIT_OK
+    print(f"serve requested: model service {command.name} of job {command.job}", flush=True)
+    if not args.wait:
+        print(f"  follow it with: squall services, squall describe {command.name}")
+        return EXIT_OK
+    from squall.follow.clock import RealClock
+
+    service = follow_service(
+        command.name,
+        message_id=message_id,
+        store=store,
+        clock=RealClock(),
+        out=sys.stdout,
+        timeout=args.timeout,
+    )
+    if args.json:
+        print(json.dumps(service_dict(service)))
+    return serve_exit(service)
+
+
+def serve_exit(service: ModelService) -> int:
+    return EXIT_OK if service.status is ServiceStatus.SERVING else EXIT_FAILED
+
+
+def follow_service(
+    name: str,
+    *,
+    message_id: str,
+    store: Any,
+    clock: FollowClock,
+    out: TextIO,
+    poll: float = DEFAULT_POLL,
+    wait_for_record: float = WAIT_FOR_RECORD,
+    timeout: float = WAIT_TIMEOUT,
+) -> ModelService:
+    """Follow model service `name`, as the serve request `message_id` made it, until SERVING, FAILED or STOPPED.
+
+    Prints its events from that request on, one line each, and then the outcome. The
+    record is the request's once it carries the request's message id (serving a
+    STOPPED or FAILED name again continues its record). Raises CommandError when no
+    record took the request within `wait_for_record` seconds, or it is still
+    deploying after `timeout` seconds.
+    """
+    start = clock.now()
+    shown = 0  # the record version whose events are printed
+    while True:
+        service: ModelService | None = patient(lambda: store.get(name), clock=clock, wait=poll)
+        waited = (clock.now() - start).total_seconds()
+        if service is None or service.message_id != message_id:
+            if waited >= wait_for_record:
+                raise CommandError(
+                    f"the serve request for {name} was not taken within {wait_for_record:g} s: the submit "
+                    "function refuses a request it cannot serve (serving not configured, a team rule, a name "
+                    "taken meanwhile) and logs why; squall describe "
+                    f"{name} shows the record if one is made",
+                    code=EXIT_FAILED,
+                )
+        elif service.version != shown:
+            events: list[ServiceEvent] = patient(lambda: store.events(name), clock=clock, wait=poll)
+            if shown == 0:  # this request's events: from the last serve on
+                starts = [
+                    e.version
+                    for e in events
+                    if e.reason in (ServiceReason.REQUESTED, ServiceReason.SERVED_AGAIN)
+                ]
+                shown = (starts[-1] - 1) if starts else 0
+            for event in events:
+                if event.version > shown:
+                    print(event_line(event), file=out, flush=True)
+            shown = max([shown, *(e.version for e in events)])
+            if (
+                service.status is not ServiceStatus.DEPLOYING
+            ):  # SERVING (its endpoints known), FAILED, STOPPED
+                print(_outcome(service), file=out, flush=True)
+                return service
+        if waited >= timeout:
+            status = (
+                service.status.value
+                if service is not None and service.message_id == message_id
+                else "not recorded"
+            )
+            raise CommandError(
+                f"model service {name} is still {status} after {timeout:g} s (squall describe {name})",
+                code=EXIT_FAILED,
+            )
+        clock.sleep(poll)
+
+
+def _outcome(service: ModelService) -> str:
+    if service.status is ServiceStatus.SERVING:
+        return (
+            f"{service.name} SERVING ({service.ready_replicas}/{service.replicas} ready): "
+            f"{_endpoints(service)}\n  squall predict {service.name} --input FILE.json"
+        )
+    return f"{service.name} {service.status.value} ({service.reason})"
+
+
+# ---- squall services ----
+
+
+@_reported
+def cmd_services(args: argparse.Namespace) -> int:
+    store = service_store()
+    statuses = list(ServiceStatus) if args.all else [s for s in ServiceStatus if s in LIVE]
+    services = [s for status in statuses for s in store.list_by_status(status, limit=args.limit)]
+    services.sort(key=lambda s: (s.created_at, s.name))
+    if args.json:
+        print(json.dumps([service_dict(s) for s in services]))
+        return EXIT_OK
+    if not services:
+        print(
+            "no model services"
+            + ("" if args.all else " deploying or serving (--all shows the ended ones too)")
+        )
+        return EXIT_OK
+    header = ["NAME", "STATUS", "REASON", "JOB", "READY", "REST", "GRPC"]
+    table = [header] + [
+        [
+            s.name,
+            s.status.value,
+            s.reason,
+            s.job_id,
+            f"{s.ready_replicas}/{s.replicas}",
+            s.rest_url or "-",
+            s.grpc_target or "-",
+        ]
+        for s in services
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    for *cells, last in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)), last, sep="  ")
+    return EXIT_OK
+
+
+# ---- squall unserve ----
+
+
+@_reported
+def cmd_unserve(args: argparse.Namespace) -> int:
+    from squall.core.spec import SpecError, parse_command
+
+    name = _checked_name(args.name)
+    body = {"action": "unserve", "name": name, "reason": args.reason}
+    try:
+        parse_command(body)
+    except SpecError as exc:
+        raise _refused("unserve request", exc) from exc
+    service = _service(service_store(), name)
+    if service.status is ServiceStatus.STOPPED:
+        print(f"model service {name} is already STOPPED ({service.reason})")
+        return EXIT_OK
+    _send(body)
+    print(f"unserve requested for {name} ({service.status.value})")
+    return EXIT_OK
+
+
+# ---- squall predict ----
+
+
+def read_request(path: str, *, signature: str | None) -> dict[str, Any]:
+    """A predict request's body from a JSON file: `instances` (rows) or `inputs` (columns), checked before sending."""
+    from squall.core import documents
+
+    source = "standard input" if path == "-" else path
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with Path(path).open("rb") as file:
+                raw = file.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise CommandError(f"--input {source}: cannot read it: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_INPUT_BYTES:
+        raise CommandError(
+            f"--input {source}: more than {MAX_INPUT_BYTES // 2**20} MiB; send it in smaller batches"
+        )
+    try:
+        body = documents.parse_json(raw.decode("utf-8"), source=source)
+    except UnicodeDecodeError:
+        raise CommandError(f"--input {source}: not UTF-8 text") from None
+    except documents.DocumentError as exc:
+        raise CommandError(f"--input {exc}") from exc
+    if not isinstance(body, dict):
+        raise CommandError(
+            f"--input {source}: expected a JSON object with 'instances' or 'inputs', got {documents.kind(body)}"
+        )
+    unknown = sorted(set(body) - REQUEST_KEYS)
+    if unknown:
+        raise CommandError(
+            f"--input {source}: unknown key{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(k[:40]) for k in unknown[:5])}: a predict request has 'instances' or 'inputs', "
+            "and optionally 'signature_name'"
+        )
+    given = [key for key in ("instances", "inputs") if key in body]
+    if len(given) != 1:
+        which = "both" if given else "neither"
+        raise CommandError(
+            f"--input {source}: has {which} of 'instances' (a list of rows) and 'inputs' (columns): give exactly one"
+        )
+    if "instances" in body and (not isinstance(body["instances"], list) or not body["instances"]):
+        raise CommandError(f"--input {source}: 'instances' must be a non-empty list of rows")
+    if "signature_name" in body and not isinstance(body["signature_name"], str):
+        raise CommandError(f"--input {source}: 'signature_name' must be a string")
+    if signature is not None:
+        body["signature_name"] = signature
+    return body
+
+
+@_reported
+def cmd_predict(args: argparse.Namespace) -> int:
+    name = _checked_name(args.name)
+    body = read_request(args.input, signature=args.signature)
+    endpoint = args.url
+    if endpoint is None:
+        service = _service(service_store(), name)
+        endpoint = service.grpc_target if args.grpc else service.rest_url
+        if service.status is not ServiceStatus.SERVING or not endpoint:
+            raise CommandError(
+                f"model service {name} is {service.status.value} ({service.reason}): no endpoint to send to "
+                f"(squall describe {name}; --url sends to an address of your own)",
+                code=EXIT_FAILED,
+            )
+    if args.grpc:
+        answer = grpc_predict(
+            grpc_target(endpoint), name=name, version=args.model_version, body=body, timeout=args.timeout
+        )
+    else:
+        answer = rest_predict(
+            rest_base(endpoint), name=name, version=args.model_version, body=body, timeout=args.timeout
+        )
+    print(json.dumps(answer))
+    return EXIT_OK
+
+
+def rest_base(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise CommandError(f"--url {url[:80]!r}: expected the REST address, e.g. http://localhost:8501")
+    return url.strip().rstrip("/")
+
+
+def grpc_target(url: str) -> str:
+    text = url.strip()
+    for prefix in ("grpc://", "dns:///"):
+        text = text.removeprefix(prefix)
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in text:
+        raise CommandError(f"--url {url[:80]!r}: expected the gRPC address as host:port, e.g. localhost:8500")
+    return text
+
+
+def _model_path(name: str, version: int | None) -> str:
+    return f"/v1/models/{name}" + (f"/versions/{version}" if version is not None else "")
+
+
+def rest_predict(
+    base: str, *, name: str, version: int | None, body: Mapping[str, Any], timeout: float
+) -> Any:
+    """POST <base>/v1/models/<name>[/versions/N]:predict; the answer's JSON, or CommandError (exit 1)."""
+    import urllib.error
+    import urllib.request
+
+    url = f"{base}{_model_path(name, version)}:predict"
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read(MAX_ANSWER_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        raise CommandError(f"{url}: HTTP {exc.code}: {_server_error(exc)}", code=EXIT_FAILED) from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CommandError(f"cannot reach {url}: {reason}", code=EXIT_FAILED) from exc
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise CommandError(f"{url}: the answer is over {MAX_ANSWER_BYTES // 2**20} MiB", code=EXIT_FAILED)
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise CommandError(f"{url}: the answer is not JSON: {raw[:200]!r}", code=EXIT_FAILED) from exc
+
+
+def _server_error(exc: Any) -> str:
+    """TensorFlow Serving's {"error": "..."}, else the start of whatever the server said."""
+    try:
+        raw = exc.read(64 * 1024)
+    except OSError:
+        return str(exc.reason)
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return str(body["error"])
+    text = raw.decode("utf-8", "replace").strip()
+    return text[:500] or str(exc.reason)
+
+
+# ---- gRPC: TensorFlow Serving's PredictionService ----
+
+
+def grpc_predict(
+    target: str, *, name: str, version: int | None, body: Mapping[str, Any], timeout: float
+) -> dict[str, Any]:
+    """Predict through gRPC; the answer as TensorFlow Serving's REST API gives a columnar request's.
+
+    The tensors are built from the signature's metadata (GetModelMetadata: the input
+    names, dtypes and shapes), so a row request becomes the same columns the REST API
+    would make of it; an input that does not match is refused here, naming it.
+    """
+    import grpc
+    from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2, prediction_service_pb2_grpc
+
+    options = [
+        ("grpc.max_send_message_length", MAX_INPUT_BYTES * 4),
+        ("grpc.max_receive_message_length", MAX_ANSWER_BYTES),
+    ]
+    signature_name = str(body.get("signature_name") or DEFAULT_SIGNATURE)
+    with grpc.insecure_channel(target, options=options) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        try:
+            metadata_request = get_model_metadata_pb2.GetModelMetadataRequest()
+            metadata_request.model_spec.name = name
+            if version is not None:
+                metadata_request.model_spec.version.value = version
+            metadata_request.metadata_field.append("signature_def")
+            metadata = stub.GetModelMetadata(metadata_request, timeout=timeout)
+            signatures = get_model_metadata_pb2.SignatureDefMap()
+            metadata.metadata["signature_def"].Unpack(signatures)
+            if signature_name not in signatures.signature_def:
+                known = ", ".join(sorted(signatures.signature_def)) or "none"
+                raise CommandError(
+                    f"{target}: model {name} has no signature {signature_name!r} (its signatures: {known})",
+                    code=EXIT_FAILED,
+                )
+            signature = signatures.signature_def[signature_name]
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name = name
+            request.model_spec.signature_name = signature_name
+            if version is not None:
+                request.model_spec.version.value = version
+            specs = {key: (info.dtype, _shape(info.tensor_shape)) for key, info in signature.inputs.items()}
+            for key, value in columns(body, inputs=sorted(specs), signature=signature_name).items():
+                request.inputs[key].CopyFrom(tensor(key, value, dtype=specs[key][0], shape=specs[key][1]))
+            response = stub.Predict(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            shown = code.name if code is not None else "error"
+            raise CommandError(f"{target}: {shown}: {details}", code=EXIT_FAILED) from exc
+    outputs = {key: _json_value(proto) for key, proto in response.outputs.items()}
+    if len(outputs) == 1:
+        return {"outputs": next(iter(outputs.values()))}
+    return {"outputs": dict(sorted(outputs.items()))}
+
+
+def _shape(proto: Any) -> tuple[int, ...] | None:
+    """A TensorShapeProto as sizes (-1 unknown); None when even the rank is unknown."""
+    return None if proto.unknown_rank else tuple(int(d.size) for d in proto.dim)
+
+
+def columns(body: Mapping[str, Any], *, inputs: Sequence[str], signature: str) -> dict[str, Any]:
+    """The request's values per input name, as TensorFlow Serving reads `instances` (rows) and `inputs` (columns)."""
+    only = inputs[0] if len(inputs) == 1 else None
+    if "inputs" in body:
+        value = body["inputs"]
+        if not isinstance(value, dict) or _is_b64(value):
+            if only is None:
+                raise _mismatch(signature, inputs, "give 'inputs' as an object of them")
+            return {only: value}
+        return _check_names(dict(value), inputs=inputs, signature=signature)
+    rows = body["instances"]
+    if all(isinstance(row, dict) and not _is_b64(row) for row in rows):
+        keys = set(rows[0])
+        if any(set(row) != keys for row in rows):
+            raise CommandError("every instance (row) must name the same inputs", code=EXIT_FAILED)
+        return _check_names(
+            {key: [row[key] for row in rows] for key in rows[0]}, inputs=inputs, signature=signature
+        )
+    if only is None:
+        raise _mismatch(signature, inputs, "give each instance as an object of them")
+    return {only: rows}
+
+
+def _mismatch(signature: str, inputs: Sequence[str], what: str) -> CommandError:
+    return CommandError(
+        f"signature {signature!r} takes {len(inputs)} inputs ({', '.join(inputs)}): {what}", code=EXIT_FAILED
+    )
+
+
+def _check_names(named: dict[str, Any], *, inputs: Sequence[str], signature: str) -> dict[str, Any]:
+    unknown = sorted(set(named) - set(inputs))
+    missing = sorted(set(inputs) - set(named))
+    if unknown or missing:
+        parts = []
+        if unknown:
+            parts.append(f"no input {', '.join(repr(k[:40]) for k in unknown[:5])}")
+        if missing:
+            parts.append(f"missing {', '.join(repr(k) for k in missing[:5])}")
+        raise CommandError(
+            f"the request does not match signature {signature!r} (its inputs: {', '.join(inputs)}): "
+            + "; ".join(parts),
+            code=EXIT_FAILED,
+        )
+    return named
+
+
+def _is_b64(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"b64"}
+
+
+def tensor(key: str, value: Any, *, dtype: int, shape: tuple[int, ...] | None) -> Any:
+    """A TensorProto of `value` as the signature's input `key` takes it, or CommandError naming the input."""
+    import numpy as np
+    import tensorflow as tf
+
+    kind = tf.dtypes.as_dtype(dtype)
+    try:
+        if kind == tf.string:
+            array = np.asarray(_bytes(value), dtype=object)
+        else:
+            array = np.asarray(value, dtype=kind.as_numpy_dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CommandError(f"input {key!r}: cannot be read as {kind.name}: {exc}", code=EXIT_FAILED) from exc
+    if shape is not None and (
+        array.ndim != len(shape)
+        or any(want not in (-1, got) for want, got in zip(shape, array.shape, strict=True))
+    ):
+        expected = "(" + ", ".join("None" if d == -1 else str(d) for d in shape) + ")"
+        raise CommandError(
+            f"input {key!r}: shape {tuple(array.shape)} does not match the signature's {expected}",
+            code=EXIT_FAILED,
+        )
+    return tf.make_tensor_proto(array, dtype=kind)
+
+
+def _bytes(value: Any) -> Any:
+    if _is_b64(value):
+        return base64.b64decode(value["b64"], validate=True)
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, list):
+        return [_bytes(item) for item in value]
+    raise TypeError(f"expected strings, got {type(value).__name__}")
+
+
+def _json_value(proto: Any) -> Any:
+    import tensorflow as tf
+
+    return _plain(tf.make_ndarray(proto).tolist())
+
+
+def _plain(value: Any) -> Any:
+    """Bytes as TensorFlow Serving's REST API writes them: text when UTF-8, else {"b64": ...}."""
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(value).decode()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return value  # json.dumps writes NaN / Infinity as TensorFlow Serving does
+    return value
+
+
+# ---- registration ----
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g} seconds, got {value:g}")
+        return value
+
+    return parse
+
+
+def add_serving_commands(subparsers: Any) -> None:
+    """Add `serve`, `services`, `unserve` and `predict` to the `squall` command's subparsers."""
+    p = subparsers.add_parser("serve", help="serve a finished job's SavedModel with TensorFlow Serving")
+    p.add_argument("job", help="the id of a SUCCEEDED job (its SavedModel is <outputUri>/<job id>)")
+    p.add_argument("--name", help="the model service's name (default: the job id)")
+    # Checked by the serve command's model, which names the field; argparse only reads numbers.
+    p.add_argument("--version", type=_bounded(-(2**31), 2**31), help="the model version served (default 1)")
+    p.add_argument("--replicas", type=_bounded(-(2**31), 2**31), help="serving replicas (default 1)")
+    p.add_argument("--gpu", type=_bounded(-(2**31), 2**31), help="GPUs per replica (default 0)")
+    p.add_argument("--cpu", help="CPU per replica, a Kubernetes quantity (default 1)")
+    p.add_argument("--memory", help="memory per replica, a Kubernetes quantity (default 2Gi)")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow it until SERVING (exit 0, endpoints printed) or FAILED (exit 1)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds(1, 24 * 3600),
+        default=WAIT_TIMEOUT,
+        help="with --wait: give up after this long",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_serve)
+
+    p = subparsers.add_parser(
+        "services", help="list model services (deploying and serving; --all: every one)"
+    )
+    p.add_argument("--all", action="store_true", help="the FAILED and STOPPED ones too")
+    p.add_argument("--limit", type=_bounded(1, 10_000), default=1000, help="at most this many per state")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_services)
+
+    p = subparsers.add_parser("unserve", help="stop a model service and remove its Kubernetes objects")
+    p.add_argument("name")
+    p.add_argument("--reason", default="unserved with squall unserve")
+    p.set_defaults(run=cmd_unserve)
+
+    p = subparsers.add_parser("predict", help="send a predict request to a model service (REST, or --grpc)")
+    p.add_argument("name")
+    p.add_argument(
+        "--input",
+        required=True,
+        metavar="FILE.json",
+        help="the request: {'instances': [...]} or {'inputs': ...}",
+    )
+    p.add_argument("--grpc", action="store_true", help="through TensorFlow Serving's gRPC API")
+    p.add_argument(
+        "--url", help="send here instead of the recorded endpoint (REST: http://host:port, gRPC: host:port)"
+    )
+    p.add_argument(
+        "--model-version", type=_bounded(1, 1_000_000), help="this version (default: the served one)"
+    )
+    p.add_argument(
+        "--signature", help=f"the signature (default: the file's signature_name, else {DEFAULT_SIGNATURE})"
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds(1, 3600),
+        default=DEFAULT_PREDICT_TIMEOUT,
+        help="seconds to wait for the answer",
+    )
+    p.set_defaults(run=cmd_predict)
