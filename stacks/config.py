@@ -20,6 +20,7 @@ from typing import Any
 
 from squall.core.dashboard import Thresholds
 from squall.core.settings import PolicySettings
+from squall.core.spec.limits import IMAGE_REF, MAX_IMAGE_LENGTH, MAX_IMAGE_NAME_LENGTH
 from squall.planner.inputs import (
     AWS_REGION,
     IAM_PRINCIPAL_ARN,
@@ -59,6 +60,7 @@ SETTINGS = (
     "podIdentityAgent",
     "logAgent",
     "researcherLogAccess",
+    "serving",
 )
 CLUSTER_ACCESS_MODES = ("accessEntry", "awsAuth")
 # An EKS add-on the app installs and owns ("install"), or one the platform team
@@ -75,6 +77,13 @@ _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # S3 bucket names (general purpose buckets): 3-63 lower-case letters, digits, "." and "-".
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# How a model service's Kubernetes Service is exposed (core/serving_manifests.py): a
+# load balancer (the AWS Load Balancer Controller's NLB) or in-cluster only.
+SERVICE_TYPES = ("LoadBalancer", "ClusterIP")
+LOAD_BALANCER_SCHEMES = ("internal", "internet-facing")
+SERVING_KEYS = ("image", "fetchImage", "serviceType", "loadBalancerScheme")
+# Tags that move: an image under them is not the image that was reviewed and tested.
+_FLOATING_TAG = re.compile(r"^latest([-_.].*)?$", re.IGNORECASE)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 # Node groups, teams and policy are read by squall/planner/inputs.py, as every other
 # reader reads them; this module adds what only a deployment needs (regions, capacity).
@@ -183,6 +192,31 @@ class ArtifactsConfig:
 
 
 @dataclass(frozen=True)
+class ServingConfig:
+    """Model services (cdk.json ``serving``): the images and how their Service is exposed.
+
+    An image left empty switches serving off: the functions then refuse serve
+    requests with a sentence that names the setting.
+    """
+
+    # TensorFlow Serving, pinned; None: not configured.
+    image: str | None = None
+    # Squall's worker image: its fetch-model init container copies the SavedModel in.
+    fetch_image: str | None = None
+    service_type: str = "LoadBalancer"
+    load_balancer_scheme: str = "internal"
+
+    def settings(self) -> dict[str, str | None]:
+        """SQUALL_SERVING, as functions/squall/core/settings.py ServingSettings reads it."""
+        return {
+            "image": self.image,
+            "fetchImage": self.fetch_image,
+            "serviceType": self.service_type,
+            "loadBalancerScheme": self.load_balancer_scheme,
+        }
+
+
+@dataclass(frozen=True)
 class AlarmConfig:
     email: str
     thresholds: Thresholds
@@ -214,6 +248,7 @@ class SquallConfig:
     pod_identity_agent: str = "existing"
     log_agent: str = "existing"
     researcher_log_access: str = "streams"
+    serving: ServingConfig = field(default_factory=ServingConfig)
 
     @property
     def submitters(self) -> dict[str, tuple[str, ...]]:
@@ -372,6 +407,7 @@ class _Reader:
         account = self.get("account", str, "") or None
         if account is not None and not re.fullmatch(r"\d{12}", account):
             self.problem("account", "a 12-digit AWS account id, or empty to use the CLI's")
+        allowed_registries = self.strings("allowedRegistries", self.ctx.get("allowedRegistries"))
         config = SquallConfig(
             prefix=prefix,
             account=account,
@@ -382,7 +418,7 @@ class _Reader:
             vpc=self.vpc(),
             teams={name: team.namespace for name, team in team_configs.items()},
             team_configs=team_configs,
-            allowed_registries=self.strings("allowedRegistries", self.ctx.get("allowedRegistries")),
+            allowed_registries=allowed_registries,
             node_groups=node_groups,
             capacity=capacity,
             policy=dict(policy),
@@ -397,6 +433,7 @@ class _Reader:
             pod_identity_agent=self.choice("podIdentityAgent", ADDON_MODES, "existing"),
             log_agent=self.choice("logAgent", ADDON_MODES, "existing"),
             researcher_log_access=self.choice("researcherLogAccess", RESEARCHER_LOG_ACCESS, "streams"),
+            serving=self.serving(allowed_registries),
         )
         if self.problems:
             raise ConfigError(self.problems)
@@ -436,8 +473,10 @@ class _Reader:
             for name, team in teams.items()
         }
 
-    def choice(self, path: str, allowed: tuple[str, ...], default: str) -> str:
-        value = self.get(path, str, default)
+    def choice(
+        self, path: str, allowed: tuple[str, ...], default: str, *, source: Mapping[str, Any] | None = None
+    ) -> str:
+        value = self.get(path, str, default, source=source)
         if value not in allowed:
             self.problem(path, f"one of {', '.join(allowed)}, got {json.dumps(value)}")
             return default
@@ -482,6 +521,52 @@ class _Reader:
         if len(set(config.buckets)) != len(config.buckets):
             self.problem("artifacts.buckets", "a bucket is named twice")
         return config
+
+    def serving(self, registries: tuple[str, ...]) -> ServingConfig:
+        """``serving``: {image, fetchImage, serviceType, loadBalancerScheme}."""
+        raw = self.get("serving", dict, {})
+        for key in sorted(set(raw) - set(SERVING_KEYS)):
+            self.problem(f"serving.{key}", f"unknown field (allowed: {', '.join(SERVING_KEYS)})")
+        defaults = ServingConfig()
+        return ServingConfig(
+            image=self.image("serving.image", raw.get("image"), registries),
+            fetch_image=self.image("serving.fetchImage", raw.get("fetchImage"), registries),
+            service_type=self.choice("serving.serviceType", SERVICE_TYPES, defaults.service_type, source=raw),
+            load_balancer_scheme=self.choice(
+                "serving.loadBalancerScheme", LOAD_BALANCER_SCHEMES, defaults.load_balancer_scheme, source=raw
+            ),
+        )
+
+    def image(self, path: str, value: Any, registries: tuple[str, ...]) -> str | None:
+        """A container image the cluster will pull: from an allowed registry, pinned by tag or digest."""
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            self.problem(path, f"expected an image reference (a string) or null, got {json.dumps(value)}")
+            return None
+        match = IMAGE_REF.fullmatch(value) if len(value) <= MAX_IMAGE_LENGTH else None
+        if match is None or len(match["name"]) > MAX_IMAGE_NAME_LENGTH:
+            self.problem(
+                path,
+                f"{json.dumps(value[:120])} is not a container image reference, "
+                "registry/repository:tag or registry/repository@sha256:<digest>",
+            )
+            return None
+        # The same rule as a job's image (core/spec/model.py): the repository lies under
+        # an allowed registry path, not merely a name that starts with its text.
+        if not any(match["name"].startswith(r.rstrip("/") + "/") for r in registries):
+            allowed = ", ".join(registries) or "(none configured)"
+            self.problem(path, f"{json.dumps(value)} must come from one of allowedRegistries: {allowed}")
+            return None
+        tag, digest = match["tag"], match["digest"]
+        if digest is None and (tag is None or _FLOATING_TAG.match(tag)):
+            self.problem(
+                path,
+                f"{json.dumps(value)} must be pinned: an exact version tag (such as :2.21.0) or a digest "
+                "(@sha256:...), never latest or no tag, so every node runs the image you tested",
+            )
+            return None
+        return value
 
     def cluster(self, home_region: str) -> ClusterConfig:
         raw = self.get("cluster", dict, {})

@@ -88,6 +88,10 @@ TABLE_ACTIONS: dict[str, tuple[str, ...]] = {
     RECONCILE: (*_ITEM_WRITES, "dynamodb:Query"),
 }
 STATUS_INDEX_READERS = frozenset({RECONCILE})
+# Model services share the job table (core/serving.py): pk=SERVICE#<name> for a service's
+# record and events, gsi1pk=SERVICE_STATUS#<status> in the status index.
+SERVICE_KEY_PREFIX = "SERVICE#"
+SERVICE_STATUS_KEY_PREFIX = "SERVICE_STATUS#"
 
 # -- settings -------------------------------------------------------------------------
 
@@ -104,6 +108,8 @@ SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
         "policy",
         "cluster",
         "event_bus_name",
+        # A serve request renders the model service's objects and creates them.
+        "serving",
     ),
     SCALE: (
         "node_groups",
@@ -117,7 +123,8 @@ SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
     ),
     LIFECYCLE: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
     DRAIN: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
-    RECONCILE: ("teams", "namespaces", "allowed_registries", "policy", "cluster"),
+    # Reconcile creates a model service's objects again when its Deployment is gone.
+    RECONCILE: ("teams", "namespaces", "allowed_registries", "policy", "cluster", "serving"),
 }
 
 # -- events ---------------------------------------------------------------------------
@@ -172,9 +179,10 @@ KUBERNETES_JOBS_GROUP = "squall-jobs"
 KUBERNETES_CAPACITY_GROUP = "squall-capacity"
 KUBERNETES_GANGS_GROUP = "squall-gangs"
 # Which Kubernetes groups (bound by stacks/rbac) each function's role is mapped to:
-# submit and reconcile manage and read jobs in the team namespaces only; scale,
-# lifecycle and drain read every node's pods and cordon, uncordon and drain nodes;
-# scale also deletes the objects of a stranded gang (team namespaces only).
+# submit and reconcile manage and read jobs and model services in the team
+# namespaces only; scale, lifecycle and drain read every node's pods and cordon,
+# uncordon and drain nodes; scale also deletes the objects of a stranded gang (team
+# namespaces only).
 KUBERNETES_GROUPS: dict[str, tuple[str, ...]] = {
     SUBMIT: (KUBERNETES_JOBS_GROUP,),
     RECONCILE: (KUBERNETES_JOBS_GROUP,),
@@ -191,6 +199,9 @@ RBAC_MANIFEST = Path(__file__).resolve().parent / "rbac" / "squall-rbac.yaml"
 CODE_PREFIX = "code"
 # Each team's checkpoints, event files and outputs: teams/<team>/...
 TEAMS_PREFIX = "teams"
+# The file whose presence says a SavedModel is there (adapters/aws/saved_models.py asks
+# HeadObject for <model uri>/saved_model.pb): all the submit function may read in S3.
+SAVED_MODEL_FILE = "saved_model.pb"
 CODE_EXPIRATION_DAYS = 90
 NONCURRENT_VERSION_DAYS = 7
 INCOMPLETE_UPLOAD_DAYS = 7

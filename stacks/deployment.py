@@ -47,7 +47,15 @@ def environment(config: SquallConfig, region: str) -> cdk.Environment:
 
 
 class ControlPlaneStack(cdk.Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: SquallConfig, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: SquallConfig,
+        artifacts_bucket_arn: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         teams = config.team_configs.values()
         self.queues = JobQueues(
@@ -79,6 +87,7 @@ class ControlPlaneStack(cdk.Stack):
             table=self.table,
             queues=self.queues,
             lifecycle_failures=self.lifecycle_failures,
+            artifacts_bucket_arn=artifacts_bucket_arn,
         )
         Triggers(
             self,
@@ -173,7 +182,8 @@ class MonitoringStack(cdk.Stack):
 
 
 class WorkloadsStack(cdk.Stack):
-    """What the jobs and their researchers use; nothing here is read by the functions."""
+    """What the jobs and their researchers use; of it the functions read only the artifacts
+    bucket's SavedModel files (the submit function, before it serves a model)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, config: SquallConfig, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -289,10 +299,21 @@ class SquallStacks:
 def build(app: cdk.App, config: SquallConfig) -> SquallStacks:
     prefix = config.prefix
     home = environment(config, config.home_region)
+    # First: the submit function may read the SavedModels in its artifacts bucket, so the
+    # control plane refers to the bucket (and deploys after this stack). Nothing here
+    # refers to the control plane: the table is named, not referenced.
+    workloads = WorkloadsStack(
+        app,
+        f"{prefix}-workloads",
+        config=config,
+        env=home,
+        description="Squall workloads: artifacts bucket, job pod identities, log agent, researcher policies",
+    )
     control_plane = ControlPlaneStack(
         app,
         f"{prefix}-control-plane",
         config=config,
+        artifacts_bucket_arn=workloads.artifacts.bucket.bucket_arn,
         env=home,
         description="Squall control plane: jobs queue, job table, functions, triggers, cluster access",
     )
@@ -302,14 +323,6 @@ def build(app: cdk.App, config: SquallConfig) -> SquallStacks:
         app, f"{prefix}-monitoring", config=config, env=home, description="Squall dashboard and alarms"
     )
     monitoring.add_stack_dependency(control_plane)
-    # Independent of the control plane: the functions read none of it.
-    workloads = WorkloadsStack(
-        app,
-        f"{prefix}-workloads",
-        config=config,
-        env=home,
-        description="Squall workloads: artifacts bucket, job pod identities, log agent, researcher policies",
-    )
     stacks = SquallStacks(control_plane=control_plane, monitoring=monitoring, workloads=workloads)
     for region in config.remote_regions:
         if not config.groups_in(region):

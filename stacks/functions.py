@@ -34,6 +34,7 @@ from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
 from stacks import constants
+from stacks.artifacts import bucket_arn
 from stacks.config import IAM_PRINCIPAL_ARN, SquallConfig, VpcConfig
 from stacks.lifecycle import HookSettings
 from stacks.packaging import lambda_code, staged_source
@@ -88,6 +89,7 @@ class SquallFunctions(Construct):
         queues: JobQueues,
         lifecycle_failures: sqs.IQueue | None = None,
         code: lambda_.Code | None = None,
+        artifacts_bucket_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._config = config
@@ -104,7 +106,8 @@ class SquallFunctions(Construct):
             handler: self._function(handler, spec) for handler, spec in constants.FUNCTIONS.items()
         }
         submit, scale, lifecycle, drain = (
-            self.by_handler[h] for h in (constants.SUBMIT, constants.SCALE, constants.LIFECYCLE, constants.DRAIN)
+            self.by_handler[h]
+            for h in (constants.SUBMIT, constants.SCALE, constants.LIFECYCLE, constants.DRAIN)
         )
 
         # The job table: what each function's code calls (constants.TABLE_ACTIONS).
@@ -156,7 +159,10 @@ class SquallFunctions(Construct):
         # Without a configured certificate every function reads it from EKS at cold start.
         if not config.cluster.certificate_authority:
             cluster_arn = cdk.Stack.of(self).format_arn(
-                service="eks", region=config.cluster.region, resource="cluster", resource_name=config.cluster.name
+                service="eks",
+                region=config.cluster.region,
+                resource="cluster",
+                resource_name=config.cluster.name,
             )
             for function in self.by_handler.values():
                 self._allow(function, actions=["eks:DescribeCluster"], resources=[cluster_arn])
@@ -166,6 +172,14 @@ class SquallFunctions(Construct):
         for kind, action in (("role", "iam:GetRole"), ("user", "iam:GetUser")):
             arns = [arn for arn in principals if _principal_kind(arn) == kind]
             self._allow(submit, actions=[action], resources=arns)
+
+        # A serve request is refused unless the job's SavedModel is there: HeadObject of
+        # <model uri>/saved_model.pb, which lies under teams/<team>/ (the team's Pod
+        # Identity role reads only there). GetObject is the action HeadObject needs; the
+        # function may ask for that one file name there and nothing else.
+        buckets = [artifacts_bucket_arn] if artifacts_bucket_arn else []
+        buckets += [bucket_arn(name) for name in config.artifacts.buckets]
+        self._allow(submit, actions=["s3:GetObject"], resources=[saved_model_objects(b) for b in buckets])
 
         # Last, so that every policy statement above exists when it is marked.
         for function in self.by_handler.values():
@@ -340,8 +354,15 @@ def function_settings(config: SquallConfig, handler: str) -> dict[str, Any]:
         "dry_run": config.dry_run,
         "launch_hook_name": config.launch_hook_name,
         "terminate_hook_name": config.terminate_hook_name,
+        # Model services: the images their objects run and how their Service is exposed.
+        "serving": config.serving.settings(),
     }
     return {key: everything[key] for key in constants.SETTINGS_NEEDED[handler]}
+
+
+def saved_model_objects(bucket: str) -> str:
+    """ARN pattern of the SavedModel files under the team prefixes of the bucket whose ARN is `bucket`."""
+    return f"{bucket}/{constants.TEAMS_PREFIX}/*/{constants.SAVED_MODEL_FILE}"
 
 
 def settings_file(handler: str) -> str:
@@ -438,6 +459,16 @@ def _suppress_scoped_wildcards(function: lambda_.Function) -> None:
                     "table/<name>/index/*, which grants this one table's indexes only."
                 ),
                 applies_to=[RegexAppliesTo(regex=r"/^Resource::<.*Table.*\.Arn>\/index\/\*$/")],
+            ),
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason=(
+                    "The submit function checks that a job's SavedModel exists before serving it: "
+                    "HeadObject (s3:GetObject) of teams/*/saved_model.pb only, in the artifacts bucket "
+                    "and artifacts.buckets. The team and the run are chosen at run time, so the "
+                    "key needs a wildcard; the file name pins it to SavedModels."
+                ),
+                applies_to=[RegexAppliesTo(regex=r"/^Resource::.*\/teams\/\*\/saved_model\.pb$/")],
             ),
             NagPackSuppression(
                 id="AwsSolutions-IAM5",

@@ -13,7 +13,14 @@ to attach to the team's users or roles:
 - read of the team's ``teams/<team>/`` prefixes (event files, checkpoints, outputs)
   in the artifacts bucket and the buckets of ``artifacts.buckets``, listing there only;
 - read and write of ``code/<team>/`` in the artifacts bucket (the upload, and the
-  HeadObject that skips an archive already there).
+  HeadObject that skips an archive already there);
+- read of the model service records in the job table (``squall services``,
+  ``describe`` and ``predict``): GetItem and Query only where the partition key
+  starts with ``SERVICE#`` (a service's record and events), Query of the status
+  index only where it starts with ``SERVICE_STATUS#`` (``dynamodb:LeadingKeys``).
+  Job records stay out of reach, as before. A model service's name is unique
+  installation-wide and its record holds no data, only where it runs, so
+  researchers can read every team's service records.
 """
 
 from __future__ import annotations
@@ -44,6 +51,37 @@ def team_streams_arn(group_arn: str, namespace: str) -> str:
     return f"{group_arn}:log-stream:*_{namespace}_*"
 
 
+def job_table_arn(scope: Construct, prefix: str) -> str:
+    """The control plane's job table, by its name: this stack refers to nothing of that stack."""
+    return cdk.Stack.of(scope).format_arn(
+        service="dynamodb", resource="table", resource_name=constants.table_name(prefix)
+    )
+
+
+def model_service_reads(table_arn: str) -> list[iam.PolicyStatement]:
+    """Reading model service records and events only: never a job's record (dynamodb:LeadingKeys)."""
+    return [
+        iam.PolicyStatement(
+            sid="ReadModelServices",
+            actions=["dynamodb:GetItem", "dynamodb:Query"],
+            resources=[table_arn],
+            conditions={
+                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{constants.SERVICE_KEY_PREFIX}*"]}
+            },
+        ),
+        iam.PolicyStatement(
+            sid="ListModelServices",
+            actions=["dynamodb:Query"],
+            resources=[f"{table_arn}/index/{constants.STATUS_INDEX}"],
+            conditions={
+                "ForAllValues:StringLike": {
+                    "dynamodb:LeadingKeys": [f"{constants.SERVICE_STATUS_KEY_PREFIX}*"]
+                }
+            },
+        ),
+    ]
+
+
 class ResearcherPolicies(Construct):
     def __init__(
         self,
@@ -60,6 +98,7 @@ class ResearcherPolicies(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         group_arn = log_group_arn(self, cluster_name)
+        table_arn = job_table_arn(self, prefix)
         # DescribeLogStreams is authorised on the group; older IAM examples write it
         # with ":*", which names the same group and no more actions.
         group_resources = [group_arn, f"{group_arn}:*"]
@@ -94,6 +133,7 @@ class ResearcherPolicies(Construct):
                     conditions={"StringLike": {"s3:prefix": list_prefixes(team, code=True)}},
                 ),
             ]
+            statements += model_service_reads(table_arn)
             if other_bucket_arns:
                 statements.append(
                     iam.PolicyStatement(
@@ -115,7 +155,9 @@ class ResearcherPolicies(Construct):
                 self,
                 f"{team}-Policy",
                 managed_policy_name=constants.researcher_policy_name(prefix, team, home_region),
-                description=f"Squall researchers of team {team}: its logs, outputs and code uploads",
+                description=(
+                    f"Squall researchers of team {team}: its logs, outputs and code uploads; model services"
+                ),
                 statements=statements,
             )
             NagSuppressions.add_resource_suppressions(
