@@ -199,6 +199,24 @@ def test_rendering_is_deterministic_and_refused_while_serving_is_not_configured(
             render_model_service(service(), settings=SETTINGS.model_copy(update=unset))
 
 
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://squall-artifacts/teams/research/outputs/mnist-0a1b2c3d",
+        "s3://squall-artifacts/outputs/mnist-0a1b2c3d",
+        "s3://squall-artifacts/teams/vision/../research/mnist-0a1b2c3d",
+    ],
+)
+def test_a_record_whose_model_lies_outside_the_team_prefix_is_never_rendered(uri: str) -> None:
+    with pytest.raises(ValueError, match="outside teams/vision/"):
+        render_model_service(service(model_uri=uri), settings=SETTINGS)
+
+
+def test_a_record_with_a_name_no_request_could_give_is_never_rendered() -> None:
+    with pytest.raises(ValueError, match="not a valid name"):
+        render_model_service(service(name="Bad_Name"), settings=SETTINGS)
+
+
 # ---- service_endpoints -------------------------------------------------------
 
 
@@ -266,3 +284,8 @@ def test_a_load_balancer_without_an_ingress_has_no_endpoints_yet(load_balancer: 
     kube_service = rendered()
     kube_service["status"] = {"loadBalancer": load_balancer} if load_balancer else {}
     assert service_endpoints(kube_service) is None
+
+
+def test_an_ingress_listing_fewer_ports_than_the_spec_has_no_endpoints_yet() -> None:
+    ingress = {"ip": "127.0.0.1", "ports": [{"port": 41001, "protocol": "TCP"}]}
+    assert service_endpoints(rendered(ingress=[ingress])) is None

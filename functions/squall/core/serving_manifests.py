@@ -29,7 +29,9 @@ from squall.core.manifests import (
     gpu_tolerations,
 )
 from squall.core.serving import ModelService
+from squall.core.serving_requests import in_team_prefix, team_prefix
 from squall.core.settings import ServingSettings
+from squall.core.spec import is_service_name
 
 KubeObject = dict[str, Any]
 
@@ -68,10 +70,19 @@ def model_service_selector(name: str) -> dict[str, str]:
 def render_model_service(service: ModelService, *, settings: ServingSettings) -> list[KubeObject]:
     """The Deployment, the Service and the PodDisruptionBudget of a model service, in that order.
 
-    Raises ValueError while serving is not configured (no image or fetch image).
+    Raises ValueError while serving is not configured (no image or fetch image), and
+    for a record no serve request could have made: the pod would run as the team's
+    role, so its model must lie under the team's prefix whatever the record says.
     """
     if settings.image is None or settings.fetch_image is None:
         raise ValueError(settings.not_configured)
+    if not is_service_name(service.name):
+        raise ValueError(f"model service name {service.name[:80]!r} is not a valid name")
+    if not in_team_prefix(service.model_uri, team=service.team):
+        raise ValueError(
+            f"model service {service.name}: its model {service.model_uri[:200]} is outside "
+            f"{team_prefix(service.team)} of its bucket, the only prefix team {service.team}'s role reads"
+        )
     return [
         _deployment(service, image=settings.image, fetch_image=settings.fetch_image),
         _service(service, settings=settings),
@@ -237,7 +248,10 @@ def service_endpoints(kube_service: KubeObject) -> tuple[str, str] | None:
             return None
         ports = _ports(spec_ports, ingress_ports=ingress.get("ports"))
     else:
-        host = f"{metadata.get('name')}.{metadata.get('namespace')}.svc"
+        name, namespace = metadata.get("name"), metadata.get("namespace")
+        if not isinstance(name, str) or not isinstance(namespace, str):
+            return None
+        host = f"{name}.{namespace}.svc"
         ports = _ports(spec_ports, ingress_ports=None)
     if ports is None:
         return None
