@@ -269,3 +269,12 @@ def test_the_same_message_again_is_a_redelivery(status: ServiceStatus) -> None:
 def test_without_a_message_id_a_live_name_is_a_clash_even_if_ids_match() -> None:
     old = dataclasses.replace(existing(ServiceStatus.SERVING), message_id=None)
     assert refusal(existing=old, message_id=None)[0] == "name"
+
+
+def test_an_ended_name_stays_with_its_team() -> None:
+    other_team = dataclasses.replace(existing(ServiceStatus.STOPPED), team="vision", namespace="team-vision")
+    saved = SavedModels(MODEL)
+    with pytest.raises(SpecError, match="belongs to team vision") as refused:
+        plan_serve(command(), job=job(), existing=other_team, message_id="m-2", has_saved_model=saved)
+    assert refused.value.issues[0].field == "name"
+    assert saved.asked == []

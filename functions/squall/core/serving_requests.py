@@ -145,6 +145,10 @@ def plan_serve(
         raise _refused(
             "name", f"{existing.name} is already serving job {existing.job_id} ({existing.status})"
         )
+    if existing is not None and existing.team != job.team:
+        # A name stays with its team: serving it again from another team's namespace
+        # would leave the old namespace's objects out of the reconciler's sight.
+        raise _refused("name", f"{existing.name} belongs to team {existing.team}; choose another name")
     if not has_saved_model(uri):
         raise _refused("job", f"no SavedModel at {uri} ({uri}/{SAVED_MODEL_FILE} does not exist)")
     return ServePlan(
