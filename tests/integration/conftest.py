@@ -19,6 +19,7 @@ from squall.local.aws import create_table
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.planner import Policy
+from squall.ports import JobStore
 from squall.services.admission import Admitter
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.reconcile import Reconciler
@@ -30,14 +31,38 @@ IMAGE = "registry.example.com/squall/tf-trainer:1.0"
 GPU_NODE = {"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"}
 
 
+def _intake(
+    *, store: JobStore, cluster: SimulatedCluster, clock: VirtualClock, metrics: RecordingMetrics
+) -> Intake:
+    """The intake of the test teams and registries."""
+    return Intake(
+        store=store,
+        cluster=cluster,
+        clock=clock,
+        metrics=metrics,
+        config=IntakeConfig(teams=TEAMS, registries=REGISTRIES),
+    )
+
+
 @dataclass
 class World:
     clock: VirtualClock
-    store: DynamoJobStore
+    store: JobStore
     cluster: SimulatedCluster
     metrics: RecordingMetrics
     intake: Intake
     reconciler: Reconciler
+
+    @classmethod
+    def over(cls, store: JobStore, *, run_for: timedelta = timedelta(minutes=3)) -> World:
+        """The intake and reconcile over `store` and a simulated cluster with no nodes, whose pods
+        run for `run_for`."""
+        clock = VirtualClock()
+        cluster = SimulatedCluster(clock=clock, default_run_for=run_for)
+        metrics = RecordingMetrics(clock)
+        intake = _intake(store=store, cluster=cluster, clock=clock, metrics=metrics)
+        reconciler = Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake)
+        return cls(clock, store, cluster, metrics, intake, reconciler)
 
     def admit(self) -> None:
         """Let the jobs that fit run, as the scale check's admission does (no fleet to plan for here)."""
@@ -48,13 +73,7 @@ class World:
 
     def new_intake(self) -> Intake:
         """A fresh intake, as each Lambda invocation builds one."""
-        return Intake(
-            store=self.store,
-            cluster=self.cluster,
-            clock=self.clock,
-            metrics=self.metrics,
-            config=IntakeConfig(teams=TEAMS, registries=REGISTRIES),
-        )
+        return _intake(store=self.store, cluster=self.cluster, clock=self.clock, metrics=self.metrics)
 
     def add_gpu_nodes(self, count: int = 2, region: str = "us-west-2") -> None:
         for i in range(count):
@@ -87,19 +106,7 @@ def world(aws_credentials: None) -> Iterator[World]:
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-west-2")
         create_table(client, "jobs")
-        clock = VirtualClock()
-        store = DynamoJobStore(client, "jobs")
-        cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=3))
-        metrics = RecordingMetrics(clock)
-        intake = Intake(
-            store=store,
-            cluster=cluster,
-            clock=clock,
-            metrics=metrics,
-            config=IntakeConfig(teams=TEAMS, registries=REGISTRIES),
-        )
-        reconciler = Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake)
-        yield World(clock, store, cluster, metrics, intake, reconciler)
+        yield World.over(DynamoJobStore(client, "jobs"))
 
 
 ARTIFACTS_BUCKET = "squall-artifacts"

@@ -9,36 +9,12 @@ from typing import Any
 import pytest
 
 from squall.core.jobs import JobStatus
-from squall.core.telemetry import RecordingMetrics
-from squall.local.clock import VirtualClock
-from squall.local.cluster import SimulatedCluster
 from squall.local.memory import InMemoryJobStore
-from squall.services.intake import Intake, IntakeConfig
-from squall.services.reconcile import Reconciler
-
-IMAGE = "registry.example.com/squall/tf-trainer:1.0"
-
-
-def _world(
-    *, run_for: timedelta
-) -> tuple[VirtualClock, InMemoryJobStore, SimulatedCluster, RecordingMetrics, Intake]:
-    """A clock, a job table, a simulated cluster (no nodes), metrics, and the intake over them."""
-    clock = VirtualClock()
-    store = InMemoryJobStore()
-    cluster = SimulatedCluster(clock=clock, default_run_for=run_for)
-    metrics = RecordingMetrics(clock)
-    intake = Intake(
-        store=store,
-        cluster=cluster,
-        clock=clock,
-        metrics=metrics,
-        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
-    )
-    return clock, store, cluster, metrics, intake
+from tests.integration.conftest import IMAGE, World
 
 
 def test_a_job_behind_a_thousand_queued_ones_is_still_seen_to_fail() -> None:
-    clock, store, cluster, metrics, intake = _world(run_for=timedelta(minutes=3))
+    world = World.over(InMemoryJobStore(), run_for=timedelta(minutes=3))
     for i in range(1100):
         body = {
             "name": "t",
@@ -48,14 +24,16 @@ def test_a_job_behind_a_thousand_queued_ones_is_still_seen_to_fail() -> None:
             "resources": {"gpu": 1},
             "maxRuntime": "2m",
         }
-        intake.handle(body=json.dumps(body), message_id=f"m-{i}")
-        clock.advance(timedelta(seconds=1))
+        world.intake.handle(body=json.dumps(body), message_id=f"m-{i}")
+        world.clock.advance(timedelta(seconds=1))
     # the newest job's Job is let go and runs into its deadline (no node to run on)
-    cluster.patch_job(namespace="team-research", name="j1099-worker-0", patch={"spec": {"suspend": False}})
-    clock.advance(timedelta(minutes=5))
-    cluster.advance()
-    Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake).run()
-    job = store.get("j1099")
+    world.cluster.patch_job(
+        namespace="team-research", name="j1099-worker-0", patch={"spec": {"suspend": False}}
+    )
+    world.clock.advance(timedelta(minutes=5))
+    world.cluster.advance()
+    world.reconciler.run()
+    job = world.store.get("j1099")
     assert job is not None and job.status is JobStatus.FAILED and job.reason == "DeadlineExceeded"
 
 
@@ -72,19 +50,19 @@ def test_a_run_that_reads_what_the_last_one_read_observes_nothing_until_a_grace_
         return real(**kwargs)
 
     monkeypatch.setattr(reconcile, "observe", counted)
-    clock, store, cluster, metrics, intake = _world(run_for=timedelta(hours=3))
+    world = World.over(InMemoryJobStore(), run_for=timedelta(hours=3))
+    reconciler = world.reconciler
     body = {"name": "t", "id": "lost", "team": "research", "image": IMAGE, "resources": {"gpu": 1}}
-    intake.handle(body=json.dumps(body), message_id="m-lost")
-    cluster.delete_job_objects(namespace="team-research", job_id="lost")  # its objects went missing
-    reconciler = Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake)
+    world.intake.handle(body=json.dumps(body), message_id="m-lost")
+    world.cluster.delete_job_objects(namespace="team-research", job_id="lost")  # its objects went missing
     reconciler.run()
     first = len(calls)
     assert first == 1 and reconciler.memory.until is not None  # waits out the create grace
     reconciler.run()
     assert len(calls) == first, "nothing changed, no grace due: nothing observed"
     # when the grace is over, the same reads are looked at again, and the objects re-created
-    clock.advance(reconciler.memory.until - clock.now())
+    world.clock.advance(reconciler.memory.until - world.clock.now())
     report = reconciler.run()
     assert report.recreated == ["lost"]
-    gauges = [m for m in metrics.points if m.name == "JobsInState"]
+    gauges = [m for m in world.metrics.points if m.name == "JobsInState"]
     assert len(gauges) == 2 * 3, "the gauges go out on every run, a quiet one too"
