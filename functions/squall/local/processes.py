@@ -30,6 +30,18 @@ unpacks the code first), with:
   events or about 1 MB), from a bounded buffer: when it is full the process waits
   on its pipe, as it would behind a slow log agent.
 
+A model service's pod (the `squall.io/model-service` label, a `fetch-model` init
+container and a `serving` container, as core/serving_manifests.py renders them) runs
+as ONE process, the local stand-in for both (squall/local/model_server.py): `python -m
+squall.local.model_server --source <fetch-model's --source> --model-name <serving's
+--model_name> --model-version <the last part of fetch-model's --target> --rest-port P
+--grpc-port Q --work-dir <its directory>`, with two free loopback ports of its own per
+run, the same environment rules (no worker image ENV but its quiet TensorFlow logs),
+and its output shipped as the `serving` container's. `ready(pod)` says whether its
+model status endpoint answers AVAILABLE (one HTTP GET of at most
+`READY_TIMEOUT_SECONDS`), `ports(pod)` maps the pod's container ports (8501 REST,
+8500 gRPC, or what its serving args say) to the loopback ports it listens on.
+
 A replica's next pod starts only after the previous pod's process has exited (a
 worker re-created after an eviction must not find its port still taken), and at
 most `max_processes` run at once: the kubelet asks again on the next advance.
@@ -54,6 +66,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +74,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from squall.conventions import JOB_ID_LABEL
+from squall.conventions import JOB_ID_LABEL, MODEL_SERVICE_LABEL
 from squall.core.logstreams import ContainerStream
 from squall.local.aws import FAKE_CREDENTIALS
 from squall.ports import KubeObject
@@ -95,6 +108,20 @@ BATCH_BYTES = 1_000_000
 EVENT_OVERHEAD = 26  # bytes PutLogEvents counts per event beyond its message
 FLUSH_SECONDS = 0.5
 READERS_JOIN_SECONDS = 5.0
+# A model service's pod: its containers as the serving contract renders them.
+FETCH_CONTAINER = "fetch-model"
+SERVING_CONTAINER = "serving"
+REST_CONTAINER_PORT = 8501  # TensorFlow Serving's --rest_api_port and --port defaults in the contract
+GRPC_CONTAINER_PORT = 8500
+MODEL_SERVER_MODULE = "squall.local.model_server"
+# The squall package's folder: on the stand-in's PYTHONPATH (it runs `-m squall.local.model_server`).
+SQUALL_PATH = Path(__file__).resolve().parents[2]
+# The stand-in's environment beyond the basics: TensorFlow's C++ logs as quiet as the worker image's.
+SERVING_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
+READY_TIMEOUT_SECONDS = 0.5
+READY_BODY_BYTES = 64 * 1024
+# No proxy for loopback checks, whatever http_proxy says.
+_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class RealPodError(RuntimeError):
@@ -155,6 +182,77 @@ def default_image_env(environ: Mapping[str, str]) -> dict[str, str]:
     return IMAGE_ENV | {key: environ[key] for key in PASSED_THROUGH if key in environ}
 
 
+@dataclass(frozen=True)
+class ServingPod:
+    """What a model service's pod asks of the stand-in, read from its containers."""
+
+    source: str
+    model_name: str
+    model_version: int
+    rest_container_port: int
+    grpc_container_port: int
+
+
+def serving_pod(pod: KubeObject) -> ServingPod | None:
+    """The model service a pod serves, or None when it is not a model service's pod as rendered."""
+    labels = pod.get("metadata", {}).get("labels") or {}
+    if not labels.get(MODEL_SERVICE_LABEL):
+        return None
+    spec = pod.get("spec") or {}
+    fetch = _named(spec.get("initContainers"), FETCH_CONTAINER)
+    serving = _named(spec.get("containers"), SERVING_CONTAINER)
+    if fetch is None or serving is None:
+        return None
+    fetch_args = _flags(fetch.get("args"))
+    serving_args = _flags(serving.get("args"))
+    source = fetch_args.get("--source")
+    target = fetch_args.get("--target")
+    name = serving_args.get("--model_name")
+    if not source or not target or not name:
+        return None
+    version = target.rstrip("/").rsplit("/", 1)[-1]
+    if not version.isdigit() or not 1 <= int(version) <= 10**9:
+        return None
+    try:
+        rest = int(serving_args.get("--rest_api_port", REST_CONTAINER_PORT))
+        grpc = int(serving_args.get("--port", GRPC_CONTAINER_PORT))
+    except ValueError:
+        return None
+    return ServingPod(
+        source=source,
+        model_name=name,
+        model_version=int(version),
+        rest_container_port=rest,
+        grpc_container_port=grpc,
+    )
+
+
+def _named(containers: Any, name: str) -> Mapping[str, Any] | None:
+    if not isinstance(containers, list):
+        return None
+    for container in containers:
+        if isinstance(container, Mapping) and container.get("name") == name:
+            return container
+    return None
+
+
+def _flags(args: Any) -> dict[str, str]:
+    """`--flag=value` and `--flag value` pairs of a container's args (the first of each wins)."""
+    flags: dict[str, str] = {}
+    items = [str(a) for a in args] if isinstance(args, list) else []
+    for index, item in enumerate(items):
+        if not item.startswith("--"):
+            continue
+        if "=" in item:
+            key, value = item.split("=", 1)
+        elif index + 1 < len(items) and not items[index + 1].startswith("--"):
+            key, value = item, items[index + 1]
+        else:
+            continue
+        flags.setdefault(key, value)
+    return flags
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -177,6 +275,8 @@ class _Process:
     shipped: int = 0
     dropped: int = 0
     flushing: threading.Lock = field(default_factory=threading.Lock)  # one batch at a time, in order
+    serving: ServingPod | None = None  # a model service's pod: what it serves
+    ports: dict[int, int] = field(default_factory=dict)  # containerPort -> loopback port
 
 
 class ProcessRunner:
@@ -222,6 +322,8 @@ class ProcessRunner:
     # ---- PodRunner ----
 
     def runs(self, pod: KubeObject) -> bool:
+        if serving_pod(pod) is not None:
+            return True
         containers = pod.get("spec", {}).get("containers") or []
         return bool(containers) and image_matches(str(containers[0].get("image", "")), self.images)
 
@@ -230,8 +332,14 @@ class ProcessRunner:
         uid = str(metadata["uid"])
         namespace = str(metadata["namespace"])
         labels = metadata.get("labels") or {}
-        replica = (namespace, str(labels.get("batch.kubernetes.io/job-name") or metadata["name"]))
-        job = (namespace, str(labels.get(JOB_ID_LABEL) or replica[1]))
+        serving = serving_pod(pod)
+        if serving is not None:
+            # Each pod of a Deployment is its own replica, with ports of its own.
+            replica = (namespace, str(metadata["name"]))
+            job = (namespace, f"{MODEL_SERVICE_LABEL}={labels[MODEL_SERVICE_LABEL]}")
+        else:
+            replica = (namespace, str(labels.get("batch.kubernetes.io/job-name") or metadata["name"]))
+            job = (namespace, str(labels.get(JOB_ID_LABEL) or replica[1]))
         with self._lock:
             if uid in self._running:
                 return True
@@ -240,8 +348,11 @@ class ProcessRunner:
                 return False  # the replica's last process still holds its port
             if len(self._running) + len(self._stopping) >= self.max_processes:
                 return False
-            ports = self._job_ports(job)
-        container = pod["spec"]["containers"][0]
+            ports = self._job_ports(job) if serving is None else {}
+        if serving is not None:
+            container = _named(pod["spec"]["containers"], SERVING_CONTAINER) or {}
+        else:
+            container = pod["spec"]["containers"][0]
         node = str(pod["spec"].get("nodeName") or "localhost")
         stream = ContainerStream(
             host=node,
@@ -252,8 +363,23 @@ class ProcessRunner:
         )
         directory = self.work_dir / namespace / f"{metadata['name']}-{stream.container_id[:12]}"
         directory.mkdir(parents=True, exist_ok=True)
-        argv = self._argv(container)
-        env = self._environment(container, pod_name=str(metadata["name"]), directory=directory, ports=ports)
+        listening: dict[int, int] = {}
+        if serving is not None:
+            listening = {serving.rest_container_port: free_port(), serving.grpc_container_port: free_port()}
+            while listening[serving.grpc_container_port] == listening[serving.rest_container_port]:
+                listening[serving.grpc_container_port] = free_port()
+            argv = self._serving_argv(
+                serving,
+                rest_port=listening[serving.rest_container_port],
+                grpc_port=listening[serving.grpc_container_port],
+                directory=directory,
+            )
+            env = self._serving_environment(container, pod_name=str(metadata["name"]))
+        else:
+            argv = self._argv(container)
+            env = self._environment(
+                container, pod_name=str(metadata["name"]), directory=directory, ports=ports
+            )
         self._create_stream(stream)
         try:
             popen = subprocess.Popen(
@@ -286,6 +412,8 @@ class ProcessRunner:
             directory=directory,
             grace=float(min(grace, MAX_GRACE_SECONDS)),
             lines=queue.Queue(maxsize=BUFFERED_LINES),
+            serving=serving,
+            ports=listening,
         )
         for name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             assert pipe is not None
@@ -329,6 +457,39 @@ class ProcessRunner:
             process.kill_at = time.monotonic() + process.grace
             self._stopping.append(process)
         _signal(process, signal.SIGTERM)
+
+    def ready(self, pod: KubeObject) -> bool:
+        """A model service's pod: its stand-in's model status answers AVAILABLE (one short GET).
+
+        Other pods have no readiness of their own here: True while their process runs."""
+        uid = str(pod["metadata"]["uid"])
+        with self._lock:
+            process = self._running.get(uid)
+        if process is None or process.popen.poll() is not None:
+            return False
+        serving = process.serving
+        if serving is None:
+            return True
+        port = process.ports[serving.rest_container_port]
+        url = f"http://127.0.0.1:{port}/v1/models/{serving.model_name}/versions/{serving.model_version}"
+        try:
+            with _LOOPBACK.open(url, timeout=READY_TIMEOUT_SECONDS) as response:
+                body = json.loads(response.read(READY_BODY_BYTES))
+        except (OSError, ValueError):  # not listening yet, loading (404), or not JSON
+            return False
+        statuses = body.get("model_version_status") if isinstance(body, dict) else None
+        return isinstance(statuses, list) and any(
+            isinstance(s, dict) and s.get("state") == "AVAILABLE" for s in statuses
+        )
+
+    def ports(self, pod: KubeObject) -> Mapping[int, int] | None:
+        """containerPort -> the loopback port it listens on, for a running model service's pod."""
+        uid = str(pod["metadata"]["uid"])
+        with self._lock:
+            process = self._running.get(uid)
+            if process is None or not process.ports:
+                return None
+            return dict(process.ports)
 
     # ---- the rest ----
 
@@ -393,6 +554,43 @@ class ProcessRunner:
         if argv[0] in ("python", "python3"):
             argv[0] = self.python
         return argv
+
+    def _serving_argv(
+        self, serving: ServingPod, *, rest_port: int, grpc_port: int, directory: Path
+    ) -> list[str]:
+        return [
+            self.python,
+            "-m",
+            MODEL_SERVER_MODULE,
+            "--source",
+            serving.source,
+            "--model-name",
+            serving.model_name,
+            "--model-version",
+            str(serving.model_version),
+            "--rest-port",
+            str(rest_port),
+            "--grpc-port",
+            str(grpc_port),
+            "--work-dir",
+            str(directory),
+        ]
+
+    def _serving_environment(self, container: Mapping[str, Any], *, pod_name: str) -> dict[str, str]:
+        """The stand-in's environment: the basics, the serving container's env, this squall, the endpoint."""
+        env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG", "LC_ALL", "TZ") if key in os.environ}
+        env.setdefault("PATH", os.defpath)
+        env.update(SERVING_ENV)
+        env["HOSTNAME"] = pod_name
+        for item in container.get("env") or []:
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str) and "value" in item:
+                env[item["name"]] = str(item["value"])
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SQUALL_PATH), env.get("PYTHONPATH")) if p)
+        env.update(FAKE_CREDENTIALS)
+        env["AWS_DEFAULT_REGION"] = env["AWS_REGION"] = self.region
+        env["AWS_ENDPOINT_URL"] = self.endpoint
+        return env
 
     def _environment(
         self, container: Mapping[str, Any], *, pod_name: str, directory: Path, ports: dict[str, int]
