@@ -27,20 +27,23 @@ from squall.planner import NodeGroup
 from squall.planner.inputs import read_node_groups
 from squall.ports import (
     Clock,
-    Cluster,
     DrainQueue,
     DrainStore,
     Fleet,
     JobStore,
     KubeObject,
     MetricsSink,
+    ModelServiceStore,
+    SavedModels,
     ScaleRequests,
     ScaleState,
+    ServingCluster,
 )
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.lifecycle_hooks import LifecycleConfig, LifecycleService
 from squall.services.reconcile import ReconcileMemory, Reconciler
 from squall.services.scale import ParsedObjects, ScaleConfig, Scaler
+from squall.services.serving import ModelServing, ServingMemory, ServingReconciler
 
 logger = Logger(service=SERVICE, child=True)
 
@@ -55,7 +58,7 @@ class Services:
     settings: Settings
     clock: Clock
     store: JobStore
-    cluster: Cluster
+    cluster: ServingCluster
     metrics: MetricsSink
     scale_requests: ScaleRequests
     fleet: Fleet | None = None
@@ -64,6 +67,20 @@ class Services:
     drain_store: DrainStore | None = None
     # team -> unique ids of the principals that may submit for it (IntakeConfig.submitters)
     submitters: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # model services' records and the SavedModels; without both, serve requests are refused
+    model_services: ModelServiceStore | None = None
+    saved_models: SavedModels | None = None
+
+    @property
+    def model_serving(self) -> ModelServing | None:
+        if self.model_services is None or self.saved_models is None:
+            return None
+        return ModelServing(
+            store=self.model_services,
+            saved_models=self.saved_models,
+            cluster=self.cluster,
+            settings=self.settings.serving,
+        )
 
     @functools.cached_property
     def node_groups(self) -> list[NodeGroup]:
@@ -115,11 +132,17 @@ class Services:
                 max_runtime_limit=settings.policy.max_runtime_limit,
                 submitters=self.submitters,
             ),
+            serving=self.model_serving,
         )
 
     @property
     def lifecycle(self) -> LifecycleService:
-        if self.fleet is None or self.scale_state is None or self.drain_queue is None or self.drain_store is None:
+        if (
+            self.fleet is None
+            or self.scale_state is None
+            or self.drain_queue is None
+            or self.drain_store is None
+        ):
             raise RuntimeError("this runtime has no fleet or drain queue: the lifecycle functions need them")
         groups = self.node_groups
         policy = self.settings.policy
@@ -149,19 +172,28 @@ class Services:
 
     @property
     def reconciler(self) -> Reconciler:
+        intake = self.intake
         return Reconciler(
             store=self.store,
             cluster=self.cluster,
             clock=self.clock,
             metrics=self.metrics,
-            intake=self.intake,
+            intake=intake,
             memory=self.reconcile_memory,
+            serving=ServingReconciler(serving=intake.serving, clock=self.clock, memory=self.serving_memory)
+            if intake.serving is not None
+            else None,
         )
 
     @functools.cached_property
     def reconcile_memory(self) -> ReconcileMemory:
         """What the last reconcile run of this process read (a quiet run ends after its reads)."""
         return ReconcileMemory()
+
+    @functools.cached_property
+    def serving_memory(self) -> ServingMemory:
+        """Where the last serving reconcile of this process stopped (it takes the services in turn)."""
+        return ServingMemory()
 
 
 class NamespacedCluster:
@@ -175,7 +207,9 @@ class NamespacedCluster:
     its use. Everything else is the wrapped cluster's.
     """
 
-    def __init__(self, cluster: Cluster, namespaces: Sequence[str], *, cluster_wide_pods: bool = False) -> None:
+    def __init__(
+        self, cluster: ServingCluster, namespaces: Sequence[str], *, cluster_wide_pods: bool = False
+    ) -> None:
         self._cluster = cluster
         self._namespaces = tuple(dict.fromkeys(namespaces))
         self._cluster_wide_pods = cluster_wide_pods
@@ -219,6 +253,30 @@ class NamespacedCluster:
     def evict(self, *, namespace: str, name: str) -> bool:
         return self._cluster.evict(namespace=namespace, name=name)
 
+    # ---- model services: their objects live in the team namespaces too ----
+
+    def list_deployments(
+        self, *, namespace: str | None = None, model_service: str | None = None
+    ) -> list[KubeObject]:
+        return [
+            deployment
+            for ns in self._scope(namespace)
+            for deployment in self._cluster.list_deployments(namespace=ns, model_service=model_service)
+        ]
+
+    def list_model_service_pods(self, *, namespace: str, model_service: str) -> list[KubeObject]:
+        if not self._scope(namespace):
+            return []
+        return self._cluster.list_model_service_pods(namespace=namespace, model_service=model_service)
+
+    def get_service(self, *, namespace: str, name: str) -> KubeObject | None:
+        if not self._scope(namespace):
+            return None
+        return self._cluster.get_service(namespace=namespace, name=name)
+
+    def delete_model_service_objects(self, *, namespace: str, model_service: str) -> int:
+        return self._cluster.delete_model_service_objects(namespace=namespace, model_service=model_service)
+
     def _scope(self, namespace: str | None) -> tuple[str, ...]:
         if namespace is None:
             return self._namespaces
@@ -251,6 +309,8 @@ def _from_environment(metrics: Any | None) -> Services:
     from squall.adapters.aws.eventbridge import EventBridgeScaleRequests
     from squall.adapters.aws.identity import IamPrincipals, describe_cluster, resolve_submitters
     from squall.adapters.aws.job_store import DynamoJobStore
+    from squall.adapters.aws.model_service_store import DynamoModelServiceStore
+    from squall.adapters.aws.saved_models import S3SavedModels
     from squall.adapters.aws.scale_state import DynamoScaleState
     from squall.adapters.kubernetes.cluster import KubernetesCluster
     from squall.adapters.kubernetes.eks_auth import api_client_for
@@ -275,9 +335,11 @@ def _from_environment(metrics: Any | None) -> Services:
                 regional("eks", cluster_settings.region or session.region_name or ""), cluster_settings.name
             ),
         )
-    cluster: Cluster = KubernetesCluster(api_client_for(cluster_settings, session=session))
+    cluster: ServingCluster = KubernetesCluster(api_client_for(cluster_settings, session=session))
     if settings.namespaces:
-        cluster = NamespacedCluster(cluster, settings.namespaces, cluster_wide_pods=settings.cluster_wide_pods)
+        cluster = NamespacedCluster(
+            cluster, settings.namespaces, cluster_wide_pods=settings.cluster_wide_pods
+        )
     submitters: dict[str, frozenset[str]] = {}
     if settings.submitters:
         resolved = resolve_submitters(settings.submitters, IamPrincipals(session.client("iam")))
@@ -302,13 +364,17 @@ def _from_environment(metrics: Any | None) -> Services:
         else None,
         drain_store=DynamoDrainStore(dynamodb, settings.table_name),
         submitters=submitters,
+        model_services=DynamoModelServiceStore(dynamodb, settings.table_name),
+        saved_models=S3SavedModels(session.client("s3")),
     )
 
 
 def _described(cluster: ClusterSettings, describe: Callable[[], ClusterEndpoint]) -> ClusterSettings:
     """The cluster settings with what the settings leave out filled in by DescribeCluster."""
     if not cluster.name:
-        raise ValueError("the cluster settings need the EKS cluster's name to look up its endpoint and certificate")
+        raise ValueError(
+            "the cluster settings need the EKS cluster's name to look up its endpoint and certificate"
+        )
     found = describe()
     return cluster.model_copy(
         update={

@@ -1,4 +1,4 @@
-"""Schedule -> reconcile every active job with the cluster."""
+"""Schedule -> reconcile every active job, and every live model service, with the cluster."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from squall.runtime import services
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = services(metrics).reconciler.run()
+    serving = report.serving.as_dict() if report.serving is not None else None
     logger.info(
         "reconciled",
         transitions=dict(report.transitions),
@@ -22,6 +23,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         recreated=len(report.recreated),
         cleaned=len(report.cleaned),
         errors=len(report.errors),
+        serving=serving,
     )
     return {
         "transitions": dict(report.transitions),
@@ -29,4 +31,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "recreated": report.recreated,
         "cleaned": report.cleaned,
         "errors": report.errors,
+        **({"serving": serving} if serving is not None else {}),
     }

@@ -45,11 +45,13 @@ from squall.adapters.aws.autoscaling import AutoScalingFleet
 from squall.adapters.aws.drain_store import DynamoDrainStore
 from squall.adapters.aws.eventbridge import MAX_JOB_IDS
 from squall.adapters.aws.job_store import DynamoJobStore
+from squall.adapters.aws.model_service_store import DynamoModelServiceStore
+from squall.adapters.aws.saved_models import S3SavedModels
 from squall.adapters.aws.scale_state import DynamoScaleState
 from squall.core import resources as deployed
 from squall.core.asg_events import DrainStepMessage
 from squall.core.jobs import Job, JobEvent
-from squall.core.settings import PolicySettings, Settings
+from squall.core.settings import PolicySettings, ServingSettings, Settings, image_problem
 from squall.core.telemetry import SERVICE, RecordedMetric, RecordingMetrics
 from squall.local.aws import (
     ACCOUNT,
@@ -79,6 +81,7 @@ from squall.local.lambda_events import (
     sqs_event,
 )
 from squall.local.memory import InMemoryAutoScaling, InMemoryDrainStore, InMemoryJobStore, InMemoryScaleState
+from squall.local.model_service_store import InMemoryModelServiceStore
 from squall.local.queues import LocalQueue, MemoryQueue, SqsQueue
 from squall.planner import NodeGroup
 from squall.planner.admission import TeamShare
@@ -86,6 +89,12 @@ from squall.planner.offline import parse_groups
 
 DEFAULT_TEAMS = {"research": "team-research", "vision": "team-vision"}
 DEFAULT_REGISTRIES = ["registry.example.com/squall", "123456789012.dkr.ecr.us-west-2.amazonaws.com"]
+# Model services: the images their pods name, in the local registries (the process runner
+# runs a model service's pod by its containers' names, whatever the images).
+LOCAL_SERVING = ServingSettings(
+    image="registry.example.com/squall/tensorflow-serving:2.16.1",
+    fetch_image="registry.example.com/squall/tf-trainer:1.0",
+)
 SQS_BATCH_SIZE = deployed.JOBS_BATCH_SIZE
 DRAIN_QUEUE_ARN = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{DRAIN_QUEUE}"
 # A drain-queue message that failed is visible again after this long, unless the
@@ -172,6 +181,8 @@ class Backend:
     create_groups: Callable[[list[NodeGroup]], None]
     drain_store: Any  # DrainStore
     resources: LocalResources | None = None
+    model_services: Any = None  # ModelServiceStore
+    saved_models: Any = None  # SavedModels: None where there is no S3 (serve requests refused)
 
 
 def moto_backend(endpoint: str) -> Backend:
@@ -198,6 +209,8 @@ def moto_backend(endpoint: str) -> Backend:
         create_groups=lambda groups: create_groups(endpoint, groups),
         drain_store=DynamoDrainStore(dynamodb, local.table_name),
         resources=local,
+        model_services=DynamoModelServiceStore(dynamodb, local.table_name),
+        saved_models=S3SavedModels(client("s3", endpoint)),
     )
 
 
@@ -226,7 +239,15 @@ def memory_backend() -> Backend:
         autoscaling=autoscaling,
         create_groups=create,
         drain_store=InMemoryDrainStore(),
+        model_services=InMemoryModelServiceStore(),
     )
+
+
+def _local_serving(registries: list[str]) -> ServingSettings:
+    images = (LOCAL_SERVING.image, LOCAL_SERVING.fetch_image)
+    if all(image and image_problem(image, registries=registries) is None for image in images):
+        return LOCAL_SERVING
+    return ServingSettings()
 
 
 class LocalRuntime:
@@ -285,6 +306,8 @@ class LocalRuntime:
             drain_queue=self.drain_queue,
             drain_store=backend.drain_store,
             submitters={team: frozenset(ids) for team, ids in (submitters or {}).items()},
+            model_services=backend.model_services,
+            saved_models=backend.saved_models,
         )
         self.lifecycle_results: list[dict[str, Any]] = []
         self.scale_results: list[dict[str, Any]] = []
@@ -339,6 +362,7 @@ class LocalRuntime:
         quotas: Mapping[str, TeamShare] | None = None,
         port: int = 0,
         pod_runner: Callable[[LocalResources], PodRunner] | None = None,
+        serving: ServingSettings | None = None,
     ) -> Iterator[LocalRuntime]:
         """Start the embedded endpoint (or the memory backend), install the services.
 
@@ -353,6 +377,8 @@ class LocalRuntime:
         `quotas`: team -> its GPU quota and weight in admission (the functions'
         `quotas` setting, `planner.inputs.team_shares` of a configuration's teams);
         a team left out has no quota and weight 1.
+        `serving`: the model services' settings (default: LOCAL_SERVING where the
+        registries allow its images, else none: serve requests are refused).
         """
         clock = clock or VirtualClock()
         if pod_runner is not None and cluster is not None:
@@ -394,6 +420,7 @@ class LocalRuntime:
                 regions=sorted({g["region"] for g in node_groups or []} | {REGION}),
                 node_groups=list(node_groups or []),
                 policy=policy or PolicySettings(),
+                serving=serving or _local_serving(list(registries or DEFAULT_REGISTRIES)),
             )
             local = cls(
                 backend=chosen,

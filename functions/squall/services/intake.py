@@ -1,4 +1,4 @@
-"""Intake: one queue message in, one job recorded, its Kubernetes objects created.
+"""Intake: one queue message in, one job (or model service) recorded, its Kubernetes objects created.
 
 Order matters for "nothing lost, nothing twice": the job record is written first
 under a condition (so a second delivery finds it), then the objects are created
@@ -6,10 +6,18 @@ with deterministic names (so creating them again is harmless), then a scale chec
 is requested. A redelivery of the same message after a crash half way re-runs the
 idempotent steps; a different message reusing a client id is reported as a
 duplicate and creates nothing.
+
+A serve message goes the same way (`core/serving_requests.plan_serve` decides whether
+it can be met): the model service's record first, then its Deployment, Service and
+PodDisruptionBudget. A refused request records no service and creates no object; it is
+a rejected message like an invalid spec. A name that is STOPPED or FAILED is served again
+on its record, so its history goes on.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -23,13 +31,18 @@ from aws_lambda_powertools import Logger
 from squall.core import manifests
 from squall.core.errors import ConflictError, DuplicateJobError, ItemTooLargeError, PermanentError
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal, new_job, note, transition
+from squall.core.serving import LIVE, ModelService, ServiceReason, ServiceStatus, transition_service
+from squall.core.serving_requests import ServeAction, plan_serve, serve_record
+from squall.core.settings import ServingSettings
 from squall.core.spec import (
     DEFAULT_MAX_RUNTIME_LIMIT,
     DNS_LABEL,
     CancelCommand,
     Issue,
     JobSpec,
+    ServeCommand,
     SpecError,
+    UnserveCommand,
     derive_job_id,
     expand_sweep,
     parse_message,
@@ -37,6 +50,8 @@ from squall.core.spec import (
 )
 from squall.core.telemetry import SERVICE, Metric
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
+from squall.services.serving import ModelServing
+from squall.services.versioned import CONFLICT_RETRIES, update_record
 
 logger = Logger(service=SERVICE, child=True)
 
@@ -49,7 +64,6 @@ MAX_NOTE = 1000  # a reason's message noted by the scale check
 # SQS's largest message body; nothing larger can come from the queue, and the work
 # spent on a body is bounded by its size.
 MAX_BODY_CHARS = 1024 * 1024
-CONFLICT_RETRIES = 5
 
 
 class MalformedMessage(PermanentError):
@@ -66,13 +80,15 @@ class IntakeOutcome(StrEnum):
     NOT_FOUND = "not-found"
     ALREADY_FINISHED = "already-finished"
     FAILED = "failed"
+    STOPPED = "stopped"  # a model service unserved
 
 
 @dataclass(frozen=True)
 class IntakeResult:
     outcome: IntakeOutcome
-    job_id: str
+    job_id: str  # for a serve: the job served; for an unserve: ""
     errors: tuple[dict[str, str], ...] = ()
+    name: str | None = None  # the model service a serve or unserve was about
 
 
 @dataclass(frozen=True)
@@ -93,8 +109,11 @@ class Intake:
     clock: Clock
     metrics: MetricsSink
     config: IntakeConfig
-    # jobs whose objects were created in this batch and now wait for capacity
+    # jobs (and model services, by name) whose objects were created in this batch and now
+    # wait for capacity: the handler asks for one scale check for them all
     waiting: list[str] = field(default_factory=list)
+    # model services: None where this runtime has none (serve requests are then refused)
+    serving: ModelServing | None = None
 
     def handle(self, *, body: str, message_id: str, sender_id: str | None = None) -> IntakeResult:
         """Process one queue message. Raises RetryableError when it should be redelivered.
@@ -125,15 +144,17 @@ class Intake:
             return self._reject(data=data, body=body, message_id=message_id, error=exc, sender_id=sender_id)
         if isinstance(message, CancelCommand):
             return self.cancel(job_id=message.id, reason=message.reason, sender_id=sender_id)
-        if not self.may_send(team=message.team, sender_id=sender_id):
-            error = SpecError(
-                [Issue("team", _not_allowed(team=message.team, sender_id=sender_id, what="submit"))]
-            )
+        if isinstance(message, ServeCommand):
+            return self._serve(message, message_id=message_id, body=body, data=data, sender_id=sender_id)
+        if isinstance(message, UnserveCommand):
+            return self.unserve(name=message.name, reason=message.reason, sender_id=sender_id)
+        forbidden = self._sender_refused(team=message.team, sender_id=sender_id, what="submit")
+        if forbidden is not None:
             return self._reject(
                 data=data,
                 body=body,
                 message_id=message_id,
-                error=error,
+                error=forbidden,
                 sender_id=sender_id,
                 reason=Reason.SENDER_NOT_ALLOWED,
             )
@@ -143,6 +164,11 @@ class Intake:
         """Whether a sender may submit or cancel for a team: listed, or the team lists nobody."""
         allowed = self.config.submitters.get(team)
         return allowed is None or principal_of(sender_id) in allowed
+
+    def _sender_refused(self, *, team: str, sender_id: str | None, what: str) -> SpecError | None:
+        if self.may_send(team=team, sender_id=sender_id):
+            return None
+        return SpecError([Issue("team", _not_allowed(team=team, sender_id=sender_id, what=what))])
 
     # ---- submit --------------------------------------------------------
 
@@ -365,6 +391,132 @@ class Intake:
         self.metrics.add(Metric.JOBS_CANCELLED, 1)
         return IntakeResult(outcome=IntakeOutcome.CANCELLED, job_id=job_id)
 
+    # ---- serve and unserve -------------------------------------------------
+
+    def _serve(
+        self, command: ServeCommand, *, message_id: str, body: str, data: Any, sender_id: str | None
+    ) -> IntakeResult:
+        """Record a model service for a succeeded job's SavedModel, then create its objects.
+
+        Refused (a rejected message, no service recorded, no object created): serving
+        not configured, a sender the job's team does not list, and whatever plan_serve
+        refuses. Losing a race for the name decides again on the name's fresh record.
+        """
+
+        def refused(error: SpecError, reason: str = Reason.INVALID_SPEC) -> IntakeResult:
+            result = self._reject(
+                data=data, body=body, message_id=message_id, error=error, sender_id=sender_id, reason=reason
+            )
+            return dataclasses.replace(result, name=command.name)
+
+        serving = self.serving
+        not_configured = (serving.settings if serving is not None else ServingSettings()).not_configured
+        if serving is None or not_configured is not None:
+            return refused(SpecError([Issue("action", not_configured or "serving is not configured")]))
+        job = self.store.get(command.job)
+        if job is not None:
+            forbidden = self._sender_refused(team=job.team, sender_id=sender_id, what="serve")
+            if forbidden is not None:
+                return refused(forbidden, Reason.SENDER_NOT_ALLOWED)
+        for _ in range(CONFLICT_RETRIES):
+            existing = serving.store.get(command.name)
+            try:
+                plan = plan_serve(
+                    command,
+                    job=job,
+                    existing=existing,
+                    message_id=message_id,
+                    has_saved_model=functools.partial(_has_saved_model, serving),
+                )
+            except SpecError as exc:
+                return refused(exc)
+            if plan.action is ServeAction.REDELIVERY:
+                assert plan.existing is not None  # a redelivery is recognised by its record
+                return self._deploy(plan.existing, outcome=IntakeOutcome.REDELIVERED)
+            if plan.existing is not None:
+                # An ended name: whatever of its objects is left (an unserve that could not
+                # delete them) must not stand in for the new ones, which are created alike.
+                serving.delete_objects(plan.existing)
+            service, event = serve_record(
+                plan, at=self.clock.now(), message_id=message_id, submitted_by=sender_id
+            )
+            try:
+                if plan.action is ServeAction.CREATE:
+                    serving.store.create(service, event)
+                else:
+                    serving.store.save(service, event)
+            except ConflictError:
+                continue  # another message took the name, or changed its record, meanwhile
+            logger.info("model service requested", model_service=service.name, job_id=service.job_id)
+            return self._deploy(service, outcome=IntakeOutcome.CREATED)
+        raise ConflictError(
+            f"model service {command.name}: gave up after {CONFLICT_RETRIES} conflicting writes"
+        )
+
+    def _deploy(self, service: ModelService, *, outcome: IntakeOutcome) -> IntakeResult:
+        """Create the objects of a recorded service (those there already are kept); ask for room.
+
+        A PermanentError from the cluster fails the service (ClusterRefused) and deletes
+        what was created: nothing is left half made. A retryable one leaves the message
+        to come back, and the redelivery finishes the work.
+        """
+        assert self.serving is not None
+        result = IntakeResult(outcome=outcome, job_id=service.job_id, name=service.name)
+        if service.status not in LIVE:
+            return result  # a redelivery of a service that has ended since
+        try:
+            self.serving.create_objects(service)
+        except PermanentError as exc:
+            logger.warning(
+                "cluster refused model service objects", model_service=service.name, error=str(exc)
+            )
+            self.serving.fail(
+                service,
+                reason=ServiceReason.CLUSTER_REFUSED,
+                message=str(exc)[:MAX_EVENT_MESSAGE],
+                at=self.clock.now(),
+            )
+            return dataclasses.replace(result, outcome=IntakeOutcome.FAILED)
+        self.waiting.append(service.name)
+        return result
+
+    def unserve(self, *, name: str, reason: str, sender_id: str | None = None) -> IntakeResult:
+        """STOPPED (UnserveRequested), then the objects deleted; again on a redelivery."""
+        record = self.serving.store.get(name) if self.serving is not None else None
+        if self.serving is None or record is None:
+            logger.info("unserve for unknown model service", model_service=name)
+            return IntakeResult(outcome=IntakeOutcome.NOT_FOUND, job_id="", name=name)
+        if not self.may_send(team=record.team, sender_id=sender_id):
+            logger.warning(
+                "unserve refused",
+                model_service=name,
+                team=record.team,
+                reason=_not_allowed(team=record.team, sender_id=sender_id, what="unserve"),
+            )
+            return IntakeResult(outcome=IntakeOutcome.FORBIDDEN, job_id=record.job_id, name=name)
+        now = self.clock.now()
+        stopped = update_record(
+            self.serving.store,
+            record,
+            key=name,
+            what=f"model service {name}",
+            change=lambda current: (
+                None
+                if current.status is ServiceStatus.STOPPED
+                else transition_service(
+                    current,
+                    to=ServiceStatus.STOPPED,
+                    reason=ServiceReason.UNSERVE_REQUESTED,
+                    at=now,
+                    message=reason,
+                )
+            ),
+        )
+        # Also when it was STOPPED already: a redelivery after a crash finishes the delete.
+        self.serving.delete_objects(stopped or record)
+        outcome = IntakeOutcome.STOPPED if stopped is not None else IntakeOutcome.ALREADY_FINISHED
+        return IntakeResult(outcome=outcome, job_id=record.job_id, name=name)
+
 
 def principal_of(sender_id: str | None) -> str | None:
     """The principal's unique id in an SQS SenderId ("AROA...:session" for a role)."""
@@ -374,6 +526,16 @@ def principal_of(sender_id: str | None) -> str | None:
 def _not_allowed(*, team: str, sender_id: str | None, what: str) -> str:
     sender = principal_of(sender_id) or "(no SenderId)"
     return f"sender {sender[:128]} may not {what} for team {team!r}: it is not one of the team's submitters"
+
+
+def _has_saved_model(serving: ModelServing, uri: str) -> bool:
+    """Whether the SavedModel is there; a question S3 refuses to answer (access denied) refuses the request."""
+    try:
+        return serving.saved_models.has_saved_model(uri)
+    except PermanentError as exc:
+        raise SpecError(
+            [Issue("job", f"cannot look for a SavedModel at {uri}: {exc}"[:MAX_EVENT_MESSAGE])]
+        ) from exc
 
 
 def _kept(data: Any, key: str, plain: Callable[[str], bool]) -> str:
@@ -395,25 +557,12 @@ Change = Callable[[Job], "tuple[Job, Any] | None"]
 
 
 def update_job(store: JobStore, job: Job, change: Change) -> Job | None:
-    """Apply `change` to the latest version of a job, re-reading after a lost race.
+    """Apply `change` to the latest version of a job, re-reading after a lost race (see update_record).
 
     `change` returns the new job and its event, or None when nothing is to be done
     (it sees the freshest record each time). Returns the stored job, or None.
     """
-    current: Job | None = job
-    for _ in range(CONFLICT_RETRIES):
-        if current is None:
-            return None
-        result = change(current)
-        if result is None:
-            return None
-        updated, event = result
-        try:
-            store.save(updated, event)
-            return updated
-        except ConflictError:
-            current = store.get(job.id)
-    raise ConflictError(f"job {job.id}: gave up after {CONFLICT_RETRIES} conflicting writes")
+    return update_record(store, job, key=job.id, what=f"job {job.id}", change=change)
 
 
 def note_job(

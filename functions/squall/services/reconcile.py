@@ -3,7 +3,9 @@
 Runs on a schedule. One list of Squall's Kubernetes Jobs and one list of pods per
 run, grouped by job id, then one pure `observe` per job and at most one write per
 job that changed. Also starts waiting sweep trials, re-creates objects that went
-missing, and cleans up the objects of finished jobs.
+missing, and cleans up the objects of finished jobs. Then the model services' turn
+(services/serving.py), when the runtime has them: a failure there is reported, and
+never undoes the jobs' run.
 """
 
 from __future__ import annotations
@@ -18,13 +20,20 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from squall.core.errors import ConflictError, InvalidTransitionError, PermanentError, RetryableError
+from squall.core.errors import (
+    ConflictError,
+    InvalidTransitionError,
+    PermanentError,
+    RetryableError,
+    SquallError,
+)
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal, note, reason_code, transition
 from squall.core.kubestatus import Observation, job_id_of, observe
 from squall.core.spec import SpecError, load_spec
 from squall.core.telemetry import SERVICE, Metric
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
 from squall.services.intake import Intake, update_job
+from squall.services.serving import ServingReconciler, ServingReport
 
 logger = Logger(service=SERVICE, child=True)
 
@@ -44,6 +53,7 @@ class ReconcileReport:
     recreated: list[str] = field(default_factory=list)
     cleaned: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    serving: ServingReport | None = None  # None: this runtime has no model services
 
 
 @dataclass
@@ -78,9 +88,22 @@ class Reconciler:
     metrics: MetricsSink
     intake: Intake
     memory: ReconcileMemory = field(default_factory=ReconcileMemory)
+    serving: ServingReconciler | None = None
     _graces: list[datetime] = field(default_factory=list)
 
     def run(self) -> ReconcileReport:
+        """The jobs, then the model services (a run of their own: not cut short by a quiet jobs' run)."""
+        report = self._run_jobs()
+        if self.serving is not None:
+            try:
+                report.serving = self.serving.run()
+            except SquallError as exc:
+                # Its lists could not be read now: the next run (a minute on) reads them again.
+                logger.warning("model services not reconciled", error=str(exc)[:MAX_ERROR_MESSAGE])
+                report.serving = ServingReport(errors=[f"model services: {exc}"[:MAX_ERROR_MESSAGE]])
+        return report
+
+    def _run_jobs(self) -> ReconcileReport:
         report = ReconcileReport()
         # Every active job, however long the queue: a job left out would never be seen to
         # fail, finish or lose its objects (the store pages through the status index).
