@@ -102,11 +102,17 @@ class _Report:
 
 
 @pytest.fixture
-def world(aws_credentials: None) -> Iterator[World]:
+def jobs_table(aws_credentials: None) -> Iterator[Any]:
+    """moto's DynamoDB client with Squall's job table, "jobs" (the scale state and drains live in it too)."""
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-west-2")
         create_table(client, "jobs")
-        yield World.over(DynamoJobStore(client, "jobs"))
+        yield client
+
+
+@pytest.fixture
+def world(jobs_table: Any) -> World:
+    return World.over(DynamoJobStore(jobs_table, "jobs"))
 
 
 ARTIFACTS_BUCKET = "squall-artifacts"

@@ -3,36 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
-from moto import mock_aws
 
 from squall.adapters.aws.drain_store import DRAIN_RETENTION, DynamoDrainStore
 from squall.adapters.aws.job_store import DynamoJobStore
 from squall.core import drain
 from squall.core.drain import DrainOutcome, DrainPolicy, DrainRecord, Kind
 from squall.core.errors import ConflictError, PermanentError, RetryableError
-from squall.local.aws import create_table
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def dynamodb(aws_credentials: None) -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-west-2")
-        create_table(client, "jobs")
-        yield client
-
-
-@pytest.fixture
-def drains(dynamodb: Any) -> DynamoDrainStore:
-    return DynamoDrainStore(dynamodb, "jobs")
+def drains(jobs_table: Any) -> DynamoDrainStore:
+    return DynamoDrainStore(jobs_table, "jobs")
 
 
 def record(instance_id: str = "i-0a1b2c3d4e5f60718", **changes: Any) -> DrainRecord:
@@ -110,20 +98,26 @@ def test_a_save_of_a_record_never_created_conflicts(drains: DynamoDrainStore) ->
         drains.save(record(version=2))
 
 
-def test_the_item_carries_its_ttl_and_stays_out_of_job_listings(drains: DynamoDrainStore, dynamodb: Any) -> None:
+def test_the_item_carries_its_ttl_and_stays_out_of_job_listings(
+    drains: DynamoDrainStore, jobs_table: Any
+) -> None:
     active = record()
-    finished = record("i-0ffffffffffffffff", finished_at=T0 + timedelta(minutes=3), outcome=DrainOutcome.DRAINED)
+    finished = record(
+        "i-0ffffffffffffffff", finished_at=T0 + timedelta(minutes=3), outcome=DrainOutcome.DRAINED
+    )
     drains.create(active)
     drains.create(finished)
 
     def ttl(instance_id: str) -> int:
-        item = dynamodb.get_item(TableName="jobs", Key={"pk": {"S": f"DRAIN#{instance_id}"}, "sk": {"S": "DRAIN"}})
+        item = jobs_table.get_item(
+            TableName="jobs", Key={"pk": {"S": f"DRAIN#{instance_id}"}, "sk": {"S": "DRAIN"}}
+        )
         assert item["Item"]["kind"] == {"S": "drain"}
         return int(item["Item"]["expiresAt"]["N"])
 
     assert ttl(active.instance_id) == int((active.deadline + DRAIN_RETENTION).timestamp())
     assert ttl(finished.instance_id) == int((T0 + timedelta(minutes=3) + DRAIN_RETENTION).timestamp())
-    assert DynamoJobStore(dynamodb, "jobs").list_all() == []
+    assert DynamoJobStore(jobs_table, "jobs").list_all() == []
 
 
 class _Failing:
@@ -140,7 +134,9 @@ class _Failing:
 
 
 def _client_error(code: str, status: int) -> ClientError:
-    return ClientError({"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutItem")
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutItem"
+    )
 
 
 @pytest.mark.parametrize(
@@ -154,7 +150,11 @@ def _client_error(code: str, status: int) -> ClientError:
 )
 def test_no_botocore_error_leaks_out(error: Exception, expected: type[Exception]) -> None:
     store = DynamoDrainStore(_Failing(error), "jobs")
-    for call in (lambda: store.get("i-0a"), lambda: store.create(record()), lambda: store.save(record(version=2))):
+    for call in (
+        lambda: store.get("i-0a"),
+        lambda: store.create(record()),
+        lambda: store.save(record(version=2)),
+    ):
         with pytest.raises(expected) as caught:
             call()
         assert caught.value.__cause__ is error

@@ -3,34 +3,28 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from squall.adapters.aws.job_store import DynamoJobStore
 from squall.adapters.aws.logs import CloudWatchLogReader, LogAccessDenied
 from squall.core.errors import NotFoundError, RetryableError
 from squall.core.jobs import Job, JobStatus
 from squall.follow.logs import FollowSettings, LogFollower, print_logs, replica_names
-from squall.local.aws import create_table
 from tests.outputs_helpers import GROUP, START, SteppingClock, move, put_lines, record_job, stream_name
 
 JOB = "gan-1a2b3c4d"
 
 
 @pytest.fixture
-def aws(aws_credentials: None) -> Iterator[tuple[Any, DynamoJobStore]]:
-    with mock_aws():
-        logs = boto3.client("logs", region_name="us-west-2")
-        logs.create_log_group(logGroupName=GROUP)
-        dynamodb = boto3.client("dynamodb", region_name="us-west-2")
-        create_table(dynamodb, "jobs")
-        yield logs, DynamoJobStore(dynamodb, "jobs")
+def aws(jobs_table: Any) -> tuple[Any, DynamoJobStore]:
+    logs = boto3.client("logs", region_name="us-west-2")
+    logs.create_log_group(logGroupName=GROUP)
+    return logs, DynamoJobStore(jobs_table, "jobs")
 
 
 def follower(logs: Any, store: DynamoJobStore, job_id: str = JOB, **fields: Any) -> LogFollower:

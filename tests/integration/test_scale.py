@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from squall.adapters.aws.scale_state import DynamoScaleState
 from squall.core.errors import NotFoundError, RetryableError
 from squall.core.jobs import JobStatus
 from squall.core.telemetry import RecordingMetrics
-from squall.local.aws import create_table
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.fleet import LocalFleet, RegionCapacity
@@ -29,10 +25,24 @@ from squall.services.scale import ScaleConfig, Scaler
 
 P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
 GROUPS = [
-    {"name": "p3-usw2", "region": "us-west-2", "instanceType": "p3.8xlarge", "allocatable": P3,
-     "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}], "priority": 10, "maxSize": 4},
-    {"name": "p3-use1", "region": "us-east-1", "instanceType": "p3.8xlarge", "allocatable": P3,
-     "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}], "priority": 20, "maxSize": 8},
+    {
+        "name": "p3-usw2",
+        "region": "us-west-2",
+        "instanceType": "p3.8xlarge",
+        "allocatable": P3,
+        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+        "priority": 10,
+        "maxSize": 4,
+    },
+    {
+        "name": "p3-use1",
+        "region": "us-east-1",
+        "instanceType": "p3.8xlarge",
+        "allocatable": P3,
+        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+        "priority": 20,
+        "maxSize": 8,
+    },
 ]
 USW2 = GroupRef(name="p3-usw2", region="us-west-2")
 USE1 = GroupRef(name="p3-use1", region="us-east-1")
@@ -68,7 +78,9 @@ class Rig:
     def gpu_node(self, name: str) -> None:
         """A p3 node with the GPU taint."""
         self.cluster.add_node(
-            name=name, allocatable=P3, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+            name=name,
+            allocatable=P3,
+            taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
         )
 
     def idle_node(self) -> None:
@@ -81,8 +93,13 @@ class Rig:
         self.run(minutes=6)
 
     def submit(self, job_id: str, gpus: int = 1, **extra: Any) -> None:
-        body = {"name": "t", "id": job_id, "team": "research", "image": "registry.example.com/squall/t:1",
-                "resources": {"cpu": "4", "memory": "16Gi", "gpu": gpus}} | extra
+        body = {
+            "name": "t",
+            "id": job_id,
+            "team": "research",
+            "image": "registry.example.com/squall/t:1",
+            "resources": {"cpu": "4", "memory": "16Gi", "gpu": gpus},
+        } | extra
         self.intake.handle(body=json.dumps(body), message_id=f"m-{job_id}")
 
     def run(self, minutes: int) -> None:
@@ -107,13 +124,21 @@ def rig() -> Rig:
     for g in groups:
         autoscaling.create_group(name=g.name, region=g.region, min_size=0, max_size=g.max_size)
     fleet = LocalFleet(
-        adapter=autoscaling, clock=clock, cluster=cluster, groups=groups,
+        adapter=autoscaling,
+        clock=clock,
+        cluster=cluster,
+        groups=groups,
         capacity={"us-west-2": RegionCapacity(instances={"p3.8xlarge": 1})},
     )
     store = InMemoryJobStore()
     metrics = RecordingMetrics(clock)
-    intake = Intake(store=store, cluster=cluster, clock=clock, metrics=metrics,
-                    config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]))
+    intake = Intake(
+        store=store,
+        cluster=cluster,
+        clock=clock,
+        metrics=metrics,
+        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
+    )
     return Rig(clock, cluster, fleet, InMemoryScaleState(), store, metrics, intake)
 
 
@@ -191,7 +216,9 @@ def test_dry_run_records_the_plan_and_changes_nothing(rig: Rig) -> None:
 
 def test_a_check_that_finds_the_lease_taken_does_nothing(rig: Rig) -> None:
     rig.submit("j-1")
-    assert rig.state.acquire_lease(name="scale", holder="other", now=rig.clock.now(), duration=timedelta(minutes=2))
+    assert rig.state.acquire_lease(
+        name="scale", holder="other", now=rig.clock.now(), duration=timedelta(minutes=2)
+    )
     result = rig.scaler(holder="me").check(trigger="schedule")
     assert result.acted is False and result.skipped == ["lease held by another check"]
     assert rig.fleet.describe_groups([USW2])[0].desired == 0
@@ -265,8 +292,13 @@ def test_a_node_that_became_busy_before_termination_is_kept(rig: Rig) -> None:
     def pod_arrives(**kwargs: Any) -> list[dict[str, Any]]:
         # a pod bound between observing and cordoning
         if kwargs.get("node_name"):
-            return [{"metadata": {"name": "late", "namespace": "x"}, "spec": {"nodeName": kwargs["node_name"], "containers": []},
-                     "status": {"phase": "Running"}}]
+            return [
+                {
+                    "metadata": {"name": "late", "namespace": "x"},
+                    "spec": {"nodeName": kwargs["node_name"], "containers": []},
+                    "status": {"phase": "Running"},
+                }
+            ]
         return real_list(**kwargs)
 
     rig.cluster.list_pods = pod_arrives  # type: ignore[method-assign]
@@ -288,9 +320,9 @@ def test_aws_throttling_is_recorded_and_nothing_crashes(rig: Rig) -> None:
     rig.fleet.throttle(1)
     with pytest.raises(RetryableError):
         rig.scaler().check(trigger="schedule")  # observing failed: the invocation is retried
-    assert rig.state.acquire_lease(name="scale", holder="z", now=rig.clock.now(), duration=timedelta(seconds=1)), (
-        "the lease was released"
-    )
+    assert rig.state.acquire_lease(
+        name="scale", holder="z", now=rig.clock.now(), duration=timedelta(seconds=1)
+    ), "the lease was released"
     rig.state.release_lease(name="scale", holder="z")
     rig.fleet._throttled_calls = 0
     scaler = rig.scaler()
@@ -309,20 +341,29 @@ def test_aws_throttling_is_recorded_and_nothing_crashes(rig: Rig) -> None:
 def bind_one_replica_in_us_west_2(rig: Rig, *, workers: int) -> None:
     """A gang of 4-GPU workers with one of them bound to an unmanaged node in us-west-2."""
     rig.cluster.add_node(
-        name="usw2-unmanaged", allocatable={"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"},
-        labels={"topology.kubernetes.io/region": "us-west-2"}, taints=[], provider_id="aws:///us-west-2a/i-unmanaged",
+        name="usw2-unmanaged",
+        allocatable={"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"},
+        labels={"topology.kubernetes.io/region": "us-west-2"},
+        taints=[],
+        provider_id="aws:///us-west-2a/i-unmanaged",
     )
     rig.submit("gang", gpus=4, replicas={"worker": {"count": workers}})
     # Let go without admission (as before Squall admitted jobs, or by hand): the release
     # is the safety net for a gang bound in part.
     for job in rig.cluster.list_jobs(job_id="gang"):
-        rig.cluster.patch_job(namespace=job["metadata"]["namespace"], name=job["metadata"]["name"], patch={"spec": {"suspend": False}})
+        rig.cluster.patch_job(
+            namespace=job["metadata"]["namespace"],
+            name=job["metadata"]["name"],
+            patch={"spec": {"suspend": False}},
+        )
     rig.cluster.advance()
 
 
 def back_off(rig: Rig, *groups: str) -> None:
     for group in groups:
-        rig.state.save_health(group, GroupHealth(backoff_until=rig.clock.now() + timedelta(hours=1), consecutive_failures=3))
+        rig.state.save_health(
+            group, GroupHealth(backoff_until=rig.clock.now() + timedelta(hours=1), consecutive_failures=3)
+        )
 
 
 def test_a_stranded_gang_is_released_and_says_why(rig: Rig) -> None:
@@ -366,28 +407,33 @@ def test_a_release_stands_when_the_job_note_cannot_be_written(rig: Rig) -> None:
 
 
 @pytest.fixture
-def dynamo_state(aws_credentials: None) -> Iterator[DynamoScaleState]:
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-west-2")
-        create_table(client, "jobs")
-        yield DynamoScaleState(client, "jobs")
+def dynamo_state(jobs_table: Any) -> DynamoScaleState:
+    return DynamoScaleState(jobs_table, "jobs")
 
 
 def test_the_dynamodb_lease_admits_one_holder_until_it_expires(dynamo_state: DynamoScaleState) -> None:
     now = VirtualClock().now()
     assert dynamo_state.acquire_lease(name="scale", holder="a", now=now, duration=timedelta(minutes=2))
     assert not dynamo_state.acquire_lease(name="scale", holder="b", now=now, duration=timedelta(minutes=2))
-    assert dynamo_state.acquire_lease(name="scale", holder="b", now=now + timedelta(minutes=3), duration=timedelta(minutes=2))
+    assert dynamo_state.acquire_lease(
+        name="scale", holder="b", now=now + timedelta(minutes=3), duration=timedelta(minutes=2)
+    )
     dynamo_state.release_lease(name="scale", holder="a")  # a lost it: releasing must not free b's lease
-    assert not dynamo_state.acquire_lease(name="scale", holder="c", now=now + timedelta(minutes=3), duration=timedelta(minutes=2))
+    assert not dynamo_state.acquire_lease(
+        name="scale", holder="c", now=now + timedelta(minutes=3), duration=timedelta(minutes=2)
+    )
 
 
 def test_group_health_and_decisions_round_trip(dynamo_state: DynamoScaleState) -> None:
     now = VirtualClock().now()
-    health = GroupHealth(backoff_until=now + timedelta(minutes=5), consecutive_failures=2, last_failure_at=now, reason="ICE")
+    health = GroupHealth(
+        backoff_until=now + timedelta(minutes=5), consecutive_failures=2, last_failure_at=now, reason="ICE"
+    )
     dynamo_state.save_health("p3-usw2", health)
     assert dynamo_state.load_health() == {"p3-usw2": health}
-    dynamo_state.record_decision(at=now, trigger="schedule", dry_run=False, plan={"scaleUp": []}, acted={"x": [1]})
+    dynamo_state.record_decision(
+        at=now, trigger="schedule", dry_run=False, plan={"scaleUp": []}, acted={"x": [1]}
+    )
     (decision,) = dynamo_state.decisions(day=now)
     assert decision["trigger"] == "schedule" and decision["acted"] == {"x": [1]}
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from squall.adapters.aws.scale_state import DynamoScaleState
 from squall.core.errors import RetryableError
-from squall.local.aws import create_table
 from squall.local.memory import InMemoryScaleState
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -39,24 +36,17 @@ class CountingClient:
 
 
 @pytest.fixture
-def dynamo(aws_credentials: None) -> Iterator[tuple[DynamoScaleState, CountingClient]]:
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-west-2")
-        create_table(client, "jobs")
-        counting = CountingClient(client)
-        yield DynamoScaleState(counting, "jobs"), counting
+def dynamo(jobs_table: Any) -> tuple[DynamoScaleState, CountingClient]:
+    counting = CountingClient(jobs_table)
+    return DynamoScaleState(counting, "jobs"), counting
 
 
 @pytest.fixture(params=["dynamodb", "memory"])
-def state(request: pytest.FixtureRequest, aws_credentials: None) -> Iterator[Any]:
+def state(request: pytest.FixtureRequest) -> Any:
     """Both ScaleStates: one contract."""
     if request.param == "memory":
-        yield InMemoryScaleState()
-        return
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-west-2")
-        create_table(client, "jobs")
-        yield DynamoScaleState(client, "jobs")
+        return InMemoryScaleState()
+    return DynamoScaleState(request.getfixturevalue("jobs_table"), "jobs")
 
 
 def record(state: Any, at: datetime, n: int, **plan: Any) -> str:
@@ -137,8 +127,11 @@ def test_a_latest_key_whose_decision_expired_is_none(dynamo: tuple[DynamoScaleSt
     # given the decision the latest key names is gone (its TTL)
     state, client = dynamo
     record(state, T0, 1)
-    [item] = client.scan(TableName="jobs", FilterExpression="begins_with(pk, :d) AND pk <> :l",
-                         ExpressionAttributeValues={":d": {"S": "DECISION#2"}, ":l": {"S": "DECISION#LATEST"}})["Items"]
+    [item] = client.scan(
+        TableName="jobs",
+        FilterExpression="begins_with(pk, :d) AND pk <> :l",
+        ExpressionAttributeValues={":d": {"S": "DECISION#2"}, ":l": {"S": "DECISION#LATEST"}},
+    )["Items"]
     client.delete_item(TableName="jobs", Key={"pk": item["pk"], "sk": item["sk"]})
     # then
     assert state.latest_decision(now=T0 + timedelta(days=20)) is None

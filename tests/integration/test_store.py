@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,15 +21,11 @@ T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture(params=["dynamodb", "memory"])
-def store(request: pytest.FixtureRequest, aws_credentials: None) -> Iterator[Any]:
+def store(request: pytest.FixtureRequest) -> Any:
     """The DynamoDB adapter, and the in-memory store that replays use: one contract."""
     if request.param == "memory":
-        yield InMemoryJobStore()
-        return
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-west-2")
-        create_table(client, "jobs")
-        yield DynamoJobStore(client, "jobs")
+        return InMemoryJobStore()
+    return DynamoJobStore(request.getfixturevalue("jobs_table"), "jobs")
 
 
 def queued(job_id: str = "j-1", at: datetime = T0, **fields: Any):
@@ -38,7 +33,9 @@ def queued(job_id: str = "j-1", at: datetime = T0, **fields: Any):
 
 
 def test_create_then_read_back_everything(store: Any) -> None:
-    job, event = queued(spec={"name": "j", "resources": {"gpu": 1}}, gpus=1, replicas=1, max_retries=2, message_id="m-1")
+    job, event = queued(
+        spec={"name": "j", "resources": {"gpu": 1}}, gpus=1, replicas=1, max_retries=2, message_id="m-1"
+    )
     store.create(job, event)
     assert store.get("j-1") == job
     assert store.events("j-1") == [event]
@@ -57,7 +54,9 @@ def test_a_stale_update_loses_and_keeps_the_winner_and_its_event(store: Any) -> 
     job, event = queued()
     store.create(job, event)
     winner = transition(job, to=JobStatus.RUNNING, reason=Reason.STARTED, at=T0 + timedelta(minutes=1))
-    loser = transition(job, to=JobStatus.CANCELLED, reason=Reason.CANCEL_REQUESTED, at=T0 + timedelta(minutes=1))
+    loser = transition(
+        job, to=JobStatus.CANCELLED, reason=Reason.CANCEL_REQUESTED, at=T0 + timedelta(minutes=1)
+    )
     store.save(*winner)
     with pytest.raises(ConflictError):
         store.save(*loser)
@@ -99,7 +98,9 @@ def test_status_index_lists_oldest_first(store: Any) -> None:
         ("ResourceNotFoundException", 400, PermanentError),
     ],
 )
-def test_dynamodb_errors_become_squall_errors(code: str, status: int, expected: type[Exception], aws_credentials: None) -> None:
+def test_dynamodb_errors_become_squall_errors(
+    code: str, status: int, expected: type[Exception], aws_credentials: None
+) -> None:
     client = boto3.client("dynamodb", region_name="us-west-2")
     store = DynamoJobStore(client, "jobs")
     with Stubber(client) as stub:
@@ -157,20 +158,30 @@ def test_dynamodbs_item_size_answers_are_translated() -> None:
     from squall.core.errors import ItemTooLargeError
 
     put = ClientError(
-        {"Error": {"Code": "ValidationException", "Message": "Item size has exceeded the maximum allowed size"}},
+        {
+            "Error": {
+                "Code": "ValidationException",
+                "Message": "Item size has exceeded the maximum allowed size",
+            }
+        },
         "PutItem",
     )
     transaction = ClientError(
         {
             "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
             "CancellationReasons": [
-                {"Code": "ValidationError", "Message": "Item size to update has exceeded the maximum allowed size"},
+                {
+                    "Code": "ValidationError",
+                    "Message": "Item size to update has exceeded the maximum allowed size",
+                },
                 {"Code": "None"},
             ],
         },
         "TransactWriteItems",
     )
-    other = ClientError({"Error": {"Code": "ValidationException", "Message": "One or more parameter values"}}, "PutItem")
+    other = ClientError(
+        {"Error": {"Code": "ValidationException", "Message": "One or more parameter values"}}, "PutItem"
+    )
     assert isinstance(translate("put", put), ItemTooLargeError)
     assert isinstance(translate("save", transaction), ItemTooLargeError)
     assert type(translate("put", other)) is PermanentError
@@ -179,14 +190,17 @@ def test_dynamodbs_item_size_answers_are_translated() -> None:
 # ---- paging: boto3's paginators, read no further than the bound -------------------------
 
 
-def _paged_client(operation: str, pages: list[list[dict[str, Any]]]) -> tuple[Any, Stubber, list[dict[str, Any]]]:
+def _paged_client(
+    operation: str, pages: list[list[dict[str, Any]]]
+) -> tuple[Any, Stubber, list[dict[str, Any]]]:
     """A DynamoDB client answering ``operation`` with these pages, recording each request."""
     client = boto3.client(
         "dynamodb", region_name="us-west-2", aws_access_key_id="testing", aws_secret_access_key="testing"
     )
     requests: list[dict[str, Any]] = []
     client.meta.events.register(
-        f"provide-client-params.dynamodb.{operation.title()}", lambda params, **_: requests.append(dict(params))
+        f"provide-client-params.dynamodb.{operation.title()}",
+        lambda params, **_: requests.append(dict(params)),
     )
     stub = Stubber(client)
     for number, items in enumerate(pages):
