@@ -110,7 +110,7 @@ class Evictor:
 
     def __init__(self, endpoint: str) -> None:
         self.s3 = client("s3", endpoint)
-        self.index = f"research/checkpoints/{JOB_ID}/checkpoints/checkpoint"
+        self.index = f"teams/research/checkpoints/{JOB_ID}/checkpoints/checkpoint"
         self.evicted: str | None = None
         self.checked_at = 0.0
 
@@ -228,14 +228,14 @@ def test_code_in_logs_and_tensorboard_out_surviving_an_eviction(
     s3 = boto3.client("s3")
     keys = [
         o["Key"]
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="research/")
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="teams/research/")
         for o in page.get("Contents", [])
     ]
-    base = f"research/checkpoints/{JOB_ID}/"
+    base = f"teams/research/checkpoints/{JOB_ID}/"
     assert f"{base}checkpoints/checkpoint" in keys
     assert any(k.startswith(f"{base}checkpoints/ckpt-{STEPS}.") for k in keys), keys
     assert any(k.startswith(f"{base}logs/") and ".tfevents." in k for k in keys), keys
-    assert f"research/models/{JOB_ID}/saved_model.pb" in keys
+    assert f"teams/research/models/{JOB_ID}/saved_model.pb" in keys
 
     # squall logs: every replica's lines, after the pods are gone too
     until(lambda: not driver.call(lambda rt: rt.cluster.list_pods(job_id=JOB_ID)), seconds=120)
