@@ -53,6 +53,11 @@ ASSET_EXCLUDES = (
     "squall/local",
     "squall/local/**",
     "squall/cli.py",
+    # The researcher's commands and the loops that follow a job run on a laptop, never in Lambda.
+    "squall/researcher_commands.py",
+    "squall/serving_commands.py",
+    "squall/follow",
+    "squall/follow/**",
     "**/__pycache__",
     "**/*.pyc",
     "*.egg-info",
