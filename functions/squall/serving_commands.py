@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from squall.core.jobs import Job
 from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
 from squall.follow.clock import FollowClock, patient
 from squall.researcher_commands import CommandError, _client, _reported, job_store
@@ -245,6 +246,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_OK
     from squall.follow.clock import RealClock
 
+    jobs = job_store()
     service = follow_service(
         command.name,
         message_id=message_id,
@@ -252,10 +254,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         clock=RealClock(),
         out=sys.stdout,
         timeout=args.timeout,
+        rejected=lambda: jobs.get(rejected_id(message_id)),
     )
     if args.json:
         print(json.dumps(service_dict(service)))
     return serve_exit(service)
+
+
+def rejected_id(message_id: str) -> str:
+    """The id under which the submit function records a message it refuses (services/intake.py `_reject`)."""
+    import hashlib
+
+    from squall.core.spec import REJECTED_PREFIX
+
+    return REJECTED_PREFIX + hashlib.sha256(message_id.encode()).hexdigest()[:12]
 
 
 def serve_exit(service: ModelService) -> int:
@@ -272,14 +284,17 @@ def follow_service(
     poll: float = DEFAULT_POLL,
     wait_for_record: float = WAIT_FOR_RECORD,
     timeout: float = WAIT_TIMEOUT,
+    rejected: Callable[[], Job | None] | None = None,
 ) -> ModelService:
     """Follow model service `name`, as the serve request `message_id` made it, until SERVING, FAILED or STOPPED.
 
     Prints its events from that request on, one line each, and then the outcome. The
     record is the request's once it carries the request's message id (serving a
-    STOPPED or FAILED name again continues its record). Raises CommandError when no
-    record took the request within `wait_for_record` seconds, or it is still
-    deploying after `timeout` seconds.
+    STOPPED or FAILED name again continues its record). `rejected()` reads the
+    REJECTED record the submit function makes of a request it refuses (None while
+    there is none). Raises CommandError when the request was refused, when no record
+    took it within `wait_for_record` seconds, or it is still deploying after `timeout`
+    seconds.
     """
     start = clock.now()
     shown = 0  # the record version whose events are printed
@@ -287,6 +302,14 @@ def follow_service(
         service: ModelService | None = patient(lambda: store.get(name), clock=clock, wait=poll)
         waited = (clock.now() - start).total_seconds()
         if service is None or service.message_id != message_id:
+            refusal = patient(rejected, clock=clock, wait=poll) if rejected is not None else None
+            if refusal is not None:
+                raise CommandError(
+                    f"the submit function refused the serve request for {name} ({refusal.reason}, recorded "
+                    f"as {refusal.id}):\n"
+                    + "\n".join(f"  {e.get('field', '')}: {e.get('message', '')}" for e in refusal.errors),
+                    code=EXIT_FAILED,
+                )
             if waited >= wait_for_record:
                 raise CommandError(
                     f"the serve request for {name} was not taken within {wait_for_record:g} s: the submit "

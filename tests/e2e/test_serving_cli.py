@@ -331,6 +331,33 @@ def test_wait_gives_up_when_no_record_takes_the_request_and_when_it_never_gets_r
         )
 
 
+def test_wait_ends_at_once_with_the_errors_when_the_submit_function_refuses_the_request() -> None:
+    from squall.local.runtime import LocalRuntime
+    from squall.serving_commands import rejected_id
+
+    # given a serve request the submit function refuses: the memory backend has no S3, so
+    # serving is not configured there (a refusal the CLI's own check cannot see)
+    with LocalRuntime.start(backend="memory") as local:
+        message_id = local.send({"action": "serve", "job": "nope"})
+        local.deliver()
+        # when
+        with pytest.raises(CommandError) as refused:
+            follow_service(
+                "nope",
+                message_id=message_id,
+                store=local.backend.model_services,
+                clock=SteppingClock(),
+                out=io.StringIO(),
+                rejected=lambda: local.store.get(rejected_id(message_id)),
+            )
+    # then the refusal and its reasons, without waiting for a record
+    assert str(refused.value).startswith(
+        "the submit function refused the serve request for nope (InvalidSpec"
+    )
+    assert "\n  action: serving is not configured" in str(refused.value)
+    assert refused.value.code == 1
+
+
 # ---- services, describe, unserve ----
 
 
