@@ -4,7 +4,8 @@ Models: the Cluster port's calls as a fake records them, one error for the next 
 (`next_error`, as every fake in Squall has), a number of failures planned for one
 method (an API server throttling or down for a while), and per Squall job how long
 its containers run, what they exit with (on their own and on SIGTERM), and whether
-their image cannot be pulled.
+their image cannot be pulled; the same per model service, whose containers keep
+running unless told otherwise (they are restarted when they exit).
 
 Leaves out: latency, partial failures (a call either happens in full or raises
 before it changes anything), and faults of the nodes themselves (see nodes.py).
@@ -28,6 +29,10 @@ PORT_METHODS = frozenset(
         "patch_node",
         "patch_job",
         "evict",
+        "list_deployments",
+        "list_model_service_pods",
+        "get_service",
+        "delete_model_service_objects",
     }
 )
 
@@ -73,6 +78,7 @@ class Behaviours:
     def __init__(self, *, default_run_for: timedelta) -> None:
         self.default = Behaviour(run_for=non_negative("default_run_for", default_run_for))
         self._by_job: dict[str, Behaviour] = {}
+        self._by_model_service: dict[str, Behaviour] = {}
 
     def set(
         self,
@@ -94,3 +100,26 @@ class Behaviours:
         if job_id is None:
             return self.default
         return self._by_job.get(job_id, self.default)
+
+    def set_model_service(
+        self,
+        name: str,
+        *,
+        run_for: timedelta | None,
+        exit_code: int,
+        image_error: bool,
+        evicted_exit_code: int = SIGTERM_EXIT_CODE,
+    ) -> None:
+        if run_for is None and not image_error:
+            self._by_model_service.pop(name, None)  # keeps running: the default
+            return
+        self._by_model_service[name] = Behaviour(
+            run_for=non_negative("run_for", run_for if run_for is not None else self.default.run_for),
+            exit_code=exit_code,
+            image_error=image_error,
+            evicted_exit_code=evicted_exit_code,
+        )
+
+    def of_model_service(self, name: str | None) -> Behaviour | None:
+        """None: its containers keep running, as a server does."""
+        return self._by_model_service.get(name) if name is not None else None

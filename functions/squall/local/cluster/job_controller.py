@@ -22,7 +22,6 @@ of pods deleted on suspension (they go at once).
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -57,7 +56,6 @@ class JobController:
         self._state = state
         self._pods = pods
         self._pod_backoff = pod_backoff
-        pods.on_terminal = self.on_pod_terminal
 
     def create(self, key: Key, manifest: Mapping[str, Any]) -> None:
         state = self._state
@@ -245,7 +243,8 @@ class JobController:
 
     def on_pod_terminal(self, pod: Pod, at: datetime, counts: Counter[str] | None = None) -> None:
         """The answer to one of the Job's pods reaching Succeeded or Failed."""
-        job = pod.job
+        job = pod.owner
+        assert isinstance(job, Job)
         if job.active is pod:
             job.active = None
         if job.finished is not None or job.deleted:
@@ -346,36 +345,23 @@ class JobController:
             return target.finished is None and target.replacement_due == at and target.active is None
         return target.finished is not None  # ttl
 
-    def process_due(self, now: datetime, counts: Counter[str]) -> None:
-        heap = self._state.heap
-        while heap and heap[0][0] <= now:
-            at, _, kind, target = heapq.heappop(heap)
-            if not self.still_due(at, kind, target):
-                continue
-            if isinstance(target, Pod):
-                self._pods.finish(target, at=at, counts=counts)
-            elif kind == "deadline":
-                self.finish(
-                    target,
-                    "Failed",
-                    reason="DeadlineExceeded",
-                    message="Job was active longer than specified deadline",
-                    at=at,
-                    counts=counts,
-                )
-            elif kind == "replace":
-                self._pods.create(target, at=at)
-            else:
-                self.delete(target, at=at, reason="TTLExpired")
-
-    def next_due(self) -> datetime | None:
-        heap = self._state.heap
-        while heap:
-            at, _, kind, target = heap[0]
-            if self.still_due(at, kind, target):
-                return at
-            heapq.heappop(heap)
-        return None
+    def handle_due(self, at: datetime, kind: str, target: Pod | Job, counts: Counter[str]) -> None:
+        """One entry of the cluster's timetable that `still_due` said holds."""
+        if isinstance(target, Pod):
+            self._pods.finish(target, at=at, counts=counts)
+        elif kind == "deadline":
+            self.finish(
+                target,
+                "Failed",
+                reason="DeadlineExceeded",
+                message="Job was active longer than specified deadline",
+                at=at,
+                counts=counts,
+            )
+        elif kind == "replace":
+            self._pods.create(target, at=at)
+        else:
+            self.delete(target, at=at, reason="TTLExpired")
 
 
 def policy_action(rules: list[dict[str, Any]], pod: Pod) -> tuple[str, str]:

@@ -148,6 +148,46 @@ def label_selector(match_labels: Mapping[str, str]) -> Selector:
     return Selector(match_labels=tuple(sorted(match_labels.items())), expressions=())
 
 
+_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+
+
+def parse_selector(raw: object, *, field: str, empty_ok: bool) -> Selector:
+    """A metav1.LabelSelector (matchLabels, matchExpressions); PermanentError names `field` when it is not one.
+
+    `empty_ok`: an empty selector selects every pod (a PodDisruptionBudget's); else it is refused (a Deployment's).
+    """
+    if not isinstance(raw, Mapping):
+        raise PermanentError(f"{field}: Required value: a label selector (matchLabels, matchExpressions)")
+    labels = raw.get("matchLabels") or {}
+    expressions = raw.get("matchExpressions") or []
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise PermanentError(f"{field}.matchLabels: Invalid value: must map label names to strings")
+    if not isinstance(expressions, list):
+        raise PermanentError(f"{field}.matchExpressions: Invalid value: must be a list")
+    parsed: list[NodeSelectorRequirement] = []
+    for index, expression in enumerate(expressions):
+        where = f"{field}.matchExpressions[{index}]"
+        if not isinstance(expression, Mapping) or not isinstance(expression.get("key"), str):
+            raise PermanentError(f"{where}.key: Required value")
+        operator = expression.get("operator")
+        if operator not in _SELECTOR_OPERATORS:
+            raise PermanentError(
+                f"{where}.operator: Unsupported value: {operator!r}: supported values: "
+                + ", ".join(sorted(_SELECTOR_OPERATORS))
+            )
+        values = expression.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise PermanentError(f"{where}.values: Invalid value: must be a list of strings")
+        if (operator in ("In", "NotIn")) != bool(values):
+            raise PermanentError(f"{where}.values: Invalid value: In and NotIn need values, the others none")
+        parsed.append(NodeSelectorRequirement(key=expression["key"], operator=operator, values=tuple(values)))
+    if not labels and not parsed and not empty_ok:
+        raise PermanentError(f"{field}: Invalid value: empty selector is invalid for deployment")
+    return Selector(match_labels=tuple(sorted(labels.items())), expressions=tuple(parsed))
+
+
 def _requirement(raw: Mapping[str, Any]) -> NodeSelectorRequirement:
     return NodeSelectorRequirement(
         key=raw["key"],

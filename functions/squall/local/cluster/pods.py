@@ -1,25 +1,38 @@
-"""Pod lifecycle: creation by the Job controller, the kubelet's part, and how pods stop.
+"""Pod lifecycle: creation by the Job and Deployment controllers, the kubelet's part, and how pods stop.
 
-Models: a pod named as generateName names it, owned by its Job; the kubelet pulling
-the image (or backing off when it cannot) and starting the containers; a container
-exiting on its own with the code its job's behaviour says; a disruption (node gone,
-eviction) marking the pod with DisruptionTarget and, if its container was running,
-the exit code it answers SIGTERM with; a pod's requests held on its node until it
-stops. The Job controller hears of every pod that reaches Succeeded or Failed.
+Models: a pod named as generateName names it, owned by its Job (or its Deployment's
+ReplicaSet); the kubelet pulling the image (or backing off when it cannot) and
+starting the containers (init containers first: they show as completed in
+initContainerStatuses); a container exiting on its own with the code its behaviour
+says; a disruption (node gone, eviction, deletion) marking the pod with
+DisruptionTarget (not for a plain deletion) and, if its container was running, the
+exit code it answers SIGTERM with; a pod's requests held on its node until it stops.
+The owner's controller hears of every pod that reaches Succeeded or Failed, and of
+every change to a pod's readiness.
+
+restartPolicy Always (a Deployment's pods): a container that exits does not end the
+pod; the kubelet starts it again after its back-off (containers.py), counting
+`restartCount` and keeping the exit in `lastState.terminated`, the container waiting
+in CrashLoopBackOff meanwhile. Such a pod, simulated, keeps running unless its model
+service's behaviour says it exits.
+
+Readiness: a pod is Ready once its containers run, except a real pod with a
+readinessProbe whose runner has a `ready(pod)` method: that pod is Ready only while
+the runner says so (asked on every advance).
 
 Real pods: with a `PodRunner`, a pod the runner `runs` is started by it instead of
 being given a simulated run time (the kubelet asks again on the next advance while
 the runner says it cannot start it yet); its exit code, when the runner's `poll`
-reports one, decides its phase as a simulated exit does; a real pod that stops for
-any other reason (eviction, node loss, its Job deleted, suspended or finished) is
-`stop`ped: the runner sends SIGTERM and keeps the grace period. Its phase after a
-disruption is decided at once, by the exit code SIGTERM is answered with
-(SIGTERM_EXIT_CODE unless its behaviour says otherwise), as for a simulated pod.
+reports one, decides its phase as a simulated exit does (or, under restartPolicy
+Always, the same pod is `start`ed again after the back-off); a real pod that stops
+for any other reason (eviction, node loss, deletion, its owner deleted, suspended or
+finished) is `stop`ped: the runner sends SIGTERM and keeps the grace period. Its
+phase after a disruption is decided at once, by the exit code SIGTERM is answered
+with (SIGTERM_EXIT_CODE unless its behaviour says otherwise), as for a simulated pod.
 
 Leaves out: termination grace periods (a pod stops at once; a real pod's process
-gets its grace period, but the pod object goes at once), container restarts
-(restartPolicy OnFailure/Always), probes, init containers running one by one, and
-more than one pod per Job.
+gets its grace period, but the pod object goes at once), restartPolicy OnFailure,
+liveness and startup probes, init containers that fail, and more than one pod per Job.
 """
 
 from __future__ import annotations
@@ -29,6 +42,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
+from squall.conventions import MODEL_SERVICE_LABEL
+from squall.local.cluster import containers
 from squall.local.cluster.faults import Behaviours
 from squall.local.cluster.index import NodeIndex
 from squall.local.cluster.state import (
@@ -37,8 +52,11 @@ from squall.local.cluster.state import (
     PENDING,
     RUNNING,
     SUCCEEDED,
+    Behaviour,
     ClusterState,
+    Deployment,
     Job,
+    Owner,
     Pod,
     discard,
     set_condition,
@@ -51,6 +69,7 @@ _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _MAX_GENERATE_PREFIX = 58
 
 OnTerminal = Callable[[Pod, datetime, "Counter[str] | None"], None]
+OnChanged = Callable[[Owner, datetime], None]
 
 
 class PodRunner(Protocol):
@@ -76,6 +95,11 @@ class PodRunner(Protocol):
         """It must stop (SIGTERM now, SIGKILL after its grace period); it is not polled again."""
         ...
 
+    # Optional, asked with getattr: `ready(pod) -> bool`, whether a pod with a
+    # readinessProbe answers it now; `ports(pod) -> Mapping[int, int] | None`, each
+    # containerPort and the loopback port the pod really listens on (for Services).
+    # A pod whose process exited under restartPolicy Always is `start`ed again.
+
 
 class PodLifecycle:
     def __init__(
@@ -87,51 +111,63 @@ class PodLifecycle:
         self._runner = runner
         # Pods the runner runs: those started (running) and those waiting for it to start them.
         self._real: dict[Pod, bool] = {}
-        # The Job controller's answer to a pod reaching Succeeded or Failed.
+        # The owner's controller's answer to a pod reaching Succeeded or Failed, and to a
+        # pod of its starting, or becoming ready or unready.
         self.on_terminal: OnTerminal = lambda pod, at, counts: None
+        self.on_changed: OnChanged = lambda owner, at: None
+        # Restarting containers of real pods whose runner could not start them yet.
+        self._restarting: dict[Pod, None] = {}
 
-    def create(self, job: Job, *, at: datetime) -> Pod:
+    def create(self, owner: Owner, *, at: datetime) -> Pod:
         state = self._state
-        prefix = f"{job.key[1]}-"[:_MAX_GENERATE_PREFIX]
+        namespace = owner.key[0]
+        is_job = isinstance(owner, Job)
+        if isinstance(owner, Deployment):
+            prefix = f"{owner.replica_set}-"
+            reference = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner.replica_set}
+            reference["uid"] = owner.replica_set_uid
+        else:
+            prefix = f"{owner.key[1]}-"[:_MAX_GENERATE_PREFIX]
+            reference = {"apiVersion": "batch/v1", "kind": "Job", "name": owner.key[1]}
+            reference["uid"] = owner.obj["metadata"]["uid"]
         while True:
             name = prefix + "".join(state.rng.choice(_NAME_ALPHABET) for _ in range(5))
-            if (job.key[0], name) not in state.pods:
+            if (namespace, name) not in state.pods:
                 break
-        key = (job.key[0], name)
-        labels = dict(job.pod_labels)
-        metadata = state.new_metadata(name=name, namespace=key[0], at=at, labels=labels)
+        key = (namespace, name)
+        labels = dict(owner.pod_labels)
+        metadata = state.new_metadata(name=name, namespace=namespace, at=at, labels=labels)
         metadata["generateName"] = prefix
-        metadata["ownerReferences"] = [
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": job.key[1],
-                "uid": job.obj["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-        metadata["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+        metadata["ownerReferences"] = [{**reference, "controller": True, "blockOwnerDeletion": True}]
+        if is_job:
+            metadata["finalizers"] = ["batch.kubernetes.io/job-tracking"]
         obj: KubeObject = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": metadata,
-            # Pods share their Job's template spec read-only; views copy the top level.
-            "spec": dict(job.pod_spec),
+            # Pods share their owner's template spec read-only; views copy the top level.
+            "spec": dict(owner.pod_spec),
             "status": {"phase": PENDING, "qosClass": "Burstable"},
         }
-        pod = Pod(key=key, obj=obj, labels=labels, job=job, seq=state.next_seq())
+        pod = Pod(key=key, obj=obj, labels=labels, owner=owner, seq=state.next_seq())
+        pod.restart_always = owner.pod_spec.get("restartPolicy", "Always") == "Always"
+        pod.probed = containers.has_readiness_probe(owner.pod_spec)
         state.pods[key] = pod
-        job.pods[key] = None
-        job.active = pod
-        job.replacement_due = None
-        if job.job_id is not None:
-            state.pods_by_id.setdefault(job.job_id, {})[key] = None
+        owner.pods[key] = None
+        if owner.job_id is not None:
+            state.pods_by_id.setdefault(owner.job_id, {})[key] = None
+        if (service := labels.get(MODEL_SERVICE_LABEL)) is not None:
+            state.pods_by_service.setdefault(service, {})[key] = None
         state.phases[PENDING] += 1
         state.pending[key] = pod
         state.schedule_dirty = True
-        state.write_job_status(job)
-        state.event(at, "Job", job.key[0], job.key[1], "SuccessfulCreate", f"Created pod: {name}")
+        if isinstance(owner, Job):
+            owner.active = pod
+            owner.replacement_due = None
+            state.write_job_status(owner)
+        state.event(
+            at, reference["kind"], namespace, reference["name"], "SuccessfulCreate", f"Created pod: {name}"
+        )
         return pod
 
     def release(self, pod: Pod) -> None:
@@ -139,7 +175,7 @@ class PodLifecycle:
         node = pod.node
         if node is None or not pod.holds_resources:
             return
-        template = pod.job.template
+        template = pod.owner.template
         node.free_cpu += template.cpu
         node.free_memory += template.memory
         node.free_gpu += template.gpu
@@ -159,28 +195,46 @@ class PodLifecycle:
         del state.pods[pod.key]
         state.pending.pop(pod.key, None)
         state.to_start.pop(pod.key, None)
-        pod.job.pods.pop(pod.key, None)
-        if pod.job.active is pod:
-            pod.job.active = None
+        self._restarting.pop(pod, None)
+        owner = pod.owner
+        owner.pods.pop(pod.key, None)
+        if isinstance(owner, Job) and owner.active is pod:
+            owner.active = None
         if pod.node is not None:
             pod.node.pods.pop(pod.key, None)
-        if pod.job.job_id is not None:
-            discard(state.pods_by_id, pod.job.job_id, pod.key)
+        if owner.job_id is not None:
+            discard(state.pods_by_id, owner.job_id, pod.key)
+        if (service := pod.labels.get(MODEL_SERVICE_LABEL)) is not None:
+            discard(state.pods_by_service, service, pod.key)
 
-    def disrupt(self, pod: Pod, *, at: datetime, reason: str, message: str, exit_code: int | None) -> None:
-        """A pod stops because of its node or an eviction; the Job controller decides what next."""
+    def disrupt(
+        self,
+        pod: Pod,
+        *,
+        at: datetime,
+        reason: str,
+        message: str,
+        exit_code: int | None,
+        disruption_target: bool = True,
+    ) -> None:
+        """A pod stops because of its node, an eviction or a deletion; its owner decides what next.
+
+        `disruption_target`: the pod gets the DisruptionTarget condition (not for a plain deletion).
+        """
         stamp = timestamp(at)
         status = pod.obj["status"]
-        status.setdefault("conditions", []).append(
-            {
-                "type": DISRUPTION_TARGET,
-                "status": "True",
-                "lastProbeTime": None,
-                "lastTransitionTime": stamp,
-                "reason": reason,
-                "message": message,
-            }
-        )
+        if disruption_target:
+            status["conditions"] = [
+                *(status.get("conditions") or []),
+                {
+                    "type": DISRUPTION_TARGET,
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": stamp,
+                    "reason": reason,
+                    "message": message,
+                },
+            ]
         pod.obj["metadata"]["deletionTimestamp"] = stamp
         pod.obj["metadata"]["deletionGracePeriodSeconds"] = 0
         self._stop_real(pod)
@@ -200,12 +254,22 @@ class PodLifecycle:
         """What the pod's container exits with when evicted; None if it was not running."""
         if pod.phase != RUNNING:
             return None
-        return (pod.behaviour or self._behaviours.of(pod.job.job_id)).evicted_exit_code
+        return (pod.behaviour or self._behaviour(pod) or self._behaviours.default).evicted_exit_code
+
+    def _behaviour(self, pod: Pod) -> Behaviour | None:
+        """How the pod's containers behave; None: they keep running (a model service's, by default)."""
+        owner = pod.owner
+        if isinstance(owner, Deployment):
+            return self._behaviours.of_model_service(owner.model_service)
+        return self._behaviours.of(owner.job_id)
 
     def finish(self, pod: Pod, *, at: datetime, counts: Counter[str], exit_code: int | None = None) -> None:
         """The pod's container exits on its own: after its run time, or with a real process's code."""
         if exit_code is None:
             exit_code = (pod.behaviour or self._behaviours.default).exit_code
+        if pod.restart_always:
+            self._crash(pod, at=at, exit_code=exit_code)
+            return
         self._terminate_containers(pod, exit_code=exit_code, at=at)
         self.release(pod)
         self._state.set_phase(pod, SUCCEEDED if exit_code == 0 else FAILED)
@@ -223,17 +287,74 @@ class PodLifecycle:
     # ---- real pods ----
 
     def poll_real(self, now: datetime, counts: Counter[str]) -> None:
-        """Real pods whose process exited finish with its exit code."""
+        """Real pods whose process exited finish with its exit code; probed ones say whether they are ready."""
         runner = self._runner
         if runner is None or not self._real:
             return
+        ready = getattr(runner, "ready", None)
         for pod, started in list(self._real.items()):
             if not started or pod.deleted or pod.phase != RUNNING:
                 continue
             code = runner.poll(pod.obj)
             if code is not None:
-                del self._real[pod]
+                if pod.restart_always:
+                    self._real[pod] = False  # still the runner's: started again after the back-off
+                else:
+                    del self._real[pod]
                 self.finish(pod, at=now, counts=counts, exit_code=code)
+            elif pod.probed and callable(ready):
+                self._set_ready(pod, bool(ready(pod.obj)), at=now)
+        for pod in list(self._restarting):
+            self.restart(pod, at=now)
+
+    # ---- restartPolicy Always ----
+
+    def _crash(self, pod: Pod, *, at: datetime, exit_code: int) -> None:
+        """A container exited: the kubelet starts it again after its back-off, the pod goes on."""
+        state = self._state
+        pod.restarts += 1
+        pod.ends_at = None
+        pod.ready = False
+        status = pod.obj["status"]
+        last = {
+            "terminated": containers.terminated(
+                exit_code=exit_code, started=_running_since(status), finished=timestamp(at)
+            )
+        }
+        delay = containers.restart_delay(pod.restarts)
+        message = f"back-off {int(delay.total_seconds())}s restarting failed container"
+        status["containerStatuses"] = [
+            containers.waiting(
+                c,
+                reason=containers.CRASH_LOOP,
+                message=f"{message} {c['name']} in pod {pod.key[1]}",
+                restarts=pod.restarts,
+                last_state=last,
+            )
+            for c in pod.obj["spec"]["containers"]
+        ]
+        set_condition(status, "Ready", "False", at, reason="ContainersNotReady")
+        set_condition(status, "ContainersReady", "False", at, reason="ContainersNotReady")
+        state.touch(pod)
+        pod.restart_due = at + delay
+        state.push(pod.restart_due, "restart", pod)
+        state.event(at, "Pod", pod.key[0], pod.key[1], "BackOff", message)
+        self.on_changed(pod.owner, at)
+
+    def restart(self, pod: Pod, *, at: datetime) -> None:
+        """The back-off is over: the containers start again (a real pod's runner starts it again)."""
+        self._restarting.pop(pod, None)
+        if pod.deleted or pod.phase != RUNNING:
+            return
+        pod.restart_due = None
+        if pod in self._real and self._runner is not None:
+            if not self._runner.start(pod.obj):
+                self._restarting[pod] = None  # asked again on the next advance
+                return
+            self._real[pod] = True
+            self._run(pod, at=at, real=True)
+            return
+        self._run(pod, at=at, real=False)
 
     @property
     def real_running(self) -> int:
@@ -258,25 +379,87 @@ class PodLifecycle:
         self._real[pod] = True
         return True
 
+    def _set_ready(self, pod: Pod, ready: bool, *, at: datetime) -> None:
+        if pod.ready == ready:
+            return
+        pod.ready = ready
+        status = pod.obj["status"]
+        status["containerStatuses"] = [
+            {**entry, "ready": ready} for entry in status.get("containerStatuses") or []
+        ]
+        reason = None if ready else "ContainersNotReady"
+        for kind in ("ContainersReady", "Ready"):
+            set_condition(status, kind, "True" if ready else "False", at, reason=reason)
+        self._state.touch(pod)
+        self.on_changed(pod.owner, at)
+
+    def _run(self, pod: Pod, *, at: datetime, real: bool) -> None:
+        """The containers run (again): running since `at`, ready unless a runner must say so."""
+        state = self._state
+        behaviour = pod.behaviour
+        if real or behaviour is None:
+            pod.ends_at = None  # a real pod ends when its process does; a model service's keeps running
+        else:
+            pod.ends_at = at + behaviour.run_for
+        stamp = timestamp(at)
+        status = pod.obj["status"]
+        # A real pod with a readinessProbe is ready once its runner says so (asked on every advance).
+        ready = not (real and pod.probed and callable(getattr(self._runner, "ready", None)))
+        pod.ready = ready
+        last = None
+        if pod.restart_always:
+            previous = status.get("containerStatuses") or []
+            last = dict(previous[0].get("lastState") or {}) if previous else {}
+        status["containerStatuses"] = [
+            containers.status(
+                c,
+                ready=ready,
+                state={"running": {"startedAt": stamp}},
+                restarts=pod.restarts,
+                last_state=last,
+            )
+            for c in pod.obj["spec"]["containers"]
+        ]
+        set_condition(status, "Initialized", "True", at)
+        for kind in ("ContainersReady", "Ready"):
+            set_condition(
+                status, kind, "True" if ready else "False", at, reason=None if ready else "ContainersNotReady"
+            )
+        state.touch(pod)
+        if pod.ends_at is not None:
+            state.push(pod.ends_at, "finish", pod)
+        self.on_changed(pod.owner, at)
+
     def start_bound(self, now: datetime) -> int:
-        """The kubelet's part: pull the image, start the containers."""
+        """The kubelet's part: pull the images, run the init containers, start the containers."""
         state = self._state
         started = 0
         for pod in list(state.to_start.values()):
-            behaviour = self._behaviours.of(pod.job.job_id)
+            behaviour = self._behaviour(pod)
             status = pod.obj["status"]
             status.setdefault("startTime", timestamp(now))
-            if behaviour.image_error:
+            if behaviour is not None and behaviour.image_error:
                 if not pod.image_blocked:
                     pod.image_blocked = True
-                    status["containerStatuses"] = [
-                        _waiting_status(
+                    spec = pod.obj["spec"]
+                    blocked = [
+                        containers.waiting(
                             c,
                             reason="ImagePullBackOff",
                             message=f'Back-off pulling image "{c.get("image", "")}"',
                         )
-                        for c in pod.obj["spec"]["containers"]
+                        for c in spec["containers"]
                     ]
+                    if spec.get("initContainers"):
+                        status["initContainerStatuses"] = [
+                            containers.waiting(
+                                c,
+                                reason="ImagePullBackOff",
+                                message=f'Back-off pulling image "{c.get("image", "")}"',
+                            )
+                            for c in spec["initContainers"]
+                        ]
+                    status["containerStatuses"] = blocked
                     state.touch(pod)
                     state.event(now, "Pod", pod.key[0], pod.key[1], "BackOff", "Back-off pulling image")
                 continue
@@ -286,20 +469,14 @@ class PodLifecycle:
                 continue  # ContainerCreating until the runner can start it
             del state.to_start[pod.key]
             pod.behaviour = behaviour
-            # A real pod ends when its process does (poll_real), not after a run time.
-            pod.ends_at = None if real else now + behaviour.run_for
-            stamp = timestamp(now)
-            status["containerStatuses"] = [
-                _container_status(c, ready=True, state={"running": {"startedAt": stamp}})
-                for c in pod.obj["spec"]["containers"]
-            ]
-            for kind in ("Initialized", "ContainersReady", "Ready"):
-                set_condition(status, kind, "True", now)
+            if pod.obj["spec"].get("initContainers"):
+                status["initContainerStatuses"] = containers.init_statuses(
+                    pod.obj["spec"], started=status["startTime"], finished=timestamp(now)
+                )
             state.set_phase(pod, RUNNING)
-            state.touch(pod)
-            if pod.ends_at is not None:
-                state.push(pod.ends_at, "finish", pod)
-            state.write_job_status(pod.job)
+            self._run(pod, at=now, real=bool(real))
+            if isinstance(pod.owner, Job):
+                state.write_job_status(pod.owner)
             state.event(now, "Pod", pod.key[0], pod.key[1], "Started", "Started container")
             started += 1
         return started
@@ -313,8 +490,19 @@ class PodLifecycle:
             "finishedAt": timestamp(at),
         }
         status = pod.obj["status"]
+        pod.ready = False
+        last = None
+        if pod.restart_always:
+            previous = status.get("containerStatuses") or []
+            last = dict(previous[0].get("lastState") or {}) if previous else {}
         status["containerStatuses"] = [
-            _container_status(c, ready=False, state={"terminated": dict(terminated)})
+            containers.status(
+                c,
+                ready=False,
+                state={"terminated": dict(terminated)},
+                restarts=pod.restarts,
+                last_state=last,
+            )
             for c in pod.obj["spec"]["containers"]
         ]
         reason = "PodCompleted" if exit_code == 0 else "PodFailed"
@@ -323,18 +511,9 @@ class PodLifecycle:
         self._state.touch(pod)
 
 
-def _container_status(container: Mapping[str, Any], *, ready: bool, state: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": container["name"],
-        "image": container.get("image", ""),
-        "ready": ready,
-        "restartCount": 0,
-        "started": ready,
-        "state": state,
-    }
-
-
-def _waiting_status(container: Mapping[str, Any], *, reason: str, message: str) -> dict[str, Any]:
-    return _container_status(
-        container, ready=False, state={"waiting": {"reason": reason, "message": message}}
-    )
+def _running_since(status: Mapping[str, Any]) -> str | None:
+    for entry in status.get("containerStatuses") or []:
+        running = (entry.get("state") or {}).get("running")
+        if running:
+            return running.get("startedAt")
+    return status.get("startTime")

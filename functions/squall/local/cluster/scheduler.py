@@ -7,7 +7,8 @@ disagree on what fits), and required pod affinity (a gang in one region: the fir
 pod of a gang may go anywhere); among the nodes that pass, the MostAllocated score
 (the fullest node first, ties by name). A class of pods that found no node in a pass
 finds none later in it, so it is not tried again. An eviction must leave every
-budget covering the pod satisfied (an unhealthy pod may go while the budget is met).
+budget covering the pod satisfied (healthy: Ready; an unhealthy pod may go while the
+budget is met); a budget's percentage is of the pods it covers, rounded up.
 
 Leaves out: preemption, pod anti-affinity, preferred (scoring) affinities, topology
 spread, image locality, and the taint manager's NoExecute evictions.
@@ -50,9 +51,9 @@ class Scheduler:
         pending = list(state.pending.values())
         if len(state.priorities) > 1:
             # kube-scheduler's queue: higher priority first, then oldest first.
-            pending.sort(key=lambda p: (-p.job.template.priority, p.seq))
+            pending.sort(key=lambda p: (-p.owner.template.priority, p.seq))
         for pod in pending:
-            template = pod.job.template
+            template = pod.owner.template
             domains = self._affinity_domains(pod)
             scheduling_class: Hashable = (
                 template.class_key
@@ -73,6 +74,8 @@ class Scheduler:
         for pdb in self._state.pdbs:
             if pdb.namespace != pod.key[0] or not pdb.selector.matches(pod.labels):
                 continue
+            if pdb.always_allow_unhealthy and not _healthy(pod):
+                continue
             covered = [
                 p
                 for p in self._pods_matching(pdb.selector, frozenset({pdb.namespace}))
@@ -80,9 +83,9 @@ class Scheduler:
             ]
             healthy = sum(1 for p in covered if _healthy(p))
             if pdb.max_unavailable is not None:
-                desired = max(len(covered) - pdb.max_unavailable, 0)
+                desired = max(len(covered) - _scaled(pdb.max_unavailable, len(covered)), 0)
             else:
-                desired = pdb.min_available or 0
+                desired = _scaled(pdb.min_available or 0, len(covered))
             # An unhealthy pod may go while the budget is met (IfHealthyBudget).
             allowed = healthy - desired >= 1 if _healthy(pod) else healthy >= desired
             if not allowed:
@@ -96,7 +99,7 @@ class Scheduler:
         free); empty nodes of one shape all score the same, so only the first of each
         shape (by name) that passes the filters is looked at.
         """
-        template = pod.job.template
+        template = pod.owner.template
         if domains is not None and any(not values for _, values in domains):
             return None
         cpu, memory, gpu = template.cpu, template.memory, template.gpu
@@ -139,7 +142,7 @@ class Scheduler:
 
     def _affinity_domains(self, pod: Pod) -> Domains | None:
         """Per required pod-affinity term, the topology values the pod may go to; None: anywhere."""
-        template = pod.job.template
+        template = pod.owner.template
         if not template.pod_affinity:
             return None
         domains: Domains = []
@@ -183,7 +186,7 @@ class Scheduler:
 
     def _bind(self, pod: Pod, node: Node, now: datetime) -> None:
         state = self._state
-        template = pod.job.template
+        template = pod.owner.template
         node.free_cpu -= template.cpu
         node.free_memory -= template.memory
         node.free_gpu -= template.gpu
@@ -225,7 +228,15 @@ def _in_domains(node: Node, domains: Domains) -> bool:
 
 
 def _healthy(pod: Pod) -> bool:
-    return pod.phase == RUNNING and "deletionTimestamp" not in pod.obj["metadata"]
+    # The disruption controller counts Ready pods as healthy.
+    return pod.phase == RUNNING and pod.ready and "deletionTimestamp" not in pod.obj["metadata"]
+
+
+def _scaled(value: int | str, total: int) -> int:
+    """A budget's whole number, or its percentage of `total` rounded up, as the disruption controller does."""
+    if isinstance(value, int):
+        return value
+    return -(-int(value.rstrip("%")) * total // 100)
 
 
 def _most_allocated(node: Node, *, cpu: int, memory: int, gpu: int) -> float:

@@ -1,6 +1,7 @@
 """SimulatedCluster: an in-memory Kubernetes cluster for the local runtime.
 
-It implements the `Cluster` port and behaves like Kubernetes wherever Squall's
+It implements the `ServingCluster` port (the `Cluster` port, and the Deployments,
+Services and PodDisruptionBudgets of model services) and behaves like Kubernetes wherever Squall's
 services, the planner or the reconcile function depend on it, so a demo, an
 end-to-end test or a replay of a 10,000-job trace exercises the same code paths as
 a real cluster. This class is the façade: it owns the shared state and composes the
@@ -11,7 +12,10 @@ parts, each in its own module with what it models and leaves out:
 - faults.py: recorded port calls, planned failures, how a job's containers behave;
 - job_controller.py: one pod per Job, suspend and resume, podFailurePolicy,
   backoffLimit, deadlines, TTLs; job_updates.py: what a patch of a Job may change;
-- pods.py: pod creation, the kubelet starting containers, exits and disruptions;
+- deployments.py: a Deployment's ReplicaSet keeping its pods, its status and conditions;
+- service_objects.py: a LoadBalancer Service's address, PodDisruptionBudgets from manifests;
+- pods.py: pod creation, the kubelet starting containers, readiness, restarts (with
+  containers.py: container statuses and the back-off), exits and disruptions;
 - scheduler.py: kube-scheduler's filters and MostAllocated score, pod affinity,
   PodDisruptionBudgets for evictions; index.py: its node indexes;
 - nodes.py: nodes joining, readiness, GPUs, patches, removal (PodGC);
@@ -27,20 +31,23 @@ Time only moves through the injected clock: after moving it, call `advance()`;
 `next_event_time()` says when something will happen on its own next, so a virtual
 clock can jump straight there.
 
-Not modelled: Deployments/DaemonSets, pod anti-affinity and preferred (scoring)
+Not modelled: DaemonSets, rollouts of a changed Deployment, pod anti-affinity and preferred (scoring)
 affinities, NoExecute evictions by the taint manager, termination grace periods
 (a pod stops at once), namespaces as objects, and Jobs with more than one pod.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from squall.conventions import JOB_ID_LABEL
+from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL, MODEL_SERVICE_LABEL
 from squall.core.errors import NotFoundError, PermanentError
+from squall.local.cluster import service_objects
+from squall.local.cluster.deployments import DeploymentController
 from squall.local.cluster.faults import Behaviours, PortFaults
 from squall.local.cluster.index import NodeIndex
 from squall.local.cluster.job_controller import JobController
@@ -60,13 +67,17 @@ from squall.local.cluster.state import (
     ClusterCall,
     ClusterEvent,
     ClusterState,
+    Deployment,
+    Job,
     Key,
+    Owner,
     Pdb,
+    Pod,
     discard,
     non_negative,
 )
 from squall.local.cluster.views import ListViews, json_copy, object_view, thaw, thaw_manifest
-from squall.ports import Clock, KubeObject
+from squall.ports import Clock, KubeObject, ServingCluster
 
 # With run_for 0 and an Ignore rule a pod could fail and come back forever within
 # one instant; Kubernetes would spin too, the simulator just moves on.
@@ -108,6 +119,10 @@ class SimulatedCluster:
         index = NodeIndex()
         self._pods = PodLifecycle(state, index, self._behaviours, runner)
         self._jobs = JobController(state, self._pods, pod_backoff=non_negative("pod_backoff", pod_backoff))
+        self._deployments = DeploymentController(state, self._pods)
+        self._pods.on_terminal = self._on_pod_terminal
+        self._pods.on_changed = self._on_pod_changed
+        self._runner = runner
         self._scheduler = Scheduler(state, index)
         self._nodes = NodeLifecycle(state, index, self._pods, self._scheduler)
 
@@ -152,6 +167,16 @@ class SimulatedCluster:
                 return False
             self._create_service(key, body)
             return True
+        if kind == "Deployment" and api_version == "apps/v1":
+            if key in self._state.deployments:
+                return False
+            self._deployments.create(key, body)
+            return True
+        if kind == "PodDisruptionBudget" and api_version == "policy/v1":
+            if key in self._state.pdb_objects:
+                return False
+            self._create_pdb(key, body)
+            return True
         raise PermanentError(f"the simulated cluster cannot create {api_version}/{kind}")
 
     def delete_job_objects(self, *, namespace: str, job_id: str) -> int:
@@ -168,6 +193,70 @@ class SimulatedCluster:
                 discard(state.services_by_id, job_id, key)
                 deleted += 1
         return deleted
+
+    def delete_model_service_objects(self, *, namespace: str, model_service: str) -> int:
+        self._faults.record("delete_model_service_objects", namespace=namespace, model_service=model_service)
+        state = self._state
+        deleted = 0
+        for key in list(state.deployments_by_service.get(model_service, ())):
+            deployment = state.deployments[key]
+            if key[0] == namespace and deployment.managed:
+                self._deployments.delete(deployment)
+                deleted += 1
+        for store in (state.services, state.pdb_objects):
+            for key in [
+                k for k, obj in store.items() if k[0] == namespace and _of_model_service(obj, model_service)
+            ]:
+                del store[key]
+                deleted += 1
+        if deleted:
+            state.pdbs = [
+                p for p in state.pdbs if p.name is None or (p.namespace, p.name) in state.pdb_objects
+            ]
+            state.next_resource_version()
+        return deleted
+
+    def list_deployments(
+        self, *, namespace: str | None = None, model_service: str | None = None
+    ) -> list[KubeObject]:
+        self._faults.record("list_deployments", namespace=namespace, model_service=model_service)
+        state = self._state
+        if namespace is None and model_service is None:
+            return self._views.whole_list(
+                "deployments",
+                lambda: self._views.views(
+                    (d for d in state.deployments.values() if d.managed and d.model_service is not None),
+                    json_copy,
+                ),
+                version=lambda: state.kind_version("Deployment"),
+            )
+        deployments: Iterable[Deployment] = (
+            [state.deployments[k] for k in state.deployments_by_service.get(model_service, ())]
+            if model_service is not None
+            else state.deployments.values()
+        )
+        return [
+            self._views.view(d, json_copy)
+            for d in deployments
+            if d.managed and d.model_service is not None and (namespace is None or d.key[0] == namespace)
+        ]
+
+    def list_model_service_pods(self, *, namespace: str, model_service: str) -> list[KubeObject]:
+        self._faults.record("list_model_service_pods", namespace=namespace, model_service=model_service)
+        state = self._state
+        return [
+            self._views.view(state.pods[key], object_view)
+            for key in state.pods_by_service.get(model_service, ())
+            if key[0] == namespace
+        ]
+
+    def get_service(self, *, namespace: str, name: str) -> KubeObject | None:
+        self._faults.record("get_service", namespace=namespace, name=name)
+        service = self._state.services.get((namespace, name))
+        if service is None:
+            return None
+        self._refresh_load_balancer(service)
+        return json_copy(service)
 
     def patch_job(self, *, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
         self._faults.record("patch_job", namespace=namespace, name=name, patch=thaw(patch))
@@ -300,6 +389,27 @@ class SimulatedCluster:
         """The NVIDIA device plugin registered (or lost) the node's GPUs."""
         self._nodes.set_gpus_ready(name, ready)
 
+    def delete_pod(self, *, namespace: str, name: str) -> bool:
+        """A pod deleted through the API (kubectl delete pod): it stops at once; its owner decides what next.
+
+        Not a port call (Squall never deletes pods): how a test deletes one. False when there is none.
+        """
+        pod = self._state.pods.get((namespace, name))
+        if pod is None:
+            return False
+        if pod.phase in TERMINAL:
+            self._pods.remove(pod)
+            return True
+        self._pods.disrupt(
+            pod,
+            at=self._state.now(),
+            reason="Killing",
+            message="Stopping container: the pod was deleted",
+            exit_code=self._pods.evicted_exit_code(pod),
+            disruption_target=False,
+        )
+        return True
+
     def add_pdb(
         self,
         namespace: str,
@@ -339,6 +449,30 @@ class SimulatedCluster:
         """The next `times` calls of one port method raise `error`."""
         self._faults.fail_calls(method_name, error, times=times)
 
+    def set_model_service_behaviour(
+        self,
+        name: str,
+        *,
+        run_for: timedelta | None = None,
+        exit_code: int = 1,
+        image_error: bool = False,
+        evicted_exit_code: int = SIGTERM_EXIT_CODE,
+    ) -> None:
+        """How the simulated pods of model service `name` behave (pods read it when they start).
+
+        By default they keep running, as a server does; with `run_for` each run of their
+        containers exits with `exit_code` after that long and is restarted after the
+        kubelet's back-off; `image_error`: their images cannot be pulled. Pods run for
+        real by the PodRunner behave as their processes do.
+        """
+        self._behaviours.set_model_service(
+            name,
+            run_for=run_for,
+            exit_code=exit_code,
+            image_error=image_error,
+            evicted_exit_code=evicted_exit_code,
+        )
+
     # ==== time =======================================================================
 
     def advance(self) -> AdvanceSummary:
@@ -347,7 +481,7 @@ class SimulatedCluster:
         counts: Counter[str] = Counter()
         self._pods.poll_real(now, counts)
         for _ in range(_MAX_ROUNDS_PER_ADVANCE):
-            self._jobs.process_due(now, counts)
+            self._process_due(now, counts)
             counts["scheduled"] += self._scheduler.schedule(now)
             counts["started"] += self._pods.start_bound(now)
             upcoming = self.next_event_time()
@@ -361,12 +495,50 @@ class SimulatedCluster:
         )
 
     def next_event_time(self) -> datetime | None:
-        """When a pod finishes, a deadline or a TTL passes, or a pod is re-created next.
+        """When a pod finishes, a deadline or a TTL passes, a pod is re-created or a container restarted next.
 
         Scheduling and starting pods happen on every `advance()`; this is only what
         would happen with nothing else going on.
         """
-        return self._jobs.next_due()
+        heap = self._state.heap
+        while heap:
+            at, _, kind, target = heap[0]
+            if self._still_due(at, kind, target):
+                return at
+            heapq.heappop(heap)
+        return None
+
+    def _process_due(self, now: datetime, counts: Counter[str]) -> None:
+        heap = self._state.heap
+        while heap and heap[0][0] <= now:
+            at, _, kind, target = heapq.heappop(heap)
+            if not self._still_due(at, kind, target):
+                continue
+            if isinstance(target, Pod) and kind == "restart":
+                self._pods.restart(target, at=at)
+            elif isinstance(target, Deployment):
+                self._deployments.handle_due(at, target)
+            elif isinstance(target, (Pod, Job)):
+                self._jobs.handle_due(at, kind, target, counts)
+
+    def _still_due(self, at: datetime, kind: str, target: Pod | Owner) -> bool:
+        if isinstance(target, Pod) and kind == "restart":
+            return not target.deleted and target.phase == RUNNING and target.restart_due == at
+        if isinstance(target, Deployment):
+            return self._deployments.still_due(at, kind, target)
+        if isinstance(target, (Pod, Job)):
+            return self._jobs.still_due(at, kind, target)
+        return False
+
+    def _on_pod_terminal(self, pod: Pod, at: datetime, counts: Counter[str] | None) -> None:
+        if isinstance(pod.owner, Deployment):
+            self._deployments.on_pod_terminal(pod, at, counts)
+        else:
+            self._jobs.on_pod_terminal(pod, at, counts)
+
+    def _on_pod_changed(self, owner: Owner, at: datetime) -> None:
+        if isinstance(owner, Deployment):
+            self._deployments.on_pod_changed(owner, at)
 
     # ==== reading state ==============================================================
 
@@ -403,11 +575,42 @@ class SimulatedCluster:
         return allocatable, in_use
 
     def list_services(self, *, namespace: str | None = None) -> list[KubeObject]:
+        services = [
+            obj for key, obj in self._state.services.items() if namespace is None or key[0] == namespace
+        ]
+        for service in services:
+            self._refresh_load_balancer(service)
+        return [json_copy(obj) for obj in services]
+
+    def list_pdbs(self, *, namespace: str | None = None) -> list[KubeObject]:
+        """The PodDisruptionBudgets created from manifests (not a port call: for tests and views)."""
         return [
             json_copy(obj)
-            for key, obj in self._state.services.items()
+            for key, obj in self._state.pdb_objects.items()
             if namespace is None or key[0] == namespace
         ]
+
+    def _refresh_load_balancer(self, service: KubeObject) -> None:
+        """A LoadBalancer's ingress follows its pods: the runner's ports of the first ready one, else the spec's."""
+        ports = getattr(self._runner, "ports", None) if self._runner is not None else None
+        load_balancer = service_objects.load_balancer_status(
+            self._state, service, ports if callable(ports) else None
+        )
+        status = service.setdefault("status", {})
+        if status.get("loadBalancer") != load_balancer:
+            status["loadBalancer"] = load_balancer
+            service["metadata"]["resourceVersion"] = self._state.next_resource_version()
+
+    def _create_pdb(self, key: Key, manifest: Mapping[str, Any]) -> None:
+        state = self._state
+        obj, pdb = service_objects.parse_pdb(key, manifest)
+        labels = dict(obj["metadata"].get("labels") or {})
+        obj["metadata"].update(
+            state.new_metadata(name=key[1], namespace=key[0], at=state.now(), labels=labels)
+        )
+        obj["metadata"]["generation"] = 1
+        state.pdb_objects[key] = obj
+        state.pdbs.append(pdb)
 
     def _create_service(self, key: Key, manifest: Mapping[str, Any]) -> None:
         state = self._state
@@ -417,7 +620,19 @@ class SimulatedCluster:
             state.new_metadata(name=key[1], namespace=key[0], at=state.now(), labels=labels)
         )
         obj.setdefault("spec", {}).setdefault("type", "ClusterIP")
-        obj.setdefault("status", {"loadBalancer": {}})
+        obj["status"] = {"loadBalancer": {}}
         state.services[key] = obj
+        self._refresh_load_balancer(obj)
         if (job_id := labels.get(JOB_ID_LABEL)) is not None:
             state.services_by_id.setdefault(job_id, {})[key] = None
+
+
+def _of_model_service(obj: KubeObject, model_service: str) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    return labels.get(MANAGED_BY_LABEL) == "squall" and labels.get(MODEL_SERVICE_LABEL) == model_service
+
+
+if TYPE_CHECKING:
+
+    def _held_to_the_port(cluster: SimulatedCluster) -> ServingCluster:
+        return cluster  # mypy fails here when the simulator drifts from the ServingCluster protocol

@@ -1,6 +1,6 @@
 """The simulated cluster's records and the state every part of it shares.
 
-Models: the objects Squall touches (nodes, Jobs, pods, Services, PodDisruptionBudgets)
+Models: the objects Squall touches (nodes, Jobs, Deployments, pods, Services, PodDisruptionBudgets)
 as API-shaped dicts plus the parsed fields the controllers read, the cluster-wide
 resourceVersion (a new one with every change, a deletion too, as in etcd), the event
 log, and the queue of things due at a later time (a pod finishing, a deadline, a TTL, a
@@ -117,13 +117,21 @@ class Node(Stored):
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
-class Job(Stored):
+class Owner(Stored):
+    """What owns pods and makes them from a template: a Job, or a Deployment (its ReplicaSet)."""
+
     key: Key
     job_id: str | None
     managed: bool
     template: Template
     pod_labels: dict[str, str]
     pod_spec: dict[str, Any]
+    pods: dict[Key, None] = field(default_factory=dict)
+    deleted: bool = False
+
+
+@dataclass(slots=True, eq=False, kw_only=True)
+class Job(Owner):
     backoff_limit: int
     rules: list[dict[str, Any]]
     suspended: bool
@@ -131,7 +139,6 @@ class Job(Stored):
     deadline_seconds: int | None
     deadline: datetime | None  # counted from started_at
     ttl: timedelta | None
-    pods: dict[Key, None] = field(default_factory=dict)
     active: Pod | None = None
     failed: int = 0
     succeeded: int = 0
@@ -139,14 +146,26 @@ class Job(Stored):
     finished: str | None = None  # "Complete" or "Failed"
     completed_at: datetime | None = None
     replacement_due: datetime | None = None
-    deleted: bool = False
+
+
+@dataclass(slots=True, eq=False, kw_only=True)
+class Deployment(Owner):
+    """An apps/v1 Deployment with its one ReplicaSet (the simulator never rolls a template out)."""
+
+    model_service: str | None
+    replicas: int
+    progress_deadline: timedelta
+    replica_set: str  # <name>-<pod-template-hash>
+    replica_set_uid: str
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    progress_at: datetime | None = None  # the Progressing condition's lastUpdateTime
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
 class Pod(Stored):
     key: Key
     labels: dict[str, str]
-    job: Job
+    owner: Owner
     seq: int
     phase: str = PENDING
     node: Node | None = None
@@ -155,17 +174,28 @@ class Pod(Stored):
     ends_at: datetime | None = None
     image_blocked: bool = False
     deleted: bool = False
+    ready: bool = False  # the Ready condition: what a PodDisruptionBudget counts as healthy
+    # restartPolicy Always (a Deployment's pods): a container that exits is started again.
+    restart_always: bool = False
+    probed: bool = False  # a container has a readinessProbe
+    restarts: int = 0
+    restart_due: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Pdb:
+    """A PodDisruptionBudget: a whole number, or a percentage of the covered pods ("50%")."""
+
     namespace: str
     selector: Selector
-    max_unavailable: int | None
-    min_available: int | None
+    max_unavailable: int | str | None
+    min_available: int | str | None
+    name: str | None = None  # a budget created from a manifest; None for add_pdb's
+    # unhealthyPodEvictionPolicy AlwaysAllow: a pod that is not Ready may always go.
+    always_allow_unhealthy: bool = False
 
 
-HeapEntry = tuple[datetime, int, str, "Pod | Job"]
+HeapEntry = tuple[datetime, int, str, "Pod | Owner"]
 
 
 _K = TypeVar("_K")
@@ -201,9 +231,18 @@ class ClusterState:
         self.jobs: Versioned[Key, Job] = Versioned()
         self.services: dict[Key, KubeObject] = {}
         self.pods: Versioned[Key, Pod] = Versioned()
+        self.deployments: Versioned[Key, Deployment] = Versioned()
+        self.deployments_by_service: dict[str, dict[Key, None]] = {}
+        self.pdb_objects: dict[Key, KubeObject] = {}
+        self._stores: dict[str, Versioned[Any, Any]] = {
+            "Job": self.jobs,
+            "Pod": self.pods,
+            "Deployment": self.deployments,
+        }
         self.jobs_by_id: dict[str, dict[Key, None]] = {}
         self.services_by_id: dict[str, dict[Key, None]] = {}
         self.pods_by_id: dict[str, dict[Key, None]] = {}
+        self.pods_by_service: dict[str, dict[Key, None]] = {}  # by MODEL_SERVICE_LABEL
         self.pdbs: list[Pdb] = []
         self.pending: dict[Key, Pod] = {}  # Pending and not bound to a node
         self.to_start: dict[Key, Pod] = {}  # bound, containers not started yet
@@ -240,7 +279,7 @@ class ClusterState:
 
     def kind_version(self, kind: str) -> tuple[int, int, int]:
         """Moves on with every change to an object of `kind` (or of no kind), and every one added or removed."""
-        stored: Versioned[Any, Any] = self.jobs if kind == "Job" else self.pods if kind == "Pod" else self.nodes
+        stored = self._stores.get(kind, self.nodes)
         return (stored.version, self.touched[kind], self.touched[None])
 
     def new_metadata(
@@ -262,7 +301,7 @@ class ClusterState:
     ) -> None:
         self.events.append(ClusterEvent(at, kind, namespace, name, reason, message))
 
-    def push(self, at: datetime, kind: str, target: Pod | Job) -> None:
+    def push(self, at: datetime, kind: str, target: Pod | Owner) -> None:
         heapq.heappush(self.heap, (at, self.next_seq(), kind, target))
 
     def set_phase(self, pod: Pod, phase: str) -> None:

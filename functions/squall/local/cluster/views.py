@@ -157,25 +157,30 @@ def object_view(obj: KubeObject) -> KubeObject:
     """A copy of a pod or Job that a caller may change without changing the cluster.
 
     Metadata and status are copied whole, by their known shape (flat maps, lists of
-    flat maps, and the container states one level deeper), which is about twice as
+    flat maps, and the container states and last states one level deeper), which is about twice as
     fast as a generic deep copy; lists copy every pod on every reconcile. The spec
     is copied one level deep: its nested parts (containers, affinity) never change
     after creation and are shared read-only, since copying them for every pod on
     every list would dominate a 10,000-job replay.
     """
     status = _copy_two_levels(obj.get("status") or {})
-    container_statuses = status.get("containerStatuses")
-    if container_statuses:
-        status["containerStatuses"] = [
-            {**entry, "state": {k: dict(v) for k, v in (entry.get("state") or {}).items()}}
-            for entry in container_statuses
-        ]
+    for key in ("containerStatuses", "initContainerStatuses"):
+        entries = status.get(key)
+        if entries:
+            status[key] = [_container_status_copy(entry) for entry in entries]
     return {
         **obj,
         "metadata": _copy_two_levels(obj["metadata"]),
         "spec": dict(obj.get("spec") or {}),
         "status": status,
     }
+
+
+def _container_status_copy(entry: dict[str, Any]) -> dict[str, Any]:
+    copied = {**entry, "state": {k: dict(v) for k, v in (entry.get("state") or {}).items()}}
+    if "lastState" in entry:
+        copied["lastState"] = {k: dict(v) for k, v in (entry.get("lastState") or {}).items()}
+    return copied
 
 
 def _copy_two_levels(value: dict[str, Any]) -> dict[str, Any]:
