@@ -26,6 +26,13 @@ def make_cluster(**kwargs: Any) -> tuple[SimulatedCluster, VirtualClock]:
     return SimulatedCluster(clock=clock, **kwargs), clock
 
 
+def one_node_cluster(**kwargs: Any) -> tuple[SimulatedCluster, VirtualClock]:
+    """A cluster with one CPU node, n1."""
+    cluster, clock = make_cluster(**kwargs)
+    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    return cluster, clock
+
+
 def job_manifest(
     name: str,
     *,

@@ -22,6 +22,7 @@ from .sim import (
     k8s_job,
     make_cluster,
     observed,
+    one_node_cluster,
     only_pod,
     squall_objects,
 )
@@ -31,8 +32,7 @@ from .sim import (
 
 def running_pod_under_budget(*, max_unavailable: int) -> tuple[SimulatedCluster, VirtualClock, str]:
     """Job j1's pod running on n1, covered by a budget; the cluster, its clock and the pod's name."""
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     cluster.create(job_manifest("j1"))
     cluster.advance()
     cluster.add_pdb(NS, {"squall.io/job-id": "j1"}, max_unavailable=max_unavailable)
@@ -68,8 +68,7 @@ def test_policy_rules_apply_in_order_so_fail_job_first_catches_an_evicted_contai
     # Kubernetes evaluates podFailurePolicy rules in order: an evicted trainer exits
     # 143 (SIGTERM), which a FailJob rule on exit codes NotIn [0] matches before a
     # later Count rule on DisruptionTarget gets a say.
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     fail_job_first = list(reversed(COUNT_DISRUPTIONS_FIRST))
     cluster.create(job_manifest("j1", rules=fail_job_first))
     cluster.advance()

@@ -18,7 +18,7 @@ from squall.core.errors import PermanentError
 from squall.planner.fit import affinity_mismatch, resource_shortfall, selector_mismatch, untolerated_taint
 from squall.planner.kube import parse_node, parse_pod
 
-from .sim import CPU_NODE, job_manifest, make_cluster, only_pod
+from .sim import CPU_NODE, job_manifest, make_cluster, one_node_cluster, only_pod
 
 LABEL_CHOICES: list[dict[str, str]] = [{}, {"zone": "a"}, {"zone": "b", "size": "4"}, {"size": "9"}]
 TAINT_CHOICES: list[list[dict[str, str]]] = [
@@ -116,8 +116,7 @@ def test_constraints_the_api_server_and_the_planner_refuse_are_refused_and_nothi
 
 def test_a_sidecar_holds_its_requests_next_to_the_app_container_as_the_planner_counts_them() -> None:
     # given a 4-CPU node and a pod of 3 CPUs plus a 2-CPU sidecar (an init container that keeps running)
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     manifest = job_manifest("j1", cpu="3")
     manifest["spec"]["template"]["spec"]["initContainers"] = [
         {

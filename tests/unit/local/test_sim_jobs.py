@@ -15,6 +15,7 @@ from .sim import (
     make_cluster,
     node_of,
     observed,
+    one_node_cluster,
     only_pod,
     squall_objects,
 )
@@ -24,8 +25,7 @@ from .sim import (
 
 def test_a_pod_runs_for_its_behaviour_and_the_job_completes() -> None:
     # given
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     cluster.set_behaviour("j1", run_for=timedelta(minutes=5))
     cluster.create(job_manifest("j1"))
     started = cluster.advance()
@@ -68,8 +68,7 @@ def test_a_late_advance_finishes_pods_at_their_own_time() -> None:
 
 def test_an_application_error_fails_the_job_through_the_pod_failure_policy() -> None:
     # given Squall's own Job manifest and a trainer that exits 1
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     cluster.set_behaviour("bad-1", run_for=timedelta(seconds=10), exit_code=1)
     for manifest in squall_objects("bad-1"):
         cluster.create(manifest)
@@ -216,8 +215,7 @@ def test_finished_jobs_go_after_their_ttl() -> None:
 
 def test_an_image_error_leaves_the_pod_pending_with_image_pull_back_off() -> None:
     # given
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     cluster.set_behaviour("img-1", image_error=True)
     for manifest in squall_objects("img-1"):
         cluster.create(manifest)

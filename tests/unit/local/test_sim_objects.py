@@ -17,6 +17,7 @@ from .sim import (
     k8s_job,
     make_cluster,
     node_of,
+    one_node_cluster,
     only_pod,
     squall_objects,
 )
@@ -89,8 +90,7 @@ def test_delete_job_objects_removes_jobs_services_and_pods_and_is_idempotent() -
 
 
 def test_delete_frees_the_node_for_the_next_pod() -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     cluster.create(job_manifest("first", cpu="3"))
     cluster.create(job_manifest("second", cpu="3"))
     cluster.advance()
@@ -132,8 +132,7 @@ def test_pods_are_named_labelled_and_owned_like_the_job_controller_does() -> Non
 
 
 def test_lists_are_copies_that_callers_cannot_use_to_change_the_cluster() -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     cluster.create(job_manifest("j1"))
 
     pod = cluster.list_pods()[0]
@@ -153,8 +152,7 @@ def test_lists_are_copies_that_callers_cannot_use_to_change_the_cluster() -> Non
 
 
 def test_nested_status_in_a_list_is_a_copy_too() -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     cluster.create(job_manifest("j1"))
     cluster.advance()
 
@@ -170,8 +168,7 @@ def test_nested_status_in_a_list_is_a_copy_too() -> None:
 
 
 def test_shared_lists_hand_out_the_same_object_until_it_changes() -> None:
-    cluster, _ = make_cluster(lists="shared")
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster(lists="shared")
     cluster.add_node(name="n2", allocatable=CPU_NODE)
     cluster.create(job_manifest("j1"))
     pod, job, (n1, n2) = only_pod(cluster, "j1"), k8s_job(cluster, "j1"), cluster.list_nodes()
@@ -188,8 +185,7 @@ def test_shared_lists_hand_out_the_same_object_until_it_changes() -> None:
 
 def test_shared_whole_lists_follow_deletions() -> None:
     # given a shared list answered once
-    cluster, _ = make_cluster(lists="shared")
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster(lists="shared")
     cluster.add_node(name="n2", allocatable=CPU_NODE)
     cluster.create(job_manifest("j1"))
     first = cluster.list_pods()
@@ -203,8 +199,7 @@ def test_shared_whole_lists_follow_deletions() -> None:
 
 
 def test_checked_lists_catch_a_caller_changing_a_shared_object() -> None:
-    cluster, _ = make_cluster(lists="checked")
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster(lists="checked")
     cluster.list_nodes()[0]["metadata"]["labels"]["x"] = "y"
     with pytest.raises(SharedObjectChanged, match=r"/n1 at resourceVersion \d+: metadata changed"):
         cluster.list_nodes()
@@ -216,8 +211,7 @@ def test_list_mode_must_be_one_the_cluster_knows() -> None:
 
 
 def test_list_filters_by_namespace_job_and_node() -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     cluster.add_node(name="n2", allocatable={"cpu": "1", "memory": "1Gi"})
     cluster.create(job_manifest("big", cpu="3"))
     cluster.create(job_manifest("small", cpu="1", memory="1Gi"))

@@ -21,6 +21,7 @@ from .sim import (
     job_manifest,
     make_cluster,
     node_of,
+    one_node_cluster,
     only_pod,
     squall_objects,
 )
@@ -124,8 +125,7 @@ def test_prefer_no_schedule_does_not_block() -> None:
 
 def test_cordoned_nodes_take_no_new_pods_until_uncordoned() -> None:
     # given a node cordoned the way Squall cordons
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     node = cluster.patch_node(
         "n1",
         {

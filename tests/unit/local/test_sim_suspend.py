@@ -9,7 +9,7 @@ import pytest
 
 from squall.core.errors import NotFoundError, PermanentError
 
-from .sim import CPU_NODE, NS, condition, job_manifest, k8s_job, make_cluster, only_pod
+from .sim import CPU_NODE, NS, condition, job_manifest, k8s_job, make_cluster, one_node_cluster, only_pod
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -42,8 +42,7 @@ def resume(cluster: Any, name: str, **spec: Any) -> dict[str, Any]:
 
 def test_a_job_created_suspended_gets_no_pod_and_no_start_time() -> None:
     # given
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
 
     # when
     cluster.create(suspended_manifest("j1"))
@@ -69,8 +68,7 @@ def test_a_job_created_suspended_gets_no_pod_and_no_start_time() -> None:
 
 def test_resuming_creates_the_pod_and_sets_start_time_to_the_resume_time() -> None:
     # given
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     cluster.create(suspended_manifest("j1"))
     clock.advance(timedelta(hours=2))
 
@@ -99,8 +97,7 @@ def test_resuming_creates_the_pod_and_sets_start_time_to_the_resume_time() -> No
 
 def test_the_deadline_counts_from_the_resume_not_from_creation() -> None:
     # given: a 1-hour deadline, 3 hours queued, then 50 minutes of work
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     cluster.set_behaviour("j1", run_for=timedelta(minutes=50))
     cluster.create(suspended_manifest("j1", deadline=3600))
     clock.advance(timedelta(hours=3))
@@ -120,8 +117,7 @@ def test_the_deadline_counts_from_the_resume_not_from_creation() -> None:
 
 def test_the_deadline_still_fails_a_job_that_runs_too_long_after_resuming() -> None:
     # given
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     cluster.set_behaviour("j1", run_for=timedelta(hours=2))
     cluster.create(suspended_manifest("j1", deadline=3600))
     clock.advance(timedelta(hours=3))
@@ -145,8 +141,7 @@ def test_the_deadline_still_fails_a_job_that_runs_too_long_after_resuming() -> N
 
 def test_suspending_a_running_job_deletes_its_pod_and_clears_start_time() -> None:
     # given
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     cluster.set_behaviour("j1", run_for=timedelta(hours=2))
     cluster.create(job_manifest("j1", deadline=3600))
     cluster.advance()
@@ -234,8 +229,7 @@ def test_node_affinity_of_a_suspended_job_may_be_set_then_the_job_resumed() -> N
 
 def test_scheduling_directives_of_a_started_job_are_immutable() -> None:
     # given: running, so status.startTime is set
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     cluster.create(job_manifest("j1"))
     cluster.advance()
     before = k8s_job(cluster, "j1")
@@ -253,8 +247,7 @@ def test_scheduling_directives_of_a_started_job_are_immutable() -> None:
 
 def test_a_suspend_and_a_scheduling_change_in_one_patch_of_a_running_job_is_refused() -> None:
     # The API server judges the Job as stored: running, with a startTime.
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     cluster.create(job_manifest("j1"))
     cluster.advance()
 
@@ -409,8 +402,7 @@ def test_patch_job_fails_on_demand_like_every_port_call() -> None:
 
 
 def test_a_finished_job_is_not_restarted_by_a_resume() -> None:
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     cluster.set_behaviour("j1", run_for=timedelta(minutes=1))
     cluster.create(job_manifest("j1"))
     cluster.advance()
