@@ -177,12 +177,18 @@ def test_the_empty_since_stamp_is_read_from_its_annotation() -> None:
     assert node.empty_since is not None and node.empty_since.isoformat() == "2026-01-05T09:00:00+00:00"
 
 
+def as_listed(fixture: str, *, first_version: int) -> list[dict[str, Any]]:
+    """A fixture's items as the API server lists them: each with a uid and its own resourceVersion."""
+    items: list[dict[str, Any]] = load(fixture)["items"]
+    for number, item in enumerate(items):
+        item["metadata"] |= {"uid": f"uid-{number}", "resourceVersion": str(first_version + number)}
+    return items
+
+
 def test_the_parse_cache_reuses_an_object_until_its_resource_version_changes() -> None:
     # given two nodes as the API server lists them, and the same list again
     cache = node_cache()
-    items = load("nodes.json")["items"]
-    for number, item in enumerate(items):
-        item["metadata"] |= {"uid": f"uid-{number}", "resourceVersion": str(100 + number)}
+    items = as_listed("nodes.json", first_version=100)
     first = cache.parse_all(items)
     again = cache.parse_all(json.loads(json.dumps(items)))
     # then each unchanged node is the very same parsed value
@@ -205,9 +211,7 @@ def test_the_parse_cache_reuses_an_object_until_its_resource_version_changes() -
 def test_the_parse_cache_knows_a_dict_handed_out_again_by_identity_and_sees_what_came_and_went() -> None:
     # given pods as a lister hands them out that shares unchanged dicts (an informer, shared lists)
     cache = pod_cache()
-    items = load("pods.json")["items"]
-    for number, item in enumerate(items):
-        item["metadata"] |= {"uid": f"uid-{number}", "resourceVersion": str(10 + number)}
+    items = as_listed("pods.json", first_version=10)
     first = cache.parse_all(items)
     # when the very same dicts come again, reordered: nothing is parsed, nothing changed
     again = cache.parse_all(list(reversed(items)))
