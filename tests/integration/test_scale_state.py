@@ -56,6 +56,12 @@ def record(state: Any, at: datetime, n: int, **plan: Any) -> str:
     return decision_id
 
 
+def record_each_minute(state: Any, count: int) -> None:
+    """`count` decisions a minute apart from T0, numbered from 0."""
+    for n in range(count):
+        record(state, T0 + timedelta(minutes=n), n)
+
+
 def test_no_decision_yet_is_none(state: Any) -> None:
     assert state.latest_decision(now=T0) is None
 
@@ -98,8 +104,7 @@ def test_reading_the_newest_of_many_costs_one_query_of_one_item(
 ) -> None:
     # given a day of decisions
     state, client = dynamo
-    for n in range(60):
-        record(state, T0 + timedelta(minutes=n), n)
+    record_each_minute(state, 60)
     client.calls.clear()
     # when
     latest = state.latest_decision(now=T0 + timedelta(hours=2))
@@ -115,8 +120,7 @@ def test_off_the_day_it_reads_two_empty_partitions_and_the_latest_key_never_a_sc
     dynamo: tuple[DynamoScaleState, CountingClient],
 ) -> None:
     state, client = dynamo
-    for n in range(5):
-        record(state, T0 + timedelta(minutes=n), n)
+    record_each_minute(state, 5)
     client.calls.clear()
     latest = state.latest_decision(now=T0 + timedelta(days=40))
     assert latest is not None and latest["plan"]["n"] == 4
