@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
@@ -22,6 +22,7 @@ from squall.adapters.aws.saved_models import S3SavedModels
 from squall.conventions import MODEL_SERVICE_LABEL
 from squall.core.errors import NotFoundError, PermanentError
 from squall.core.jobs import Job, JobStatus, Reason, new_job, transition
+from squall.core.serving import ModelService, ServiceEvent, new_service
 from squall.core.settings import ServingSettings
 from squall.core.telemetry import RecordingMetrics
 from squall.local.aws import create_table
@@ -42,6 +43,25 @@ OUTPUT_URI = f"s3://{BUCKET}/teams/research/out"
 
 def serve(job: str, **fields: Any) -> dict[str, Any]:
     return {"action": "serve", "job": job} | fields
+
+
+def a_service(
+    name: str, *, at: datetime, team: str = "research", job_id: str = "train-1"
+) -> tuple[ModelService, ServiceEvent]:
+    """A first (DEPLOYING) record of one replica serving the job's model from the team's prefix, and its event."""
+    return new_service(
+        name=name,
+        team=team,
+        namespace=TEAMS[team],
+        job_id=job_id,
+        model_uri=f"s3://{BUCKET}/teams/{team}/out/{job_id}",
+        model_version=1,
+        replicas=1,
+        gpus=0,
+        cpu="1",
+        memory="2Gi",
+        at=at,
+    )
 
 
 class StandInCluster:
