@@ -35,7 +35,7 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def service(
-    name: str = "digits", *, model_uri: str = "s3://squall-artifacts/out/job-1", version: int = 2
+    name: str = "digits", *, model_uri: str = "s3://squall-artifacts/teams/research/out/job-1", version: int = 2
 ) -> Any:
     now = datetime(2025, 1, 1, tzinfo=UTC)
     return ModelService(
