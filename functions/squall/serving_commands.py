@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from squall.core.errors import PermanentError
 from squall.core.jobs import Job
 from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
 from squall.follow.clock import FollowClock, patient
@@ -225,6 +226,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # What the submit function will check, asked now: a request that cannot be served
     # fails here, naming the field, and nothing is sent.
     saved_models = _saved_models()
+    unchecked: list[str] = []
+
+    def has_saved_model(uri: str) -> bool:
+        try:
+            return bool(saved_models.has_saved_model(uri))
+        except PermanentError as exc:
+            # These credentials may not read there (S3 answers a missing key with 403 to
+            # whoever may not list the bucket): the submit function asks with its own.
+            unchecked.append(str(exc))
+            return True
+
     store = service_store()
     try:
         plan_serve(
@@ -232,10 +244,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             job=job_store().get(command.job),
             existing=store.get(command.name),
             message_id=None,
-            has_saved_model=saved_models.has_saved_model,
+            has_saved_model=has_saved_model,
         )
     except SpecError as exc:
         raise _refused(f"serve {command.job}", exc) from exc
+    for problem in unchecked:
+        print(
+            f"squall: could not check for the SavedModel ({problem}); the submit function checks it",
+            file=sys.stderr,
+        )
     message_id = _send(body)
     if args.json and not args.wait:
         print(json.dumps({"name": command.name, "job": command.job, "messageId": message_id}))

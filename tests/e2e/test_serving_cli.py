@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from squall.cli import main
+from squall.core.errors import PermanentError
 from squall.core.jobs import JobStatus
 from squall.core.serving import ModelService, ServiceReason, ServiceStatus, new_service, transition_service
 from squall.researcher_commands import CommandError
@@ -199,6 +200,29 @@ def test_a_request_that_cannot_be_served_fails_at_once_naming_the_field_and_send
     assert f"\n  {field}: " in err and words in err
     assert aws.sent() == []
     assert aws.services.list_by_status(ServiceStatus.DEPLOYING) == []
+
+
+class DeniedSavedModels:
+    """S3 as credentials that may not read the model's prefix see it (403)."""
+
+    def has_saved_model(self, uri: str) -> bool:
+        raise PermanentError(f"look for a SavedModel at {uri}/saved_model.pb: AccessDenied (403)")
+
+
+def test_a_saved_model_these_credentials_cannot_look_for_is_left_to_the_submit_function(
+    aws: Deployment, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import squall.serving_commands
+
+    finished_job(aws, "gan-1")
+    monkeypatch.setattr(squall.serving_commands, "_saved_models", DeniedSavedModels)
+    assert main(["serve", "gan-1"]) == 0
+    assert "could not check for the SavedModel (look for a SavedModel at" in capsys.readouterr().err
+    assert aws.sent() == [{"action": "serve", "job": "gan-1"}]
+    # every other check still holds
+    finished_job(aws, "gan-2", status=JobStatus.RUNNING)
+    assert main(["serve", "gan-2"]) == 2
+    assert aws.sent() == []
 
 
 def test_a_job_id_that_is_no_service_name_needs_a_name(
