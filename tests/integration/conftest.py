@@ -13,6 +13,7 @@ import pytest
 from moto import mock_aws
 
 from squall.adapters.aws.job_store import DynamoJobStore
+from squall.adapters.kubernetes.eks_auth import build_api_client
 from squall.core.codepack import pack
 from squall.core.telemetry import RecordingMetrics
 from squall.local.aws import create_table
@@ -23,6 +24,8 @@ from squall.ports import JobStore
 from squall.services.admission import Admitter
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.reconcile import Reconciler
+
+from .kube_server import KubeApi, running_kube_api
 
 TEAMS = {"research": "team-research", "vision": "team-vision"}
 REGISTRIES = ["registry.example.com/squall"]
@@ -136,3 +139,18 @@ def archive(tmp_path: Path) -> Any:
     code.mkdir()
     (code / "train.py").write_text("print('train')\n")
     return pack(code, tmp_path / "code.tar.gz")
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApi]:
+    """The Kubernetes API stand-in (kmock), fresh per test: it starts in milliseconds, and no state leaks."""
+    with running_kube_api() as (_, api):
+        yield api
+
+
+@pytest.fixture
+def api_client(kube: KubeApi) -> Iterator[Any]:
+    """The official client's ApiClient pointed at the stand-in."""
+    client = build_api_client(host=kube.url)
+    yield client
+    client.close()

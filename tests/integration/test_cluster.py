@@ -8,7 +8,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import kmock
@@ -73,20 +73,6 @@ def node(name: str) -> KubeObject:
 
 def names(objects: list[KubeObject]) -> list[str]:
     return sorted(obj["metadata"]["name"] for obj in objects)
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApi]:
-    # A fresh stand-in per test (it starts in milliseconds): no state leaks between tests.
-    with running_kube_api() as (_, api):
-        yield api
-
-
-@pytest.fixture
-def api_client(kube: KubeApi) -> Iterator[ApiClient]:
-    client = build_api_client(host=kube.url)
-    yield client
-    client.close()
 
 
 @pytest.fixture

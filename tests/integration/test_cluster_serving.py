@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import kmock
@@ -14,7 +14,7 @@ from squall.adapters.kubernetes.eks_auth import build_api_client
 from squall.core.errors import NotFoundError, PermanentError, RetryableError, SquallError
 from squall.ports import KubeObject, ServingCluster
 
-from .kube_server import KubeApi, running_kube_api
+from .kube_server import KubeApi
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -111,19 +111,6 @@ def serving_pod(name: str, *, service: str | None, namespace: str = NS) -> KubeO
 
 def names(objects: list[KubeObject]) -> list[str]:
     return sorted(f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}" for obj in objects)
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApi]:
-    with running_kube_api() as (_, api):
-        yield api
-
-
-@pytest.fixture
-def api_client(kube: KubeApi) -> Iterator[ApiClient]:
-    client = build_api_client(host=kube.url)
-    yield client
-    client.close()
 
 
 @pytest.fixture
