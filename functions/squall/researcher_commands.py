@@ -48,7 +48,7 @@ class CommandError(Exception):
         self.code = code
 
 
-def _reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Errors as one `squall: ...` line on stderr and an exit code (the CLI's convention)."""
 
     @functools.wraps(command)
@@ -71,7 +71,7 @@ def _reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argpars
 # ---- AWS, through boto3's default chain ----
 
 
-def _client(service: str) -> Any:
+def aws_client(service: str) -> Any:
     import boto3
     from botocore.exceptions import BotoCoreError
 
@@ -88,7 +88,7 @@ def job_store() -> Any:
     table = os.environ.get("SQUALL_TABLE_NAME")
     if not table:
         raise CommandError("SQUALL_TABLE_NAME is not set: point it at the deployment's jobs table")
-    return DynamoJobStore(_client("dynamodb"), table)
+    return DynamoJobStore(aws_client("dynamodb"), table)
 
 
 def _job(store: Any, job_id: str) -> Job:
@@ -119,7 +119,7 @@ def _sweep_refused(job: Job, what: str) -> CommandError:
 # ---- squall logs ----
 
 
-@_reported
+@reported
 def cmd_logs(args: argparse.Namespace) -> int:
     from squall.adapters.aws.logs import CloudWatchLogReader, LogAccessDenied
     from squall.core.logstreams import log_group
@@ -151,7 +151,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from exc
     group = log_group(cluster_name())
     follower = LogFollower(
-        source=CloudWatchLogReader(_client("logs"), group),
+        source=CloudWatchLogReader(aws_client("logs"), group),
         job_id=job.id,
         namespace=job.namespace,
         replicas=replicas,
@@ -190,7 +190,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 # ---- squall watch ----
 
 
-@_reported
+@reported
 def cmd_watch(args: argparse.Namespace) -> int:
     from squall.follow.clock import RealClock
     from squall.follow.watch import watch_job
@@ -204,7 +204,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 # ---- squall tensorboard ----
 
 
-@_reported
+@reported
 def cmd_tensorboard(args: argparse.Namespace) -> int:
     from squall.adapters.aws.s3_objects import S3ObjectReader
     from squall.follow.clock import RealClock
@@ -230,7 +230,7 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CommandError(f"--dir {dest}: cannot write there: {exc.strerror}") from exc
-    mirror = EventFileMirror(S3ObjectReader(_client("s3")), dest, sources)
+    mirror = EventFileMirror(S3ObjectReader(aws_client("s3")), dest, sources)
 
     def report(result: SyncReport) -> None:
         for key in result.skipped[:5]:

@@ -28,7 +28,7 @@ from squall.core.errors import PermanentError
 from squall.core.jobs import Job
 from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
 from squall.follow.clock import FollowClock, patient
-from squall.researcher_commands import CommandError, _client, _reported, job_store
+from squall.researcher_commands import CommandError, aws_client, job_store, reported
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_POLL = 2.0
@@ -59,13 +59,13 @@ def service_store() -> Any:
     """The deployment's model service records (the jobs table, ``pk=SERVICE#<name>``)."""
     from squall.adapters.aws.model_service_store import DynamoModelServiceStore
 
-    return DynamoModelServiceStore(_client("dynamodb"), _table())
+    return DynamoModelServiceStore(aws_client("dynamodb"), _table())
 
 
 def _saved_models() -> Any:
     from squall.adapters.aws.saved_models import S3SavedModels
 
-    return S3SavedModels(_client("s3"))
+    return S3SavedModels(aws_client("s3"))
 
 
 def _send(body: Mapping[str, Any]) -> str:
@@ -75,7 +75,7 @@ def _send(body: Mapping[str, Any]) -> str:
     if not queue:
         raise CommandError("SQUALL_JOBS_QUEUE_URL is not set: point it at the deployment's jobs queue")
     try:
-        response = _client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+        response = aws_client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
     except (BotoCoreError, ClientError) as exc:
         raise CommandError(f"cannot send to the jobs queue: {exc}", code=EXIT_FAILED) from exc
     return str(response["MessageId"])
@@ -202,7 +202,7 @@ def describe_model_service(name: str, *, as_json: bool, out: TextIO | None = Non
 # ---- squall serve ----
 
 
-@_reported
+@reported
 def cmd_serve(args: argparse.Namespace) -> int:
     from squall.core.serving_requests import plan_serve
     from squall.core.spec import ServeCommand, SpecError, parse_command
@@ -378,7 +378,7 @@ def _outcome(service: ModelService) -> str:
 # ---- squall services ----
 
 
-@_reported
+@reported
 def cmd_services(args: argparse.Namespace) -> int:
     store = service_store()
     statuses = list(ServiceStatus) if args.all else [s for s in ServiceStatus if s in LIVE]
@@ -415,7 +415,7 @@ def cmd_services(args: argparse.Namespace) -> int:
 # ---- squall unserve ----
 
 
-@_reported
+@reported
 def cmd_unserve(args: argparse.Namespace) -> int:
     from squall.core.spec import SpecError, parse_command
 
@@ -486,7 +486,7 @@ def read_request(path: str, *, signature: str | None) -> dict[str, Any]:
     return body
 
 
-@_reported
+@reported
 def cmd_predict(args: argparse.Namespace) -> int:
     name = _checked_name(args.name)
     body = read_request(args.input, signature=args.signature)
