@@ -53,6 +53,7 @@ ASSET_EXCLUDES = (
     "squall/local",
     "squall/local/**",
     "squall/cli.py",
+    "squall/cli_types.py",
     # The researcher's commands and the loops that follow a job run on a laptop, never in Lambda.
     "squall/researcher_commands.py",
     "squall/serving_commands.py",

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from squall.cli_types import whole_number
 from squall.core import documents
 from squall.core.errors import SquallError
 from squall.core.jobs import JobStatus
@@ -644,16 +645,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
-    if not 1 <= value <= 10_000:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 10000, got {value}")
-    return value
-
-
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="squall", description="Bursty GPU training on Kubernetes in AWS")
     sub = root.add_subparsers(dest="command", required=True)
@@ -720,7 +711,12 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list jobs")
     p.add_argument("--status", choices=[s.value for s in JobStatus])
-    p.add_argument("--limit", type=_count, default=1000, help="at most this many jobs per status (1..10000)")
+    p.add_argument(
+        "--limit",
+        type=whole_number(1, 10_000),
+        default=1000,
+        help="at most this many jobs per status (1..10000)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_list)
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from squall.cli_types import port, seconds
 from squall.core.errors import NotFoundError, SquallError
 from squall.core.jobs import Job, JobStatus
 
@@ -285,29 +286,6 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
 # ---- registration ----
 
 
-def _seconds(low: float, high: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g} seconds, got {value:g}")
-        return value
-
-    return parse
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text[:40]!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 65535, got {value}")
-    return value
-
-
 def add_researcher_commands(subparsers: Any) -> None:
     """Add `logs`, `watch` and `tensorboard` to the `squall` command's subparsers."""
     p = subparsers.add_parser("logs", help="a job's container output (CloudWatch Logs), merged by time")
@@ -331,20 +309,20 @@ def add_researcher_commands(subparsers: Any) -> None:
     )
     p.add_argument("id")
     p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
-    p.add_argument("--poll", type=_seconds(0.5, 300), default=2.0, help="seconds between reads (default 2)")
+    p.add_argument("--poll", type=seconds(0.5, 300), default=2.0, help="seconds between reads (default 2)")
     p.set_defaults(run=cmd_watch)
 
     p = subparsers.add_parser("tensorboard", help="copy a job's TensorBoard files from S3 and serve them")
     p.add_argument("id")
     p.add_argument(
-        "--port", type=_port, default=DEFAULT_PORT, help=f"TensorBoard's port (default {DEFAULT_PORT})"
+        "--port", type=port, default=DEFAULT_PORT, help=f"TensorBoard's port (default {DEFAULT_PORT})"
     )
     p.add_argument("--host", default="127.0.0.1", help="address TensorBoard listens on (default 127.0.0.1)")
     p.add_argument("--once", action="store_true", help="only copy the files, then exit")
     p.add_argument("--dir", metavar="DIR", help="where the files go (default ./tensorboard/<job id>)")
     p.add_argument(
         "--interval",
-        type=_seconds(1, 3600),
+        type=seconds(1, 3600),
         default=30.0,
         help="seconds between copies while the job runs (default 30)",
     )

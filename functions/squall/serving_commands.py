@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from squall.cli_types import seconds, whole_number
 from squall.core.errors import PermanentError
 from squall.core.jobs import Job
 from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
@@ -749,41 +750,17 @@ def _plain(value: Any) -> Any:
 # ---- registration ----
 
 
-def _bounded(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
-        return value
-
-    return parse
-
-
-def _seconds(low: float, high: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g} seconds, got {value:g}")
-        return value
-
-    return parse
-
-
 def add_serving_commands(subparsers: Any) -> None:
     """Add `serve`, `services`, `unserve` and `predict` to the `squall` command's subparsers."""
     p = subparsers.add_parser("serve", help="serve a finished job's SavedModel with TensorFlow Serving")
     p.add_argument("job", help="the id of a SUCCEEDED job (its SavedModel is <outputUri>/<job id>)")
     p.add_argument("--name", help="the model service's name (default: the job id)")
     # Checked by the serve command's model, which names the field; argparse only reads numbers.
-    p.add_argument("--version", type=_bounded(-(2**31), 2**31), help="the model version served (default 1)")
-    p.add_argument("--replicas", type=_bounded(-(2**31), 2**31), help="serving replicas (default 1)")
-    p.add_argument("--gpu", type=_bounded(-(2**31), 2**31), help="GPUs per replica (default 0)")
+    p.add_argument(
+        "--version", type=whole_number(-(2**31), 2**31), help="the model version served (default 1)"
+    )
+    p.add_argument("--replicas", type=whole_number(-(2**31), 2**31), help="serving replicas (default 1)")
+    p.add_argument("--gpu", type=whole_number(-(2**31), 2**31), help="GPUs per replica (default 0)")
     p.add_argument("--cpu", help="CPU per replica, a Kubernetes quantity (default 1)")
     p.add_argument("--memory", help="memory per replica, a Kubernetes quantity (default 2Gi)")
     p.add_argument(
@@ -793,7 +770,7 @@ def add_serving_commands(subparsers: Any) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=_seconds(1, 24 * 3600),
+        type=seconds(1, 24 * 3600),
         default=WAIT_TIMEOUT,
         help="with --wait: give up after this long",
     )
@@ -804,7 +781,7 @@ def add_serving_commands(subparsers: Any) -> None:
         "services", help="list model services (deploying and serving; --all: every one)"
     )
     p.add_argument("--all", action="store_true", help="the FAILED and STOPPED ones too")
-    p.add_argument("--limit", type=_bounded(1, 10_000), default=1000, help="at most this many per state")
+    p.add_argument("--limit", type=whole_number(1, 10_000), default=1000, help="at most this many per state")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_services)
 
@@ -826,14 +803,14 @@ def add_serving_commands(subparsers: Any) -> None:
         "--url", help="send here instead of the recorded endpoint (REST: http://host:port, gRPC: host:port)"
     )
     p.add_argument(
-        "--model-version", type=_bounded(1, 1_000_000), help="this version (default: the served one)"
+        "--model-version", type=whole_number(1, 1_000_000), help="this version (default: the served one)"
     )
     p.add_argument(
         "--signature", help=f"the signature (default: the file's signature_name, else {DEFAULT_SIGNATURE})"
     )
     p.add_argument(
         "--timeout",
-        type=_seconds(1, 3600),
+        type=seconds(1, 3600),
         default=DEFAULT_PREDICT_TIMEOUT,
         help="seconds to wait for the answer",
     )
