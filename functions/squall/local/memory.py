@@ -54,7 +54,7 @@ class InMemoryJobStore:
 
     def create(self, job: Job, event: JobEvent) -> None:
         values = creation_values(job, event)
-        _check_size(f"create job {job.id}", item_size(values))
+        check_item_size(f"create job {job.id}", item_size(values))
         if job.id in self._jobs:
             raise DuplicateJobError(job.id)
         self._jobs[job.id] = job
@@ -65,8 +65,8 @@ class InMemoryJobStore:
     def save(self, job: Job, event: JobEvent) -> None:
         # An update SETs the job's attributes; the item keeps the first event it was created with.
         first = self._first_events.get(job.id)
-        _check_size(f"save job {job.id}", item_size(job_values(job) | {FIRST_EVENT: first}))
-        _check_size(f"save job {job.id}", item_size(event_values(event)))
+        check_item_size(f"save job {job.id}", item_size(job_values(job) | {FIRST_EVENT: first}))
+        check_item_size(f"save job {job.id}", item_size(event_values(event)))
         stored = self._jobs.get(job.id)
         if stored is None or stored.version != job.version - 1:
             raise ConflictError(f"job {job.id} changed since version {job.version - 1}")
@@ -89,7 +89,7 @@ class InMemoryJobStore:
         return list(itertools.islice(self._jobs.values(), limit))
 
 
-def _check_size(what: str, size: int) -> None:
+def check_item_size(what: str, size: int) -> None:
     if size > MAX_ITEM_BYTES:
         # DynamoDB's words, as the adapter passes them on.
         raise ItemTooLargeError(

@@ -15,7 +15,7 @@ from squall.adapters.aws.job_store import item_size
 from squall.adapters.aws.model_service_store import service_event_values, service_values
 from squall.core.errors import ConflictError, DuplicateServiceError
 from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
-from squall.local.memory import _check_size  # the memory job store's refusal, in DynamoDB's words
+from squall.local.memory import check_item_size  # the memory job store's refusal, in DynamoDB's words
 
 
 class InMemoryModelServiceStore:
@@ -54,5 +54,5 @@ class InMemoryModelServiceStore:
 
     @staticmethod
     def _check(what: str, service: ModelService, event: ServiceEvent) -> None:
-        _check_size(what, item_size(service_values(service)))
-        _check_size(what, item_size(service_event_values(event)))
+        check_item_size(what, item_size(service_values(service)))
+        check_item_size(what, item_size(service_event_values(event)))
