@@ -17,7 +17,8 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypeVar
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
@@ -69,7 +70,9 @@ def _item_too_large(exc: ClientError, text: str) -> SquallError | None:
 
 
 # A transaction cancelled only because another one held an item, or for throughput: try again.
-_TRANSIENT_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+_TRANSIENT_CANCELLATIONS = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+)
 
 
 def _transaction_contention(exc: ClientError, text: str) -> SquallError | None:
@@ -85,7 +88,9 @@ def conditional_failed(exc: ClientError) -> bool:
     """A condition of a put, update or delete (or of one item of a transaction) did not hold."""
     if error_code(exc) == "ConditionalCheckFailedException":
         return True
-    return error_code(exc) == "TransactionCanceledException" and "ConditionalCheckFailed" in cancellation_codes(exc)
+    return error_code(
+        exc
+    ) == "TransactionCanceledException" and "ConditionalCheckFailed" in cancellation_codes(exc)
 
 
 def on_conflict(error: Callable[[], SquallError]) -> Rule:
@@ -280,12 +285,29 @@ def event_to_item(event: JobEvent) -> dict[str, Any]:
     return to_item(event_values(event))
 
 
-def event_values(event: JobEvent) -> dict[str, Any]:
-    """An event item's attributes as plain values (None: not written)."""
+class Transition(Protocol):
+    """What a job's and a model service's events have alike, and their items keep."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def status(self) -> StrEnum: ...
+    @property
+    def previous(self) -> StrEnum | None: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+
+
+def transition_values(event: Transition, *, pk: str, kind: str) -> dict[str, Any]:
+    """An event item's attributes as plain values (None: not written), under `pk`."""
     return {
-        "pk": f"JOB#{event.job_id}",
+        "pk": pk,
         "sk": f"EVENT#{event.version:08d}",
-        "kind": "event",
+        "kind": kind,
         "at": iso(event.at),
         "status": event.status.value,
         "previous": event.previous.value if event.previous else None,
@@ -294,17 +316,26 @@ def event_values(event: JobEvent) -> dict[str, Any]:
     }
 
 
+def transition_fields(values: Mapping[str, Any], status: Callable[[str], Any]) -> dict[str, Any]:
+    """An event item's fields (its plain values, `from_item`'s) but its owner's id, states read by `status`."""
+    return {
+        "version": int(values["sk"].removeprefix("EVENT#")),
+        "at": datetime.fromisoformat(values["at"]),
+        "status": status(values["status"]),
+        "previous": status(values["previous"]) if values.get("previous") else None,
+        "reason": values["reason"],
+        "message": values.get("message", ""),
+    }
+
+
+def event_values(event: JobEvent) -> dict[str, Any]:
+    """An event item's attributes as plain values (None: not written)."""
+    return transition_values(event, pk=f"JOB#{event.job_id}", kind="event")
+
+
 def event_from_item(item: dict[str, Any]) -> JobEvent:
     v = from_item(item)
-    return JobEvent(
-        job_id=v["pk"].removeprefix("JOB#"),
-        version=int(v["sk"].removeprefix("EVENT#")),
-        at=datetime.fromisoformat(v["at"]),
-        status=JobStatus(v["status"]),
-        previous=JobStatus(v["previous"]) if v.get("previous") else None,
-        reason=v["reason"],
-        message=v.get("message", ""),
-    )
+    return JobEvent(job_id=v["pk"].removeprefix("JOB#"), **transition_fields(v, JobStatus))
 
 
 class DynamoJobStore:
@@ -350,8 +381,12 @@ class DynamoJobStore:
         }
         call_dynamodb(
             f"save job {job.id}",
-            lambda: self._client.transact_write_items(TransactItems=[{"Update": update_job}, {"Put": put_event}]),
-            rules=(on_conflict(lambda: ConflictError(f"job {job.id} changed since version {job.version - 1}")),),
+            lambda: self._client.transact_write_items(
+                TransactItems=[{"Update": update_job}, {"Put": put_event}]
+            ),
+            rules=(
+                on_conflict(lambda: ConflictError(f"job {job.id} changed since version {job.version - 1}")),
+            ),
         )
 
     def get(self, job_id: str) -> Job | None:

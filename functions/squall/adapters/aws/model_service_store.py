@@ -26,6 +26,8 @@ from squall.adapters.aws.job_store import (
     query_pages,
     read_item,
     to_item,
+    transition_fields,
+    transition_values,
 )
 from squall.core.errors import ConflictError, DuplicateServiceError, SquallError
 from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
@@ -101,29 +103,12 @@ def service_from_item(item: dict[str, Any]) -> ModelService:
 
 def service_event_values(event: ServiceEvent) -> dict[str, Any]:
     """An event item's attributes as plain values (None: not written)."""
-    return {
-        "pk": f"{PK_PREFIX}{event.name}",
-        "sk": f"EVENT#{event.version:08d}",
-        "kind": EVENT_KIND,
-        "at": iso(event.at),
-        "status": event.status.value,
-        "previous": event.previous.value if event.previous else None,
-        "reason": event.reason,
-        "message": event.message or None,
-    }
+    return transition_values(event, pk=f"{PK_PREFIX}{event.name}", kind=EVENT_KIND)
 
 
 def service_event_from_item(item: dict[str, Any]) -> ServiceEvent:
     v = from_item(item)
-    return ServiceEvent(
-        name=v["pk"].removeprefix(PK_PREFIX),
-        version=int(v["sk"].removeprefix("EVENT#")),
-        at=datetime.fromisoformat(v["at"]),
-        status=ServiceStatus(v["status"]),
-        previous=ServiceStatus(v["previous"]) if v.get("previous") else None,
-        reason=v["reason"],
-        message=v.get("message", ""),
-    )
+    return ServiceEvent(name=v["pk"].removeprefix(PK_PREFIX), **transition_fields(v, ServiceStatus))
 
 
 class DynamoModelServiceStore:
