@@ -105,40 +105,19 @@ class ServiceEvent:
     message: str = ""
 
 
-def new_service(
-    *,
-    name: str,
-    team: str,
-    namespace: str,
-    job_id: str,
-    model_uri: str,
-    model_version: int,
-    replicas: int,
-    gpus: int,
-    cpu: str,
-    memory: str,
-    at: datetime,
-    message_id: str | None = None,
-    submitted_by: str | None = None,
-) -> tuple[ModelService, ServiceEvent]:
-    """A service's first record (DEPLOYING, version 1) and its first event."""
+def new_service(*, name: str, at: datetime, **fields: Any) -> tuple[ModelService, ServiceEvent]:
+    """A service's first record (DEPLOYING, version 1) and its first event.
+
+    `fields` are the record's own (team, namespace, job_id, model_uri, model_version,
+    replicas, gpus, cpu, memory, and optionally message_id, submitted_by).
+    """
     service = ModelService(
         name=name,
-        team=team,
-        namespace=namespace,
-        job_id=job_id,
-        model_uri=model_uri,
-        model_version=model_version,
-        replicas=replicas,
-        gpus=gpus,
-        cpu=cpu,
-        memory=memory,
         status=ServiceStatus.DEPLOYING,
         reason=ServiceReason.REQUESTED,
         created_at=at,
         updated_at=at,
-        message_id=message_id,
-        submitted_by=submitted_by,
+        **fields,
     )
     event = ServiceEvent(
         name=name,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from squall.core.jobs import Job, JobStatus
 from squall.core.serving import (
@@ -171,44 +172,33 @@ def serve_record(
     DEPLOYING replaces what the request decides and clears what the last run observed.
     """
     command = plan.command
+    # What the request decides, on a new record and on one served again alike.
+    requested: dict[str, Any] = {
+        "team": plan.team,
+        "namespace": plan.namespace,
+        "job_id": plan.job_id,
+        "model_uri": plan.model_uri,
+        "model_version": command.model_version,
+        "replicas": command.replicas,
+        "gpus": command.resources.gpu,
+        "cpu": command.resources.cpu,
+        "memory": command.resources.memory,
+        "message_id": message_id,
+        "submitted_by": submitted_by,
+    }
     if plan.action is ServeAction.CREATE:
-        return new_service(
-            name=command.name,
-            team=plan.team,
-            namespace=plan.namespace,
-            job_id=plan.job_id,
-            model_uri=plan.model_uri,
-            model_version=command.model_version,
-            replicas=command.replicas,
-            gpus=command.resources.gpu,
-            cpu=command.resources.cpu,
-            memory=command.resources.memory,
-            at=at,
-            message_id=message_id,
-            submitted_by=submitted_by,
-        )
+        return new_service(name=command.name, at=at, **requested)
     if plan.action is ServeAction.SERVE_AGAIN and plan.existing is not None:
+        # ... and what the last run observed, cleared.
+        observed: dict[str, Any] = {"ready_replicas": 0, "rest_url": None, "grpc_target": None, "errors": ()}
         return transition_service(
             plan.existing,
             to=ServiceStatus.DEPLOYING,
             reason=ServiceReason.SERVED_AGAIN,
             at=at,
             message=f"job {plan.job_id}, model version {command.model_version}",
-            team=plan.team,
-            namespace=plan.namespace,
-            job_id=plan.job_id,
-            model_uri=plan.model_uri,
-            model_version=command.model_version,
-            replicas=command.replicas,
-            gpus=command.resources.gpu,
-            cpu=command.resources.cpu,
-            memory=command.resources.memory,
-            message_id=message_id,
-            submitted_by=submitted_by,
-            ready_replicas=0,
-            rest_url=None,
-            grpc_target=None,
-            errors=(),
+            **requested,
+            **observed,
         )
     raise ValueError(f"a {plan.action} plan writes no record")
 
