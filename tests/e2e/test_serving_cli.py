@@ -27,6 +27,7 @@ from squall.core.serving import ModelService, ServiceReason, ServiceStatus, new_
 from squall.researcher_commands import CommandError
 from squall.serving_commands import MAX_INPUT_BYTES, follow_service, serve_exit
 from tests.outputs_helpers import START, SteppingClock, move, record_job, spec_record
+from tests.serving_records import first_record
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -99,19 +100,8 @@ def record_service(
     rest_url: str | None = "http://127.0.0.1:1",
     message_id: str = "m-1",
 ) -> ModelService:
-    service, event = new_service(
-        name=name,
-        team="research",
-        namespace="team-research",
-        job_id=job_id,
-        model_uri=f"{OUTPUT}/{job_id}",
-        model_version=1,
-        replicas=1,
-        gpus=0,
-        cpu="1",
-        memory="2Gi",
-        at=START,
-        message_id=message_id,
+    service, event = first_record(
+        name, at=START, job_id=job_id, model_uri=f"{OUTPUT}/{job_id}", message_id=message_id
     )
     aws.services.create(service, event)
     if status is ServiceStatus.DEPLOYING:

@@ -22,7 +22,7 @@ from squall.adapters.aws.saved_models import S3SavedModels
 from squall.conventions import MODEL_SERVICE_LABEL
 from squall.core.errors import NotFoundError, PermanentError
 from squall.core.jobs import Job, JobStatus, Reason, new_job, transition
-from squall.core.serving import ModelService, ServiceEvent, new_service
+from squall.core.serving import ModelService, ServiceEvent
 from squall.core.settings import ServingSettings
 from squall.core.telemetry import RecordingMetrics
 from squall.local.aws import create_table
@@ -30,6 +30,7 @@ from squall.local.clock import VirtualClock
 from squall.ports import KubeObject
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.serving import ModelServing, ServingReconciler
+from tests.serving_records import first_record
 
 TEAMS = {"research": "team-research", "vision": "team-vision"}
 REGISTRIES = ["registry.example.com/squall"]
@@ -49,18 +50,13 @@ def a_service(
     name: str, *, at: datetime, team: str = "research", job_id: str = "train-1"
 ) -> tuple[ModelService, ServiceEvent]:
     """A first (DEPLOYING) record of one replica serving the job's model from the team's prefix, and its event."""
-    return new_service(
-        name=name,
-        team=team,
-        namespace=TEAMS[team],
-        job_id=job_id,
-        model_uri=f"s3://{BUCKET}/teams/{team}/out/{job_id}",
-        model_version=1,
-        replicas=1,
-        gpus=0,
-        cpu="1",
-        memory="2Gi",
+    return first_record(
+        name,
         at=at,
+        team=team,
+        job_id=job_id,
+        namespace=TEAMS[team],
+        model_uri=f"s3://{BUCKET}/teams/{team}/out/{job_id}",
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from squall.core.jobs import Job, JobStatus
-from squall.core.serving import ServiceReason, ServiceStatus, new_service, transition_service
+from squall.core.serving import ServiceReason, ServiceStatus, transition_service
 from squall.core.serving_requests import (
     ServeAction,
     in_team_prefix,
@@ -20,6 +20,7 @@ from squall.core.serving_requests import (
     team_prefix,
 )
 from squall.core.spec import ServeCommand, SpecError, parse_message
+from tests.serving_records import first_record
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 JOB_ID = "mnist-0a1b2c3d"
@@ -69,20 +70,7 @@ class SavedModels:
 
 
 def existing(status: ServiceStatus, *, message_id: str = "m-0", job_id: str = "other-1") -> Any:
-    service, _ = new_service(
-        name="mnist",
-        team="research",
-        namespace="team-research",
-        job_id=job_id,
-        model_uri=f"s3://squall-artifacts/teams/research/outputs/{job_id}",
-        model_version=1,
-        replicas=1,
-        gpus=0,
-        cpu="1",
-        memory="2Gi",
-        at=T0,
-        message_id=message_id,
-    )
+    service, _ = first_record("mnist", at=T0, job_id=job_id, message_id=message_id)
     if status is not ServiceStatus.DEPLOYING:
         service, _ = transition_service(service, to=status, reason="Test", at=T0 + timedelta(minutes=1))
     return service

@@ -11,28 +11,15 @@ from squall.core.serving import (
     ServiceReason,
     ServiceStatus,
     model_path,
-    new_service,
     transition_service,
 )
+from tests.serving_records import first_record
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def _service():
-    return new_service(
-        name="mnist",
-        team="vision",
-        namespace="team-vision",
-        job_id="mnist-0a1b2c3d",
-        model_uri="s3://bucket/teams/vision/outputs/mnist-0a1b2c3d",
-        model_version=1,
-        replicas=2,
-        gpus=0,
-        cpu="1",
-        memory="2Gi",
-        at=T0,
-        message_id="m-1",
-    )
+    return first_record("mnist", at=T0, team="vision", job_id="mnist-0a1b2c3d", replicas=2, message_id="m-1")
 
 
 def test_a_new_service_is_deploying_at_version_one_with_its_first_event():
