@@ -132,19 +132,10 @@ class KubernetesCluster:
             ),
             *(("Service", self._core.delete_namespaced_service, service, {}) for service in services),
         ]
-        deleted = 0
-        for kind, delete, obj, options in deletions:
-            name = obj["metadata"]["name"]
-            status, _ = self._call(
-                f"delete {kind} {namespace}/{name}",
-                delete,
-                tolerate={404},
-                name=name,
-                namespace=namespace,
-                **options,
-            )
-            deleted += status != 404
-        return deleted
+        return sum(
+            self._delete(kind, delete, namespace=namespace, obj=obj, options=options)
+            for kind, delete, obj, options in deletions
+        )
 
     def delete_model_service_objects(self, *, namespace: str, model_service: str) -> int:
         # By label, not by the deterministic name: only what carries Squall's labels goes.
@@ -173,18 +164,31 @@ class KubernetesCluster:
                 namespace=namespace,
                 label_selector=selector,
             )
-            for obj in found:
-                name = obj["metadata"]["name"]
-                status, _ = self._call(
-                    f"delete {kind} {namespace}/{name}",
-                    delete,
-                    tolerate={404},
-                    name=name,
-                    namespace=namespace,
-                    **options,
-                )
-                deleted += status != 404
+            deleted += sum(
+                self._delete(kind, delete, namespace=namespace, obj=obj, options=options) for obj in found
+            )
         return deleted
+
+    def _delete(
+        self,
+        kind: str,
+        delete: Callable[..., Any],
+        *,
+        namespace: str,
+        obj: KubeObject,
+        options: dict[str, Any],
+    ) -> bool:
+        """Delete one object; False when it was gone already (404)."""
+        name = obj["metadata"]["name"]
+        status, _ = self._call(
+            f"delete {kind} {namespace}/{name}",
+            delete,
+            tolerate={404},
+            name=name,
+            namespace=namespace,
+            **options,
+        )
+        return status != 404
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
         _, node = self._call(
