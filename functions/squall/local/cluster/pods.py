@@ -406,10 +406,7 @@ class PodLifecycle:
         # A real pod with a readinessProbe is ready once its runner says so (asked on every advance).
         ready = not (real and pod.probed and callable(getattr(self._runner, "ready", None)))
         pod.ready = ready
-        last = None
-        if pod.restart_always:
-            previous = status.get("containerStatuses") or []
-            last = dict(previous[0].get("lastState") or {}) if previous else {}
+        last = _last_state(pod)
         status["containerStatuses"] = [
             containers.status(
                 c,
@@ -491,10 +488,7 @@ class PodLifecycle:
         }
         status = pod.obj["status"]
         pod.ready = False
-        last = None
-        if pod.restart_always:
-            previous = status.get("containerStatuses") or []
-            last = dict(previous[0].get("lastState") or {}) if previous else {}
+        last = _last_state(pod)
         status["containerStatuses"] = [
             containers.status(
                 c,
@@ -517,3 +511,11 @@ def _running_since(status: Mapping[str, Any]) -> str | None:
         if running:
             return running.get("startedAt")
     return status.get("startTime")
+
+
+def _last_state(pod: Pod) -> dict[str, Any] | None:
+    """A restarted container's lastState, kept across its restarts (None: a pod that never restarts)."""
+    if not pod.restart_always:
+        return None
+    previous = pod.obj["status"].get("containerStatuses") or []
+    return dict(previous[0].get("lastState") or {}) if previous else {}
