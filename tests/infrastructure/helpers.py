@@ -59,3 +59,14 @@ def policy_statements(node: Any, path: str = "") -> Iterator[tuple[str, dict[str
     elif isinstance(node, list):
         for index, value in enumerate(node):
             yield from policy_statements(value, f"{path}[{index}]")
+
+
+def rbac_grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """A Role's or ClusterRole's rules as (apiGroup, resource, verb) triples."""
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }

@@ -12,6 +12,8 @@ from stacks.config import SquallConfig, load_cdk_json_context
 from stacks.rbac import aws_auth_map_roles, render_rbac
 from stacks.rbac.__main__ import main
 
+from .helpers import rbac_grants
+
 TEAMS = {"research": "team-research", "vision": "team-vision", "nlp": "team-research"}
 
 
@@ -25,16 +27,6 @@ def _by(manifests: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]
         f"{m['metadata'].get('namespace', '')}/{m['metadata']['name']}": m
         for m in manifests
         if m["kind"] == kind
-    }
-
-
-def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
-    return {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
     }
 
 
@@ -52,7 +44,7 @@ def test_no_wildcards_anywhere(manifests: list[dict[str, Any]]) -> None:
 
 def test_capacity_group_reads_pods_cordons_nodes_and_evicts(manifests: list[dict[str, Any]]) -> None:
     roles = _by(manifests, "ClusterRole")
-    assert _grants(roles["/squall-capacity"]) == {
+    assert rbac_grants(roles["/squall-capacity"]) == {
         ("", "nodes", "get"),
         ("", "nodes", "list"),
         ("", "nodes", "patch"),
@@ -72,10 +64,10 @@ def test_capacity_group_reads_pods_cordons_nodes_and_evicts(manifests: list[dict
 
 def test_jobs_group_reads_and_writes_only_in_team_namespaces(manifests: list[dict[str, Any]]) -> None:
     roles = _by(manifests, "ClusterRole")
-    write = _grants(roles["/squall-jobs-write"])
+    write = rbac_grants(roles["/squall-jobs-write"])
     assert ("batch", "jobs", "create") in write and ("", "services", "create") in write
     assert not any(resource in ("pods", "nodes", "secrets") for _, resource, _ in write)
-    read = _grants(roles["/squall-jobs-read"])
+    read = rbac_grants(roles["/squall-jobs-read"])
     assert {verb for _, _, verb in read} == {"get", "list"}
     assert {resource for _, resource, _ in read} == {"jobs", "pods"}
     # Neither is bound cluster-wide: the jobs functions list namespace by namespace.
@@ -103,7 +95,7 @@ def test_scale_may_admit_and_release_gangs_in_team_namespaces_only(manifests: li
     # The scale function lists the queue's Jobs and patches them to admit a job
     # (services/scale.py), and deletes a stranded gang's Jobs and Services (_release).
     assert constants.KUBERNETES_GANGS_GROUP in constants.KUBERNETES_GROUPS["scale"]
-    release = _grants(_by(manifests, "ClusterRole")["/squall-gang-release"])
+    release = rbac_grants(_by(manifests, "ClusterRole")["/squall-gang-release"])
     assert release == {
         ("batch", "jobs", "list"),
         ("batch", "jobs", "patch"),
@@ -125,7 +117,7 @@ def test_scale_may_admit_and_release_gangs_in_team_namespaces_only(manifests: li
     patching = {
         name
         for name, role in _by(manifests, "ClusterRole").items()
-        if ("batch", "jobs", "patch") in _grants(role)
+        if ("batch", "jobs", "patch") in rbac_grants(role)
     }
     assert patching == {"/squall-gang-release"}
 

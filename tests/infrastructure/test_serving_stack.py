@@ -18,7 +18,7 @@ from stacks.config import ConfigError, SquallConfig, load_cdk_json_context
 from stacks.rbac import render_rbac
 from stacks.rbac.__main__ import main as rbac_main
 
-from .helpers import as_list, function_statements, logical_id, policy_statements, resources
+from .helpers import as_list, function_statements, logical_id, policy_statements, rbac_grants, resources
 from .scenario import DATA_BUCKET, Synthesis
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
@@ -230,25 +230,15 @@ def test_the_saved_model_wildcard_is_suppressed_for_it_alone(full: Synthesis) ->
 # -- Kubernetes RBAC -----------------------------------------------------------------
 
 
-def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
-    return {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-
-
 def test_model_service_objects_are_managed_in_team_namespaces_only() -> None:
     manifests = render_rbac(TEAMS)
     for manifest in manifests:
         kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
     roles = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "ClusterRole"}
     # the new verbs are in one role, the jobs functions' write role
-    holding = {name for name, role in roles.items() if _grants(role) & SERVING_GRANTS}
+    holding = {name for name, role in roles.items() if rbac_grants(role) & SERVING_GRANTS}
     assert holding == {"squall-jobs-write"}
-    write = _grants(roles["squall-jobs-write"])
+    write = rbac_grants(roles["squall-jobs-write"])
     assert write >= SERVING_GRANTS
     assert ("", "services", "get") in write  # a Service's load balancer address
     # never changed in place, never cluster-wide
@@ -262,8 +252,8 @@ def test_model_service_objects_are_managed_in_team_namespaces_only() -> None:
     assert sorted(b["metadata"]["namespace"] for b in bound) == ["team-research", "team-vision"]
     assert all(b["subjects"][0]["name"] == constants.KUBERNETES_JOBS_GROUP for b in bound)
     cluster_wide = {b["roleRef"]["name"] for b in bindings if b["kind"] == "ClusterRoleBinding"}
-    assert all(not (_grants(roles[name]) & SERVING_GRANTS) for name in cluster_wide)
-    assert _grants(roles["squall-capacity"]) == {
+    assert all(not (rbac_grants(roles[name]) & SERVING_GRANTS) for name in cluster_wide)
+    assert rbac_grants(roles["squall-capacity"]) == {
         ("", "nodes", "get"),
         ("", "nodes", "list"),
         ("", "nodes", "patch"),
@@ -286,7 +276,7 @@ def test_python_m_stacks_rbac_prints_the_serving_rules(capsys: pytest.CaptureFix
     write = next(
         d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "squall-jobs-write"
     )
-    assert _grants(write) >= SERVING_GRANTS
+    assert rbac_grants(write) >= SERVING_GRANTS
     namespaces = sorted(set(SquallConfig.from_context(load_cdk_json_context()).teams.values()))
     assert (
         sorted(
