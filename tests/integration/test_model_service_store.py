@@ -279,5 +279,6 @@ def test_a_saved_model_question_that_s3_cannot_answer_is_squalls_error(aws_crede
         with pytest.raises(RetryableError):
             saved.has_saved_model("s3://models/teams/research/out/train-1")
     assert "s3://models/teams/research/out/train-1/saved_model.pb" in str(denied.value)
+    assert "no such object, or this role may not read it" in str(denied.value)  # both, as S3 cannot tell
     with pytest.raises(PermanentError):
         saved.has_saved_model("models/teams/research")

@@ -42,6 +42,11 @@ class S3SavedModels:
         except ClientError as exc:
             if http_status(exc) == 404 or error_code(exc) in _MISSING_CODES:
                 return False
+            if http_status(exc) == 403:
+                raise PermanentError(
+                    f"{doing}: 403 Forbidden: there is no such object, or this role may not read it "
+                    "(S3 answers 403 for a missing key to a role without s3:ListBucket on the bucket)"
+                ) from exc
             raise translate(doing, exc) from exc
         except BotoCoreError as exc:
             raise translate(doing, exc) from exc
