@@ -350,7 +350,7 @@ def test_wait_ends_at_once_with_the_errors_when_the_submit_function_refuses_the_
     from squall.serving_commands import rejected_id
 
     # given a serve request the submit function refuses: the memory backend has no S3, so
-    # serving is not configured there (a refusal the CLI's own check cannot see)
+    # serving is not available there (a refusal the CLI's own check cannot see)
     with LocalRuntime.start(backend="memory") as local:
         message_id = local.send({"action": "serve", "job": "nope"})
         local.deliver()
@@ -368,7 +368,7 @@ def test_wait_ends_at_once_with_the_errors_when_the_submit_function_refuses_the_
     assert str(refused.value).startswith(
         "the submit function refused the serve request for nope (InvalidSpec"
     )
-    assert "\n  action: serving is not configured" in str(refused.value)
+    assert "\n  action: serving is not available here" in str(refused.value)
     assert refused.value.code == 1
 
 

@@ -33,7 +33,6 @@ from squall.core.errors import ConflictError, DuplicateJobError, ItemTooLargeErr
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal, new_job, note, transition
 from squall.core.serving import LIVE, ModelService, ServiceReason, ServiceStatus, transition_service
 from squall.core.serving_requests import ServeAction, plan_serve, serve_record
-from squall.core.settings import ServingSettings
 from squall.core.spec import (
     DEFAULT_MAX_RUNTIME_LIMIT,
     DNS_LABEL,
@@ -410,9 +409,11 @@ class Intake:
             return dataclasses.replace(result, name=command.name)
 
         serving = self.serving
-        not_configured = (serving.settings if serving is not None else ServingSettings()).not_configured
-        if serving is None or not_configured is not None:
-            return refused(SpecError([Issue("action", not_configured or "serving is not configured")]))
+        if serving is None:
+            why = "serving is not available here: there is no store for model services or SavedModels"
+            return refused(SpecError([Issue("action", why)]))
+        if serving.settings.not_configured is not None:
+            return refused(SpecError([Issue("action", serving.settings.not_configured)]))
         job = self.store.get(command.job)
         if job is not None:
             forbidden = self._sender_refused(team=job.team, sender_id=sender_id, what="serve")
