@@ -591,6 +591,8 @@ def grpc_predict(
     names, dtypes and shapes), so a row request becomes the same columns the REST API
     would make of it; an input that does not match is refused here, naming it.
     """
+    # TensorFlow's C++ start-up notes (CPU features, absl) are not the command's output.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import grpc
     from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2, prediction_service_pb2_grpc
 

@@ -9,7 +9,7 @@ import pytest
 
 from squall.core.errors import PermanentError, RetryableError
 from squall.core.jobs import JobStatus, Reason
-from squall.core.serving import ServiceReason, ServiceStatus
+from squall.core.serving import ServiceReason, ServiceStatus, transition_service
 from squall.core.settings import ServingSettings
 from squall.services.intake import IntakeOutcome
 from squall.services.serving import ModelServing
@@ -343,3 +343,30 @@ def test_a_failed_service_can_be_unserved_and_served_again(world: ServingWorld) 
         ServiceReason.CLUSTER_REFUSED,
         ServiceReason.SERVED_AGAIN,
     ]
+
+
+def test_an_unserved_service_no_longer_shows_ready_replicas_or_endpoints(world: ServingWorld) -> None:
+    world.finished_job("train-1")
+    world.handle(serve("train-1", name="mnist"), message_id="m-1")
+    deploying = world.services.get("mnist")
+    world.services.save(
+        *transition_service(
+            deploying,
+            to=ServiceStatus.SERVING,
+            reason="Ready:1/1",
+            at=world.clock.now(),
+            ready_replicas=1,
+            rest_url="http://lb:8501",
+            grpc_target="lb:8500",
+        )
+    )
+    # when
+    world.handle({"action": "unserve", "name": "mnist"}, message_id="m-2")
+    # then its objects are gone, and so is what it showed of them
+    stopped = world.services.get("mnist")
+    assert (stopped.status, stopped.ready_replicas, stopped.rest_url, stopped.grpc_target) == (
+        ServiceStatus.STOPPED,
+        0,
+        None,
+        None,
+    )

@@ -20,9 +20,11 @@ PodDisruptionBudget in the job's team namespace.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 from squall.core.errors import InvalidTransitionError
@@ -167,6 +169,10 @@ def model_path(*, name: str, model_version: int) -> str:
     return f"{MODEL_BASE_PATH}/{name}/{model_version}"
 
 
+# What a record observed of its objects: cleared when they go (STOPPED, FAILED) or are made anew.
+CLEARED_OBSERVATIONS: Mapping[str, Any] = MappingProxyType(
+    {"ready_replicas": 0, "rest_url": None, "grpc_target": None}
+)
 OBJECT_PREFIX = "model-"
 MAX_NAME_LENGTH = 40  # object_name and the pods' generated names stay within Kubernetes' 63
 MODEL_BASE_PATH = "/models"

@@ -20,6 +20,7 @@ from typing import Any
 
 from squall.core.jobs import Job, JobStatus
 from squall.core.serving import (
+    CLEARED_OBSERVATIONS,
     LIVE,
     ModelService,
     ServiceEvent,
@@ -190,7 +191,6 @@ def serve_record(
         return new_service(name=command.name, at=at, **requested)
     if plan.action is ServeAction.SERVE_AGAIN and plan.existing is not None:
         # ... and what the last run observed, cleared.
-        observed: dict[str, Any] = {"ready_replicas": 0, "rest_url": None, "grpc_target": None, "errors": ()}
         return transition_service(
             plan.existing,
             to=ServiceStatus.DEPLOYING,
@@ -198,7 +198,8 @@ def serve_record(
             at=at,
             message=f"job {plan.job_id}, model version {command.model_version}",
             **requested,
-            **observed,
+            **CLEARED_OBSERVATIONS,
+            errors=(),
         )
     raise ValueError(f"a {plan.action} plan writes no record")
 

@@ -31,7 +31,14 @@ from aws_lambda_powertools import Logger
 from squall.core import manifests
 from squall.core.errors import ConflictError, DuplicateJobError, ItemTooLargeError, PermanentError
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal, new_job, note, transition
-from squall.core.serving import LIVE, ModelService, ServiceReason, ServiceStatus, transition_service
+from squall.core.serving import (
+    CLEARED_OBSERVATIONS,
+    LIVE,
+    ModelService,
+    ServiceReason,
+    ServiceStatus,
+    transition_service,
+)
 from squall.core.serving_requests import ServeAction, plan_serve, serve_record
 from squall.core.spec import (
     DEFAULT_MAX_RUNTIME_LIMIT,
@@ -510,6 +517,7 @@ class Intake:
                     reason=ServiceReason.UNSERVE_REQUESTED,
                     at=now,
                     message=reason,
+                    **CLEARED_OBSERVATIONS,
                 )
             ),
         )

@@ -33,6 +33,7 @@ from aws_lambda_powertools import Logger
 from squall.conventions import MODEL_SERVICE_LABEL
 from squall.core.errors import ConflictError, PermanentError, RetryableError
 from squall.core.serving import (
+    CLEARED_OBSERVATIONS,
     LIVE,
     ModelService,
     ServiceEvent,
@@ -121,7 +122,9 @@ class ModelServing:
 
         Should the delete not happen now, reconcile deletes the objects of a record that is not live.
         """
-        failed = self.record(service, to=ServiceStatus.FAILED, reason=reason, message=message, at=at)
+        failed = self.record(
+            service, to=ServiceStatus.FAILED, reason=reason, message=message, at=at, **CLEARED_OBSERVATIONS
+        )
         if failed is not None:
             self.delete_objects(service)
         return failed
