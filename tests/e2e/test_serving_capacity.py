@@ -150,9 +150,10 @@ def test_a_terminate_drain_of_a_serving_node_waits_for_the_disruption_budget() -
 
 @pytest.mark.xfail(
     strict=True,
-    reason="planner: a group's instance waiting in its terminate hook is counted as a replacement on its way "
-    "(GroupView.missing_count), so the replica the drain's budget waits for is never bought a node; the drain "
-    "goes on only at its deadline and the last replica goes with the node",
+    reason="the simulated fleet replaces an instance terminated without decrement only after its terminate "
+    "hook, while the scale check counts the missing capacity as on its way (Auto Scaling's default 'terminate "
+    "and launch' provisions it meanwhile); so locally the replica the drain's budget waits for gets no node "
+    "until the drain's deadline (docs/simulator.md, simplification 14)",
 )
 def test_a_drain_of_the_only_serving_node_buys_a_node_for_the_replacement() -> None:
     with start() as local:
