@@ -22,7 +22,10 @@ DEPLOYMENT = dashboard.Deployment(
     jobs_queue="squall-jobs",
     drain_queue="squall-drain",
     dead_letter_queues=("squall-jobs-dlq", "squall-drain-dlq"),
-    groups=(dashboard.DashboardGroup("p3-usw2", "us-west-2"), dashboard.DashboardGroup("p3-use1", "us-east-1")),
+    groups=(
+        dashboard.DashboardGroup("p3-usw2", "us-west-2"),
+        dashboard.DashboardGroup("p3-use1", "us-east-1"),
+    ),
     teams=(dashboard.DashboardTeam("vision"), dashboard.DashboardTeam("research", gpu_quota=16)),
 )
 
@@ -73,6 +76,9 @@ def test_dashboard_shows_what_operators_need(description: dashboard.Monitoring) 
         (NAMESPACE, Metric.ADMITTED_GPUS, S.MAXIMUM),
         (NAMESPACE, Metric.GPU_QUOTA, S.MAXIMUM),
         (NAMESPACE, Metric.JOBS_ADMITTED, S.SUM),
+        (NAMESPACE, Metric.MODEL_SERVICES_IN_STATE, S.MAXIMUM),
+        (NAMESPACE, Metric.MODEL_SERVICES_FAILED, S.SUM),
+        (NAMESPACE, Metric.MODEL_SERVICE_OBJECTS_RECREATED, S.SUM),
         ("AWS/Lambda", "Errors", S.SUM),
         ("AWS/Lambda", "Throttles", S.SUM),
         ("AWS/Lambda", "Duration", S.P90),
@@ -85,6 +91,15 @@ def test_jobs_by_state_has_one_series_per_live_state(description: dashboard.Moni
         m.dimension_map["State"] for m in description.dashboard.metrics() if m.name == Metric.JOBS_IN_STATE
     }
     assert states == {JobStatus.QUEUED, JobStatus.RUNNING}
+
+
+def test_model_services_by_state_has_one_series_per_live_state(description: dashboard.Monitoring) -> None:
+    states = {
+        m.dimension_map["State"]
+        for m in description.dashboard.metrics()
+        if m.name == Metric.MODEL_SERVICES_IN_STATE
+    }
+    assert states == {"DEPLOYING", "SERVING"}
 
 
 def test_each_group_gets_desired_vs_in_service_by_group_and_region(description: dashboard.Monitoring) -> None:
@@ -120,7 +135,8 @@ def test_the_queue_is_graphed_per_team_with_its_quota_beside_what_it_has_admitte
     S = dashboard.Stat
     queued = graphs["Queued jobs by team"]
     assert [(m.name, m.stat, m.label, m.dimension_map) for m in queued.left] == [
-        (Metric.QUEUED_JOBS, S.MAXIMUM, team, {"service": "squall", "Team": team}) for team in ("research", "vision")
+        (Metric.QUEUED_JOBS, S.MAXIMUM, team, {"service": "squall", "Team": team})
+        for team in ("research", "vision")
     ]
     assert queued.stacked
     assert [(m.name, m.stat) for m in graphs["Jobs admitted"].left] == [(Metric.JOBS_ADMITTED, S.SUM)]

@@ -315,6 +315,35 @@ def test_the_reconcile_function_runs_the_serving_reconciler_every_time(world: Se
     assert world.jobs.get("train-1").status is JobStatus.SUCCEEDED
 
 
+def test_the_reconcile_function_counts_model_services_by_state_and_their_failures(
+    world: ServingWorld,
+) -> None:
+    reconciler = _reconcile_function(world)
+    served(world, "mnist")
+    world.cluster.set_model_service_behaviour("broken", run_for=timedelta(seconds=5), exit_code=2)
+    served(world, "broken", job="train-2")
+    # when the first run finds both deploying, and the later ones one serving, one failed
+    world.advance(1)
+    reconciler.run()
+    first = _gauges(world)
+    for _ in range(3):
+        world.advance(1)
+        reconciler.run()
+
+    def last(state: str) -> float:
+        (*_, value) = (p.value for p in world.metrics.points if p.dimensions == {"State": state})
+        return value
+
+    assert first == {"DEPLOYING": 2, "SERVING": 0}
+    assert (last("DEPLOYING"), last("SERVING")) == (0, 1)
+    assert world.metrics.total("ModelServicesFailed") == 1
+    assert world.metrics.total("ModelServiceObjectsRecreated") == 0
+
+
+def _gauges(world: ServingWorld) -> dict[str, float]:
+    return {p.dimensions["State"]: p.value for p in world.metrics.points if p.name == "ModelServicesInState"}
+
+
 def test_the_serving_side_failing_to_list_is_reported_and_the_jobs_side_stands(world: ServingWorld) -> None:
     world.cluster.fail_calls("list_deployments", RetryableError("the API server is busy (429)"))
     reconciler = _reconcile_function(world)

@@ -49,7 +49,7 @@ CDK_JOBS_BY_STATE = {
     },
 }  # fmt: skip
 CDK_GROUP = {
-    "type": "metric", "width": 8, "height": 6, "x": 0, "y": 30,
+    "type": "metric", "width": 8, "height": 6, "x": 0, "y": 37,
     "properties": {
         "view": "timeSeries", "title": "p3-use1 (us-east-1): desired vs in service", "region": "us-west-2",
         "stacked": False,

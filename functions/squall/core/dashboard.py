@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from squall.core.jobs import JobStatus
+from squall.core.serving import ServiceStatus
 from squall.core.telemetry import NAMESPACE, SERVICE, Metric
 
 __all__ = [
@@ -257,6 +258,7 @@ def describe(deployment: Deployment, thresholds: Thresholds | None = None) -> Mo
         name=deployment.prefix,
         sections=(
             _intake(deployment),
+            _model_services(),
             _queue(deployment.teams),
             _capacity(deployment),
             _groups(deployment.groups),
@@ -317,6 +319,31 @@ def _intake(deployment: Deployment) -> Section:
                 left_label="seconds",
                 right_label="seconds",
                 width=24,
+            ),
+        ),
+    )
+
+
+def _model_services() -> Section:
+    """Model services by state, and what the reconcile function had to do about them."""
+    return Section(
+        "Model services",
+        (
+            Graph(
+                "Model services by state",
+                left=tuple(
+                    squall(Metric.MODEL_SERVICES_IN_STATE, Stat.MAXIMUM, label=state, State=state)
+                    for state in (ServiceStatus.DEPLOYING, ServiceStatus.SERVING)
+                ),
+                left_label="model services",
+                stacked=True,
+                width=12,
+            ),
+            Graph(
+                "Model service failures and re-created objects",
+                left=(squall(Metric.MODEL_SERVICES_FAILED), squall(Metric.MODEL_SERVICE_OBJECTS_RECREATED)),
+                left_label="per minute",
+                width=12,
             ),
         ),
     )

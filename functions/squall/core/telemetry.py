@@ -52,6 +52,10 @@ class Metric(StrEnum):
     GPU_QUOTA = "GpuQuota"  # dimension: Team; only for teams with a gpuQuota
     JOBS_ADMITTED = "JobsAdmitted"  # admitted by this check
     # lifecycle and drains
+    # model services (the reconcile function's serving run)
+    MODEL_SERVICES_IN_STATE = "ModelServicesInState"  # dimension: State (DEPLOYING, SERVING)
+    MODEL_SERVICES_FAILED = "ModelServicesFailed"
+    MODEL_SERVICE_OBJECTS_RECREATED = "ModelServiceObjectsRecreated"
     DRAINS_STARTED = "DrainsStarted"
     DRAINS_COMPLETED = "DrainsCompleted"
     DRAIN_SECONDS = "DrainSeconds"

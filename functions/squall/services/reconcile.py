@@ -29,6 +29,7 @@ from squall.core.errors import (
 )
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal, note, reason_code, transition
 from squall.core.kubestatus import Observation, job_id_of, observe
+from squall.core.serving import ServiceStatus
 from squall.core.spec import SpecError, load_spec
 from squall.core.telemetry import SERVICE, Metric
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
@@ -101,7 +102,17 @@ class Reconciler:
                 # Its lists could not be read now: the next run (a minute on) reads them again.
                 logger.warning("model services not reconciled", error=str(exc)[:MAX_ERROR_MESSAGE])
                 report.serving = ServingReport(errors=[f"model services: {exc}"[:MAX_ERROR_MESSAGE]])
+                return report
+            self._serving_metrics(report.serving)
         return report
+
+    def _serving_metrics(self, serving: ServingReport) -> None:
+        for status in (ServiceStatus.DEPLOYING, ServiceStatus.SERVING):
+            self.metrics.add(
+                Metric.MODEL_SERVICES_IN_STATE, serving.live[status.value], dimensions={"State": status.value}
+            )
+        self.metrics.add(Metric.MODEL_SERVICES_FAILED, serving.transitions[ServiceStatus.FAILED.value])
+        self.metrics.add(Metric.MODEL_SERVICE_OBJECTS_RECREATED, len(serving.recreated))
 
     def _run_jobs(self) -> ReconcileReport:
         report = ReconcileReport()

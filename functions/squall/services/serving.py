@@ -132,6 +132,7 @@ class ModelServing:
 
 @dataclass
 class ServingReport:
+    live: Counter[str] = field(default_factory=Counter)  # the live records read, by state
     transitions: Counter[str] = field(default_factory=Counter)
     recreated: list[str] = field(default_factory=list)
     cleaned: list[str] = field(default_factory=list)  # services whose objects were deleted
@@ -139,6 +140,7 @@ class ServingReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "live": dict(self.live),
             "transitions": dict(self.transitions),
             "recreated": self.recreated,
             "cleaned": self.cleaned,
@@ -174,6 +176,7 @@ class ServingReconciler:
             for status in (ServiceStatus.DEPLOYING, ServiceStatus.SERVING)
             for service in store.list_by_status(status, limit=MAX_LIVE_SERVICES)
         ]
+        report.live.update(service.status.value for service in live)
         by_name = {service.name: service for service in live}
         orphans = [
             key
