@@ -4,33 +4,41 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TypeVar
+
+_Number = TypeVar("_Number", int, float)
 
 
 def whole_number(low: int, high: int, *, what: str = "a whole number") -> Callable[[str], int]:
     """An argparse type: an integer from `low` to `high`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
-        return value
-
-    return parse
+    return _bounded(int, low, high, what=what, show=str)
 
 
 def seconds(low: float, high: float) -> Callable[[str], float]:
     """An argparse type: a number of seconds from `low` to `high`."""
+    return _bounded(float, low, high, what="seconds", show="{:g}".format, unit=" seconds")
 
-    def parse(text: str) -> float:
+
+def _bounded(
+    convert: Callable[[str], _Number],
+    low: _Number,
+    high: _Number,
+    *,
+    what: str,
+    show: Callable[[_Number], str],
+    unit: str = "",
+) -> Callable[[str], _Number]:
+    """An argparse type: `convert`'s value of the text, from `low` to `high` (shown with `show` and `unit`)."""
+
+    def parse(text: str) -> _Number:
         try:
-            value = float(text)
+            value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}") from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g} seconds, got {value:g}")
+            raise argparse.ArgumentTypeError(
+                f"must be from {show(low)} to {show(high)}{unit}, got {show(value)}"
+            )
         return value
 
     return parse
