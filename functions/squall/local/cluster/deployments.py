@@ -227,61 +227,44 @@ class DeploymentController:
         )
         conditions = {c["type"]: c for c in deployment.conditions}
         max_unavailable = _max_unavailable(deployment.obj["spec"], replicas)
+        available = ready >= replicas - max_unavailable
         conditions[AVAILABLE] = _changed(
             conditions.get(AVAILABLE),
             _condition(
                 AVAILABLE,
-                ready >= replicas - max_unavailable,
+                available,
                 at=at,
-                reason="MinimumReplicasAvailable"
-                if ready >= replicas - max_unavailable
-                else "MinimumReplicasUnavailable",
+                reason="MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
                 message="Deployment has minimum availability."
-                if ready >= replicas - max_unavailable
+                if available
                 else "Deployment does not have minimum availability.",
             ),
         )
         progressing = conditions.get(PROGRESSING)
         reason = progressing.get("reason") if progressing else None
         replica_set = deployment.replica_set
+        # Progressing as (status, reason, message), where it changes.
+        progress: tuple[bool, str, str] | None = None
         if len(live) == replicas and ready == replicas:
             if reason != NEW_RS_AVAILABLE:
-                conditions[PROGRESSING] = _changed(
-                    progressing,
-                    _condition(
-                        PROGRESSING,
-                        True,
-                        at=at,
-                        reason=NEW_RS_AVAILABLE,
-                        message=f'ReplicaSet "{replica_set}" has successfully progressed.',
-                    ),
+                progress = (
+                    True,
+                    NEW_RS_AVAILABLE,
+                    f'ReplicaSet "{replica_set}" has successfully progressed.',
                 )
         elif progressed:
-            conditions[PROGRESSING] = _changed(
-                progressing,
-                _condition(
-                    PROGRESSING,
-                    True,
-                    at=at,
-                    reason="ReplicaSetUpdated",
-                    message=f'ReplicaSet "{replica_set}" is progressing.',
-                ),
-            )
+            progress = (True, "ReplicaSetUpdated", f'ReplicaSet "{replica_set}" is progressing.')
             self._set_progress(deployment, at)
         elif (
             reason not in (NEW_RS_AVAILABLE, TIMED_OUT)
             and deployment.progress_at is not None
             and at >= deployment.progress_at + deployment.progress_deadline
         ):
+            progress = (False, TIMED_OUT, f'ReplicaSet "{replica_set}" has timed out progressing.')
+        if progress is not None:
+            true, new_reason, message = progress
             conditions[PROGRESSING] = _changed(
-                progressing,
-                _condition(
-                    PROGRESSING,
-                    False,
-                    at=at,
-                    reason=TIMED_OUT,
-                    message=f'ReplicaSet "{replica_set}" has timed out progressing.',
-                ),
+                progressing, _condition(PROGRESSING, true, at=at, reason=new_reason, message=message)
             )
         deployment.conditions = [conditions[kind] for kind in (AVAILABLE, PROGRESSING) if kind in conditions]
         status: dict[str, Any] = {"observedGeneration": deployment.obj["metadata"]["generation"]}
