@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from squall.conventions import NODE_GROUP_LABEL
-from squall.core.serving import ModelService, ServiceReason, ServiceStatus, new_service, transition_service
+from squall.core.serving import ModelService, ServiceReason, ServiceStatus, transition_service
 from squall.core.serving_manifests import render_model_service
 from squall.core.settings import PolicySettings
 from squall.local.runtime import LOCAL_SERVING, LocalRuntime
 from squall.ports import KubeObject
 from tests.e2e.helpers_runtime import GROUPS
+from tests.serving_records import first_record
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,18 +41,8 @@ def local() -> Iterator[LocalRuntime]:
 
 def serve(local: LocalRuntime, name: str = "mnist", *, replicas: int = 1, gpus: int = 0) -> ModelService:
     """A model service as intake leaves it: its record (DEPLOYING) and its three objects in the cluster."""
-    service, event = new_service(
-        name=name,
-        team="research",
-        namespace=NS,
-        job_id="job-1",
-        model_uri="s3://squall-artifacts/teams/research/out/job-1",
-        model_version=1,
-        replicas=replicas,
-        gpus=gpus,
-        cpu="2",
-        memory="4Gi",
-        at=local.clock.now(),
+    service, event = first_record(
+        name, at=local.clock.now(), job_id="job-1", replicas=replicas, gpus=gpus, cpu="2", memory="4Gi"
     )
     local.backend.model_services.create(service, event)
     for obj in render_model_service(service, settings=LOCAL_SERVING):

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from squall.core.errors import PermanentError
-from squall.core.serving import new_service
 from squall.core.serving_manifests import render_model_service
 from squall.core.settings import ServingSettings
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.ports import KubeObject, ServingCluster
+from tests.serving_records import first_record
 
 from .sim import CPU_NODE, NS, condition, make_cluster
 
@@ -28,18 +28,13 @@ POD_NAME = re.compile(r"^model-mnist-[bcdfghjklmnpqrstvwxz2456789]{10}-[bcdfghjk
 
 
 def rendered(name: str = "mnist", *, replicas: int = 2, gpus: int = 0) -> list[KubeObject]:
-    service, _ = new_service(
-        name=name,
-        team="research",
+    service, _ = first_record(
+        name,
+        at=datetime(2026, 1, 5, 9, tzinfo=UTC),
         namespace=NS,
         job_id="job-1",
-        model_uri="s3://bucket/teams/research/out/job-1",
-        model_version=1,
         replicas=replicas,
         gpus=gpus,
-        cpu="1",
-        memory="2Gi",
-        at=datetime(2026, 1, 5, 9, tzinfo=UTC),
     )
     return render_model_service(service, settings=SETTINGS)
 
