@@ -23,7 +23,7 @@ import pytest
 from squall.cli import main
 from squall.core.errors import PermanentError
 from squall.core.jobs import JobStatus
-from squall.core.serving import ModelService, ServiceReason, ServiceStatus, new_service, transition_service
+from squall.core.serving import ModelService, ServiceReason, ServiceStatus, transition_service
 from squall.researcher_commands import CommandError
 from squall.serving_commands import MAX_INPUT_BYTES, follow_service, serve_exit
 from tests.outputs_helpers import START, SteppingClock, move, record_job, spec_record
@@ -238,17 +238,25 @@ class Steps:
         self.service: ModelService | None = None
 
     def create(self, message_id: str = "mine") -> None:
-        self.service, event = new_service(
-            name="gan", team="research", namespace="team-research", job_id="gan-1",
-            model_uri=f"{OUTPUT}/gan-1", model_version=1, replicas=2, gpus=0, cpu="1", memory="2Gi",
-            at=START, message_id=message_id,
-        )  # fmt: skip
+        self.service, event = first_record(
+            "gan", at=START, job_id="gan-1", model_uri=f"{OUTPUT}/gan-1", replicas=2, message_id=message_id
+        )
         self.store.create(self.service, event)
 
     def move(self, to: ServiceStatus, reason: str, **changes: Any) -> None:
         assert self.service is not None
         self.service, event = transition_service(self.service, to=to, reason=reason, at=START, **changes)
         self.store.save(self.service, event)
+
+    def serving(self) -> None:
+        """Both replicas ready and the endpoints known."""
+        self.move(
+            ServiceStatus.SERVING,
+            "Ready:2/2",
+            ready_replicas=2,
+            rest_url="http://lb:8501",
+            grpc_target="lb:8500",
+        )
 
 
 def test_wait_follows_the_record_until_serving_and_prints_the_endpoints() -> None:
@@ -260,13 +268,7 @@ def test_wait_follows_the_record_until_serving_and_prints_the_endpoints() -> Non
             lambda: None,  # the message not taken yet
             steps.create,
             lambda: steps.move(ServiceStatus.DEPLOYING, "Unready:1/2"),
-            lambda: steps.move(
-                ServiceStatus.SERVING,
-                "Ready:2/2",
-                ready_replicas=2,
-                rest_url="http://lb:8501",
-                grpc_target="lb:8500",
-            ),
+            steps.serving,
         ]
     )
     out = io.StringIO()
@@ -307,13 +309,7 @@ def test_wait_for_a_name_served_again_does_not_take_its_last_end_for_this_reques
         steps=[
             lambda: None,
             lambda: steps.move(ServiceStatus.DEPLOYING, ServiceReason.SERVED_AGAIN, message_id="mine"),
-            lambda: steps.move(
-                ServiceStatus.SERVING,
-                "Ready:2/2",
-                ready_replicas=2,
-                rest_url="http://lb:8501",
-                grpc_target="lb:8500",
-            ),
+            steps.serving,
         ]
     )
     out = io.StringIO()
