@@ -241,6 +241,11 @@ def _spread(metric: Metric, *stats: Stat) -> tuple[MetricRef, ...]:
     return tuple(squall(metric, stat, label=_SPREAD_LABELS[stat]) for stat in stats)
 
 
+def _in_states(metric: Metric, *states: str) -> tuple[MetricRef, ...]:
+    """How many are in each state: one series per state, labelled with it."""
+    return tuple(squall(metric, Stat.MAXIMUM, label=state, State=state) for state in states)
+
+
 def _lambda(name: str, function_name: str, stat: Stat, label: str) -> MetricRef:
     return MetricRef(LAMBDA_NAMESPACE, name, (("FunctionName", function_name),), stat, 60, label)
 
@@ -291,10 +296,7 @@ def _intake(deployment: Deployment) -> Section:
             ),
             Graph(
                 "Jobs by state",
-                left=tuple(
-                    squall(Metric.JOBS_IN_STATE, Stat.MAXIMUM, label=state, State=state)
-                    for state in (JobStatus.QUEUED, JobStatus.RUNNING)
-                ),
+                left=_in_states(Metric.JOBS_IN_STATE, JobStatus.QUEUED, JobStatus.RUNNING),
                 left_label="jobs",
                 stacked=True,
                 width=8,
@@ -331,9 +333,8 @@ def _model_services() -> Section:
         (
             Graph(
                 "Model services by state",
-                left=tuple(
-                    squall(Metric.MODEL_SERVICES_IN_STATE, Stat.MAXIMUM, label=state, State=state)
-                    for state in (ServiceStatus.DEPLOYING, ServiceStatus.SERVING)
+                left=_in_states(
+                    Metric.MODEL_SERVICES_IN_STATE, ServiceStatus.DEPLOYING, ServiceStatus.SERVING
                 ),
                 left_label="model services",
                 stacked=True,
@@ -429,21 +430,12 @@ def _groups(groups: Sequence[DashboardGroup]) -> Section:
     widgets: list[Widget] = [
         Graph(
             f"{group.name} ({group.region}): desired vs in service",
-            left=(
-                squall(
-                    Metric.DESIRED_CAPACITY,
-                    Stat.MAXIMUM,
-                    label="desired",
-                    Group=group.name,
-                    Region=group.region,
-                ),
-                squall(
-                    Metric.IN_SERVICE_CAPACITY,
-                    Stat.MAXIMUM,
-                    label="in service",
-                    Group=group.name,
-                    Region=group.region,
-                ),
+            left=tuple(
+                squall(metric, Stat.MAXIMUM, label=label, Group=group.name, Region=group.region)
+                for metric, label in (
+                    (Metric.DESIRED_CAPACITY, "desired"),
+                    (Metric.IN_SERVICE_CAPACITY, "in service"),
+                )
             ),
             left_label="instances",
             width=8,
