@@ -17,6 +17,8 @@ logs go to a second bucket, kept for a year.
 
 from __future__ import annotations
 
+from typing import Any
+
 import aws_cdk as cdk
 from aws_cdk import aws_s3 as s3
 from cdk_nag import NagPackSuppression, NagSuppressions
@@ -57,20 +59,15 @@ class ArtifactsBucket(Construct):
         # S3 delivers the access logs under a bucket policy (scoped to this bucket's
         # ARN and account), not the log-delivery ACL: ACLs stay disabled on both buckets.
         self.node.set_context(_ACCESS_LOGS_BY_POLICY, True)
-        self.access_logs = s3.Bucket(
+        self.access_logs = _private_bucket(
             self,
             "AccessLogs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[
                 s3.LifecycleRule(
                     id="expire-access-logs",
                     expiration=cdk.Duration.days(constants.ACCESS_LOG_EXPIRATION_DAYS),
                 )
             ],
-            removal_policy=cdk.RemovalPolicy.RETAIN,
         )
         NagSuppressions.add_resource_suppressions(
             self.access_logs,
@@ -104,17 +101,26 @@ class ArtifactsBucket(Construct):
                     expired_object_delete_marker=True,
                 )
             )
-        self.bucket = s3.Bucket(
+        self.bucket = _private_bucket(
             self,
             "Bucket",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             versioned=settings.versioned,
             lifecycle_rules=rules,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="artifacts/",
-            # Checkpoints and outputs outlive a stack that is torn down by mistake.
-            removal_policy=cdk.RemovalPolicy.RETAIN,
         )
+
+
+def _private_bucket(scope: Construct, construct_id: str, **options: Any) -> s3.Bucket:
+    """A bucket encrypted by S3, reached only over TLS, never public, with ACLs disabled, and kept when
+    the stack goes (checkpoints and outputs outlive a stack that is torn down by mistake)."""
+    return s3.Bucket(
+        scope,
+        construct_id,
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        enforce_ssl=True,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+        removal_policy=cdk.RemovalPolicy.RETAIN,
+        **options,
+    )
