@@ -63,20 +63,17 @@ class Triggers(Construct):
         )
 
         every_minute = events.Schedule.rate(cdk.Duration.minutes(constants.SCHEDULE_MINUTES))
-        events.Rule(
-            self,
-            "ScaleSchedule",
-            description="Squall: scale check every minute",
-            schedule=every_minute,
-            targets=[targets.LambdaFunction(scale)],
-        )
-        events.Rule(
-            self,
-            "ReconcileSchedule",
-            description="Squall: reconcile job records with Kubernetes every minute",
-            schedule=every_minute,
-            targets=[targets.LambdaFunction(reconcile)],
-        )
+        for rule_id, description, function in (
+            ("ScaleSchedule", "Squall: scale check every minute", scale),
+            ("ReconcileSchedule", "Squall: reconcile job records with Kubernetes every minute", reconcile),
+        ):
+            events.Rule(
+                self,
+                rule_id,
+                description=description,
+                schedule=every_minute,
+                targets=[targets.LambdaFunction(function)],
+            )
         # Submissions (and drains) ask for a check at once instead of waiting for
         # the schedule: that is what makes scale-up take seconds, not a minute.
         events.Rule(
