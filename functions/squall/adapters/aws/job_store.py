@@ -171,6 +171,22 @@ def query_pages(
                 return
 
 
+def query_status_index(
+    what: str, client: Any, table: str, status_key: str, *, limit: int
+) -> Iterator[dict[str, Any]]:
+    """The items under ``status_key`` in the table's status index (gsi1pk), in its order, at most ``limit``."""
+    return query_pages(
+        what,
+        client,
+        "query",
+        limit=limit,
+        TableName=table,
+        IndexName="status-index",
+        KeyConditionExpression="gsi1pk = :status",
+        ExpressionAttributeValues=to_item({":status": status_key}),
+    )
+
+
 def iso(value: datetime | None) -> str | None:
     """A time as stored in items (ISO 8601), None for no time."""
     return value.isoformat() if value else None
@@ -413,15 +429,8 @@ class DynamoJobStore:
         return sorted(events, key=lambda e: e.version)
 
     def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
-        items = query_pages(
-            f"list {status.value} jobs",
-            self._client,
-            "query",
-            limit=limit,
-            TableName=self._table,
-            IndexName="status-index",
-            KeyConditionExpression="gsi1pk = :status",
-            ExpressionAttributeValues=to_item({":status": f"STATUS#{status.value}"}),
+        items = query_status_index(
+            f"list {status.value} jobs", self._client, self._table, f"STATUS#{status.value}", limit=limit
         )
         return [job_from_item(i) for i in items]
 

@@ -24,6 +24,7 @@ from squall.adapters.aws.job_store import (
     iso,
     on_conflict,
     query_pages,
+    query_status_index,
     read_item,
     to_item,
     transition_fields,
@@ -186,14 +187,11 @@ class DynamoModelServiceStore:
 
     def list_by_status(self, status: ServiceStatus, *, limit: int = 1000) -> list[ModelService]:
         """Services in one state, oldest first (the status index), at most ``limit``."""
-        items = query_pages(
+        items = query_status_index(
             f"list {status.value} model services",
             self._client,
-            "query",
+            self._table,
+            f"{STATUS_PREFIX}{status.value}",
             limit=limit,
-            TableName=self._table,
-            IndexName="status-index",
-            KeyConditionExpression="gsi1pk = :status",
-            ExpressionAttributeValues=to_item({":status": f"{STATUS_PREFIX}{status.value}"}),
         )
         return [service_from_item(i) for i in items]
