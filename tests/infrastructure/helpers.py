@@ -61,6 +61,17 @@ def policy_statements(node: Any, path: str = "") -> Iterator[tuple[str, dict[str
             yield from policy_statements(value, f"{path}[{index}]")
 
 
+# The capacity group's ClusterRole, and no more: it reads pods, cordons nodes and evicts.
+CAPACITY_GRANTS = {
+    ("", "nodes", "get"),
+    ("", "nodes", "list"),
+    ("", "nodes", "patch"),
+    ("", "pods", "get"),
+    ("", "pods", "list"),
+    ("", "pods/eviction", "create"),
+}
+
+
 def rbac_grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
     """A Role's or ClusterRole's rules as (apiGroup, resource, verb) triples."""
     return {

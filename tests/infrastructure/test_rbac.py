@@ -12,7 +12,7 @@ from stacks.config import SquallConfig, load_cdk_json_context
 from stacks.rbac import aws_auth_map_roles, render_rbac
 from stacks.rbac.__main__ import main
 
-from .helpers import rbac_grants
+from .helpers import CAPACITY_GRANTS, rbac_grants
 
 TEAMS = {"research": "team-research", "vision": "team-vision", "nlp": "team-research"}
 
@@ -44,14 +44,7 @@ def test_no_wildcards_anywhere(manifests: list[dict[str, Any]]) -> None:
 
 def test_capacity_group_reads_pods_cordons_nodes_and_evicts(manifests: list[dict[str, Any]]) -> None:
     roles = _by(manifests, "ClusterRole")
-    assert rbac_grants(roles["/squall-capacity"]) == {
-        ("", "nodes", "get"),
-        ("", "nodes", "list"),
-        ("", "nodes", "patch"),
-        ("", "pods", "get"),
-        ("", "pods", "list"),
-        ("", "pods/eviction", "create"),
-    }
+    assert rbac_grants(roles["/squall-capacity"]) == CAPACITY_GRANTS
     binding = _by(manifests, "ClusterRoleBinding")["/squall-capacity"]
     assert binding["subjects"] == [
         {
