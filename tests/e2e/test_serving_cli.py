@@ -645,44 +645,23 @@ def grpc_stand_in() -> Iterator[tuple[str, list[Any]]]:
         server.stop(None)
 
 
+def predict_grpc(target: str, tmp_path: Path, body: Any, *, name: str = "gan") -> int:
+    """`squall predict NAME --grpc --url TARGET` with `body` as its input file."""
+    return main(["predict", name, "--grpc", "--url", target, "--input", write(tmp_path, body)])
+
+
 @pytest.mark.timeout(180)
 def test_predict_grpc_builds_the_tensors_from_the_signature_and_prints_rest_columns(
     grpc_stand_in: tuple[str, list[Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target, received = grpc_stand_in
     # rows, as REST takes them: the one input's column
-    assert (
-        main(
-            [
-                "predict",
-                "gan",
-                "--grpc",
-                "--url",
-                target,
-                "--input",
-                write(tmp_path, {"instances": [[1, 2], [3, 4]]}),
-            ]
-        )
-        == 0
-    )
+    assert predict_grpc(target, tmp_path, {"instances": [[1, 2], [3, 4]]}) == 0
     assert json.loads(capsys.readouterr().out) == {"outputs": [[2.0, 4.0], [6.0, 8.0]]}
     assert received[-1].model_spec.signature_name == "serving_default"
     assert received[-1].inputs["noise"].dtype == 1  # DT_FLOAT: the signature's dtype, from ints
     # named columns
-    assert (
-        main(
-            [
-                "predict",
-                "gan",
-                "--grpc",
-                "--url",
-                f"grpc://{target}",
-                "--input",
-                write(tmp_path, {"inputs": {"noise": [[0.5, 1]]}}),
-            ]
-        )
-        == 0
-    )
+    assert predict_grpc(f"grpc://{target}", tmp_path, {"inputs": {"noise": [[0.5, 1]]}}) == 0
     assert json.loads(capsys.readouterr().out) == {"outputs": [[1.0, 2.0]]}
 
 
@@ -712,7 +691,7 @@ def test_predict_grpc_refuses_an_input_that_does_not_match_the_signature(
 ) -> None:
     target, received = grpc_stand_in
     before = len(received)
-    assert main(["predict", "gan", "--grpc", "--url", target, "--input", write(tmp_path, body)]) == 1
+    assert predict_grpc(target, tmp_path, body) == 1
     assert words in capsys.readouterr().err
     assert len(received) == before  # refused before Predict
 
@@ -722,10 +701,5 @@ def test_predict_grpc_prints_the_servers_error(
     grpc_stand_in: tuple[str, list[Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target, _ = grpc_stand_in
-    assert (
-        main(
-            ["predict", "other", "--grpc", "--url", target, "--input", write(tmp_path, {"inputs": [[1, 2]]})]
-        )
-        == 1
-    )
+    assert predict_grpc(target, tmp_path, {"inputs": [[1, 2]]}, name="other") == 1
     assert f"{target}: NOT_FOUND: Servable not found for request: Latest(other)" in capsys.readouterr().err
