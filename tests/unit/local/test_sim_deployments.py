@@ -17,7 +17,7 @@ from squall.local.cluster import SimulatedCluster
 from squall.ports import KubeObject, ServingCluster
 from tests.serving_records import first_record
 
-from .sim import CPU_NODE, NS, condition, make_cluster
+from .sim import CPU_NODE, NS, condition, make_cluster, one_node_cluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -113,8 +113,7 @@ def test_the_cluster_is_held_to_the_serving_port() -> None:
 
 def test_a_deployment_runs_its_replicas_named_after_its_replica_set() -> None:
     # given
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
 
     # when
     serve(cluster)
@@ -148,8 +147,7 @@ def test_a_deployment_runs_its_replicas_named_after_its_replica_set() -> None:
 
 
 def test_creating_it_again_is_false_and_changes_nothing() -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     serve(cluster)
     before = names(pods_of(cluster))
 
@@ -187,8 +185,7 @@ def names(pods: list[KubeObject]) -> list[str]:
 def test_a_deployment_the_api_server_refuses_names_the_field_and_leaves_nothing(
     change: Any, field: str
 ) -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     manifest = by_kind(rendered())["Deployment"]
     change(manifest)
 
@@ -211,8 +208,7 @@ def test_bad_resource_requests_are_refused_before_anything_is_stored() -> None:
 
 def test_a_deleted_pod_is_replaced_and_the_replicas_are_kept() -> None:
     # given
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     serve(cluster)
     first, second = names(pods_of(cluster))
 
@@ -231,8 +227,7 @@ def test_a_deleted_pod_is_replaced_and_the_replicas_are_kept() -> None:
 
 def test_pods_lost_with_their_node_come_back_on_another_node() -> None:
     # given both replicas on n1
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     serve(cluster)
     lost = names(pods_of(cluster))
 
@@ -254,8 +249,7 @@ def test_pods_lost_with_their_node_come_back_on_another_node() -> None:
 
 
 def test_an_evicted_pod_is_replaced() -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     serve(cluster, replicas=1)
     (evicted,) = names(pods_of(cluster))
 
@@ -289,8 +283,7 @@ def test_a_deployment_that_cannot_progress_reports_the_deadline_exceeded() -> No
 
 
 def test_a_complete_deployment_never_times_out_when_a_pod_is_lost_later() -> None:
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     serve(cluster, replicas=1)
     cluster.remove_node("n1")
 
@@ -306,8 +299,7 @@ def test_a_complete_deployment_never_times_out_when_a_pod_is_lost_later() -> Non
 def test_a_container_that_exits_is_restarted_with_back_off_and_counted() -> None:
     # given one replica run by the runner
     runner = Runner(readiness=False)
-    cluster, clock = make_cluster(runner=runner)
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster(runner=runner)
     serve(cluster, replicas=1)
     (pod,) = pods_of(cluster)
     name = pod["metadata"]["name"]
@@ -344,8 +336,7 @@ def test_a_container_that_exits_is_restarted_with_back_off_and_counted() -> None
 
 
 def test_simulated_pods_keep_running_unless_their_service_is_told_to_exit() -> None:
-    cluster, clock = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster()
     serve(cluster, "keeps", replicas=1)
     cluster.set_model_service_behaviour("crashes", run_for=timedelta(seconds=5), exit_code=1)
     serve(cluster, "crashes", replicas=1)
@@ -360,8 +351,7 @@ def test_simulated_pods_keep_running_unless_their_service_is_told_to_exit() -> N
 
 
 def test_an_image_that_cannot_be_pulled_shows_on_the_init_and_serving_containers() -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     cluster.set_model_service_behaviour("mnist", image_error=True)
     serve(cluster, replicas=1)
 
@@ -378,8 +368,7 @@ def test_an_image_that_cannot_be_pulled_shows_on_the_init_and_serving_containers
 def test_a_real_pod_with_a_readiness_probe_is_ready_only_while_its_runner_says_so() -> None:
     # given
     runner = Runner()
-    cluster, _ = make_cluster(runner=runner)
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster(runner=runner)
     serve(cluster, replicas=1)
     (pod,) = pods_of(cluster)
     name = pod["metadata"]["name"]
@@ -405,8 +394,7 @@ def test_a_real_pod_with_a_readiness_probe_is_ready_only_while_its_runner_says_s
 
 def test_the_budget_refuses_the_second_eviction_until_the_first_replacement_is_ready() -> None:
     # given both replicas on n1, which is being drained (cordoned)
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     serve(cluster)
     first, second = names(pods_of(cluster))
     cluster.patch_node("n1", {"spec": {"unschedulable": True}})
@@ -426,8 +414,7 @@ def test_the_budget_refuses_the_second_eviction_until_the_first_replacement_is_r
 
 def test_a_running_replacement_that_is_not_ready_does_not_count_as_healthy() -> None:
     runner = Runner()
-    cluster, _ = make_cluster(runner=runner)
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster(runner=runner)
     serve(cluster)
     first, second = names(pods_of(cluster))
     runner.ready_pods.update({first, second})
@@ -446,8 +433,7 @@ def test_a_running_replacement_that_is_not_ready_does_not_count_as_healthy() -> 
 
 def test_a_budget_counts_like_add_pdb_and_unhealthy_pods_may_always_go() -> None:
     # given a crash-looping replica under the rendered budget (unhealthyPodEvictionPolicy AlwaysAllow)
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     cluster.set_model_service_behaviour("mnist", run_for=timedelta(0), exit_code=1)
     serve(cluster, replicas=1)
     (pod,) = pods_of(cluster)
@@ -489,8 +475,7 @@ def test_a_budget_the_api_server_refuses_names_the_field(spec: dict[str, Any], f
 
 
 def test_a_percentage_budget_is_of_the_pods_it_covers() -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     manifest = by_kind(rendered(replicas=3))["PodDisruptionBudget"]
     manifest["spec"] = {"minAvailable": "50%", "selector": manifest["spec"]["selector"]}  # 2 of 3, rounded up
     for obj in rendered(replicas=3):
@@ -507,8 +492,7 @@ def test_a_percentage_budget_is_of_the_pods_it_covers() -> None:
 
 
 def test_a_load_balancer_gets_the_spec_ports_without_a_runner() -> None:
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     serve(cluster)
 
     service = cluster.get_service(namespace=NS, name="model-mnist")
@@ -523,8 +507,7 @@ def test_a_load_balancer_gets_the_spec_ports_without_a_runner() -> None:
 def test_a_load_balancer_points_at_the_ports_the_first_ready_pod_really_listens_on() -> None:
     # given two replicas run for real, listening on loopback ports of their own
     runner = Runner()
-    cluster, _ = make_cluster(runner=runner)
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster(runner=runner)
     serve(cluster)
     pods = pods_of(cluster)
     first, second = (
@@ -583,8 +566,7 @@ def test_list_deployments_lists_squall_model_services_only() -> None:
 def test_delete_model_service_objects_removes_the_three_objects_and_the_pods() -> None:
     # given
     runner = Runner()
-    cluster, _ = make_cluster(runner=runner)
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster(runner=runner)
     serve(cluster, "mnist")
     serve(cluster, "cifar", replicas=1)
     running = names(pods_of(cluster, "mnist"))
@@ -605,8 +587,7 @@ def test_delete_model_service_objects_removes_the_three_objects_and_the_pods() -
 
 def test_a_deleted_budget_no_longer_counts_for_evictions() -> None:
     # given the budget over pods of a Deployment that is not Squall's (so it stays)
-    cluster, _ = make_cluster()
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster()
     objects = by_kind(rendered())
     objects["Deployment"]["metadata"]["labels"] = {}
     for obj in objects.values():
@@ -673,8 +654,7 @@ def test_checked_lists_of_deployments_and_their_pods_stay_true_through_every_cha
 
 def test_a_caller_changing_a_pods_last_state_does_not_change_the_cluster() -> None:
     runner = Runner(readiness=False)
-    cluster, _ = make_cluster(runner=runner)
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster(runner=runner)
     serve(cluster, replicas=1)
     (pod,) = pods_of(cluster)
     runner.exits[pod["metadata"]["name"]] = 2

@@ -54,8 +54,7 @@ def test_a_pod_runs_for_its_behaviour_and_the_job_completes() -> None:
 
 
 def test_a_late_advance_finishes_pods_at_their_own_time() -> None:
-    cluster, clock = make_cluster(default_run_for=timedelta(seconds=30))
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster(default_run_for=timedelta(seconds=30))
     cluster.create(job_manifest("j1"))
     cluster.advance()
 
@@ -92,8 +91,7 @@ def test_an_application_error_fails_the_job_through_the_pod_failure_policy() -> 
 
 def test_a_lost_node_fails_its_pods_with_disruption_target_and_the_job_retries() -> None:
     # given a running pod
-    cluster, clock = make_cluster(default_run_for=timedelta(minutes=10))
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster(default_run_for=timedelta(minutes=10))
     cluster.create(job_manifest("j1", backoff_limit=2))
     cluster.advance()
     lost_pod = only_pod(cluster, "j1")["metadata"]["name"]
@@ -126,8 +124,7 @@ def test_a_lost_node_fails_its_pods_with_disruption_target_and_the_job_retries()
 
 def test_the_disruption_target_condition_is_what_the_policy_sees() -> None:
     # An Ignore rule on DisruptionTarget only spares the retry if the condition is set.
-    cluster, _ = make_cluster(pod_backoff=timedelta(0))
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, _ = one_node_cluster(pod_backoff=timedelta(0))
     rules = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
     cluster.create(job_manifest("j1", backoff_limit=0, rules=rules))
     cluster.advance()
@@ -199,8 +196,7 @@ def test_active_deadline_kills_the_pod_and_fails_the_job() -> None:
 
 
 def test_finished_jobs_go_after_their_ttl() -> None:
-    cluster, clock = make_cluster(default_run_for=timedelta(seconds=10))
-    cluster.add_node(name="n1", allocatable=CPU_NODE)
+    cluster, clock = one_node_cluster(default_run_for=timedelta(seconds=10))
     cluster.create(job_manifest("j1", ttl=60))
     cluster.advance()
     clock.advance(timedelta(seconds=10))
