@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,13 @@ def spec(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[tuple[LocalRuntime, Driver]]:
+    with real_pods_runtime(tmp_path) as running:
+        yield running
+
+
+@contextmanager
+def real_pods_runtime(tmp_path: Path) -> Iterator[tuple[LocalRuntime, Driver]]:
+    """The local runtime on a wall clock, its pods run as local processes, the CLI's environment set."""
     clock = WallClock(speed=SPEED)
     groups = node_groups()
     capacity = {

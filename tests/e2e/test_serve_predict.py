@@ -25,13 +25,8 @@ import yaml
 
 from squall.cli import main
 from squall.local.aws import client
-from squall.local.clock import WallClock
-from squall.local.demo import node_groups
-from squall.local.fleet import RegionCapacity
-from squall.local.processes import WORKER_IMAGES, ProcessRunner, default_image_env
-from squall.local.runtime import DEFAULT_REGISTRIES, DEFAULT_TEAMS, LocalRuntime
-from squall.local.server import BOOT_TIME, GPU_PLUGIN_DELAY, cli_environment
-from tests.e2e.test_researcher_loop import BUCKET, CODE, EXAMPLE, ROOT, SPEED, Driver, until
+from squall.local.runtime import LocalRuntime
+from tests.e2e.test_researcher_loop import BUCKET, CODE, EXAMPLE, ROOT, Driver, real_pods_runtime, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -57,33 +52,8 @@ def spec(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[tuple[LocalRuntime, Driver]]:
-    clock = WallClock(speed=SPEED)
-    groups = node_groups()
-    capacity = {
-        g["region"]: RegionCapacity(instances={}, boot_time=BOOT_TIME, gpu_plugin_delay=GPU_PLUGIN_DELAY)
-        for g in groups
-    }
-
-    def runner(resources: Any) -> ProcessRunner:
-        return ProcessRunner(
-            endpoint=resources.endpoint,
-            log_group=resources.log_group,
-            work_dir=tmp_path / "pods",
-            logs_client=client("logs", resources.endpoint),
-            images=WORKER_IMAGES,
-            image_env=default_image_env({"SQUALL_SKIP_REQUIREMENTS": "1"}) | {"TF_CPP_MIN_LOG_LEVEL": "2"},
-        )
-
-    with LocalRuntime.start(clock=clock, node_groups=groups, capacity=capacity, pod_runner=runner) as runtime:
-        environment = cli_environment(
-            runtime.resources, teams=DEFAULT_TEAMS, registries=list(DEFAULT_REGISTRIES)
-        )
-        with pytest.MonkeyPatch.context() as patched:
-            for key, value in environment.items():
-                patched.setenv(key, value)
-            patched.chdir(ROOT)
-            with Driver(runtime, clock) as driver:
-                yield runtime, driver
+    with real_pods_runtime(tmp_path) as running:
+        yield running
 
 
 def signature_answer(endpoint: str, noise: np.ndarray, tmp_path: Path) -> np.ndarray:
