@@ -57,6 +57,7 @@ ASSET_EXCLUDES = (
     # The researcher's commands and the loops that follow a job run on a laptop, never in Lambda.
     "squall/researcher_commands.py",
     "squall/serving_commands.py",
+    "squall/prediction.py",
     "squall/follow",
     "squall/follow/**",
     "**/__pycache__",

@@ -24,8 +24,9 @@ from squall.cli import main
 from squall.core.errors import PermanentError
 from squall.core.jobs import JobStatus
 from squall.core.serving import ModelService, ServiceReason, ServiceStatus, transition_service
+from squall.prediction import MAX_INPUT_BYTES
 from squall.researcher_commands import CommandError
-from squall.serving_commands import MAX_INPUT_BYTES, follow_service, serve_exit
+from squall.serving_commands import follow_service, serve_exit
 from tests.outputs_helpers import START, SteppingClock, move, record_job, spec_record
 from tests.serving_records import first_record
 

@@ -36,12 +36,8 @@ from tensorflow_serving.apis import (  # noqa: E402 - after the skip
 )
 
 from squall.local import model_server  # noqa: E402
-from squall.local.model_server import (  # noqa: E402
-    FetchError,
-    ModelServer,
-    NoSavedModelError,
-    fetch_saved_model,
-)
+from squall.local.model_server import ModelServer  # noqa: E402
+from squall.local.servable import FetchError, NoSavedModelError, fetch_saved_model  # noqa: E402
 
 NAME = "digits"
 VERSION = 3
