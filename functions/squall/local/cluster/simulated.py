@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -157,27 +157,22 @@ class SimulatedCluster:
         if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
             raise PermanentError("metadata.name and metadata.namespace are required")
         key = (namespace, name)
-        if kind == "Job" and api_version == "batch/v1":
-            if key in self._state.jobs:
-                return False
-            self._jobs.create(key, body)
-            return True
-        if kind == "Service" and api_version == "v1":
-            if key in self._state.services:
-                return False
-            self._create_service(key, body)
-            return True
-        if kind == "Deployment" and api_version == "apps/v1":
-            if key in self._state.deployments:
-                return False
-            self._deployments.create(key, body)
-            return True
-        if kind == "PodDisruptionBudget" and api_version == "policy/v1":
-            if key in self._state.pdb_objects:
-                return False
-            self._create_pdb(key, body)
-            return True
-        raise PermanentError(f"the simulated cluster cannot create {api_version}/{kind}")
+        state = self._state
+        # (apiVersion, kind) -> the objects of that kind by key, and how one is created.
+        creators: dict[tuple[Any, Any], tuple[Container[Key], Callable[[Key, Mapping[str, Any]], object]]] = {
+            ("batch/v1", "Job"): (state.jobs, self._jobs.create),
+            ("v1", "Service"): (state.services, self._create_service),
+            ("apps/v1", "Deployment"): (state.deployments, self._deployments.create),
+            ("policy/v1", "PodDisruptionBudget"): (state.pdb_objects, self._create_pdb),
+        }
+        creator = creators.get((api_version, kind))
+        if creator is None:
+            raise PermanentError(f"the simulated cluster cannot create {api_version}/{kind}")
+        existing, create = creator
+        if key in existing:
+            return False
+        create(key, body)
+        return True
 
     def delete_job_objects(self, *, namespace: str, job_id: str) -> int:
         self._faults.record("delete_job_objects", namespace=namespace, job_id=job_id)
