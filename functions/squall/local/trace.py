@@ -32,7 +32,7 @@ from pydantic import Field, ValidationError
 
 from squall.core import documents
 from squall.core.settings import PolicySettings
-from squall.core.spec import DEFAULT_MAX_RUNTIME_LIMIT, ReplicaResources, format_duration
+from squall.core.spec import DEFAULT_MAX_RUNTIME_LIMIT, QuantityViews, ReplicaResources, format_duration
 from squall.local.fleet import RegionCapacity
 from squall.local.runtime import DEFAULT_REGISTRIES
 from squall.local.scenario import (
@@ -49,7 +49,6 @@ from squall.local.scenario import (
 from squall.planner import NodeGroup
 from squall.planner.admission import TeamShare
 from squall.planner.inputs import GroupsError, InputError, Team, read_node_groups, read_teams, team_shares
-from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes
 
 COLUMNS = ("submit_s", "team", "gpus", "replicas", "run_s")
 OPTIONAL_COLUMNS = ("priority", "cpu", "memory")
@@ -69,7 +68,7 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
-class TraceRow:
+class TraceRow(QuantityViews):
     line: int
     submit_s: float
     team: str
@@ -97,14 +96,6 @@ class TraceRow:
         if self.memory_request is not None:
             return self.memory_request
         return f"{MEMORY_GIB_PER_GPU * self.gpus if self.gpus else MEMORY_GIB_CPU_ONLY}Gi"
-
-    @property
-    def cpu_millis(self) -> int:
-        return parse_cpu_millicores(self.cpu)
-
-    @property
-    def memory_bytes(self) -> int:
-        return parse_memory_bytes(self.memory)
 
 
 # ---- parsing -----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -86,7 +86,30 @@ def _dns_label(value: str, *, what: str, max_length: int) -> str:
     return value
 
 
-class ReplicaResources(_Model):
+class _CpuAndMemory(Protocol):
+    @property
+    def cpu(self) -> str: ...
+
+    @property
+    def memory(self) -> str: ...
+
+
+class QuantityViews:
+    """A replica's ``cpu`` and ``memory`` requests (Kubernetes quantities) in millicores and bytes.
+
+    Mixed into whatever holds the two quantities: a spec's replica resources, a trace row.
+    """
+
+    @property
+    def cpu_millis(self: _CpuAndMemory) -> int:
+        return parse_cpu_millicores(self.cpu)
+
+    @property
+    def memory_bytes(self: _CpuAndMemory) -> int:
+        return parse_memory_bytes(self.memory)
+
+
+class ReplicaResources(_Model, QuantityViews):
     """Requests of one replica. cpu and memory are Kubernetes quantities."""
 
     cpu: str = "1"
@@ -112,14 +135,6 @@ class ReplicaResources(_Model):
         if size < 1024**2 or size > limits.MAX_MEMORY_BYTES:
             raise ValueError(f"must be between 1Mi and 2Ti, got {text!r}")
         return text
-
-    @property
-    def cpu_millis(self) -> int:
-        return parse_cpu_millicores(self.cpu)
-
-    @property
-    def memory_bytes(self) -> int:
-        return parse_memory_bytes(self.memory)
 
 
 def _quantity_text(value: Any) -> str:
