@@ -57,11 +57,12 @@ def test_a_run_that_reads_what_the_last_one_read_observes_nothing_until_a_grace_
     world.cluster.delete_job_objects(namespace="team-research", job_id="lost")  # its objects went missing
     reconciler.run()
     first = len(calls)
-    assert first == 1 and reconciler.memory.until is not None  # waits out the create grace
+    quiet = reconciler.memory.quiet
+    assert first == 1 and quiet is not None and quiet.until is not None  # waits out the create grace
     reconciler.run()
     assert len(calls) == first, "nothing changed, no grace due: nothing observed"
     # when the grace is over, the same reads are looked at again, and the objects re-created
-    world.clock.advance(reconciler.memory.until - world.clock.now())
+    world.clock.advance(quiet.until - world.clock.now())
     report = reconciler.run()
     assert report.recreated == ["lost"]
     gauges = [m for m in world.metrics.points if m.name == "JobsInState"]

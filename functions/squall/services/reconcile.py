@@ -34,12 +34,12 @@ from squall.core.spec import SpecError, load_spec
 from squall.core.telemetry import SERVICE, Metric
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
 from squall.services.intake import Intake, update_job
+from squall.services.quiet import Quiet
 from squall.services.serving import ServingReconciler, ServingReport
+from squall.services.versioned import CREATE_GRACE
 
 logger = Logger(service=SERVICE, child=True)
 
-# Intake writes the record before the objects: give it time before calling them missing.
-CREATE_GRACE = timedelta(seconds=60)
 IMAGE_PULL_GRACE = timedelta(minutes=5)
 MAX_ERROR_MESSAGE = 1000
 # Active jobs one run reads at most; far beyond the queue the admission and the
@@ -67,8 +67,8 @@ class ReconcileMemory:
     after its reads.
     """
 
-    seen: tuple[object, ...] | None = None
-    until: datetime | None = None  # the earliest grace the last run waited out; None: none
+    # What the last run read, and the earliest grace it waited out; None: no run yet, or one with errors.
+    quiet: Quiet | None = None
     # The latest lists' objects by identity (see _Listing): a lister handing out the same
     # unchanged dicts again is read without looking inside them.
     jobs: _Listing = field(default_factory=lambda: _Listing())
@@ -76,9 +76,6 @@ class ReconcileMemory:
     active: tuple[list[Job], tuple[tuple[str, int], ...]] = ((), ())  # type: ignore[assignment]
     oldest_queued: tuple[datetime | None] | None = None  # (None,): none queued; None: not found yet
     pods: _Listing = field(default_factory=lambda: _Listing())
-
-    def holds(self, seen: tuple[object, ...], now: datetime) -> bool:
-        return seen == self.seen and (self.until is None or now < self.until)
 
 
 @dataclass
@@ -137,7 +134,7 @@ class Reconciler:
             listed_jobs.generation,
             listed_pods.generation,
         )
-        if self.memory.holds(seen, self.clock.now()):
+        if memory.quiet is not None and memory.quiet.holds(seen, self.clock.now()):
             self._gauges(queued, running)
             return report
         self._graces = []
@@ -165,8 +162,7 @@ class Reconciler:
                 )
                 self._isolated(job, report, step)
         # Whatever this run wrote changes what the next one reads; errors are tried again.
-        self.memory.seen = None if report.errors else seen
-        self.memory.until = min(self._graces, default=None)
+        memory.quiet = None if report.errors else Quiet(seen=seen, until=min(self._graces, default=None))
         self._gauges()
         return report
 

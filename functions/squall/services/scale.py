@@ -42,6 +42,7 @@ from squall.planner.timers import next_timer
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
 from squall.services.admission import AdmissionMemory, Admitter
 from squall.services.intake import note_job
+from squall.services.quiet import Quiet
 
 logger = Logger(service=SERVICE, child=True)
 
@@ -98,7 +99,8 @@ class ParsedObjects:
     nodes: ParseCache[Node] = field(default_factory=node_cache)
     pods: ParseCache[Pod] = field(default_factory=pod_cache)
     admission: AdmissionMemory = field(default_factory=AdmissionMemory)
-    # Set by a check that changed nothing: what it saw, and until when that stays the plan.
+    # Set by a check that changed nothing: the fleet and health it saw, and the planner's
+    # next timer (until when that stays the plan).
     quiet: Quiet | None = None
     # The pending pods and their GPUs in the pods last parsed (counted again when they change).
     pending: tuple[int, int] | None = None
@@ -107,17 +109,6 @@ class ParsedObjects:
     groups: dict[tuple[str, str], tuple[NodeGroup, FleetGroup, list[ScalingFailure], NodeGroup]] = field(
         default_factory=dict
     )
-
-
-@dataclass(frozen=True)
-class Quiet:
-    """A check that found nothing to do: the fleet and health it saw, and the planner's next timer."""
-
-    seen: tuple[object, ...]
-    until: datetime | None  # None: no timer running
-
-    def holds(self, seen: tuple[object, ...], now: datetime) -> bool:
-        return seen == self.seen and (self.until is None or now < self.until)
 
 
 @dataclass

@@ -25,7 +25,7 @@ import functools
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -47,12 +47,10 @@ from squall.core.serving_status import observe_serving
 from squall.core.settings import ServingSettings
 from squall.core.telemetry import SERVICE
 from squall.ports import Clock, KubeObject, ModelServiceStore, SavedModels, ServingCluster
-from squall.services.versioned import update_record
+from squall.services.versioned import CREATE_GRACE, update_record
 
 logger = Logger(service=SERVICE, child=True)
 
-# Intake writes the record before the objects: give it time before calling them missing.
-CREATE_GRACE = timedelta(seconds=60)
 # Live records one run reads, per state: far beyond what one installation serves.
 MAX_LIVE_SERVICES = 10_000
 # Services whose pods and Service one run reads (two API calls each); the rest are next.

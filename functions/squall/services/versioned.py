@@ -2,17 +2,21 @@
 
 Jobs and model services are stored the same way: a `save` of version n + 1 lands only
 while the stored record is version n, else ConflictError. Whoever changes one decides
-on what it read, and decides again on what it reads after losing.
+on what it read, and decides again on what it reads after losing. Both are written
+before their Kubernetes objects (intake: record first, then objects).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Protocol, TypeVar
 
 from squall.core.errors import ConflictError
 
 CONFLICT_RETRIES = 5
+# Intake writes the record before the objects: give it time before calling them missing.
+CREATE_GRACE = timedelta(seconds=60)
 
 R = TypeVar("R")
 E = TypeVar("E")
