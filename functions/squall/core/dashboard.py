@@ -246,6 +246,11 @@ def _in_states(metric: Metric, *states: str) -> tuple[MetricRef, ...]:
     return tuple(squall(metric, Stat.MAXIMUM, label=state, State=state) for state in states)
 
 
+def _counts(title: str, *metrics: Metric, left_label: str, width: int) -> Graph:
+    """A graph of Squall counters, one series each, summed per minute (their period)."""
+    return Graph(title, left=tuple(squall(metric) for metric in metrics), left_label=left_label, width=width)
+
+
 def _lambda(name: str, function_name: str, stat: Stat, label: str) -> MetricRef:
     return MetricRef(LAMBDA_NAMESPACE, name, (("FunctionName", function_name),), stat, 60, label)
 
@@ -301,16 +306,14 @@ def _intake(deployment: Deployment) -> Section:
                 stacked=True,
                 width=8,
             ),
-            Graph(
+            _counts(
                 "Job outcomes",
-                left=(
-                    squall(Metric.JOBS_SUBMITTED),
-                    squall(Metric.JOBS_REJECTED),
-                    squall(Metric.JOBS_SUCCEEDED),
-                    squall(Metric.JOBS_FAILED),
-                    squall(Metric.JOBS_CANCELLED),
-                    squall(Metric.JOB_RETRIES),
-                ),
+                Metric.JOBS_SUBMITTED,
+                Metric.JOBS_REJECTED,
+                Metric.JOBS_SUCCEEDED,
+                Metric.JOBS_FAILED,
+                Metric.JOBS_CANCELLED,
+                Metric.JOB_RETRIES,
                 left_label="jobs / minute",
                 width=8,
             ),
@@ -340,9 +343,10 @@ def _model_services() -> Section:
                 stacked=True,
                 width=12,
             ),
-            Graph(
+            _counts(
                 "Model service failures and re-created objects",
-                left=(squall(Metric.MODEL_SERVICES_FAILED), squall(Metric.MODEL_SERVICE_OBJECTS_RECREATED)),
+                Metric.MODEL_SERVICES_FAILED,
+                Metric.MODEL_SERVICE_OBJECTS_RECREATED,
                 left_label="per minute",
                 width=12,
             ),
@@ -368,9 +372,9 @@ def _queue(teams: Sequence[DashboardTeam]) -> Section:
             )
         )
     widgets.append(
-        Graph(
+        _counts(
             "Jobs admitted",
-            left=(squall(Metric.JOBS_ADMITTED),),
+            Metric.JOBS_ADMITTED,
             left_label="jobs / minute",
             width=12 if ordered else DASHBOARD_COLUMNS,
         )
@@ -451,13 +455,11 @@ def _drains() -> Section:
     return Section(
         "Lifecycle and drains",
         (
-            Graph(
+            _counts(
                 "Drains",
-                left=(
-                    squall(Metric.DRAINS_STARTED),
-                    squall(Metric.DRAINS_COMPLETED),
-                    squall(Metric.DRAINS_PAST_DEADLINE),
-                ),
+                Metric.DRAINS_STARTED,
+                Metric.DRAINS_COMPLETED,
+                Metric.DRAINS_PAST_DEADLINE,
                 left_label="drains / minute",
                 width=8,
             ),
@@ -467,9 +469,10 @@ def _drains() -> Section:
                 left_label="seconds",
                 width=8,
             ),
-            Graph(
+            _counts(
                 "Lifecycle hooks",
-                left=(squall(Metric.HOOKS_COMPLETED), squall(Metric.LAUNCHES_ABANDONED)),
+                Metric.HOOKS_COMPLETED,
+                Metric.LAUNCHES_ABANDONED,
                 left_label="hooks / minute",
                 width=8,
             ),
