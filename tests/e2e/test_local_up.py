@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 from squall.cli import main
 from squall.core.logstreams import parse_stream
 from squall.local import control
+from tests.e2e.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEED = "30"
@@ -65,15 +65,6 @@ def up(local: Local, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[st
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return parse_exports(captured.out)
-
-
-def until(what: Callable[[], Any], *, seconds: float = 90.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if found := what():
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"not within {seconds} s")
 
 
 @pytest.mark.timeout(240)

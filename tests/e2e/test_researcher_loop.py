@@ -39,6 +39,7 @@ from squall.local.fleet import RegionCapacity
 from squall.local.processes import WORKER_IMAGES, ProcessRunner, default_image_env
 from squall.local.runtime import DEFAULT_REGISTRIES, DEFAULT_TEAMS, LocalRuntime
 from squall.local.server import BOOT_TIME, GPU_PLUGIN_DELAY, TICK_SECONDS, cli_environment
+from tests.e2e.waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -191,15 +192,6 @@ def real_pods_runtime(tmp_path: Path) -> Iterator[tuple[LocalRuntime, Driver]]:
             patched.chdir(ROOT)
             with Driver(runtime, clock) as driver:
                 yield runtime, driver
-
-
-def until(what: Callable[[], Any], *, seconds: float) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if found := what():
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"not within {seconds} s")
 
 
 def events(text: str, label: str) -> list[dict[str, Any]]:

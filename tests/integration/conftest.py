@@ -13,6 +13,7 @@ import pytest
 from moto import mock_aws
 
 from squall.adapters.aws.job_store import DynamoJobStore
+from squall.adapters.kubernetes.cluster import KubernetesCluster
 from squall.adapters.kubernetes.eks_auth import build_api_client
 from squall.core.codepack import pack
 from squall.core.telemetry import RecordingMetrics
@@ -154,3 +155,9 @@ def api_client(kube: KubeApi) -> Iterator[Any]:
     client = build_api_client(host=kube.url)
     yield client
     client.close()
+
+
+@pytest.fixture
+def cluster(api_client: Any) -> KubernetesCluster:
+    """The Kubernetes adapter over the stand-in, with short request timeouts."""
+    return KubernetesCluster(api_client, request_timeout=(2.0, 5.0))

@@ -23,16 +23,10 @@ from squall.core.manifests import render
 from squall.core.spec import parse_spec
 from squall.ports import Cluster, KubeObject
 
+from .kube_resources import EVICTION, JOBS, NODES, NS, PODS, SERVICES
 from .kube_server import KubeApi, running_kube_api
 
 pytestmark = pytest.mark.timeout(30)
-
-NS = "team-a"
-JOBS = kmock.resource("batch/v1/jobs")
-SERVICES = kmock.resource("v1/services")
-PODS = kmock.resource("v1/pods")
-NODES = kmock.resource("v1/nodes")
-EVICTION = kmock.subresource("eviction")
 
 
 def manifests(job_id: str, *, workers: int = 2) -> list[KubeObject]:
@@ -73,11 +67,6 @@ def node(name: str) -> KubeObject:
 
 def names(objects: list[KubeObject]) -> list[str]:
     return sorted(obj["metadata"]["name"] for obj in objects)
-
-
-@pytest.fixture
-def cluster(api_client: ApiClient) -> KubernetesCluster:
-    return KubernetesCluster(api_client, request_timeout=(2.0, 5.0))
 
 
 # ==== create ========================================================================

@@ -14,15 +14,11 @@ from squall.adapters.kubernetes.eks_auth import build_api_client
 from squall.core.errors import NotFoundError, PermanentError, RetryableError, SquallError
 from squall.ports import KubeObject, ServingCluster
 
+from .kube_resources import DEPLOYMENTS, NS, PDBS, PODS, SERVICES
 from .kube_server import KubeApi
 
 pytestmark = pytest.mark.timeout(30)
 
-NS = "team-a"
-DEPLOYMENTS = kmock.resource("apps/v1/deployments")
-SERVICES = kmock.resource("v1/services")
-PDBS = kmock.resource("policy/v1/poddisruptionbudgets")
-PODS = kmock.resource("v1/pods")
 MANAGED = "app.kubernetes.io/managed-by"
 SERVICE_LABEL = "squall.io/model-service"
 
@@ -111,11 +107,6 @@ def serving_pod(name: str, *, service: str | None, namespace: str = NS) -> KubeO
 
 def names(objects: list[KubeObject]) -> list[str]:
     return sorted(f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}" for obj in objects)
-
-
-@pytest.fixture
-def cluster(api_client: ApiClient) -> KubernetesCluster:
-    return KubernetesCluster(api_client, request_timeout=(2.0, 5.0))
 
 
 def resource(obj: KubeObject) -> str:
