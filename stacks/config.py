@@ -18,8 +18,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from squall.core.dashboard import Thresholds
-from squall.core.settings import PolicySettings
+from squall.core.settings import PolicySettings, ServingSettings
 from squall.core.spec.limits import IMAGE_REF, MAX_IMAGE_LENGTH, MAX_IMAGE_NAME_LENGTH
 from squall.planner.inputs import (
     AWS_REGION,
@@ -81,7 +83,6 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # load balancer (the AWS Load Balancer Controller's NLB) or in-cluster only.
 SERVICE_TYPES = ("LoadBalancer", "ClusterIP")
 LOAD_BALANCER_SCHEMES = ("internal", "internet-facing")
-SERVING_KEYS = ("image", "fetchImage", "serviceType", "loadBalancerScheme")
 # Tags that move: an image under them is not the image that was reviewed and tested.
 _FLOATING_TAG = re.compile(r"^latest([-_.].*)?$", re.IGNORECASE)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
@@ -105,6 +106,24 @@ class ConfigError(ValueError):
         super().__init__("invalid Squall settings in the CDK context:\n  - " + "\n  - ".join(problems))
 
 
+def settings_keys(model: type[BaseModel]) -> dict[str, str]:
+    """Field name -> the key the functions' settings model reads it by (its alias, else its name)."""
+    return {name: info.alias or name for name, info in model.model_fields.items()}
+
+
+def settings_of(config: object, model: type[BaseModel]) -> dict[str, Any]:
+    """The values of `config` that the functions' settings `model` reads, under its keys.
+
+    The functions' model names the fields: one the deployment's settings lack fails
+    ``cdk synth`` here rather than a function at cold start.
+    """
+    return {key: getattr(config, name) for name, key in settings_keys(model).items()}
+
+
+# cdk.json's ``serving`` is passed to the functions as it is: its keys are ServingSettings'.
+SERVING_KEYS = tuple(settings_keys(ServingSettings).values())
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     name: str
@@ -113,15 +132,6 @@ class ClusterConfig:
     region: str
     service_cidr: str
     kubernetes_version: str
-
-    def settings(self) -> dict[str, str]:
-        """SQUALL_CLUSTER, as functions/squall/core/settings.py ClusterSettings reads it."""
-        return {
-            "name": self.name,
-            "endpoint": self.endpoint,
-            "certificate_authority": self.certificate_authority,
-            "region": self.region,
-        }
 
 
 @dataclass(frozen=True)
@@ -205,15 +215,6 @@ class ServingConfig:
     fetch_image: str | None = None
     service_type: str = "LoadBalancer"
     load_balancer_scheme: str = "internal"
-
-    def settings(self) -> dict[str, str | None]:
-        """SQUALL_SERVING, as functions/squall/core/settings.py ServingSettings reads it."""
-        return {
-            "image": self.image,
-            "fetchImage": self.fetch_image,
-            "serviceType": self.service_type,
-            "loadBalancerScheme": self.load_balancer_scheme,
-        }
 
 
 @dataclass(frozen=True)
@@ -384,9 +385,7 @@ class _Reader:
         if home_region and home_region not in regions:
             regions = (home_region, *regions)
         cluster = self.cluster(home_region)
-        cluster_access = self.get("clusterAccess", str, "accessEntry")
-        if cluster_access not in CLUSTER_ACCESS_MODES:
-            self.problem("clusterAccess", f"one of {', '.join(CLUSTER_ACCESS_MODES)}")
+        cluster_access = self.choice("clusterAccess", CLUSTER_ACCESS_MODES, "accessEntry")
         team_configs = self.teams()
         node_groups = self.node_groups(regions)
         capacity = self.capacity(cluster)

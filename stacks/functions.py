@@ -33,9 +33,10 @@ from aws_cdk import aws_sqs as sqs
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
+from squall.core.settings import ClusterSettings, ServingSettings
 from stacks import constants
 from stacks.artifacts import bucket_arn
-from stacks.config import IAM_PRINCIPAL_ARN, SquallConfig, VpcConfig
+from stacks.config import IAM_PRINCIPAL_ARN, SquallConfig, VpcConfig, settings_of
 from stacks.lifecycle import HookSettings
 from stacks.packaging import lambda_code, staged_source
 from stacks.queues import JobQueues
@@ -349,13 +350,13 @@ def function_settings(config: SquallConfig, handler: str) -> dict[str, Any]:
         "node_groups": [dict(g.raw) for g in config.node_groups],
         "policy": dict(config.policy),
         # An empty certificate is read from EKS at cold start (eks:DescribeCluster).
-        "cluster": config.cluster.settings(),
+        "cluster": settings_of(config.cluster, ClusterSettings),
         "event_bus_name": constants.EVENT_BUS_NAME,
         "dry_run": config.dry_run,
         "launch_hook_name": config.launch_hook_name,
         "terminate_hook_name": config.terminate_hook_name,
         # Model services: the images their objects run and how their Service is exposed.
-        "serving": config.serving.settings(),
+        "serving": settings_of(config.serving, ServingSettings),
     }
     return {key: everything[key] for key in constants.SETTINGS_NEEDED[handler]}
 
