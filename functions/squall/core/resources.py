@@ -37,16 +37,26 @@ DRAIN = "drain"
 RECONCILE = "reconcile"
 
 
+def _handler(name: str) -> str:
+    """A function's entry point: ``handler`` in its module squall/handlers/<name>.py."""
+    return f"squall.handlers.{name}.handler"
+
+
+def _on_event(name: str, description: str) -> FunctionSpec:
+    """A function that a queue's batch or one Auto Scaling event invokes: a minute for each."""
+    return FunctionSpec(handler=_handler(name), description=description, timeout_seconds=60)
+
+
 def _scheduled_check(
     *,
-    handler: str,
+    name: str,
     description: str,
     memory_mb: int = FunctionSpec.memory_mb,
     reserved_concurrency: int | None = None,
 ) -> FunctionSpec:
     """A function the one-minute schedule runs (stacks/triggers.py)."""
     return FunctionSpec(
-        handler=handler,
+        handler=_handler(name),
         description=description,
         # Shorter than the one-minute schedule, so one check ends before the next.
         timeout_seconds=50,
@@ -60,34 +70,21 @@ def _scheduled_check(
 
 
 FUNCTIONS: dict[str, FunctionSpec] = {
-    SUBMIT: FunctionSpec(
-        handler="squall.handlers.submit.handler",
-        description="Records queued jobs and creates their Kubernetes objects",
-        timeout_seconds=60,
-    ),
+    SUBMIT: _on_event(SUBMIT, "Records queued jobs and creates their Kubernetes objects"),
     SCALE: _scheduled_check(
-        handler="squall.handlers.scale.handler",
+        name=SCALE,
         description="Plans and applies GPU capacity in every region",
         memory_mb=1024,
         # One planner at a time: two concurrent plans would both launch for the
         # same pending pods.
         reserved_concurrency=1,
     ),
-    LIFECYCLE: FunctionSpec(
-        handler="squall.handlers.lifecycle.handler",
-        description="Answers Auto Scaling launch and terminate lifecycle hooks",
-        timeout_seconds=60,
-        # The event's maximum age follows the hooks' timeouts (stacks/functions.py):
-        # past them Auto Scaling has answered the action itself.
-    ),
-    DRAIN: FunctionSpec(
-        handler="squall.handlers.drain.handler",
-        description="Continues long node drains from the delayed drain queue",
-        timeout_seconds=60,
-    ),
+    # The event's maximum age follows the hooks' timeouts (stacks/functions.py):
+    # past them Auto Scaling has answered the action itself.
+    LIFECYCLE: _on_event(LIFECYCLE, "Answers Auto Scaling launch and terminate lifecycle hooks"),
+    DRAIN: _on_event(DRAIN, "Continues long node drains from the delayed drain queue"),
     RECONCILE: _scheduled_check(
-        handler="squall.handlers.reconcile.handler",
-        description="Brings job records in line with Kubernetes and retries lost jobs",
+        name=RECONCILE, description="Brings job records in line with Kubernetes and retries lost jobs"
     ),
 }
 # What Lambda does with a failed asynchronous invocation when the function does not say.
