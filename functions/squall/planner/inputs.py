@@ -608,18 +608,14 @@ class Fields:
         minimum: int = 0,
         maximum: int,
     ) -> int | None:
-        value = self.raw.get(key)
-        if value is None:
-            if required:
-                self.error(key, "required")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.error(key, f"expected a whole number, got {shown_value(value)}")
-            return None
-        if not minimum <= value <= maximum:
-            self.error(key, f"must be from {minimum} to {maximum}, got {shown_value(value)}")
-            return None
-        return value
+        def whole(value: Any) -> int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"expected a whole number, got {shown_value(value)}")
+            if not minimum <= value <= maximum:
+                raise ValueError(f"must be from {minimum} to {maximum}, got {shown_value(value)}")
+            return value
+
+        return self.parsed(key, whole, required=required, default=default)
 
     def number(self, key: str) -> float | None:
         value = self.raw.get(key)
