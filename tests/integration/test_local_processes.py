@@ -20,10 +20,11 @@ import pytest
 from squall.core.logstreams import parse_stream
 from squall.core.manifests import render
 from squall.core.spec import parse_spec
-from squall.local.aws import LOG_GROUP, client, create_resources, local_endpoint
+from squall.local.aws import LOG_GROUP
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.processes import WORKER_IMAGES, ProcessRunner, image_matches, map_tf_config
+from tests.local_pod_processes import LocalProcesses, local_processes
 
 NS = "team-research"
 IMAGE = f"{WORKER_IMAGES[0]}:1.0"
@@ -32,11 +33,9 @@ REGION = {"topology.kubernetes.io/region": "us-west-2"}
 
 
 class Harness:
-    def __init__(self, endpoint: str, work_dir: Path) -> None:
-        self.logs = client("logs", endpoint)
-        self.runner = ProcessRunner(
-            endpoint=endpoint, log_group=LOG_GROUP, work_dir=work_dir, logs_client=self.logs
-        )
+    def __init__(self, processes: LocalProcesses) -> None:
+        self.logs = processes.logs
+        self.runner = processes.runner
         self.clock = VirtualClock()
         self.cluster = SimulatedCluster(clock=self.clock, runner=self.runner)
         self.cluster.add_node(name="ip-10-0-0-1", allocatable=NODE, labels=REGION)
@@ -100,13 +99,8 @@ class Harness:
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Iterator[Harness]:
-    with local_endpoint() as endpoint:
-        create_resources(endpoint)
-        h = Harness(endpoint, tmp_path / "pods")
-        try:
-            yield h
-        finally:
-            h.runner.close(wait=5)
+    with local_processes(tmp_path / "pods") as processes:
+        yield Harness(processes)
 
 
 def py(code: str) -> list[str]:
@@ -183,23 +177,17 @@ def test_an_eviction_sends_sigterm_to_the_process(harness: Harness) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_a_process_that_ignores_sigterm_is_killed_after_its_grace_period(tmp_path: Path) -> None:
-    with local_endpoint() as endpoint:
-        create_resources(endpoint)
-        h = Harness(endpoint, tmp_path / "pods")
-        try:
-            h.submit("stubborn", command=py("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
-                                            "print('up', flush=True); time.sleep(120)"))  # fmt: skip
-            pod = h.until(
-                lambda: next((p for p in h.pods("stubborn") if p["status"]["phase"] == "Running"), None)
-            )
-            h.until(lambda: "up\n" in h.lines_of(pod["metadata"]["name"]))
-            [process] = list(h.runner._running.values())
-            process.grace = 0.5  # the pod's terminationGracePeriodSeconds, shortened for the test
-            h.cluster.delete_job_objects(namespace=NS, job_id="stubborn")
-            assert process.popen.wait(30) == -9  # SIGKILL
-        finally:
-            h.runner.close(wait=5)
+def test_a_process_that_ignores_sigterm_is_killed_after_its_grace_period(harness: Harness) -> None:
+    harness.submit("stubborn", command=py("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+                                          "print('up', flush=True); time.sleep(120)"))  # fmt: skip
+    pod = harness.until(
+        lambda: next((p for p in harness.pods("stubborn") if p["status"]["phase"] == "Running"), None)
+    )
+    harness.until(lambda: "up\n" in harness.lines_of(pod["metadata"]["name"]))
+    [process] = list(harness.runner._running.values())
+    process.grace = 0.5  # the pod's terminationGracePeriodSeconds, shortened for the test
+    harness.cluster.delete_job_objects(namespace=NS, job_id="stubborn")
+    assert process.popen.wait(30) == -9  # SIGKILL
 
 
 @pytest.mark.timeout(120)

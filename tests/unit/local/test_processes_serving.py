@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -26,6 +26,9 @@ from squall.core.serving_manifests import render_model_service
 from squall.core.settings import ServingSettings
 from squall.local.processes import ProcessRunner, ServingPod, serving_pod
 
+if TYPE_CHECKING:
+    from tests.local_pod_processes import LocalProcesses
+
 NS = "team-research"
 SETTINGS = ServingSettings(
     image="123456789012.dkr.ecr.us-west-2.amazonaws.com/tensorflow/serving:2.18.0",
@@ -35,7 +38,10 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def service(
-    name: str = "digits", *, model_uri: str = "s3://squall-artifacts/teams/research/out/job-1", version: int = 2
+    name: str = "digits",
+    *,
+    model_uri: str = "s3://squall-artifacts/teams/research/out/job-1",
+    version: int = 2,
 ) -> Any:
     now = datetime(2025, 1, 1, tzinfo=UTC)
     return ModelService(
@@ -131,16 +137,14 @@ def saved_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class World:
-    def __init__(self, endpoint: str, work_dir: Path) -> None:
+    def __init__(self, processes: LocalProcesses) -> None:
         from squall.local.aws import ARTIFACTS_BUCKET, LOG_GROUP, client
 
         self.bucket = ARTIFACTS_BUCKET
-        self.s3 = client("s3", endpoint)
-        self.logs = client("logs", endpoint)
+        self.s3 = client("s3", processes.endpoint)
+        self.logs = processes.logs
         self.log_group = LOG_GROUP
-        self.runner = ProcessRunner(
-            endpoint=endpoint, log_group=LOG_GROUP, work_dir=work_dir, logs_client=self.logs
-        )
+        self.runner = processes.runner
 
     def upload(self, directory: Path, prefix: str) -> str:
         for path in directory.rglob("*"):
@@ -176,15 +180,10 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    from squall.local.aws import create_resources, local_endpoint
+    from tests.local_pod_processes import local_processes
 
-    with local_endpoint() as endpoint:
-        create_resources(endpoint)
-        built = World(endpoint, tmp_path / "pods")
-        try:
-            yield built
-        finally:
-            built.runner.close(wait=5)
+    with local_processes(tmp_path / "pods") as processes:
+        yield World(processes)
 
 
 @pytest.mark.slow
