@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from squall.core.settings import Settings
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.planner.admission import TeamShare
-from squall.runtime import NamespacedCluster, Services
+from squall.runtime import NamespacedCluster
+from tests.unit.runtime_stand_ins import STAND_IN, services_on_a_simulated_cluster
 from tests.unit.test_namespaced_cluster import job
 
 
@@ -19,18 +19,7 @@ def test_the_scale_check_gets_every_teams_quota_and_weight_from_the_settings() -
         teams={"research": "team-research", "vision": "team-vision"},
         quotas={"research": {"gpuQuota": 8, "weight": 2}},
     )
-    clock = VirtualClock()
-    stand_in: Any = object()
-    services = Services(
-        settings=settings,
-        clock=clock,
-        store=stand_in,
-        cluster=SimulatedCluster(clock=clock),
-        metrics=stand_in,
-        scale_requests=stand_in,
-        fleet=stand_in,
-        scale_state=stand_in,
-    )
+    services = services_on_a_simulated_cluster(settings, fleet=STAND_IN, scale_state=STAND_IN)
     assert services.scaler.config.teams == {"research": TeamShare(quota=8, weight=2.0), "vision": TeamShare()}
 
 

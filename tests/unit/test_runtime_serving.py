@@ -11,6 +11,7 @@ from squall.local.cluster import SimulatedCluster
 from squall.local.model_service_store import InMemoryModelServiceStore
 from squall.runtime import NamespacedCluster, Services
 from tests.integration.serving_world import a_service
+from tests.unit.runtime_stand_ins import services_on_a_simulated_cluster
 
 SERVING = ServingSettings(
     image="registry.example.com/squall/tensorflow-serving:2.16.1",
@@ -19,23 +20,13 @@ SERVING = ServingSettings(
 
 
 def services(*, model_services: Any = None, saved_models: Any = None) -> Services:
-    clock = VirtualClock()
-    stand_in: Any = object()
-    return Services(
-        settings=Settings(
-            table_name="t",
-            teams={"research": "team-research"},
-            allowed_registries=["registry.example.com/squall"],
-            serving=SERVING,
-        ),
-        clock=clock,
-        store=stand_in,
-        cluster=SimulatedCluster(clock=clock),
-        metrics=stand_in,
-        scale_requests=stand_in,
-        model_services=model_services,
-        saved_models=saved_models,
+    settings = Settings(
+        table_name="t",
+        teams={"research": "team-research"},
+        allowed_registries=["registry.example.com/squall"],
+        serving=SERVING,
     )
+    return services_on_a_simulated_cluster(settings, model_services=model_services, saved_models=saved_models)
 
 
 def test_intake_and_reconcile_get_the_model_services_with_the_settings() -> None:
