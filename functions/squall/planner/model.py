@@ -298,7 +298,12 @@ class DesiredChange:
     reasons: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "from": self.from_desired, "to": self.to_desired, "reasons": list(self.reasons)}
+        return {
+            "group": self.group,
+            "from": self.from_desired,
+            "to": self.to_desired,
+            "reasons": list(self.reasons),
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

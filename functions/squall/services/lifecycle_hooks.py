@@ -145,7 +145,9 @@ class LifecycleService:
                 instance_id=instance_id,
             )
             return Handled("ignored-group", instance_id)
-        expected_hook = self.config.launch_hook_name if kind is Kind.LAUNCH else self.config.terminate_hook_name
+        expected_hook = (
+            self.config.launch_hook_name if kind is Kind.LAUNCH else self.config.terminate_hook_name
+        )
         if detail.lifecycle_hook_name != expected_hook:
             logger.info(
                 "lifecycle event of a hook that is not Squall's",
@@ -238,7 +240,9 @@ class LifecycleService:
         try:
             self.queue.retry_after(handles, delay=time_left + self.config.policy.step_delay)
         except SquallError as exc:
-            logger.warning("could not shorten the drain steps' visibility", steps=len(handles), error=str(exc))
+            logger.warning(
+                "could not shorten the drain steps' visibility", steps=len(handles), error=str(exc)
+            )
 
     def _retry_soon(self, message: DrainStepMessage, receipt_handle: str) -> None:
         delay = self.config.policy.step_delay
@@ -246,7 +250,9 @@ class LifecycleService:
             self.queue.retry_after([receipt_handle], delay=delay)
         except SquallError as exc:
             # The message still comes back, after the queue's visibility timeout.
-            logger.warning("could not hasten a failed drain step", instance_id=message.instance_id, error=str(exc))
+            logger.warning(
+                "could not hasten a failed drain step", instance_id=message.instance_id, error=str(exc)
+            )
             return
         logger.info(
             "failed drain step retried soon",
@@ -265,8 +271,11 @@ class LifecycleService:
             )
         if verdict is not Verdict.RUN:
             logger.info(
-                "drain step message dropped", verdict=verdict.value, instance_id=message.instance_id,
-                step_id=message.step_id, version=message.version,
+                "drain step message dropped",
+                verdict=verdict.value,
+                instance_id=message.instance_id,
+                step_id=message.step_id,
+                version=message.version,
             )
             return Handled(verdict.value, message.instance_id, record)
         assert record is not None
@@ -324,10 +333,14 @@ class LifecycleService:
                 pass  # deleted since we looked: the next observation finds no node
             except SquallError as exc:
                 logger.warning("cordon failed", node=decision.cordon, error=str(exc))
-                return drain.decide_unobserved(decision.record, error=f"cordon: {exc}", now=now, policy=policy)
+                return drain.decide_unobserved(
+                    decision.record, error=f"cordon: {exc}", now=now, policy=policy
+                )
             logger.info("node cordoned for drain", node=decision.cordon, instance_id=record.instance_id)
             record = decision.record
-        return drain.decide_unobserved(record, error="the node is still schedulable after cordoning", now=now, policy=policy)
+        return drain.decide_unobserved(
+            record, error="the node is still schedulable after cordoning", now=now, policy=policy
+        )
 
     def _find_node(self, record: DrainRecord) -> NodeState | None:
         if record.node_name is not None:
@@ -343,7 +356,9 @@ class LifecycleService:
         activity_cause = None
         if not annotation and not record.cause_hint and node is not None:
             activity_cause = self._termination_activity(record)
-        return drain.termination_cause(annotation=annotation, hint=record.cause_hint, activity_cause=activity_cause)
+        return drain.termination_cause(
+            annotation=annotation, hint=record.cause_hint, activity_cause=activity_cause
+        )
 
     def _termination_activity(self, record: DrainRecord) -> str | None:
         """Auto Scaling's own reason for terminating this instance, if it can be found."""
@@ -415,7 +430,9 @@ class LifecycleService:
                 accepted += 1
         return accepted, refused
 
-    def _complete(self, record: DrainRecord, ref: GroupRef, *, result: drain.Result, now: datetime) -> DrainRecord:
+    def _complete(
+        self, record: DrainRecord, ref: GroupRef, *, result: drain.Result, now: datetime
+    ) -> DrainRecord:
         try:
             self.fleet.complete_lifecycle_action(
                 ref=ref,
@@ -430,7 +447,9 @@ class LifecycleService:
         except RetryableError:
             raise  # the step is retaken from the record as it was (nothing saved yet)
         except PermanentError as exc:
-            logger.error("could not complete lifecycle action", instance_id=record.instance_id, error=str(exc))
+            logger.error(
+                "could not complete lifecycle action", instance_id=record.instance_id, error=str(exc)
+            )
             return drain.not_completed(record, error=str(exc))
         self.metrics.add(Metric.HOOKS_COMPLETED, 1)
         return record
@@ -536,7 +555,9 @@ def _heartbeat_timeout(metadata: dict[str, Any], *, instance_id: str) -> timedel
         timeout = timedelta(0)
     low, high = _HEARTBEAT_RANGE
     if not low <= timeout <= high:
-        logger.warning("ignoring heartbeatTimeout in NotificationMetadata", value=raw, instance_id=instance_id)
+        logger.warning(
+            "ignoring heartbeatTimeout in NotificationMetadata", value=raw, instance_id=instance_id
+        )
         return None
     return timeout
 
