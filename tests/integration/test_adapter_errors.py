@@ -54,6 +54,7 @@ from squall.core.errors import (
 from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.planner import GroupHealth
 from squall.ports import GroupRef
+from tests.job_records import job_record
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,17 +72,7 @@ def _client(service: str) -> Any:
 
 
 def _job() -> Job:
-    return Job(
-        id="j-1",
-        name="mnist",
-        team="research",
-        namespace="team-research",
-        status=JobStatus.QUEUED,
-        reason="WaitingForCapacity",
-        submitted_at=T0,
-        updated_at=T0,
-        version=1,
-    )
+    return job_record("j-1", status=JobStatus.QUEUED, reason="WaitingForCapacity", at=T0)
 
 
 def _event(version: int = 1) -> JobEvent:
@@ -118,7 +109,9 @@ def _step() -> DrainStepMessage:
 
 # Every public method of every AWS adapter, with the first operation it sends.
 METHODS: dict[str, Method] = {
-    "job_store.create": Method("dynamodb", "put_item", lambda c: DynamoJobStore(c, "jobs").create(_job(), _event())),
+    "job_store.create": Method(
+        "dynamodb", "put_item", lambda c: DynamoJobStore(c, "jobs").create(_job(), _event())
+    ),
     "job_store.save": Method(
         "dynamodb", "transact_write_items", lambda c: DynamoJobStore(c, "jobs").save(_job(), _event(2))
     ),
@@ -136,21 +129,33 @@ METHODS: dict[str, Method] = {
         ),
     ),
     "scale_state.release_lease": Method(
-        "dynamodb", "delete_item", lambda c: DynamoScaleState(c, "jobs").release_lease(name="scale", holder="me")
+        "dynamodb",
+        "delete_item",
+        lambda c: DynamoScaleState(c, "jobs").release_lease(name="scale", holder="me"),
     ),
-    "scale_state.load_health": Method("dynamodb", "query", lambda c: DynamoScaleState(c, "jobs").load_health()),
+    "scale_state.load_health": Method(
+        "dynamodb", "query", lambda c: DynamoScaleState(c, "jobs").load_health()
+    ),
     "scale_state.save_health": Method(
         "dynamodb", "put_item", lambda c: DynamoScaleState(c, "jobs").save_health("p3-usw2", GroupHealth())
     ),
     "scale_state.record_decision": Method(
         "dynamodb",
         "put_item",
-        lambda c: DynamoScaleState(c, "jobs").record_decision(at=T0, trigger="schedule", dry_run=False, plan={}, acted={}),
+        lambda c: DynamoScaleState(c, "jobs").record_decision(
+            at=T0, trigger="schedule", dry_run=False, plan={}, acted={}
+        ),
     ),
-    "scale_state.decisions": Method("dynamodb", "query", lambda c: DynamoScaleState(c, "jobs").decisions(day=T0)),
+    "scale_state.decisions": Method(
+        "dynamodb", "query", lambda c: DynamoScaleState(c, "jobs").decisions(day=T0)
+    ),
     "drain_store.get": Method("dynamodb", "get_item", lambda c: DynamoDrainStore(c, "jobs").get("i-0a")),
-    "drain_store.create": Method("dynamodb", "put_item", lambda c: DynamoDrainStore(c, "jobs").create(_drain_record())),
-    "drain_store.save": Method("dynamodb", "put_item", lambda c: DynamoDrainStore(c, "jobs").save(_drain_record(2))),
+    "drain_store.create": Method(
+        "dynamodb", "put_item", lambda c: DynamoDrainStore(c, "jobs").create(_drain_record())
+    ),
+    "drain_store.save": Method(
+        "dynamodb", "put_item", lambda c: DynamoDrainStore(c, "jobs").save(_drain_record(2))
+    ),
     "drain_queue.send_step": Method(
         "sqs",
         "send_message",
@@ -159,10 +164,14 @@ METHODS: dict[str, Method] = {
     "drain_queue.retry_after": Method(
         "sqs",
         "change_message_visibility_batch",
-        lambda c: SqsDrainQueue(c, queue_url=QUEUE_URL).retry_after(["receipt-1"], delay=timedelta(seconds=30)),
+        lambda c: SqsDrainQueue(c, queue_url=QUEUE_URL).retry_after(
+            ["receipt-1"], delay=timedelta(seconds=30)
+        ),
     ),
     "eventbridge.request_scale_check": Method(
-        "events", "put_events", lambda c: EventBridgeScaleRequests(c, bus_name="squall").request_scale_check(reason="t")
+        "events",
+        "put_events",
+        lambda c: EventBridgeScaleRequests(c, bus_name="squall").request_scale_check(reason="t"),
     ),
     "identity.unique_id(role)": Method(
         "iam", "get_role", lambda c: IamPrincipals(c).unique_id("arn:aws:iam::123456789012:role/trainer")
@@ -172,7 +181,9 @@ METHODS: dict[str, Method] = {
     ),
     "identity.describe_cluster": Method("eks", "describe_cluster", lambda c: describe_cluster(c, "squall")),
     "fleet.describe_groups": Method(
-        "autoscaling", "describe_auto_scaling_groups", lambda c: AutoScalingFleet(lambda _: c).describe_groups([REF])
+        "autoscaling",
+        "describe_auto_scaling_groups",
+        lambda c: AutoScalingFleet(lambda _: c).describe_groups([REF]),
     ),
     "fleet.recent_activities": Method(
         "autoscaling",
@@ -185,7 +196,9 @@ METHODS: dict[str, Method] = {
         lambda c: AutoScalingFleet(_one_group_client(), ec2_clients=lambda _: c).describe_groups([REF]),
     ),
     "fleet.set_desired_capacity": Method(
-        "autoscaling", "set_desired_capacity", lambda c: AutoScalingFleet(lambda _: c).set_desired_capacity(ref=REF, desired=1)
+        "autoscaling",
+        "set_desired_capacity",
+        lambda c: AutoScalingFleet(lambda _: c).set_desired_capacity(ref=REF, desired=1),
     ),
     "fleet.terminate_instance": Method(
         "autoscaling",
@@ -195,7 +208,9 @@ METHODS: dict[str, Method] = {
     "fleet.set_scale_in_protection": Method(
         "autoscaling",
         "set_instance_protection",
-        lambda c: AutoScalingFleet(lambda _: c).set_scale_in_protection(ref=REF, instance_ids=["i-0abc"], protected=True),
+        lambda c: AutoScalingFleet(lambda _: c).set_scale_in_protection(
+            ref=REF, instance_ids=["i-0abc"], protected=True
+        ),
     ),
     "fleet.complete_lifecycle_action": Method(
         "autoscaling",
@@ -273,7 +288,10 @@ BOTOCORE: dict[str, tuple[Callable[[], BotoCoreError], type[SquallError]]] = {
         RetryableError,
     ),
     "no credentials": (NoCredentialsError, PermanentError),
-    "invalid parameters": (lambda: ParamValidationError(report="Invalid length for parameter"), PermanentError),
+    "invalid parameters": (
+        lambda: ParamValidationError(report="Invalid length for parameter"),
+        PermanentError,
+    ),
 }
 
 
@@ -338,9 +356,12 @@ def test_a_failed_condition_is_a_conflict_or_a_duplicate_or_a_lost_lease() -> No
         DynamoDrainStore(client, "jobs").save(_drain_record(2))
     assert isinstance(raised.value.__cause__, ClientError)
     with _conditional("put_item", client):
-        assert DynamoScaleState(client, "jobs").acquire_lease(
-            name="scale", holder="me", now=T0, duration=timedelta(minutes=1)
-        ) is False
+        assert (
+            DynamoScaleState(client, "jobs").acquire_lease(
+                name="scale", holder="me", now=T0, duration=timedelta(minutes=1)
+            )
+            is False
+        )
     with _conditional("delete_item", client):
         DynamoScaleState(client, "jobs").release_lease(name="scale", holder="me")
 
@@ -364,7 +385,12 @@ def _cancelled(*reasons: dict[str, str]) -> ClientError:
         (({"Code": "ThrottlingError"}, {"Code": "None"}), RetryableError),
         (({"Code": "ConditionalCheckFailed"}, {"Code": "TransactionConflict"}), ConflictError),
         (
-            ({"Code": "ValidationError", "Message": "Item size to update has exceeded the maximum allowed size"},),
+            (
+                {
+                    "Code": "ValidationError",
+                    "Message": "Item size to update has exceeded the maximum allowed size",
+                },
+            ),
             ItemTooLargeError,
         ),
         (({"Code": "ValidationError", "Message": "Type mismatch"},), PermanentError),
@@ -389,9 +415,17 @@ def test_auto_scalings_own_words_are_refined_but_throttling_stays_retryable() ->
     fleet = AutoScalingFleet(lambda _: client)
     stub = Stubber(client)
     stub.add_client_error(
-        "complete_lifecycle_action", "ValidationError", "No active Lifecycle Action found with instance ID i-0abc", 400
+        "complete_lifecycle_action",
+        "ValidationError",
+        "No active Lifecycle Action found with instance ID i-0abc",
+        400,
     )
-    stub.add_client_error("terminate_instance_in_auto_scaling_group", "ValidationError", "Instance Id not found - No managed instance found for instance ID: i-0abc", 400)
+    stub.add_client_error(
+        "terminate_instance_in_auto_scaling_group",
+        "ValidationError",
+        "Instance Id not found - No managed instance found for instance ID: i-0abc",
+        400,
+    )
     stub.add_client_error(
         "complete_lifecycle_action", "Throttling", "Rate exceeded: No active Lifecycle Action found", 400
     )
@@ -429,11 +463,15 @@ def test_the_eks_token_follows_the_same_split(failure: str) -> None:
 
 def test_the_translator_chains_names_what_was_done_and_passes_squall_errors_through() -> None:
     exc = ClientError(
-        {"Error": {"Code": "ThrottlingException", "Message": "slow down"}, "ResponseMetadata": {"HTTPStatusCode": 400}},
+        {
+            "Error": {"Code": "ThrottlingException", "Message": "slow down"},
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        },
         "Query",
     )
-    with pytest.raises(RetryableError, match="read jobs: ThrottlingException: slow down") as raised, errors.translated(
-        "read jobs"
+    with (
+        pytest.raises(RetryableError, match="read jobs: ThrottlingException: slow down") as raised,
+        errors.translated("read jobs"),
     ):
         raise exc
     assert raised.value.__cause__ is exc
@@ -450,8 +488,12 @@ def test_a_rule_is_not_asked_about_a_retryable_answer() -> None:
         asked.append(text)
         return ConflictError(text)
 
-    throttled = ClientError({"Error": {"Code": "Throttling"}, "ResponseMetadata": {"HTTPStatusCode": 400}}, "Op")
-    denied = ClientError({"Error": {"Code": "AccessDenied"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "Op")
+    throttled = ClientError(
+        {"Error": {"Code": "Throttling"}, "ResponseMetadata": {"HTTPStatusCode": 400}}, "Op"
+    )
+    denied = ClientError(
+        {"Error": {"Code": "AccessDenied"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "Op"
+    )
     assert type(errors.translate("x", throttled, rules=[rule])) is RetryableError
     assert asked == []
     assert type(errors.translate("x", denied, rules=[rule])) is ConflictError

@@ -20,6 +20,7 @@ from squall.core.serving_requests import (
     team_prefix,
 )
 from squall.core.spec import ServeCommand, SpecError, parse_message
+from tests.job_records import job_record
 from tests.serving_records import first_record
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -43,17 +44,7 @@ def job(**fields: Any) -> Job:
         "image": "registry.example.com/squall/tf:1",
         "outputUri": OUTPUT,
     }
-    base = Job(
-        id=JOB_ID,
-        name="mnist",
-        team="research",
-        namespace="team-research",
-        status=JobStatus.SUCCEEDED,
-        reason="Completed",
-        submitted_at=T0,
-        updated_at=T0,
-        spec=spec,
-    )
+    base = job_record(JOB_ID, status=JobStatus.SUCCEEDED, reason="Completed", at=T0, spec=spec)
     return dataclasses.replace(base, **fields)
 
 
