@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from enum import Enum
+from typing import Any, Generic, Protocol, TypeVar
 
 from squall.adapters.aws.job_store import (
     FIRST_EVENT,
@@ -38,6 +39,77 @@ from squall.planner import GroupHealth
 from squall.ports import FleetGroup, FleetInstance, GroupRef
 
 
+class _Versioned(Protocol):
+    @property
+    def version(self) -> int: ...
+
+
+R = TypeVar("R", bound=_Versioned)  # a record: a job, a model service
+E = TypeVar("E")  # its events
+S = TypeVar("S", bound=Enum)  # its status
+
+
+class VersionedRecords(Generic[R, E, S]):
+    """Records with their events in memory, as the DynamoDB stores keep them.
+
+    A key is created once, a put lands only on the version after the stored one, and
+    the status index lists each status's records oldest first (as the DynamoDB
+    tables' status index does). The stores check item sizes and name their errors.
+    """
+
+    def __init__(
+        self,
+        statuses: Iterable[S],
+        *,
+        kind: str,
+        key: Callable[[R], str],
+        status: Callable[[R], S],
+        since: Callable[[R], datetime],
+    ) -> None:
+        self._kind = kind
+        self._key = key
+        self._status = status
+        self._since = since
+        self._records: dict[str, R] = {}
+        self._events: dict[str, list[E]] = {}
+        # status -> sorted [(since, key)], like the status index
+        self._index: dict[S, list[tuple[datetime, str]]] = {s: [] for s in statuses}
+
+    def create(self, record: R, event: E) -> bool:
+        """Stores a new record and its first event; False (and nothing stored) when its key is taken."""
+        key = self._key(record)
+        if key in self._records:
+            return False
+        self._records[key] = record
+        self._events[key] = [event]
+        bisect.insort(self._index[self._status(record)], (self._since(record), key))
+        return True
+
+    def put(self, record: R, event: E) -> None:
+        """Stores the record's next version and appends its event; ConflictError on any other version."""
+        key = self._key(record)
+        stored = self._records.get(key)
+        if stored is None or stored.version != record.version - 1:
+            raise ConflictError(f"{self._kind} {key} changed since version {record.version - 1}")
+        if self._status(stored) is not self._status(record):
+            self._index[self._status(stored)].remove((self._since(stored), key))
+            bisect.insort(self._index[self._status(record)], (self._since(record), key))
+        self._records[key] = record
+        self._events[key].append(event)
+
+    def get(self, key: str) -> R | None:
+        return self._records.get(key)
+
+    def events(self, key: str) -> list[E]:
+        return list(self._events.get(key, []))
+
+    def list_by_status(self, status: S, *, limit: int) -> list[R]:
+        return [self._records[key] for _, key in self._index[status][: max(limit, 0)]]
+
+    def list_all(self, *, limit: int) -> list[R]:
+        return list(itertools.islice(self._records.values(), limit))
+
+
 class InMemoryJobStore:
     """JobStore with DynamoDB's conditions and its item size limit, in memory.
 
@@ -46,47 +118,40 @@ class InMemoryJobStore:
     """
 
     def __init__(self) -> None:
-        self._jobs: dict[str, Job] = {}
-        self._events: dict[str, list[JobEvent]] = {}
+        self._jobs = VersionedRecords[Job, JobEvent, JobStatus](
+            JobStatus,
+            kind="job",
+            key=lambda j: j.id,
+            status=lambda j: j.status,
+            since=lambda j: j.submitted_at,
+        )
         self._first_events: dict[str, str] = {}  # kept in the job item, as the adapter does
-        # status -> sorted [(submitted_at, id)], like the status index
-        self._index: dict[JobStatus, list[tuple[datetime, str]]] = {s: [] for s in JobStatus}
 
     def create(self, job: Job, event: JobEvent) -> None:
         values = creation_values(job, event)
         check_item_size(f"create job {job.id}", item_size(values))
-        if job.id in self._jobs:
+        if not self._jobs.create(job, event):
             raise DuplicateJobError(job.id)
-        self._jobs[job.id] = job
-        self._events[job.id] = [event]
         self._first_events[job.id] = values[FIRST_EVENT]
-        bisect.insort(self._index[job.status], (job.submitted_at, job.id))
 
     def save(self, job: Job, event: JobEvent) -> None:
         # An update SETs the job's attributes; the item keeps the first event it was created with.
         first = self._first_events.get(job.id)
         check_item_size(f"save job {job.id}", item_size(job_values(job) | {FIRST_EVENT: first}))
         check_item_size(f"save job {job.id}", item_size(event_values(event)))
-        stored = self._jobs.get(job.id)
-        if stored is None or stored.version != job.version - 1:
-            raise ConflictError(f"job {job.id} changed since version {job.version - 1}")
-        if stored.status is not job.status:
-            self._index[stored.status].remove((stored.submitted_at, stored.id))
-            bisect.insort(self._index[job.status], (job.submitted_at, job.id))
-        self._jobs[job.id] = job
-        self._events[job.id].append(event)
+        self._jobs.put(job, event)
 
     def get(self, job_id: str) -> Job | None:
         return self._jobs.get(job_id)
 
     def events(self, job_id: str) -> list[JobEvent]:
-        return list(self._events.get(job_id, []))
+        return self._jobs.events(job_id)
 
     def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
-        return [self._jobs[job_id] for _, job_id in self._index[status][:limit]]
+        return self._jobs.list_by_status(status, limit=limit)
 
     def list_all(self, *, limit: int = 100_000) -> list[Job]:
-        return list(itertools.islice(self._jobs.values(), limit))
+        return self._jobs.list_all(limit=limit)
 
 
 def check_item_size(what: str, size: int) -> None:
@@ -218,7 +283,9 @@ class InMemoryAutoScaling:
                     else:
                         self._resize(group, group.desired)
                     return
-        raise NotFoundError(f"Instance Id not found - No managed instance found for instance ID: {instance_id}")
+        raise NotFoundError(
+            f"Instance Id not found - No managed instance found for instance ID: {instance_id}"
+        )
 
     def set_scale_in_protection(self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool) -> None:
         group = self._group(ref)
