@@ -36,15 +36,20 @@ GPU_NODE = {"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"}
 
 
 def _intake(
-    *, store: JobStore, cluster: SimulatedCluster, clock: VirtualClock, metrics: RecordingMetrics
+    *,
+    store: JobStore,
+    cluster: SimulatedCluster,
+    clock: VirtualClock,
+    metrics: RecordingMetrics,
+    **config: Any,
 ) -> Intake:
-    """The intake of the test teams and registries."""
+    """The intake of the test teams and registries; `config` sets the rest of its IntakeConfig."""
     return Intake(
         store=store,
         cluster=cluster,
         clock=clock,
         metrics=metrics,
-        config=IntakeConfig(teams=TEAMS, registries=REGISTRIES),
+        config=IntakeConfig(teams=TEAMS, registries=REGISTRIES, **config),
     )
 
 
@@ -75,9 +80,11 @@ class World:
         )
         admitter.run(now=self.clock.now(), outcome=_Report())
 
-    def new_intake(self) -> Intake:
-        """A fresh intake, as each Lambda invocation builds one."""
-        return _intake(store=self.store, cluster=self.cluster, clock=self.clock, metrics=self.metrics)
+    def new_intake(self, **config: Any) -> Intake:
+        """A fresh intake, as each Lambda invocation builds one; `config` as for IntakeConfig."""
+        return _intake(
+            store=self.store, cluster=self.cluster, clock=self.clock, metrics=self.metrics, **config
+        )
 
     def add_gpu_nodes(self, count: int = 2, region: str = "us-west-2") -> None:
         for i in range(count):

@@ -9,12 +9,14 @@ import pytest
 
 from squall.core.errors import ConflictError, PermanentError, RetryableError
 from squall.core.jobs import JobStatus, Reason
-from squall.services.intake import IntakeOutcome, MalformedMessage
+from squall.services.intake import Intake, IntakeOutcome, MalformedMessage
 from tests.integration.conftest import IMAGE, World
 
 
 def spec(**overrides: Any) -> str:
-    return json.dumps({"name": "train", "team": "research", "image": IMAGE, "resources": {"gpu": 1}} | overrides)
+    return json.dumps(
+        {"name": "train", "team": "research", "image": IMAGE, "resources": {"gpu": 1}} | overrides
+    )
 
 
 def test_a_spec_is_recorded_queued_with_its_objects(world: World) -> None:
@@ -82,7 +84,9 @@ def test_objects_that_exist_already_count_as_created(world: World) -> None:
     from squall.core.manifests import render
     from squall.core.spec import parse_spec
 
-    parsed = parse_spec(json.loads(spec(id="t-1")), teams=["research"], registries=["registry.example.com/squall"])
+    parsed = parse_spec(
+        json.loads(spec(id="t-1")), teams=["research"], registries=["registry.example.com/squall"]
+    )
     for manifest in render(parsed, job_id="t-1", namespace="team-research"):
         world.cluster.create(manifest)  # as if an earlier attempt had made them (409 now)
     assert world.intake.handle(body=spec(id="t-1"), message_id="m-1").outcome is IntakeOutcome.CREATED
@@ -90,7 +94,9 @@ def test_objects_that_exist_already_count_as_created(world: World) -> None:
 
 
 @pytest.mark.parametrize("status", [429, 500])
-def test_a_transient_kubernetes_error_fails_the_message_and_the_redelivery_finishes_it(world: World, status: int) -> None:
+def test_a_transient_kubernetes_error_fails_the_message_and_the_redelivery_finishes_it(
+    world: World, status: int
+) -> None:
     world.cluster.next_error = RetryableError(f"create Job: {status}")
     with pytest.raises(RetryableError):
         world.intake.handle(body=spec(id="t-1"), message_id="m-1")
@@ -130,11 +136,17 @@ def test_a_lost_race_on_cancel_rereads_and_wins_on_the_latest_version(world: Wor
 
 def test_cancel_deletes_objects_and_records_why(world: World) -> None:
     world.intake.handle(body=spec(id="t-1"), message_id="m-1")
-    result = world.intake.handle(body=json.dumps({"action": "cancel", "id": "t-1", "reason": "wrong lr"}), message_id="m-2")
+    result = world.intake.handle(
+        body=json.dumps({"action": "cancel", "id": "t-1", "reason": "wrong lr"}), message_id="m-2"
+    )
     assert result.outcome is IntakeOutcome.CANCELLED
     assert world.cluster.list_jobs() == []
     events = world.store.events("t-1")
-    assert (events[-1].status, events[-1].reason, events[-1].message) == (JobStatus.CANCELLED, Reason.CANCEL_REQUESTED, "wrong lr")
+    assert (events[-1].status, events[-1].reason, events[-1].message) == (
+        JobStatus.CANCELLED,
+        Reason.CANCEL_REQUESTED,
+        "wrong lr",
+    )
     assert world.intake.cancel(job_id="t-1", reason="again").outcome is IntakeOutcome.ALREADY_FINISHED
     assert world.intake.cancel(job_id="nope", reason="x").outcome is IntakeOutcome.NOT_FOUND
 
@@ -146,8 +158,15 @@ def test_a_sweep_records_parent_and_trials_and_starts_only_parallelism(world: Wo
     assert parent is not None and parent.trial_ids == ("sw-t000", "sw-t001", "sw-t002")
     trials = [world.store.get(t) for t in parent.trial_ids]
     assert all(t is not None and t.parent_id == "sw" for t in trials)
-    assert [t.reason for t in trials if t] == [Reason.SUBMITTED, Reason.SUBMITTED, Reason.WAITING_FOR_TRIAL_SLOT]
-    assert {j["metadata"]["labels"]["squall.io/job-id"] for j in world.cluster.list_jobs()} == {"sw-t000", "sw-t001"}
+    assert [t.reason for t in trials if t] == [
+        Reason.SUBMITTED,
+        Reason.SUBMITTED,
+        Reason.WAITING_FOR_TRIAL_SLOT,
+    ]
+    assert {j["metadata"]["labels"]["squall.io/job-id"] for j in world.cluster.list_jobs()} == {
+        "sw-t000",
+        "sw-t001",
+    }
 
 
 # ---- who may submit for a team ----------------------------------------------------
@@ -156,17 +175,8 @@ ALICE = "AROAALICEEXAMPLE"  # a role's unique id; SenderId adds ":<session>"
 MALLORY = "AIDAMALLORYEXAMPLE"
 
 
-def guarded(world: World) -> Any:
-    from squall.services.intake import Intake, IntakeConfig
-    from tests.integration.conftest import REGISTRIES, TEAMS
-
-    return Intake(
-        store=world.store,
-        cluster=world.cluster,
-        clock=world.clock,
-        metrics=world.metrics,
-        config=IntakeConfig(teams=TEAMS, registries=REGISTRIES, submitters={"research": frozenset({ALICE})}),
-    )
+def guarded(world: World) -> Intake:
+    return world.new_intake(submitters={"research": frozenset({ALICE})})
 
 
 def test_a_submitter_of_the_team_may_submit_and_is_recorded(world: World) -> None:
@@ -177,7 +187,9 @@ def test_a_submitter_of_the_team_may_submit_and_is_recorded(world: World) -> Non
 
 
 @pytest.mark.parametrize("sender", [MALLORY, f"{MALLORY}:{ALICE}", None, ""])
-def test_a_sender_the_team_does_not_list_is_rejected_with_the_reason(world: World, sender: str | None) -> None:
+def test_a_sender_the_team_does_not_list_is_rejected_with_the_reason(
+    world: World, sender: str | None
+) -> None:
     result = guarded(world).handle(body=spec(id="t-1"), message_id="m-1", sender_id=sender)
     assert result.outcome is IntakeOutcome.REJECTED
     (error,) = result.errors
@@ -196,7 +208,9 @@ def test_a_team_without_submitters_is_open_to_every_sender(world: World) -> None
 
 def test_a_cancel_from_a_sender_the_team_does_not_list_is_refused(world: World) -> None:
     intake = guarded(world)
-    intake.handle(body=spec(id="t-1", sweep={"parameters": {"lr": [1, 2]}}), message_id="m-1", sender_id=ALICE)
+    intake.handle(
+        body=spec(id="t-1", sweep={"parameters": {"lr": [1, 2]}}), message_id="m-1", sender_id=ALICE
+    )
     cancel = json.dumps({"action": "cancel", "id": "t-1"})
 
     refused = intake.handle(body=cancel, message_id="m-2", sender_id=MALLORY)
@@ -211,13 +225,17 @@ def test_a_cancel_from_a_sender_the_team_does_not_list_is_refused(world: World) 
 
 
 def test_trials_keep_the_sender_of_their_sweep(world: World) -> None:
-    guarded(world).handle(body=spec(id="sw", sweep={"parameters": {"lr": [1, 2]}}), message_id="m-1", sender_id=ALICE)
+    guarded(world).handle(
+        body=spec(id="sw", sweep={"parameters": {"lr": [1, 2]}}), message_id="m-1", sender_id=ALICE
+    )
     assert {world.store.get(t).submitted_by for t in ("sw-t000", "sw-t001")} == {ALICE}  # type: ignore[union-attr]
 
 
 def test_a_rejected_record_fits_dynamodb_even_for_a_body_with_thousands_of_issues(world: World) -> None:
     # 3.6 KB that used to make 2,000 issues and a 2.2 MB record that DynamoDB refused
-    body = json.dumps({"sweep": {"parameters": {f"p{i}": [[]] * 100 for i in range(9)}}}, separators=(",", ":"))
+    body = json.dumps(
+        {"sweep": {"parameters": {f"p{i}": [[]] * 100 for i in range(9)}}}, separators=(",", ":")
+    )
     result = world.intake.handle(body=body, message_id="m-1")
     assert result.outcome is IntakeOutcome.REJECTED
     job = world.store.get(result.job_id)
@@ -225,6 +243,8 @@ def test_a_rejected_record_fits_dynamodb_even_for_a_body_with_thousands_of_issue
 
 
 def test_a_sweep_whose_trials_would_not_load_is_rejected_at_intake(world: World) -> None:
-    result = world.intake.handle(body=spec(args=["-v"] * 256, sweep={"parameters": {"lr": [1]}}), message_id="m-1")
+    result = world.intake.handle(
+        body=spec(args=["-v"] * 256, sweep={"parameters": {"lr": [1]}}), message_id="m-1"
+    )
     assert result.outcome is IntakeOutcome.REJECTED and result.errors[0]["field"] == "args"
     assert world.store.list_by_status(JobStatus.QUEUED) == []
