@@ -56,10 +56,16 @@ def record(state: Any, at: datetime, n: int, **plan: Any) -> str:
     return decision_id
 
 
-def record_each_minute(state: Any, count: int) -> None:
-    """`count` decisions a minute apart from T0, numbered from 0."""
+def read_after_each_minute(
+    dynamo: tuple[DynamoScaleState, CountingClient], count: int, *, now: datetime
+) -> tuple[dict[str, Any] | None, list[tuple[str, dict[str, Any]]]]:
+    """Records `count` decisions a minute apart from T0, numbered from 0, then reads the newest at
+    `now`: it, and the calls that read sent."""
+    state, client = dynamo
     for n in range(count):
         record(state, T0 + timedelta(minutes=n), n)
+    client.calls.clear()
+    return state.latest_decision(now=now), client.calls
 
 
 def test_no_decision_yet_is_none(state: Any) -> None:
@@ -102,15 +108,11 @@ def test_a_reader_whose_clock_is_days_off_still_finds_the_newest(state: Any) -> 
 def test_reading_the_newest_of_many_costs_one_query_of_one_item(
     dynamo: tuple[DynamoScaleState, CountingClient],
 ) -> None:
-    # given a day of decisions
-    state, client = dynamo
-    record_each_minute(state, 60)
-    client.calls.clear()
-    # when
-    latest = state.latest_decision(now=T0 + timedelta(hours=2))
+    # given a day of decisions, when the newest is read
+    latest, calls = read_after_each_minute(dynamo, 60, now=T0 + timedelta(hours=2))
     # then: today's partition, newest first, one item; no scan
     assert latest is not None and latest["plan"]["n"] == 59
-    [(operation, request)] = client.calls
+    [(operation, request)] = calls
     assert operation == "query"
     assert request["Limit"] == 1 and request["ScanIndexForward"] is False
     assert request["ExpressionAttributeValues"] == {":pk": {"S": "DECISION#2026-01-05"}}
@@ -119,12 +121,9 @@ def test_reading_the_newest_of_many_costs_one_query_of_one_item(
 def test_off_the_day_it_reads_two_empty_partitions_and_the_latest_key_never_a_scan(
     dynamo: tuple[DynamoScaleState, CountingClient],
 ) -> None:
-    state, client = dynamo
-    record_each_minute(state, 5)
-    client.calls.clear()
-    latest = state.latest_decision(now=T0 + timedelta(days=40))
+    latest, calls = read_after_each_minute(dynamo, 5, now=T0 + timedelta(days=40))
     assert latest is not None and latest["plan"]["n"] == 4
-    assert [operation for operation, _ in client.calls] == ["query", "query", "get_item", "get_item"]
+    assert [operation for operation, _ in calls] == ["query", "query", "get_item", "get_item"]
 
 
 def test_a_latest_key_whose_decision_expired_is_none(dynamo: tuple[DynamoScaleState, CountingClient]) -> None:

@@ -30,6 +30,13 @@ def suspended_manifest(name: str, **kwargs: Any) -> dict[str, Any]:
     return manifest
 
 
+def suspended_condition(job: dict[str, Any]) -> tuple[str, str, str]:
+    """The status, reason and message of the Job's Suspended condition, which it must have."""
+    suspended = condition(job, "Suspended")
+    assert suspended is not None
+    return suspended["status"], suspended["reason"], suspended["message"]
+
+
 def resume(cluster: Any, name: str, **spec: Any) -> dict[str, Any]:
     result: dict[str, Any] = cluster.patch_job(
         namespace=NS, name=name, patch={"spec": {"suspend": False, **spec}}
@@ -54,13 +61,7 @@ def test_a_job_created_suspended_gets_no_pod_and_no_start_time() -> None:
     job = k8s_job(cluster, "j1")
     assert job["spec"]["suspend"] is True
     assert "startTime" not in job["status"] and "active" not in job["status"]
-    suspended = condition(job, "Suspended")
-    assert suspended is not None
-    assert (suspended["status"], suspended["reason"], suspended["message"]) == (
-        "True",
-        "JobSuspended",
-        "Job suspended",
-    )
+    assert suspended_condition(job) == ("True", "JobSuspended", "Job suspended")
     # Nothing is due on its own: a virtual clock has nothing to jump to.
     assert cluster.next_event_time() is None
     assert [e.reason for e in cluster.events if e.name == "j1"] == ["Suspended"]
@@ -81,13 +82,7 @@ def test_resuming_creates_the_pod_and_sets_start_time_to_the_resume_time() -> No
     job = k8s_job(cluster, "j1")
     assert job["status"]["startTime"] == "2026-01-05T11:00:00Z"
     assert returned["spec"]["suspend"] is False and returned["status"]["startTime"] == "2026-01-05T11:00:00Z"
-    resumed = condition(job, "Suspended")
-    assert resumed is not None
-    assert (resumed["status"], resumed["reason"], resumed["message"]) == (
-        "False",
-        "JobResumed",
-        "Job resumed",
-    )
+    assert suspended_condition(job) == ("False", "JobResumed", "Job resumed")
     assert [e.reason for e in cluster.events if e.kind == "Job" and e.name == "j1"][:3] == [
         "Suspended",
         "Resumed",
@@ -156,7 +151,7 @@ def test_suspending_a_running_job_deletes_its_pod_and_clears_start_time() -> Non
     assert cluster.list_pods(job_id="j1") == []
     job = k8s_job(cluster, "j1")
     assert "startTime" not in job["status"] and "failed" not in job["status"]
-    assert condition(job, "Suspended")["status"] == "True"  # type: ignore[index]
+    assert suspended_condition(job)[0] == "True"
     assert cluster.next_event_time() is None  # the old deadline and the pod's end are void
 
     # when: resumed two hours later, the deadline counts from then
