@@ -39,12 +39,15 @@ from squall.planner import GroupHealth
 from squall.ports import FleetGroup, FleetInstance, GroupRef
 
 
-class _Versioned(Protocol):
+class _Record(Protocol):
     @property
     def version(self) -> int: ...
 
+    @property
+    def status(self) -> Enum: ...
 
-R = TypeVar("R", bound=_Versioned)  # a record: a job, a model service
+
+R = TypeVar("R", bound=_Record)  # a job, a model service
 E = TypeVar("E")  # its events
 S = TypeVar("S", bound=Enum)  # its status
 
@@ -63,17 +66,15 @@ class VersionedRecords(Generic[R, E, S]):
         *,
         kind: str,
         key: Callable[[R], str],
-        status: Callable[[R], S],
         since: Callable[[R], datetime],
     ) -> None:
         self._kind = kind
         self._key = key
-        self._status = status
         self._since = since
         self._records: dict[str, R] = {}
         self._events: dict[str, list[E]] = {}
         # status -> sorted [(since, key)], like the status index
-        self._index: dict[S, list[tuple[datetime, str]]] = {s: [] for s in statuses}
+        self._index: dict[Enum, list[tuple[datetime, str]]] = {s: [] for s in statuses}
 
     def create(self, record: R, event: E) -> bool:
         """Stores a new record and its first event; False (and nothing stored) when its key is taken."""
@@ -82,7 +83,7 @@ class VersionedRecords(Generic[R, E, S]):
             return False
         self._records[key] = record
         self._events[key] = [event]
-        bisect.insort(self._index[self._status(record)], (self._since(record), key))
+        bisect.insort(self._index[record.status], (self._since(record), key))
         return True
 
     def put(self, record: R, event: E) -> None:
@@ -91,9 +92,9 @@ class VersionedRecords(Generic[R, E, S]):
         stored = self._records.get(key)
         if stored is None or stored.version != record.version - 1:
             raise ConflictError(f"{self._kind} {key} changed since version {record.version - 1}")
-        if self._status(stored) is not self._status(record):
-            self._index[self._status(stored)].remove((self._since(stored), key))
-            bisect.insort(self._index[self._status(record)], (self._since(record), key))
+        if stored.status is not record.status:
+            self._index[stored.status].remove((self._since(stored), key))
+            bisect.insort(self._index[record.status], (self._since(record), key))
         self._records[key] = record
         self._events[key].append(event)
 
@@ -119,11 +120,7 @@ class InMemoryJobStore:
 
     def __init__(self) -> None:
         self._jobs = VersionedRecords[Job, JobEvent, JobStatus](
-            JobStatus,
-            kind="job",
-            key=lambda j: j.id,
-            status=lambda j: j.status,
-            since=lambda j: j.submitted_at,
+            JobStatus, kind="job", key=lambda j: j.id, since=lambda j: j.submitted_at
         )
         self._first_events: dict[str, str] = {}  # kept in the job item, as the adapter does
 

@@ -18,11 +18,7 @@ from squall.local.memory import VersionedRecords, check_item_size
 class InMemoryModelServiceStore:
     def __init__(self) -> None:
         self._services = VersionedRecords[ModelService, ServiceEvent, ServiceStatus](
-            ServiceStatus,
-            kind="model service",
-            key=lambda s: s.name,
-            status=lambda s: s.status,
-            since=lambda s: s.created_at,
+            ServiceStatus, kind="model service", key=lambda s: s.name, since=lambda s: s.created_at
         )
 
     def create(self, service: ModelService, event: ServiceEvent) -> None:
