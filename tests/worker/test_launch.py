@@ -22,6 +22,7 @@ from trainer import exits, launch, storage
 from trainer.launch import CodeRefused, LaunchError
 
 from squall.core import codepack
+from tests.python_child import run_module
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -82,15 +83,7 @@ def run_launch(
     }
     if uri is not None:
         env[launch.CODE_URI_ENV] = str(uri)
-    return subprocess.run(
-        [sys.executable, "-m", "trainer.launch", *command],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd=scratch.parent,
-    )
+    return run_module("trainer.launch", *command, timeout=timeout, cwd=scratch.parent, env=env)
 
 
 def shown(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
