@@ -1,17 +1,15 @@
 """The local stand-in for TensorFlow Serving: a model service's pod under `squall local up`.
 
-    python -m squall.local.model_server --source <s3://… or a local dir> --model-name N \
-        --model-version V --rest-port P --grpc-port Q --work-dir D
+    python -m squall.local.model_server --model-dir D --model-name N \
+        --model-version V --rest-port P --grpc-port Q
 
-does in one process what a model service's pod does on a cluster (the `fetch-model`
-init container, then TensorFlow Serving):
+does what TensorFlow Serving does in a model service's pod, on the SavedModel in D
+(local/processes.py runs the pod's `fetch-model` init container, the worker image's
+`trainer.fetch_model`, first, and this in its place once it has copied the model):
 
 - binds both ports on loopback at once (the model reports LOADING meanwhile), then
-  fetches the SavedModel: an s3:// source (boto3's default chain; AWS_ENDPOINT_URL is
-  how the local runtime points it at its endpoint) is copied to
-  `<work dir>/models/<name>/<version>`, a local directory is loaded in place. No
-  `saved_model.pb` under the source: exit 2 (the contract's ModelNotFound) with one
-  stderr line saying so; any other failure to fetch or load: exit 1.
+  loads the SavedModel. No `saved_model.pb` in D: exit 2 (the contract's
+  ModelNotFound) with one stderr line saying so; any other failure to load: exit 1.
 - loads it with `tf.saved_model.load` and serves, as TensorFlow Serving does, its
   REST API (`GET /v1/models/<name>[/versions/<v>]` model status,
   `GET …/metadata`, `POST …:predict` in the row (`instances` → `predictions`) and
@@ -23,16 +21,10 @@ init container, then TensorFlow Serving):
 - bounded: request bodies and gRPC messages at most `MAX_BODY_BYTES`, at most
   `REST_THREADS` REST requests and `GRPC_THREADS` RPCs at once (more wait their
   turn: the REST accept loop waits, gRPC refuses beyond `GRPC_MAX_CONCURRENT`), a
-  connection that sends nothing for `SOCKET_TIMEOUT_SECONDS` is closed; a fetch
-  copies at most `MAX_OBJECTS` objects and `MAX_MODEL_BYTES` bytes.
+  connection that sends nothing for `SOCKET_TIMEOUT_SECONDS` is closed.
 - SIGTERM (or SIGINT) stops it: both servers shut down, exit 0.
 
-The fetch in `local/servable.py` (with the model and the REST formats) and
-`trainer/fetch_model.py` (the worker image's `fetch-model`) are
-two copies of one small routine, on purpose: the worker image cannot import squall
-and squall may not import the worker image's package, so each side keeps its own,
-with the same rules (the SavedModel's parts only, the same limits, the same exit
-codes). Change them together.
+The model and the REST formats are in `local/servable.py`.
 
 Leaves out: classify/regress/multi-inference (answered as unsupported), model
 version policies and several versions, labels, batching, warm-up, and reloads.
@@ -57,11 +49,8 @@ from typing import Any, NoReturn
 from squall.local.servable import (
     DEFAULT_SIGNATURE,
     BadRequest,
-    FetchError,
-    NoSavedModelError,
     NotFound,
     Servable,
-    fetch_saved_model,
     first_line,
     format_predict,
     parse_predict,
@@ -455,12 +444,11 @@ class _Stopped(Exception):
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = _Parser(prog="python -m squall.local.model_server", description=__doc__.split("\n")[0])
-    parser.add_argument("--source", required=True, help="s3://bucket/prefix or a local directory")
+    parser.add_argument("--model-dir", type=Path, required=True, help="the SavedModel's directory")
     parser.add_argument("--model-name", required=True)
     parser.add_argument("--model-version", type=int, required=True)
     parser.add_argument("--rest-port", type=int, required=True)
     parser.add_argument("--grpc-port", type=int, required=True)
-    parser.add_argument("--work-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", args.model_name):
         raise _UsageError(f"--model-name {args.model_name!r}: letters, digits, '.', '_', '-', at most 128")
@@ -504,22 +492,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"cannot start: {exc}")
             return FAILED_EXIT
         _say(
-            f"listening: REST {HOST}:{server.rest_port}, gRPC {HOST}:{server.grpc_port}; loading {args.source}"
+            f"listening: REST {HOST}:{server.rest_port}, gRPC {HOST}:{server.grpc_port}; "
+            f"loading {args.model_dir}"
         )
-        target = args.work_dir / "models" / args.model_name / str(args.model_version)
-        try:
-            path = fetch_saved_model(args.source, target)
-            server.load(path)
-        except NoSavedModelError as exc:
-            _say(str(exc))
+        if not (args.model_dir / "saved_model.pb").is_file():
+            _say(f"no SavedModel at {args.model_dir}: no saved_model.pb in it")
             return NO_SAVED_MODEL_EXIT
-        except FetchError as exc:
-            _say(str(exc))
-            return FAILED_EXIT
+        try:
+            server.load(args.model_dir)
         except _Stopped:
             raise
         except Exception as exc:
-            _say(f"cannot load the SavedModel from {args.source}: {type(exc).__name__}: {first_line(exc)}")
+            _say(f"cannot load the SavedModel from {args.model_dir}: {type(exc).__name__}: {first_line(exc)}")
             return FAILED_EXIT
         serving.set()
         _say(f"serving model {args.model_name} version {args.model_version}")

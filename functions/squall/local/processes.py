@@ -32,12 +32,18 @@ unpacks the code first), with:
 
 A model service's pod (the `squall.io/model-service` label, a `fetch-model` init
 container and a `serving` container, as core/serving_manifests.py renders them) runs
-as ONE process, the local stand-in for both (squall/local/model_server.py): `python -m
-squall.local.model_server --source <fetch-model's --source> --model-name <serving's
---model_name> --model-version <the last part of fetch-model's --target> --rest-port P
---grpc-port Q --work-dir <its directory>`, with two free loopback ports of its own per
-run, the same environment rules (no worker image ENV but its quiet TensorFlow logs),
-and its output shipped as the `serving` container's. `ready(pod)` says whether its
+as ONE process, a shell that runs its containers one after the other: first the init
+container's own command (the worker image's `python -m trainer.fetch_model --source
+… --target …`, the target in the pod's `models` volume moved under the pod's
+directory), then, once that has exited 0, in the shell's place, the local stand-in
+for TensorFlow Serving (squall/local/model_server.py): `python -m
+squall.local.model_server --model-dir <what fetch-model copied> --model-name
+<serving's --model_name> --model-version <the last part of fetch-model's --target>
+--rest-port P --grpc-port Q`. A failed fetch's exit code is the pod's (2: no
+SavedModel). The pod has two free loopback ports of its own per run, the same
+environment rules (no worker image ENV but its quiet TensorFlow logs; this squall and
+the worker image's `trainer` on PYTHONPATH), and its output is shipped as the
+`serving` container's. `ready(pod)` says whether its
 model status endpoint answers AVAILABLE (one HTTP GET of at most
 `READY_TIMEOUT_SECONDS`), `ports(pod)` maps the pod's container ports (8501 REST,
 8500 gRPC, or what its serving args say) to the loopback ports it listens on.
@@ -59,6 +65,7 @@ import logging
 import os
 import queue
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -114,7 +121,7 @@ SERVING_CONTAINER = "serving"
 REST_CONTAINER_PORT = 8501  # TensorFlow Serving's --rest_api_port and --port defaults in the contract
 GRPC_CONTAINER_PORT = 8500
 MODEL_SERVER_MODULE = "squall.local.model_server"
-# The squall package's folder: on the stand-in's PYTHONPATH (it runs `-m squall.local.model_server`).
+# The squall package's folder: on a model service pod's PYTHONPATH (it runs `-m squall.local.model_server`).
 SQUALL_PATH = Path(__file__).resolve().parents[2]
 # The stand-in's environment beyond the basics: TensorFlow's C++ logs as quiet as the worker image's.
 SERVING_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
@@ -234,6 +241,12 @@ def _named(containers: Any, name: str) -> Mapping[str, Any] | None:
         if isinstance(container, Mapping) and container.get("name") == name:
             return container
     return None
+
+
+def _command(container: Mapping[str, Any], *, default: Sequence[str]) -> list[str]:
+    """A container's command and its args, as the container runtime runs them."""
+    command = [str(c) for c in container.get("command") or default]
+    return command + [str(a) for a in container.get("args") or []]
 
 
 def _flags(args: Any) -> dict[str, str]:
@@ -369,6 +382,7 @@ class ProcessRunner:
             while listening[serving.grpc_container_port] == listening[serving.rest_container_port]:
                 listening[serving.grpc_container_port] = free_port()
             argv = self._serving_argv(
+                _named(pod["spec"].get("initContainers"), FETCH_CONTAINER) or {},
                 serving,
                 rest_port=listening[serving.rest_container_port],
                 grpc_port=listening[serving.grpc_container_port],
@@ -549,21 +563,37 @@ class ProcessRunner:
         return ports
 
     def _argv(self, container: Mapping[str, Any]) -> list[str]:
-        command = [str(c) for c in container.get("command") or ["python", "-m", "trainer"]]
-        argv = command + [str(a) for a in container.get("args") or []]
-        if argv[0] in ("python", "python3"):
+        return self._local(_command(container, default=["python", "-m", "trainer"]))
+
+    def _local(self, argv: list[str]) -> list[str]:
+        """`argv` with `python`/`python3` at its head run as this interpreter."""
+        if argv and argv[0] in ("python", "python3"):
             argv[0] = self.python
         return argv
 
     def _serving_argv(
-        self, serving: ServingPod, *, rest_port: int, grpc_port: int, directory: Path
+        self,
+        fetch_container: Mapping[str, Any],
+        serving: ServingPod,
+        *,
+        rest_port: int,
+        grpc_port: int,
+        directory: Path,
     ) -> list[str]:
-        return [
+        """The init container, then (only once it has exited 0) the stand-in in the shell's place."""
+        # The pod's files (its `models` volume) are under its directory.
+        target = _flags(fetch_container.get("args"))["--target"]
+        model_dir = directory / target.lstrip("/")
+        fetch = [
+            {target: str(model_dir), f"--target={target}": f"--target={model_dir}"}.get(arg, arg)
+            for arg in _command(fetch_container, default=())
+        ]
+        server = [
             self.python,
             "-m",
             MODEL_SERVER_MODULE,
-            "--source",
-            serving.source,
+            "--model-dir",
+            str(model_dir),
             "--model-name",
             serving.model_name,
             "--model-version",
@@ -572,12 +602,12 @@ class ProcessRunner:
             str(rest_port),
             "--grpc-port",
             str(grpc_port),
-            "--work-dir",
-            str(directory),
         ]
+        return ["/bin/sh", "-c", f"{shlex.join(self._local(fetch))} && exec {shlex.join(server)}"]
 
     def _serving_environment(self, container: Mapping[str, Any], *, pod_name: str) -> dict[str, str]:
-        """The stand-in's environment: the basics, the serving container's env, this squall, the endpoint."""
+        """The pod's environment: the basics, the serving container's env, this squall and the
+        worker image's trainer (the stand-in's and fetch-model's code), the endpoint."""
         env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG", "LC_ALL", "TZ") if key in os.environ}
         env.setdefault("PATH", os.defpath)
         env.update(SERVING_ENV)
@@ -586,7 +616,8 @@ class ProcessRunner:
             if isinstance(item, Mapping) and isinstance(item.get("name"), str) and "value" in item:
                 env[item["name"]] = str(item["value"])
         env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SQUALL_PATH), env.get("PYTHONPATH")) if p)
+        paths = (str(SQUALL_PATH), env.get("PYTHONPATH"), self.trainer_path and str(self.trainer_path))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         env.update(FAKE_CREDENTIALS)
         env["AWS_DEFAULT_REGION"] = env["AWS_REGION"] = self.region
         env["AWS_ENDPOINT_URL"] = self.endpoint

@@ -1,10 +1,11 @@
-"""The SavedModel a local model service serves: fetched, loaded, and fed from TensorFlow Serving's JSON.
+"""The SavedModel a local model service serves: loaded, and fed from TensorFlow Serving's JSON.
 
-`local/model_server.py` (the stand-in for a model service's pod) serves what this module
-holds: `fetch_saved_model` (the `fetch-model` init container's part: the SavedModel's
-files only, bounded), `Servable` (the loaded model's signatures, their inputs checked by
-name, dtype and shape), and the REST API's request and answer formats (`parse_predict`,
-`format_predict`: row `instances` and columnar `inputs`, `b64` strings).
+`local/model_server.py` (the stand-in for TensorFlow Serving in a model service's pod)
+serves what this module holds: `Servable` (the loaded model's signatures, their inputs
+checked by name, dtype and shape), and the REST API's request and answer formats
+(`parse_predict`, `format_predict`: row `instances` and columnar `inputs`, `b64`
+strings). The pod's `fetch-model` init container (the worker image's
+`trainer.fetch_model`) has copied the model before.
 """
 
 from __future__ import annotations
@@ -12,111 +13,11 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-MAX_OBJECTS = 10_000
-MAX_MODEL_BYTES = 16 * 1024**3
 MAX_RANK = 32
 DEFAULT_SIGNATURE = "serving_default"
-# The files of a SavedModel directory; anything else under the source is not copied.
-SAVED_MODEL_FILES = frozenset({"saved_model.pb", "fingerprint.pb"})
-SAVED_MODEL_DIRS = frozenset({"variables", "assets", "assets.extra"})
-
-
-# ---- fetching ----
-
-
-class FetchError(RuntimeError):
-    """The SavedModel could not be copied (exit 1)."""
-
-
-class NoSavedModelError(FetchError):
-    """There is no saved_model.pb under the source (exit 2)."""
-
-
-def fetch_saved_model(
-    source: str,
-    target: Path,
-    *,
-    client: Any = None,
-    max_objects: int = MAX_OBJECTS,
-    max_bytes: int = MAX_MODEL_BYTES,
-) -> Path:
-    """The local directory holding the SavedModel at `source` (copied to `target` when on S3)."""
-    if not source.startswith("s3://"):
-        path = Path(source)
-        if not (path / "saved_model.pb").is_file():
-            raise NoSavedModelError(f"no SavedModel at {source}: no saved_model.pb in it")
-        return path
-    bucket, _, prefix = source[len("s3://") :].partition("/")
-    if not bucket:
-        raise FetchError(f"--source {source!r} names no bucket")
-    prefix = prefix.strip("/")
-    base = f"{prefix}/" if prefix else ""
-    if client is None:
-        import boto3  # lazily: only the stand-in needs it, and only for an s3:// source
-
-        client = boto3.client("s3")
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    wanted: list[tuple[str, PurePosixPath, int]] = []
-    total = 0
-    listed = 0
-    try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base):
-            for item in page.get("Contents", []):
-                key = str(item["Key"])
-                listed += 1
-                if listed > max_objects:
-                    raise FetchError(
-                        f"more than {max_objects} objects under {source}: not a SavedModel directory"
-                    )
-                relative = _saved_model_part(key[len(base) :])
-                if relative is None:
-                    continue
-                size = int(item.get("Size", 0))
-                total += size
-                if total > max_bytes:
-                    raise FetchError(f"the SavedModel at {source} is larger than {max_bytes} bytes")
-                wanted.append((key, relative, size))
-        if not any(relative == PurePosixPath("saved_model.pb") for _, relative, _ in wanted):
-            raise NoSavedModelError(f"no SavedModel at {source}: no saved_model.pb under it")
-        staging = target.with_name(target.name + ".partial")
-        _remove(staging)
-        for key, relative, _ in wanted:
-            path = staging.joinpath(*relative.parts)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(bucket, key, str(path))
-    except (BotoCoreError, ClientError) as exc:
-        raise FetchError(f"cannot copy {source}: {exc}") from exc
-    except OSError as exc:
-        raise FetchError(f"cannot write the SavedModel to {target}: {exc}") from exc
-    _remove(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging.rename(target)
-    return target
-
-
-def _saved_model_part(relative: str) -> PurePosixPath | None:
-    """The path of a key below the source when it is part of a SavedModel, else None."""
-    if not relative or relative.endswith("/"):
-        return None  # the prefix itself, or a console "folder"
-    parts = relative.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        return None  # never written outside the target
-    if len(parts) == 1:
-        return PurePosixPath(relative) if relative in SAVED_MODEL_FILES else None
-    return PurePosixPath(*parts) if parts[0] in SAVED_MODEL_DIRS else None
-
-
-def _remove(path: Path) -> None:
-    import shutil
-
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
 
 
 # ---- the model ----

@@ -2,8 +2,9 @@
 
 A small SavedModel is built here (a tf.Module with three signatures, and a Keras
 export made as the trainer makes its own); the server runs in this process on free
-loopback ports for the API tests, and as `python -m squall.local.model_server` against
-moto's server for the fetch, exit code and SIGTERM tests.
+loopback ports for the API tests, and as `python -m squall.local.model_server` for the
+exit code and SIGTERM tests. The copy from S3 before it is the worker image's
+`fetch-model` (tests/worker/test_fetch_model.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from tensorflow_serving.apis import (  # noqa: E402 - after the skip
 
 from squall.local import model_server  # noqa: E402
 from squall.local.model_server import ModelServer  # noqa: E402
-from squall.local.servable import FetchError, NoSavedModelError, fetch_saved_model  # noqa: E402
 
 NAME = "digits"
 VERSION = 3
@@ -389,109 +389,42 @@ def test_a_keras_export_like_the_trainers_is_served(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.float32(body["predictions"]), expected["images"].numpy())
 
 
-# ---- fetching from S3 ----
+# ---- the command ----
 
 
-@pytest.fixture
-def s3(saved_model: Path) -> Iterator[tuple[str, Any]]:
-    """moto's server with the SavedModel under s3://models/teams/research/out/job-1/ (and noise)."""
-    from squall.local.aws import client, local_endpoint
-
-    with local_endpoint() as endpoint:
-        s3_client = client("s3", endpoint)
-        s3_client.create_bucket(
-            Bucket="models", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
-        )
-        for path in saved_model.rglob("*"):
-            if path.is_file():
-                key = f"teams/research/out/job-1/{path.relative_to(saved_model).as_posix()}"
-                s3_client.upload_file(str(path), "models", key)
-        s3_client.put_object(
-            Bucket="models", Key="teams/research/out/job-1/checkpoints/ckpt-1.index", Body=b"x"
-        )
-        s3_client.put_object(Bucket="models", Key="teams/research/out/job-1/../../escape.pb", Body=b"x")
-        s3_client.put_object(Bucket="models", Key="teams/research/out/job-10/saved_model.pb", Body=b"x")
-        yield endpoint, s3_client
-
-
-@pytest.mark.timeout(120)
-def test_fetch_copies_only_the_saved_model(s3: tuple[str, Any], saved_model: Path, tmp_path: Path) -> None:
-    _, s3_client = s3
-
-    path = fetch_saved_model("s3://models/teams/research/out/job-1/", tmp_path / "m" / "1", client=s3_client)
-
-    copied = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
-    assert copied == sorted(
-        p.relative_to(saved_model).as_posix() for p in saved_model.rglob("*") if p.is_file()
-    )
-    assert not (tmp_path / "escape.pb").exists() and not (tmp_path / "m" / "1.partial").exists()
-
-
-@pytest.mark.timeout(120)
-def test_fetch_refuses_a_missing_saved_model_and_too_many_objects(
-    s3: tuple[str, Any], tmp_path: Path
-) -> None:
-    _, s3_client = s3
-
-    with pytest.raises(NoSavedModelError, match="no SavedModel at s3://models/teams/research/out/job-2"):
-        fetch_saved_model("s3://models/teams/research/out/job-2", tmp_path / "a", client=s3_client)
-    with pytest.raises(FetchError, match="more than 2 objects"):
-        fetch_saved_model(
-            "s3://models/teams/research/out/job-1", tmp_path / "b", client=s3_client, max_objects=2
-        )
-    with pytest.raises(FetchError, match="larger than 10 bytes"):
-        fetch_saved_model(
-            "s3://models/teams/research/out/job-1", tmp_path / "c", client=s3_client, max_bytes=10
-        )
-    with pytest.raises(NoSavedModelError):
-        fetch_saved_model(str(tmp_path / "nothing"), tmp_path / "d")
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
-
-
-def start_command(endpoint: str, source: str, work_dir: Path, *ports: int) -> subprocess.Popen[bytes]:
+def start_command(model_dir: Path, *ports: int) -> subprocess.Popen[bytes]:
     rest_port, grpc_port = ports
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env |= {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-west-2",
+    env = os.environ | {
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "PYTHONPATH": str(Path(model_server.__file__).resolve().parents[2]),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "squall.local.model_server", "--source", source, "--model-name", NAME,
-         "--model-version", "1", "--rest-port", str(rest_port), "--grpc-port", str(grpc_port),
-         "--work-dir", str(work_dir)],
+        [sys.executable, "-m", "squall.local.model_server", "--model-dir", str(model_dir), "--model-name", NAME,
+         "--model-version", "1", "--rest-port", str(rest_port), "--grpc-port", str(grpc_port)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_the_command_exits_2_when_there_is_no_saved_model(s3: tuple[str, Any], tmp_path: Path) -> None:
+def test_the_command_exits_2_when_there_is_no_saved_model(tmp_path: Path) -> None:
     from squall.local.processes import free_port
 
-    endpoint, _ = s3
-    process = start_command(
-        endpoint, "s3://models/teams/research/out/job-2", tmp_path, free_port(), free_port()
-    )
+    (tmp_path / "variables").mkdir()
+    process = start_command(tmp_path, free_port(), free_port())
     _, stderr = process.communicate(timeout=150)
 
     assert process.returncode == 2
-    assert "no SavedModel at s3://models/teams/research/out/job-2" in stderr.decode().strip().splitlines()[-1]
+    assert f"no SavedModel at {tmp_path}" in stderr.decode().strip().splitlines()[-1]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_the_command_serves_an_s3_model_and_stops_on_sigterm(
-    s3: tuple[str, Any], tmp_path: Path, direct: Any
-) -> None:
+def test_the_command_serves_its_model_and_stops_on_sigterm(saved_model: Path, direct: Any) -> None:
     from squall.local.processes import free_port
 
-    endpoint, _ = s3
     rest_port, grpc_port = free_port(), free_port()
-    process = start_command(endpoint, "s3://models/teams/research/out/job-1", tmp_path, rest_port, grpc_port)
+    process = start_command(saved_model, rest_port, grpc_port)
     try:
         # Waiting for it to load is bounded by the test's timeout, not asserted on.
         state = None
@@ -510,7 +443,6 @@ def test_the_command_serves_an_s3_model_and_stops_on_sigterm(
             np.float32(body["outputs"]["scores"]),
             direct["serving_default"](x=tf.constant(X))["scores"].numpy(),
         )
-        assert (tmp_path / "models" / NAME / "1" / "saved_model.pb").is_file()
 
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
