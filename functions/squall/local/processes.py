@@ -78,7 +78,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from squall.conventions import JOB_ID_LABEL, MODEL_SERVICE_LABEL
@@ -215,7 +215,8 @@ def serving_pod(pod: KubeObject) -> ServingPod | None:
     source = fetch_args.get("--source")
     target = fetch_args.get("--target")
     name = serving_args.get("--model_name")
-    if not source or not target or not name:
+    # The target is a path in the pod's `models` volume, placed under the pod's directory.
+    if not source or not target or not name or ".." in PurePosixPath(target).parts:
         return None
     version = target.rstrip("/").rsplit("/", 1)[-1]
     if not version.isdigit() or not 1 <= int(version) <= 10**9:

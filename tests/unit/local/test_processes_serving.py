@@ -93,6 +93,10 @@ def test_a_rendered_model_service_pod_is_read_for_the_stand_in() -> None:
         lambda pod: pod["spec"]["initContainers"][0].update(
             args=["--source", "s3://b/x", "--target", "/models/d/x"]
         ),
+        # a target outside the pod's models volume would land outside the pod's directory
+        lambda pod: pod["spec"]["initContainers"][0].update(
+            args=["--source", "s3://b/x", "--target", "/models/../../escaped/1"]
+        ),
         lambda pod: pod["spec"]["containers"][0].update(args=["--port=8500"]),
     ],
 )

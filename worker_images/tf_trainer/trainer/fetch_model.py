@@ -17,9 +17,8 @@ Exit codes (the serving contract): 0 copied; 2 no ``saved_model.pb`` under the s
 reason is the last stderr line and, where the kubelet provides one, the container's
 termination message (``/dev/termination-log``), which ``kubectl describe`` shows.
 
-Squall's local stand-in for TensorFlow Serving (squall/local/servable.py, for model_server.py) keeps
-its own copy of this routine, with the same rules: this image cannot import squall,
-and squall does not import the image's package. Change them together.
+Squall's local runtime runs this same command as a model service pod's init container
+(squall/local/processes.py), before its stand-in for TensorFlow Serving loads what it copied.
 """
 
 from __future__ import annotations
