@@ -52,7 +52,7 @@ from squall.local.drain_queue import InMemoryDrainQueue  # noqa: E402
 from squall.local.lambda_events import LocalContext, eventbridge_event, sqs_event  # noqa: E402
 from squall.local.runtime import LocalScaleRequests  # noqa: E402
 from squall.planner.kube import parse_pods  # noqa: E402
-from squall.ports import FleetGroup, GroupRef, LifecycleResult, ScalingActivity  # noqa: E402
+from squall.ports import FleetGroup, GroupRef, LifecycleAction, LifecycleResult, ScalingActivity  # noqa: E402
 from squall.services.intake import Intake, IntakeConfig  # noqa: E402
 from squall.services.scale import cordon_patch  # noqa: E402
 
@@ -90,13 +90,11 @@ class CountingFleet:
 
     def set_scale_in_protection(self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool) -> None: ...
 
-    def complete_lifecycle_action(
-        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None, result: LifecycleResult
-    ) -> None:
+    def complete_lifecycle_action(self, action: LifecycleAction, result: LifecycleResult) -> None:
         self.calls.append("complete_lifecycle_action")
         self.completed = True
 
-    def record_lifecycle_heartbeat(self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None) -> None:
+    def record_lifecycle_heartbeat(self, action: LifecycleAction) -> None:
         self.calls.append("record_lifecycle_heartbeat")
 
 

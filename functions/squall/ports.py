@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 from squall.core.asg_events import DrainStepMessage
 from squall.core.drain import DrainRecord
+from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
 from squall.planner import GroupHealth
@@ -215,20 +216,13 @@ class ScaleState(Protocol):
 
 
 # ---- Auto Scaling: the node groups of every region, and their value types ----
+# (GroupRef and LifecycleAction, imported above, are core's: the drain record names its action too.)
 
 LifecycleResult = Literal["CONTINUE", "ABANDON"]
 
 # Auto Scaling reports many in-progress codes (PreInService, MidLifecycleAction,
 # WaitingForSpotInstanceId, ...); only these three mean the activity is over.
 TERMINAL_ACTIVITY_STATUSES = frozenset({"Successful", "Failed", "Cancelled"})
-
-
-@dataclass(frozen=True, slots=True)
-class GroupRef:
-    """An Auto Scaling group, by name, in one region."""
-
-    name: str
-    region: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,24 +324,14 @@ class Fleet(Protocol):
         """Protect these instances of the group from scale-in, or lift the protection."""
         ...
 
-    def complete_lifecycle_action(
-        self,
-        *,
-        ref: GroupRef,
-        hook_name: str,
-        instance_id: str,
-        token: str | None,
-        result: LifecycleResult,
-    ) -> None:
-        """Let a launch or termination waiting on ``hook_name`` go on (or abandon it).
+    def complete_lifecycle_action(self, action: LifecycleAction, result: LifecycleResult) -> None:
+        """Let a launch or termination waiting on the action's hook go on (or abandon it).
 
         Raises LifecycleActionGone when the action is no longer pending.
         """
         ...
 
-    def record_lifecycle_heartbeat(
-        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None
-    ) -> None:
+    def record_lifecycle_heartbeat(self, action: LifecycleAction) -> None:
         """Extend the hook's timeout for this instance (a long drain).
 
         Raises LifecycleActionGone when the action is no longer pending.

@@ -24,7 +24,7 @@ from squall.core.telemetry import RecordedMetric
 from squall.local.clock import VirtualClock
 from squall.local.runtime import LocalRuntime
 from squall.local.summary import ObservedCluster
-from squall.ports import GroupRef
+from squall.ports import GroupRef, LifecycleAction, LifecycleResult
 from tests.e2e.helpers_runtime import P3_USW2, gan_job, run_until_running
 
 ZERO = timedelta(0)
@@ -384,11 +384,11 @@ def test_a_drain_step_that_fails_once_is_retried_after_the_step_delay_and_the_ho
         failures: list[Any] = []
         complete = local.fleet.complete_lifecycle_action
 
-        def throttled_once(**kwargs: Any) -> None:
+        def throttled_once(action: LifecycleAction, result: LifecycleResult) -> None:
             if not failures:
                 failures.append(local.clock.now())
                 raise RetryableError("CompleteLifecycleAction: Throttling: Rate exceeded")
-            complete(**kwargs)
+            complete(action, result)
 
         local.fleet.complete_lifecycle_action = throttled_once  # type: ignore[method-assign]
         # when the node's instance is terminated under the job: the lifecycle function

@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from squall.core.errors import LifecycleActionGone, NotFoundError, PermanentError
-from squall.ports import FleetGroup, FleetInstance, GroupRef, LifecycleResult, ScalingActivity
+from squall.core.fleet_refs import GroupRef, LifecycleAction
+from squall.ports import FleetGroup, FleetInstance, LifecycleResult, ScalingActivity
 
 
 @dataclass(frozen=True)
@@ -202,43 +203,20 @@ class FakeFleet:
         for instance_id in instance_ids:
             self._update_instance(ref, instance_id, protected_from_scale_in=protected)
 
-    def complete_lifecycle_action(
-        self,
-        *,
-        ref: GroupRef,
-        hook_name: str,
-        instance_id: str,
-        token: str | None,
-        result: LifecycleResult,
-    ) -> None:
-        self._called(
-            "complete_lifecycle_action",
-            ref=ref,
-            hook_name=hook_name,
-            instance_id=instance_id,
-            token=token,
-            result=result,
-        )
-        state = self._waiting_state(ref, instance_id)
+    def complete_lifecycle_action(self, action: LifecycleAction, result: LifecycleResult) -> None:
+        self._called("complete_lifecycle_action", action=action, result=result)
+        state = self._waiting_state(action)
         if state.endswith("Pending:Wait"):
             after = state.replace("Pending:Wait", "Pending:Proceed")
             if result == "ABANDON":
                 after = "Terminating"
         else:
             after = state.replace("Terminating:Wait", "Terminating:Proceed")
-        self._update_instance(ref, instance_id, lifecycle_state=after)
+        self._update_instance(action.ref, action.instance_id, lifecycle_state=after)
 
-    def record_lifecycle_heartbeat(
-        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None
-    ) -> None:
-        self._called(
-            "record_lifecycle_heartbeat",
-            ref=ref,
-            hook_name=hook_name,
-            instance_id=instance_id,
-            token=token,
-        )
-        self._waiting_state(ref, instance_id)
+    def record_lifecycle_heartbeat(self, action: LifecycleAction) -> None:
+        self._called("record_lifecycle_heartbeat", action=action)
+        self._waiting_state(action)
 
     # --- internals -------------------------------------------------------------------
 
@@ -266,17 +244,17 @@ class FakeFleet:
                     return ref, instance
         return None
 
-    def _waiting_state(self, ref: GroupRef, instance_id: str) -> str:
-        group = self._groups.get(ref)
+    def _waiting_state(self, action: LifecycleAction) -> str:
+        group = self._groups.get(action.ref)
         instance = next(
-            (i for i in (group.instances if group else ()) if i.instance_id == instance_id),
+            (i for i in (group.instances if group else ()) if i.instance_id == action.instance_id),
             None,
         )
         if instance is None or not instance.lifecycle_state.endswith(
             ("Pending:Wait", "Terminating:Wait")
         ):
             raise LifecycleActionGone(
-                f"No active Lifecycle Action found with instance ID {instance_id}"
+                f"No active Lifecycle Action found with instance ID {action.instance_id}"
             )
         return instance.lifecycle_state
 

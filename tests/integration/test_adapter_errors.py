@@ -53,7 +53,7 @@ from squall.core.errors import (
 )
 from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.planner import GroupHealth
-from squall.ports import GroupRef
+from squall.ports import GroupRef, LifecycleAction
 from tests.job_records import job_record
 
 pytestmark = pytest.mark.timeout(60)
@@ -62,6 +62,7 @@ REGION = "us-west-2"
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 REF = GroupRef(name="p3-usw2", region=REGION)
 TOKEN = "87654321-4321-4321-4321-210987654321"
+LAUNCH_ACTION = LifecycleAction(ref=REF, hook_name="squall-launch", instance_id="i-0abc", token=TOKEN)
 QUEUE_URL = f"https://sqs.{REGION}.amazonaws.com/123456789012/squall-drain"
 
 
@@ -215,16 +216,12 @@ METHODS: dict[str, Method] = {
     "fleet.complete_lifecycle_action": Method(
         "autoscaling",
         "complete_lifecycle_action",
-        lambda c: AutoScalingFleet(lambda _: c).complete_lifecycle_action(
-            ref=REF, hook_name="squall-launch", instance_id="i-0abc", token=TOKEN, result="CONTINUE"
-        ),
+        lambda c: AutoScalingFleet(lambda _: c).complete_lifecycle_action(LAUNCH_ACTION, "CONTINUE"),
     ),
     "fleet.record_lifecycle_heartbeat": Method(
         "autoscaling",
         "record_lifecycle_action_heartbeat",
-        lambda c: AutoScalingFleet(lambda _: c).record_lifecycle_heartbeat(
-            ref=REF, hook_name="squall-launch", instance_id="i-0abc", token=TOKEN
-        ),
+        lambda c: AutoScalingFleet(lambda _: c).record_lifecycle_heartbeat(LAUNCH_ACTION),
     ),
 }
 
@@ -430,16 +427,13 @@ def test_auto_scalings_own_words_are_refined_but_throttling_stays_retryable() ->
         "complete_lifecycle_action", "Throttling", "Rate exceeded: No active Lifecycle Action found", 400
     )
     with stub:
+        untokened = LifecycleAction(ref=REF, hook_name="h", instance_id="i-0abc", token=None)
         with pytest.raises(LifecycleActionGone):
-            fleet.complete_lifecycle_action(
-                ref=REF, hook_name="h", instance_id="i-0abc", token=None, result="CONTINUE"
-            )
+            fleet.complete_lifecycle_action(untokened, "CONTINUE")
         with pytest.raises(NotFoundError):
             fleet.terminate_instance(region=REGION, instance_id="i-0abc")
         with pytest.raises(RetryableError):
-            fleet.complete_lifecycle_action(
-                ref=REF, hook_name="h", instance_id="i-0abc", token=None, result="CONTINUE"
-            )
+            fleet.complete_lifecycle_action(untokened, "CONTINUE")
 
 
 class _FailingSession:

@@ -24,7 +24,7 @@ from moto import mock_aws
 
 from squall.adapters.aws.autoscaling import AutoScalingFleet
 from squall.core.errors import LifecycleActionGone, NotFoundError, PermanentError, RetryableError, SquallError
-from squall.ports import Fleet, GroupRef
+from squall.ports import Fleet, GroupRef, LifecycleAction
 from tests.fakes.fleet import FakeFleet
 
 pytestmark = pytest.mark.timeout(120)
@@ -539,13 +539,10 @@ def test_complete_lifecycle_action_sends_the_token_only_when_there_is_one(
         expected["LifecycleActionToken"] = token
     stubbed[WEST].add_response("complete_lifecycle_action", {}, expected)
 
-    stubbed.fleet.complete_lifecycle_action(
-        ref=GroupRef(name="p3-usw2", region=WEST),
-        hook_name="squall-terminate",
-        instance_id="i-0abc",
-        token=token,
-        result=result,
+    action = LifecycleAction(
+        ref=GroupRef(name="p3-usw2", region=WEST), hook_name="squall-terminate", instance_id="i-0abc", token=token
     )
+    stubbed.fleet.complete_lifecycle_action(action, result)
 
 
 def test_heartbeat_names_the_action(stubbed: Stubbed) -> None:
@@ -561,10 +558,9 @@ def test_heartbeat_names_the_action(stubbed: Stubbed) -> None:
     )
 
     stubbed.fleet.record_lifecycle_heartbeat(
-        ref=GroupRef(name="p3-use1", region=EAST),
-        hook_name="squall-terminate",
-        instance_id="i-0abc",
-        token=TOKEN,
+        LifecycleAction(
+            ref=GroupRef(name="p3-use1", region=EAST), hook_name="squall-terminate", instance_id="i-0abc", token=TOKEN
+        )
     )
 
 
@@ -582,18 +578,14 @@ def test_an_action_no_longer_pending_is_gone(stubbed: Stubbed, method: str, mess
         if method == "complete":
             stubbed[WEST].add_client_error("complete_lifecycle_action", "ValidationError", message)
             stubbed.fleet.complete_lifecycle_action(
-                ref=ref,
-                hook_name="squall-launch",
-                instance_id="i-0abc",
-                token=TOKEN,
-                result="CONTINUE",
+                LifecycleAction(ref=ref, hook_name="squall-launch", instance_id="i-0abc", token=TOKEN), "CONTINUE"
             )
         else:
             stubbed[WEST].add_client_error(
                 "record_lifecycle_action_heartbeat", "ValidationError", message
             )
             stubbed.fleet.record_lifecycle_heartbeat(
-                ref=ref, hook_name="squall-terminate", instance_id="i-0abc", token=TOKEN
+                LifecycleAction(ref=ref, hook_name="squall-terminate", instance_id="i-0abc", token=TOKEN)
             )
     assert isinstance(raised.value, PermanentError)
     assert isinstance(raised.value.__cause__, ClientError)
@@ -645,6 +637,7 @@ def test_aws_errors_become_squall_errors(
 
 # Every method of the port, with the operation(s) it calls on the client.
 REF = GroupRef(name="p3-usw2", region=WEST)
+LAUNCH_ACTION = LifecycleAction(ref=REF, hook_name="squall-launch", instance_id="i-0abc", token=TOKEN)
 CALLS: dict[str, tuple[str, Callable[[Fleet], object]]] = {
     "describe_groups": ("describe_auto_scaling_groups", lambda f: f.describe_groups([REF])),
     "recent_activities": (
@@ -665,15 +658,11 @@ CALLS: dict[str, tuple[str, Callable[[Fleet], object]]] = {
     ),
     "complete_lifecycle_action": (
         "complete_lifecycle_action",
-        lambda f: f.complete_lifecycle_action(
-            ref=REF, hook_name="squall-launch", instance_id="i-0abc", token=TOKEN, result="CONTINUE"
-        ),
+        lambda f: f.complete_lifecycle_action(LAUNCH_ACTION, "CONTINUE"),
     ),
     "record_lifecycle_heartbeat": (
         "record_lifecycle_action_heartbeat",
-        lambda f: f.record_lifecycle_heartbeat(
-            ref=REF, hook_name="squall-launch", instance_id="i-0abc", token=TOKEN
-        ),
+        lambda f: f.record_lifecycle_heartbeat(LAUNCH_ACTION),
     ),
 }
 

@@ -14,7 +14,7 @@ from squall.local.cluster import SimulatedCluster
 from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
 from squall.local.memory import InMemoryAutoScaling
 from squall.planner import NodeGroup, Resources
-from squall.ports import GroupRef
+from squall.ports import GroupRef, LifecycleAction
 
 GROUP = NodeGroup(
     name="p3-usw2",
@@ -25,6 +25,11 @@ GROUP = NodeGroup(
     asg_name="squall-p3-usw2",
 )
 REF = GroupRef(name="squall-p3-usw2", region="us-west-2")
+
+
+def _action(hook_name: str, instance_id: str, *, token: str | None = None) -> LifecycleAction:
+    """An action of REF's: without a token, the local fleet finds it by instance and hook, as AWS does."""
+    return LifecycleAction(ref=REF, hook_name=hook_name, instance_id=instance_id, token=token)
 
 
 def make_fleet(*, hooks: bool = False, capacity: int = 2) -> tuple[LocalFleet, VirtualClock, SimulatedCluster]:
@@ -80,11 +85,11 @@ def test_launch_hook_holds_the_instance_until_continue() -> None:
     instance = event["detail"]["EC2InstanceId"]
     assert fleet.describe_groups([REF])[0].instances[0].lifecycle_state == "Pending:Wait"
     fleet.complete_lifecycle_action(
-        ref=REF, hook_name="squall-launch", instance_id=instance, token=event["detail"]["LifecycleActionToken"], result="CONTINUE"
+        _action("squall-launch", instance, token=event["detail"]["LifecycleActionToken"]), "CONTINUE"
     )
     assert fleet.describe_groups([REF])[0].instances[0].lifecycle_state == "InService"
     with pytest.raises(LifecycleActionGone):
-        fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, result="CONTINUE")
+        fleet.complete_lifecycle_action(_action("squall-launch", instance), "CONTINUE")
 
 
 def test_an_expired_launch_hook_abandons_and_the_group_replaces_the_instance() -> None:
@@ -106,7 +111,7 @@ def test_terminate_waits_for_the_hook_and_heartbeats_extend_it() -> None:
     fleet.set_desired_capacity(ref=REF, desired=1)
     fleet.advance()
     launch = fleet.outbox.pop()["detail"]
-    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=launch["EC2InstanceId"], result="CONTINUE")
+    fleet.complete_lifecycle_action(_action("squall-launch", launch["EC2InstanceId"]), "CONTINUE")
     clock.advance(timedelta(minutes=3))
     fleet.advance()
     fleet.terminate_instance(region="us-west-2", instance_id=launch["EC2InstanceId"], decrement=True)
@@ -115,12 +120,11 @@ def test_terminate_waits_for_the_hook_and_heartbeats_extend_it() -> None:
     for _ in range(3):
         clock.advance(timedelta(minutes=8))
         fleet.record_lifecycle_heartbeat(
-            ref=REF, hook_name="squall-terminate", instance_id=launch["EC2InstanceId"],
-            token=terminate["detail"]["LifecycleActionToken"],
+            _action("squall-terminate", launch["EC2InstanceId"], token=terminate["detail"]["LifecycleActionToken"])
         )
         fleet.advance()
         assert len(cluster.list_nodes()) == 1, "the node stays while its drain is going on"
-    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-terminate", instance_id=launch["EC2InstanceId"], result="CONTINUE")
+    fleet.complete_lifecycle_action(_action("squall-terminate", launch["EC2InstanceId"]), "CONTINUE")
     fleet.advance()
     assert cluster.list_nodes() == [] and fleet.describe_groups([REF])[0].desired == 0
     assert fleet.hook_stats() == {"drains": 1, "hooksCompleted": 2, "hooksLeftOpen": 0}
@@ -132,7 +136,7 @@ def test_a_wrong_token_is_refused() -> None:
     fleet.advance()
     instance = fleet.outbox[0]["detail"]["EC2InstanceId"]
     with pytest.raises(LifecycleActionGone):
-        fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, token="stale", result="CONTINUE")
+        fleet.complete_lifecycle_action(_action("squall-launch", instance, token="stale"), "CONTINUE")
 
 
 def test_a_spot_reclaim_takes_the_instance_after_two_minutes_whatever_the_hook() -> None:
@@ -140,7 +144,7 @@ def test_a_spot_reclaim_takes_the_instance_after_two_minutes_whatever_the_hook()
     fleet.set_desired_capacity(ref=REF, desired=1)
     fleet.advance()
     instance = fleet.outbox.pop()["detail"]["EC2InstanceId"]
-    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, result="CONTINUE")
+    fleet.complete_lifecycle_action(_action("squall-launch", instance), "CONTINUE")
     clock.advance(timedelta(minutes=3))
     fleet.advance()
     fleet.reclaim(instance)
@@ -176,7 +180,7 @@ def booted(fleet: LocalFleet, clock: VirtualClock) -> str:
     instance = fleet.describe_groups([REF])[0].instances[0].instance_id
     if fleet.hooks is not None:
         fleet.outbox.clear()
-        fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, result="CONTINUE")
+        fleet.complete_lifecycle_action(_action("squall-launch", instance), "CONTINUE")
     clock.advance(timedelta(minutes=3))
     fleet.advance()
     clock.advance(timedelta(seconds=30))
@@ -218,7 +222,7 @@ def test_a_lost_instance_takes_its_busy_node_at_once_and_the_group_replaces_it()
     assert event["detail"]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
     fleet.advance()
     assert cluster.list_nodes() == [], "while its hook waits, the lost instance does not join again"
-    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-terminate", instance_id=instance, result="CONTINUE")
+    fleet.complete_lifecycle_action(_action("squall-terminate", instance), "CONTINUE")
     fleet.advance()
     group = fleet.describe_groups([REF])[0]
     assert group.desired == 1, "the desired capacity stays"
@@ -246,7 +250,7 @@ def test_the_fleet_says_when_it_next_changes_on_its_own() -> None:
     # a boot in three minutes, before the launch hook's ten-minute timeout
     assert fleet.next_event_time() == launched + timedelta(minutes=3)
     instance = fleet.outbox.pop()["detail"]["EC2InstanceId"]
-    fleet.complete_lifecycle_action(ref=REF, hook_name="squall-launch", instance_id=instance, result="CONTINUE")
+    fleet.complete_lifecycle_action(_action("squall-launch", instance), "CONTINUE")
     clock.advance(timedelta(minutes=3))
     fleet.advance()
     assert fleet.next_event_time() == clock.now() + timedelta(seconds=30), "the GPU device plugin"

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from squall.core.errors import LifecycleActionGone, NotFoundError, PermanentError, RetryableError
-from squall.ports import Fleet, GroupRef, ScalingActivity
+from squall.ports import Fleet, GroupRef, LifecycleAction, ScalingActivity
 from tests.fakes.fleet import FakeFleet, FleetCall
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -124,15 +124,13 @@ def test_a_lifecycle_action_can_be_completed_once() -> None:
     # given: i-2 waits on the terminate hook
     fake, ref = _fleet()
 
+    action = LifecycleAction(ref=ref, hook_name="squall-terminate", instance_id="i-2", token=None)
+
     def heartbeat() -> None:
-        fake.record_lifecycle_heartbeat(
-            ref=ref, hook_name="squall-terminate", instance_id="i-2", token=None
-        )
+        fake.record_lifecycle_heartbeat(action)
 
     def complete() -> None:
-        fake.complete_lifecycle_action(
-            ref=ref, hook_name="squall-terminate", instance_id="i-2", token=None, result="CONTINUE"
-        )
+        fake.complete_lifecycle_action(action, "CONTINUE")
 
     # when
     heartbeat()
@@ -154,11 +152,8 @@ def test_completing_a_launch_moves_the_instance_on(result: str, after: str) -> N
     fake.add_instance(ref, "i-new", lifecycle_state="Pending:Wait")
 
     fake.complete_lifecycle_action(
-        ref=ref,
-        hook_name="squall-launch",
-        instance_id="i-new",
-        token=None,
-        result="CONTINUE" if result == "CONTINUE" else "ABANDON",
+        LifecycleAction(ref=ref, hook_name="squall-launch", instance_id="i-new", token=None),
+        "CONTINUE" if result == "CONTINUE" else "ABANDON",
     )
 
     assert fake.instance("i-new").lifecycle_state == after

@@ -46,6 +46,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.core.jobs import Reason, reason_code
 from squall.planner import Pod
 
@@ -198,6 +199,16 @@ class DrainRecord:
     @property
     def done(self) -> bool:
         return self.finished_at is not None
+
+    @property
+    def action(self) -> LifecycleAction:
+        """The lifecycle action this record answers, as the Fleet port names it."""
+        return LifecycleAction(
+            ref=GroupRef(name=self.asg_name, region=self.region),
+            hook_name=self.hook_name,
+            instance_id=self.instance_id,
+            token=self.token,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

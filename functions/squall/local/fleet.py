@@ -26,12 +26,13 @@ from typing import Any
 
 from squall.conventions import CAPACITY_TYPE_LABEL, NODE_GROUP_LABEL
 from squall.core.errors import LifecycleActionGone, RetryableError
+from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.lambda_events import eventbridge_event
 from squall.planner import NodeGroup
 from squall.planner.quantity import format_cpu, format_memory
-from squall.ports import FleetGroup, FleetInstance, GroupRef, ScalingActivity
+from squall.ports import FleetGroup, FleetInstance, LifecycleResult, ScalingActivity
 
 ICE_MESSAGE = (
     "We currently do not have sufficient {instance_type} capacity in the Availability Zone you "
@@ -219,42 +220,32 @@ class LocalFleet:
     def set_scale_in_protection(self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool) -> None:
         self.adapter.set_scale_in_protection(ref=ref, instance_ids=instance_ids, protected=protected)
 
-    def complete_lifecycle_action(
-        self,
-        *,
-        ref: GroupRef,
-        hook_name: str,
-        instance_id: str,
-        token: str | None = None,
-        result: str = "CONTINUE",
-    ) -> None:
+    def complete_lifecycle_action(self, action: LifecycleAction, result: LifecycleResult) -> None:
         self._maybe_throttle("CompleteLifecycleAction")
-        tracked = self._waiting(ref=ref, hook_name=hook_name, instance_id=instance_id, token=token)
+        tracked = self._waiting(action)
         self.stats.completed += 1
         self._finish_hook(tracked, result=result)
 
-    def record_lifecycle_heartbeat(
-        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None = None
-    ) -> None:
+    def record_lifecycle_heartbeat(self, action: LifecycleAction) -> None:
         self._maybe_throttle("RecordLifecycleActionHeartbeat")
-        tracked = self._waiting(ref=ref, hook_name=hook_name, instance_id=instance_id, token=token)
+        tracked = self._waiting(action)
         assert tracked.hook is not None
         tracked.hook.deadline = self.clock.now() + tracked.hook.timeout
 
-    def _waiting(self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None) -> _Tracked:
+    def _waiting(self, action: LifecycleAction) -> _Tracked:
         """The instance's open lifecycle action, or LifecycleActionGone as AWS answers."""
-        tracked = self.tracked.get(instance_id)
+        tracked = self.tracked.get(action.instance_id)
         hook = tracked.hook if tracked is not None else None
         if (
             tracked is None
             or hook is None
-            or tracked.group != ref.name
-            or tracked.region != ref.region
-            or hook.name != hook_name
-            or (token is not None and token != hook.token)
+            or tracked.group != action.ref.name
+            or tracked.region != action.ref.region
+            or hook.name != action.hook_name
+            or (action.token is not None and action.token != hook.token)
         ):
             raise LifecycleActionGone(
-                f"No active Lifecycle Action found with instance ID {instance_id} (hook {hook_name})"
+                f"No active Lifecycle Action found with instance ID {action.instance_id} (hook {action.hook_name})"
             )
         return tracked
 

@@ -59,7 +59,6 @@ from squall.ports import (
     DrainQueue,
     DrainStore,
     Fleet,
-    GroupRef,
     JobStore,
     MetricsSink,
     ScaleState,
@@ -288,9 +287,8 @@ class LifecycleService:
         before = record
         decision = self._observe_and_decide(record, now=now)
         record = decision.record
-        ref = GroupRef(name=record.asg_name, region=record.region)
         if decision.heartbeat:
-            beat = self._heartbeat(record, ref)
+            beat = self._heartbeat(record)
             if beat is _Beat.GONE:
                 return self._save(drain.action_gone(record, now=now), outcome="action-gone", decision=None)
             if beat is _Beat.FAILED:
@@ -303,7 +301,7 @@ class LifecycleService:
         accepted, refused = self._evict(decision.evictions, instance_id=record.instance_id)
         record = drain.evictions_done(record, accepted=accepted, refused=refused)
         if decision.complete is not None:
-            record = self._complete(record, ref, result=decision.complete, now=now)
+            record = self._complete(record, result=decision.complete, now=now)
             if decision.back_off:
                 self._back_off(record, now=now)
         return self._save(record, outcome=started, decision=decision)
@@ -362,9 +360,10 @@ class LifecycleService:
 
     def _termination_activity(self, record: DrainRecord) -> str | None:
         """Auto Scaling's own reason for terminating this instance, if it can be found."""
-        ref = GroupRef(name=record.asg_name, region=record.region)
         try:
-            activities = self.fleet.recent_activities([ref], since=record.started_at - _ACTIVITY_LOOKBACK)
+            activities = self.fleet.recent_activities(
+                [record.action.ref], since=record.started_at - _ACTIVITY_LOOKBACK
+            )
         except SquallError as exc:
             logger.warning("scaling activities unavailable", instance_id=record.instance_id, error=str(exc))
             return None
@@ -375,11 +374,9 @@ class LifecycleService:
 
     # ---- acting -------------------------------------------------------------------
 
-    def _heartbeat(self, record: DrainRecord, ref: GroupRef) -> _Beat:
+    def _heartbeat(self, record: DrainRecord) -> _Beat:
         try:
-            self.fleet.record_lifecycle_heartbeat(
-                ref=ref, hook_name=record.hook_name, instance_id=record.instance_id, token=record.token
-            )
+            self.fleet.record_lifecycle_heartbeat(record.action)
         except LifecycleActionGone:
             logger.info("lifecycle action gone at heartbeat", instance_id=record.instance_id)
             return _Beat.GONE
@@ -430,17 +427,9 @@ class LifecycleService:
                 accepted += 1
         return accepted, refused
 
-    def _complete(
-        self, record: DrainRecord, ref: GroupRef, *, result: drain.Result, now: datetime
-    ) -> DrainRecord:
+    def _complete(self, record: DrainRecord, *, result: drain.Result, now: datetime) -> DrainRecord:
         try:
-            self.fleet.complete_lifecycle_action(
-                ref=ref,
-                hook_name=record.hook_name,
-                instance_id=record.instance_id,
-                token=record.token,
-                result=result,
-            )
+            self.fleet.complete_lifecycle_action(record.action, result)
         except LifecycleActionGone:
             logger.info("lifecycle action was completed already", instance_id=record.instance_id)
             return drain.action_gone(record, now=now)

@@ -33,6 +33,7 @@ from squall.ports import (
     FleetGroup,
     FleetInstance,
     GroupRef,
+    LifecycleAction,
     LifecycleResult,
     ScalingActivity,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "FleetGroup",
     "FleetInstance",
     "GroupRef",
+    "LifecycleAction",
     "LifecycleActionGone",
     "LifecycleResult",
     "ScalingActivity",
@@ -154,31 +156,17 @@ class AutoScalingFleet:
                     ProtectedFromScaleIn=protected,
                 )
 
-    def complete_lifecycle_action(
-        self,
-        *,
-        ref: GroupRef,
-        hook_name: str,
-        instance_id: str,
-        token: str | None,
-        result: LifecycleResult,
-    ) -> None:
-        params = _lifecycle_params(
-            ref=ref, hook_name=hook_name, instance_id=instance_id, token=token
-        )
-        with _translated("CompleteLifecycleAction", region=ref.region):
-            self._clients(ref.region).complete_lifecycle_action(
-                **params, LifecycleActionResult=result
+    def complete_lifecycle_action(self, action: LifecycleAction, result: LifecycleResult) -> None:
+        region = action.ref.region
+        with _translated("CompleteLifecycleAction", region=region):
+            self._clients(region).complete_lifecycle_action(
+                **_lifecycle_params(action), LifecycleActionResult=result
             )
 
-    def record_lifecycle_heartbeat(
-        self, *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None
-    ) -> None:
-        params = _lifecycle_params(
-            ref=ref, hook_name=hook_name, instance_id=instance_id, token=token
-        )
-        with _translated("RecordLifecycleActionHeartbeat", region=ref.region):
-            self._clients(ref.region).record_lifecycle_action_heartbeat(**params)
+    def record_lifecycle_heartbeat(self, action: LifecycleAction) -> None:
+        region = action.ref.region
+        with _translated("RecordLifecycleActionHeartbeat", region=region):
+            self._clients(region).record_lifecycle_action_heartbeat(**_lifecycle_params(action))
 
     # launch times ----------------------------------------------------------------
 
@@ -290,16 +278,14 @@ def _activity(raw: dict[str, Any], *, ref: GroupRef) -> ScalingActivity:
     )
 
 
-def _lifecycle_params(
-    *, ref: GroupRef, hook_name: str, instance_id: str, token: str | None
-) -> dict[str, str]:
+def _lifecycle_params(action: LifecycleAction) -> dict[str, str]:
     params = {
-        "AutoScalingGroupName": ref.name,
-        "LifecycleHookName": hook_name,
-        "InstanceId": instance_id,
+        "AutoScalingGroupName": action.ref.name,
+        "LifecycleHookName": action.hook_name,
+        "InstanceId": action.instance_id,
     }
-    if token:
-        params["LifecycleActionToken"] = token
+    if action.token:
+        params["LifecycleActionToken"] = action.token
     return params
 
 
