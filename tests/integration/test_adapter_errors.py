@@ -83,17 +83,13 @@ def _event(version: int = 1) -> JobEvent:
 
 
 def _drain_record(version: int = 1) -> drain.DrainRecord:
-    started = drain.start(
-        kind=Kind.TERMINATE,
-        instance_id="i-0a1b2c3d4e5f60718",
-        asg_name="squall-p3-usw2",
-        group="p3-usw2",
-        region=REGION,
+    action = LifecycleAction(
+        ref=GroupRef(name="squall-p3-usw2", region=REGION),
         hook_name="squall-terminate",
-        token="87654321-4321-4321-4321-210987654321",
-        started_at=T0,
-        policy=DrainPolicy(),
+        instance_id="i-0a1b2c3d4e5f60718",
+        token=TOKEN,
     )
+    started = drain.start(action, kind=Kind.TERMINATE, group="p3-usw2", started_at=T0, policy=DrainPolicy())
     return dataclasses.replace(started, version=version)
 
 

@@ -14,6 +14,7 @@ from squall.adapters.aws.job_store import DynamoJobStore
 from squall.core import drain
 from squall.core.drain import DrainOutcome, DrainPolicy, DrainRecord, Kind
 from squall.core.errors import ConflictError, PermanentError, RetryableError
+from squall.ports import GroupRef, LifecycleAction
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -24,14 +25,16 @@ def drains(jobs_table: Any) -> DynamoDrainStore:
 
 
 def record(instance_id: str = "i-0a1b2c3d4e5f60718", **changes: Any) -> DrainRecord:
-    started = drain.start(
-        kind=Kind.TERMINATE,
-        instance_id=instance_id,
-        asg_name="squall-p3-usw2",
-        group="p3-usw2",
-        region="us-west-2",
+    action = LifecycleAction(
+        ref=GroupRef(name="squall-p3-usw2", region="us-west-2"),
         hook_name="squall-terminate",
+        instance_id=instance_id,
         token="87654321-4321-4321-4321-210987654321",
+    )
+    started = drain.start(
+        action,
+        kind=Kind.TERMINATE,
+        group="p3-usw2",
         started_at=T0,
         policy=DrainPolicy(),
         cause_hint="warm-pool",

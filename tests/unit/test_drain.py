@@ -20,6 +20,7 @@ from squall.core.drain import (
     PodRef,
     Verdict,
 )
+from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.planner import Pod
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -29,24 +30,22 @@ POLICY = DrainPolicy(
 INSTANCE = "i-0a1b2c3d4e5f60718"
 
 
+ASG = GroupRef(name="squall-p3-usw2", region="us-west-2")
+
+
+def _action(hook_name: str, token: str) -> LifecycleAction:
+    return LifecycleAction(ref=ASG, hook_name=hook_name, instance_id=INSTANCE, token=token)
+
+
 # What differs between the two kinds of lifecycle action the tests start.
 _STARTS: dict[Kind, dict[str, Any]] = {
-    Kind.TERMINATE: {"hook_name": "squall-terminate", "token": "tok-1", "heartbeat_timeout": timedelta(seconds=300)},
-    Kind.LAUNCH: {"hook_name": "squall-launch", "token": "tok-launch", "gpus_expected": 4},
+    Kind.TERMINATE: {"action": _action("squall-terminate", "tok-1"), "heartbeat_timeout": timedelta(seconds=300)},
+    Kind.LAUNCH: {"action": _action("squall-launch", "tok-launch"), "gpus_expected": 4},
 }
 
 
 def _record(kind: Kind, **changes: Any) -> DrainRecord:
-    record = drain.start(
-        kind=kind,
-        instance_id=INSTANCE,
-        asg_name="squall-p3-usw2",
-        group="p3-usw2",
-        region="us-west-2",
-        started_at=T0,
-        policy=POLICY,
-        **_STARTS[kind],
-    )
+    record = drain.start(kind=kind, group="p3-usw2", started_at=T0, policy=POLICY, **_STARTS[kind])
     return dataclasses.replace(record, **changes)
 
 
@@ -260,10 +259,20 @@ def test_policy_heartbeat_timeouts_follow_the_stack() -> None:
     assert DrainPolicy(step_delay=timedelta(minutes=2)).heartbeat_timeout(Kind.TERMINATE) == timedelta(minutes=8)
     assert POLICY.heartbeat_timeout(Kind.LAUNCH) == POLICY.provision_timeout
     record = drain.start(
-        kind=Kind.TERMINATE, instance_id=INSTANCE, asg_name="a", group="g", region="r", hook_name="h",
-        token="t", started_at=T0, policy=POLICY,
+        LifecycleAction(ref=GroupRef(name="a", region="r"), hook_name="h", instance_id=INSTANCE, token="t"),
+        kind=Kind.TERMINATE, group="g", started_at=T0, policy=POLICY,
     )
     assert record.heartbeat_timeout == timedelta(seconds=300) and record.deadline == T0 + POLICY.deadline
+
+
+def test_a_record_answers_the_action_it_was_started_for() -> None:
+    assert launch_record().action == _STARTS[Kind.LAUNCH]["action"]
+    # the record's step ids are made of the token, which every lifecycle event carries
+    with pytest.raises(ValueError, match="token"):
+        drain.start(
+            LifecycleAction(ref=ASG, hook_name="h", instance_id=INSTANCE), kind=Kind.LAUNCH, group="g",
+            started_at=T0, policy=POLICY,
+        )
 
 
 def test_policy_refuses_delays_sqs_cannot_hold() -> None:

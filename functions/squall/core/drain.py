@@ -268,32 +268,32 @@ def event_step_id(token: str) -> str:
 
 
 def start(
+    action: LifecycleAction,
     *,
     kind: Kind,
-    instance_id: str,
-    asg_name: str,
     group: str,
-    region: str,
-    hook_name: str,
-    token: str,
     started_at: datetime,
     policy: DrainPolicy,
     heartbeat_timeout: timedelta | None = None,
     gpus_expected: int = 0,
     cause_hint: str = "",
 ) -> DrainRecord:
-    """The record for a lifecycle action that just began."""
+    """The record for a lifecycle action that just began (``group``: Squall's name for its group)."""
     if started_at.utcoffset() is None:
         raise ValueError("started_at must be timezone-aware")
+    # A lifecycle event always carries its token, and the record's step ids are made of it.
+    token = action.token
+    if not token:
+        raise ValueError("a lifecycle action that begins has a token")
     timeout = heartbeat_timeout or policy.heartbeat_timeout(kind)
     budget = policy.provision_timeout if kind is Kind.LAUNCH else policy.deadline
     return DrainRecord(
-        instance_id=instance_id,
+        instance_id=action.instance_id,
         kind=kind,
-        asg_name=asg_name,
+        asg_name=action.ref.name,
         group=group,
-        region=region,
-        hook_name=hook_name,
+        region=action.ref.region,
+        hook_name=action.hook_name,
         token=token,
         started_at=started_at,
         deadline=started_at + budget,

@@ -59,7 +59,9 @@ from squall.ports import (
     DrainQueue,
     DrainStore,
     Fleet,
+    GroupRef,
     JobStore,
+    LifecycleAction,
     MetricsSink,
     ScaleState,
 )
@@ -157,14 +159,16 @@ class LifecycleService:
             )
             return Handled("ignored-hook", instance_id)
         metadata = drain.notification_metadata(detail.notification_metadata)
-        incoming = drain.start(
-            kind=kind,
-            instance_id=instance_id,
-            asg_name=detail.auto_scaling_group_name,
-            group=group.name,
-            region=event.region,
+        action = LifecycleAction(
+            ref=GroupRef(name=detail.auto_scaling_group_name, region=event.region),
             hook_name=detail.lifecycle_hook_name,
+            instance_id=instance_id,
             token=detail.lifecycle_action_token,
+        )
+        incoming = drain.start(
+            action,
+            kind=kind,
+            group=group.name,
             started_at=event.time,
             policy=self.config.policy,
             heartbeat_timeout=_heartbeat_timeout(metadata, instance_id=instance_id),
