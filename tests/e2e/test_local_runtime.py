@@ -100,7 +100,9 @@ def test_every_invocation_records_lambdas_own_metrics(world: World, backend: str
         (duration,) = points(local, "Duration", **function)
         assert duration.unit == "Milliseconds" and duration.value > 0
         assert local.store.get("gan-1") is not None
-        assert points(local, "Invocations", FunctionName="squall-reconcile") == [], "its schedule is a minute away"
+        assert points(local, "Invocations", FunctionName="squall-reconcile") == [], (
+            "its schedule is a minute away"
+        )
 
 
 def test_a_failed_scheduled_invocation_is_an_error_and_waits_for_its_next_period(
@@ -128,9 +130,7 @@ def test_a_failed_scheduled_invocation_is_an_error_and_waits_for_its_next_period
     assert total(local, "Errors", FunctionName="squall-reconcile") == 1
 
 
-def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(
-    world: World, backend: str
-) -> None:
+def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(world: World, backend: str) -> None:
     with world.start(backend) as local:
         # given the submit invocation dies half way through its batch
         t0 = local.clock.now()
@@ -161,7 +161,11 @@ def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(
         (dead,) = local.dead_letters()
         assert '"gan-2"' in dead["Body"]
         submit_errors = [e for e in local.function_errors if e.function == "submit"]
-        assert total(local, "Errors", FunctionName="squall-submit") == len(submit_errors) == 1 + JOBS_MAX_RECEIVE_COUNT
+        assert (
+            total(local, "Errors", FunctionName="squall-submit")
+            == len(submit_errors)
+            == 1 + JOBS_MAX_RECEIVE_COUNT
+        )
 
 
 def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) -> None:
@@ -175,7 +179,11 @@ def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) ->
         assert [(e.function, e.killed) for e in local.function_errors] == [("lifecycle", True)]
         # then Lambda tries again a minute later, and two minutes after that
         (retry,) = local.pending_retries
-        assert (retry.function, retry.due, retry.attempt) == ("lifecycle", failed_at + timedelta(minutes=1), 1)
+        assert (retry.function, retry.due, retry.attempt) == (
+            "lifecycle",
+            failed_at + timedelta(minutes=1),
+            1,
+        )
         local.clock.advance_to(failed_at + timedelta(seconds=50))
         local.step(ZERO)  # the schedules of the minute, if any, have run: the retry is next
         assert local.next_event_time() == failed_at + timedelta(minutes=1)
@@ -184,11 +192,16 @@ def test_a_failed_lifecycle_event_is_retried_twice_then_dropped(world: World) ->
             assert (retry.due, retry.attempt) == (local.function_errors[-1].at + wait, attempt)
             local.clock.advance_to(retry.due - timedelta(seconds=1))
             local.step(ZERO)
-            assert local.pending_retries == [retry] and len(local.function_errors) == attempt, "not before it is due"
+            assert local.pending_retries == [retry] and len(local.function_errors) == attempt, (
+                "not before it is due"
+            )
             local.clock.advance_to(retry.due)
             world.cluster.kill_at("patch_node")
             local.step(ZERO)
-            assert (local.function_errors[-1].at, local.function_errors[-1].function) == (retry.due, "lifecycle")
+            assert (local.function_errors[-1].at, local.function_errors[-1].function) == (
+                retry.due,
+                "lifecycle",
+            )
         # and after the second retry failed too, the event is dropped
         assert [e.function for e in local.function_errors] == ["lifecycle"] * 3
         assert total(local, "Errors", FunctionName="squall-lifecycle") == 3
@@ -209,7 +222,9 @@ def test_a_retried_lifecycle_event_drains_the_node(world: World) -> None:
         assert local.fleet is not None
         local.fleet.set_desired_capacity(ref=GroupRef(name="squall-p3-usw2", region="us-west-2"), desired=1)
         local.run(
-            until=lambda rt: bool(rt.cluster.list_nodes()), step=timedelta(seconds=10), limit=timedelta(minutes=10)
+            until=lambda rt: bool(rt.cluster.list_nodes()),
+            step=timedelta(seconds=10),
+            limit=timedelta(minutes=10),
         )
         (node,) = world.cluster.list_nodes()
         instance = local.fleet.instance_of(node["metadata"]["name"])
@@ -222,7 +237,9 @@ def test_a_retried_lifecycle_event_drains_the_node(world: World) -> None:
         assert [e.function for e in local.function_errors] == ["lifecycle"]
         # then the retry a minute later finds the action still waiting, drains the node and completes it
         gone = local.run(
-            until=lambda rt: not rt.cluster.list_nodes(), step=timedelta(seconds=10), limit=timedelta(minutes=4)
+            until=lambda rt: not rt.cluster.list_nodes(),
+            step=timedelta(seconds=10),
+            limit=timedelta(minutes=4),
         )
         assert gone, "well before the hook's five-minute heartbeat timeout"
         (answered,) = [r for r in local.lifecycle_results if r["kind"] == "terminate"]
@@ -283,7 +300,11 @@ def test_the_jobs_queue_is_sampled_for_sqs_metrics(world: World, backend: str) -
             local.step(ZERO)
         local.clock.advance(timedelta(minutes=1))
         local.step(ZERO)
-        assert local.dead_letters() and points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-jobs-dlq")[-1].value == 1
+        assert (
+            local.dead_letters()
+            and points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-jobs-dlq")[-1].value
+            == 1
+        )
         assert len(points(local, "ApproximateNumberOfMessagesVisible", QueueName="squall-drain")) >= 2
 
 
@@ -310,7 +331,9 @@ def test_a_drain_batch_whose_invocation_dies_comes_back_after_the_visibility_tim
         assert lease < local.hook_heartbeat_timeout < DRAIN_VISIBILITY_TIMEOUT
         local.clock.advance_to(again.due_at)
         local.step(ZERO)
-        assert world.cluster.get_node(node)["spec"]["unschedulable"] is True, "the step ran again, and cordoned"
+        assert world.cluster.get_node(node)["spec"]["unschedulable"] is True, (
+            "the step ran again, and cordoned"
+        )
         assert len(local.function_errors) == 1
         # and the hook is answered before it times out
         local.run(
@@ -331,7 +354,9 @@ def test_a_drain_message_that_keeps_failing_is_dead_lettered_on_its_tenth_receiv
         assert record is not None and not record.done
         # given a step message from a version of the drain record that is never saved:
         # the drain function reports it failed ("early") every time it sees it
-        early = DrainStepMessage(instance_id=instance, step_id="from-the-future", version=record.version + 100)
+        early = DrainStepMessage(
+            instance_id=instance, step_id="from-the-future", version=record.version + 100
+        )
         local.drain_queue.send_step(early, delay=ZERO)
         local.step(ZERO)
         for _ in range(8):

@@ -134,9 +134,7 @@ class FakeFleet:
             if ref in self._groups
         ]
 
-    def recent_activities(
-        self, refs: Sequence[GroupRef], *, since: datetime
-    ) -> list[ScalingActivity]:
+    def recent_activities(self, refs: Sequence[GroupRef], *, since: datetime) -> list[ScalingActivity]:
         self._called("recent_activities", refs=tuple(refs), since=since)
         if since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
@@ -163,9 +161,7 @@ class FakeFleet:
         self._groups[ref] = replace(group, desired=desired)
 
     def terminate_instance(self, *, region: str, instance_id: str, decrement: bool = True) -> None:
-        self._called(
-            "terminate_instance", region=region, instance_id=instance_id, decrement=decrement
-        )
+        self._called("terminate_instance", region=region, instance_id=instance_id, decrement=decrement)
         found = self._lookup_instance(instance_id)
         if found is None or found[0].region != region:
             raise NotFoundError(
@@ -184,9 +180,7 @@ class FakeFleet:
             self._groups[ref] = replace(group, desired=group.desired - 1)
         self._update_instance(ref, instance_id, lifecycle_state="Terminating")
 
-    def set_scale_in_protection(
-        self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool
-    ) -> None:
+    def set_scale_in_protection(self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool) -> None:
         self._called(
             "set_scale_in_protection",
             ref=ref,
@@ -250,9 +244,7 @@ class FakeFleet:
             (i for i in (group.instances if group else ()) if i.instance_id == action.instance_id),
             None,
         )
-        if instance is None or not instance.lifecycle_state.endswith(
-            ("Pending:Wait", "Terminating:Wait")
-        ):
+        if instance is None or not instance.lifecycle_state.endswith(("Pending:Wait", "Terminating:Wait")):
             raise LifecycleActionGone(
                 f"No active Lifecycle Action found with instance ID {action.instance_id}"
             )

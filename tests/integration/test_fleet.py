@@ -119,10 +119,7 @@ class MotoWorld(World):
             MaxSize=max_size,
             DesiredCapacity=size,
             AvailabilityZones=[f"{region}a"],
-            Tags=[
-                {"Key": key, "Value": value, "PropagateAtLaunch": False}
-                for key, value in tags.items()
-            ],
+            Tags=[{"Key": key, "Value": value, "PropagateAtLaunch": False} for key, value in tags.items()],
             **self._launch_spec(region),
         )
         raw = client.describe_auto_scaling_groups(AutoScalingGroupNames=[name])
@@ -244,13 +241,11 @@ def test_scale_in_protection_is_set_and_lifted(world: World) -> None:
 
     world.fleet.set_scale_in_protection(ref=ref, instance_ids=[first], protected=True)
     protected = {
-        i.instance_id: i.protected_from_scale_in
-        for i in world.fleet.describe_groups([ref])[0].instances
+        i.instance_id: i.protected_from_scale_in for i in world.fleet.describe_groups([ref])[0].instances
     }
     world.fleet.set_scale_in_protection(ref=ref, instance_ids=[first], protected=False)
     lifted = {
-        i.instance_id: i.protected_from_scale_in
-        for i in world.fleet.describe_groups([ref])[0].instances
+        i.instance_id: i.protected_from_scale_in for i in world.fleet.describe_groups([ref])[0].instances
     }
 
     assert protected == {first: True, second: False}
@@ -468,9 +463,7 @@ def test_recent_activities_keep_aws_words_and_stop_at_the_first_old_finished_one
     )
 
     # when
-    activities = stubbed.fleet.recent_activities(
-        [GroupRef(name="p3-usw2", region=WEST)], since=since
-    )
+    activities = stubbed.fleet.recent_activities([GroupRef(name="p3-usw2", region=WEST)], since=since)
 
     # then
     assert [a.activity_id for a in activities] == ["a-running", "a-failed"]
@@ -491,9 +484,7 @@ def test_recent_activities_keep_aws_words_and_stop_at_the_first_old_finished_one
 def test_recent_activities_page_on_while_activities_are_recent(stubbed: Stubbed) -> None:
     since = NOW - timedelta(minutes=30)
     recent = [
-        _activity(
-            f"a-{n}", "p3-use1", status="Successful", started=NOW - timedelta(minutes=n), ended=NOW
-        )
+        _activity(f"a-{n}", "p3-use1", status="Successful", started=NOW - timedelta(minutes=n), ended=NOW)
         for n in range(1, 4)
     ]
     stubbed[EAST].add_response(
@@ -540,7 +531,10 @@ def test_complete_lifecycle_action_sends_the_token_only_when_there_is_one(
     stubbed[WEST].add_response("complete_lifecycle_action", {}, expected)
 
     action = LifecycleAction(
-        ref=GroupRef(name="p3-usw2", region=WEST), hook_name="squall-terminate", instance_id="i-0abc", token=token
+        ref=GroupRef(name="p3-usw2", region=WEST),
+        hook_name="squall-terminate",
+        instance_id="i-0abc",
+        token=token,
     )
     stubbed.fleet.complete_lifecycle_action(action, result)
 
@@ -559,7 +553,10 @@ def test_heartbeat_names_the_action(stubbed: Stubbed) -> None:
 
     stubbed.fleet.record_lifecycle_heartbeat(
         LifecycleAction(
-            ref=GroupRef(name="p3-use1", region=EAST), hook_name="squall-terminate", instance_id="i-0abc", token=TOKEN
+            ref=GroupRef(name="p3-use1", region=EAST),
+            hook_name="squall-terminate",
+            instance_id="i-0abc",
+            token=TOKEN,
         )
     )
 
@@ -578,12 +575,11 @@ def test_an_action_no_longer_pending_is_gone(stubbed: Stubbed, method: str, mess
         if method == "complete":
             stubbed[WEST].add_client_error("complete_lifecycle_action", "ValidationError", message)
             stubbed.fleet.complete_lifecycle_action(
-                LifecycleAction(ref=ref, hook_name="squall-launch", instance_id="i-0abc", token=TOKEN), "CONTINUE"
+                LifecycleAction(ref=ref, hook_name="squall-launch", instance_id="i-0abc", token=TOKEN),
+                "CONTINUE",
             )
         else:
-            stubbed[WEST].add_client_error(
-                "record_lifecycle_action_heartbeat", "ValidationError", message
-            )
+            stubbed[WEST].add_client_error("record_lifecycle_action_heartbeat", "ValidationError", message)
             stubbed.fleet.record_lifecycle_heartbeat(
                 LifecycleAction(ref=ref, hook_name="squall-terminate", instance_id="i-0abc", token=TOKEN)
             )
@@ -673,19 +669,13 @@ def _unreachable(**_: Any) -> None:
 
 @pytest.mark.parametrize("failure", ["throttled", "rejected", "unreachable"])
 @pytest.mark.parametrize("method", sorted(CALLS))
-def test_no_botocore_exception_leaks_out_of_any_method(
-    stubbed: Stubbed, method: str, failure: str
-) -> None:
+def test_no_botocore_exception_leaks_out_of_any_method(stubbed: Stubbed, method: str, failure: str) -> None:
     # given
     operation, call = CALLS[method]
     if failure == "throttled":
-        stubbed[WEST].add_client_error(
-            operation, "Throttling", "Rate exceeded", http_status_code=400
-        )
+        stubbed[WEST].add_client_error(operation, "Throttling", "Rate exceeded", http_status_code=400)
     elif failure == "rejected":
-        stubbed[WEST].add_client_error(
-            operation, "AccessDenied", "not authorized", http_status_code=403
-        )
+        stubbed[WEST].add_client_error(operation, "AccessDenied", "not authorized", http_status_code=403)
     else:
         stubbed[WEST].deactivate()
         stubbed.clients[WEST].meta.events.register("before-call.auto-scaling", _unreachable)

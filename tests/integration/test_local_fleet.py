@@ -32,7 +32,9 @@ def _action(hook_name: str, instance_id: str, *, token: str | None = None) -> Li
     return LifecycleAction(ref=REF, hook_name=hook_name, instance_id=instance_id, token=token)
 
 
-def make_fleet(*, hooks: bool = False, capacity: int = 2) -> tuple[LocalFleet, VirtualClock, SimulatedCluster]:
+def make_fleet(
+    *, hooks: bool = False, capacity: int = 2
+) -> tuple[LocalFleet, VirtualClock, SimulatedCluster]:
     clock = VirtualClock()
     cluster = SimulatedCluster(clock=clock)
     autoscaling = InMemoryAutoScaling()
@@ -42,7 +44,9 @@ def make_fleet(*, hooks: bool = False, capacity: int = 2) -> tuple[LocalFleet, V
         clock=clock,
         cluster=cluster,
         groups=[GROUP],
-        capacity={"us-west-2": RegionCapacity(instances={"p3.8xlarge": capacity}, boot_time=timedelta(minutes=3))},
+        capacity={
+            "us-west-2": RegionCapacity(instances={"p3.8xlarge": capacity}, boot_time=timedelta(minutes=3))
+        },
         hooks=LifecycleHooks() if hooks else None,
     )
     return fleet, clock, cluster
@@ -120,7 +124,9 @@ def test_terminate_waits_for_the_hook_and_heartbeats_extend_it() -> None:
     for _ in range(3):
         clock.advance(timedelta(minutes=8))
         fleet.record_lifecycle_heartbeat(
-            _action("squall-terminate", launch["EC2InstanceId"], token=terminate["detail"]["LifecycleActionToken"])
+            _action(
+                "squall-terminate", launch["EC2InstanceId"], token=terminate["detail"]["LifecycleActionToken"]
+            )
         )
         fleet.advance()
         assert len(cluster.list_nodes()) == 1, "the node stays while its drain is going on"
@@ -190,7 +196,12 @@ def booted(fleet: LocalFleet, clock: VirtualClock) -> str:
 
 def run_a_job_on_the_node(cluster: SimulatedCluster) -> str:
     spec = parse_spec(
-        {"name": "j", "team": "research", "image": "registry.example.com/squall/t:1", "resources": {"gpu": 4}},
+        {
+            "name": "j",
+            "team": "research",
+            "image": "registry.example.com/squall/t:1",
+            "resources": {"gpu": 4},
+        },
         teams=["research"],
         registries=["registry.example.com/squall"],
     )

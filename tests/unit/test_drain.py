@@ -39,7 +39,10 @@ def _action(hook_name: str, token: str) -> LifecycleAction:
 
 # What differs between the two kinds of lifecycle action the tests start.
 _STARTS: dict[Kind, dict[str, Any]] = {
-    Kind.TERMINATE: {"action": _action("squall-terminate", "tok-1"), "heartbeat_timeout": timedelta(seconds=300)},
+    Kind.TERMINATE: {
+        "action": _action("squall-terminate", "tok-1"),
+        "heartbeat_timeout": timedelta(seconds=300),
+    },
     Kind.LAUNCH: {"action": _action("squall-launch", "tok-launch"), "gpus_expected": 4},
 }
 
@@ -71,8 +74,14 @@ def pod(
     deleting: bool = False,
 ) -> Pod:
     return Pod(
-        namespace="team-a", name=name, job_id=job, node_name="gpu-1", phase=phase,
-        daemonset=daemonset, mirror=mirror, deleting=deleting,
+        namespace="team-a",
+        name=name,
+        job_id=job,
+        node_name="gpu-1",
+        phase=phase,
+        daemonset=daemonset,
+        mirror=mirror,
+        deleting=deleting,
     )
 
 
@@ -121,7 +130,12 @@ def test_workload_pods_are_evicted_by_job_and_each_job_is_noted_once() -> None:
     ]
     assert "a-worker-0" in decision.notes[0].message and INSTANCE in decision.notes[0].message
     # and the record remembers what is left and whom it told; the next step comes after the delay
-    assert decision.record.pods_left == ("team-a/a-worker-0", "team-a/a-worker-1", "team-a/b-chief-0", "team-a/plain")
+    assert decision.record.pods_left == (
+        "team-a/a-worker-0",
+        "team-a/a-worker-1",
+        "team-a/b-chief-0",
+        "team-a/plain",
+    )
     assert decision.record.pods_left_count == 4
     assert decision.record.noted_jobs == ("job-a", "job-b")
     assert decision.complete is None and decision.next_step_in == POLICY.step_delay
@@ -227,7 +241,9 @@ def test_a_heartbeat_is_recorded_when_less_than_a_third_of_the_timeout_is_left()
 
 def test_a_short_hook_is_heartbeaten_so_that_a_late_next_step_still_finds_it() -> None:
     # given a 60 s hook and 30 s steps: less than a step plus its slack is always left
-    record = dataclasses.replace(terminate_record(), heartbeat_timeout=timedelta(seconds=60), hook_expires_at=at(60))
+    record = dataclasses.replace(
+        terminate_record(), heartbeat_timeout=timedelta(seconds=60), hook_expires_at=at(60)
+    )
     decision = drain.decide(record, node=node(), pods=[pod("x")], now=at(5), policy=POLICY)
     assert decision.heartbeat
 
@@ -250,17 +266,24 @@ def test_a_heartbeat_leaves_room_for_a_next_step_whose_invocation_dies() -> None
 
 def test_the_next_step_is_never_later_than_the_deadline() -> None:
     record = terminate_record()
-    decision = drain.decide(record, node=node(), pods=[pod("x")], now=record.deadline - timedelta(seconds=7), policy=POLICY)
+    decision = drain.decide(
+        record, node=node(), pods=[pod("x")], now=record.deadline - timedelta(seconds=7), policy=POLICY
+    )
     assert decision.next_step_in == timedelta(seconds=7)
 
 
 def test_policy_heartbeat_timeouts_follow_the_stack() -> None:
     assert POLICY.heartbeat_timeout(Kind.TERMINATE) == timedelta(seconds=300)
-    assert DrainPolicy(step_delay=timedelta(minutes=2)).heartbeat_timeout(Kind.TERMINATE) == timedelta(minutes=8)
+    assert DrainPolicy(step_delay=timedelta(minutes=2)).heartbeat_timeout(Kind.TERMINATE) == timedelta(
+        minutes=8
+    )
     assert POLICY.heartbeat_timeout(Kind.LAUNCH) == POLICY.provision_timeout
     record = drain.start(
         LifecycleAction(ref=GroupRef(name="a", region="r"), hook_name="h", instance_id=INSTANCE, token="t"),
-        kind=Kind.TERMINATE, group="g", started_at=T0, policy=POLICY,
+        kind=Kind.TERMINATE,
+        group="g",
+        started_at=T0,
+        policy=POLICY,
     )
     assert record.heartbeat_timeout == timedelta(seconds=300) and record.deadline == T0 + POLICY.deadline
 
@@ -270,8 +293,11 @@ def test_a_record_answers_the_action_it_was_started_for() -> None:
     # the record's step ids are made of the token, which every lifecycle event carries
     with pytest.raises(ValueError, match="token"):
         drain.start(
-            LifecycleAction(ref=ASG, hook_name="h", instance_id=INSTANCE), kind=Kind.LAUNCH, group="g",
-            started_at=T0, policy=POLICY,
+            LifecycleAction(ref=ASG, hook_name="h", instance_id=INSTANCE),
+            kind=Kind.LAUNCH,
+            group="g",
+            started_at=T0,
+            policy=POLICY,
         )
 
 
@@ -284,7 +310,9 @@ def test_policy_refuses_delays_sqs_cannot_hold() -> None:
 
 
 def test_an_unobservable_node_is_tried_again_before_the_deadline() -> None:
-    decision = drain.decide_unobserved(terminate_record(), error="503 from the API server", now=at(60), policy=POLICY)
+    decision = drain.decide_unobserved(
+        terminate_record(), error="503 from the API server", now=at(60), policy=POLICY
+    )
     assert decision.complete is None and decision.next_step_in == POLICY.step_delay
     assert "503" in decision.record.detail and decision.record.attempts == 1
 
@@ -307,7 +335,9 @@ def test_a_launch_waits_for_its_node() -> None:
 
 
 def test_a_launch_waits_until_the_gpus_are_allocatable() -> None:
-    decision = drain.decide(launch_record(), node=node(cordoned=False, gpus=0), pods=None, now=at(60), policy=POLICY)
+    decision = drain.decide(
+        launch_record(), node=node(cordoned=False, gpus=0), pods=None, now=at(60), policy=POLICY
+    )
     assert decision.complete is None
     assert decision.record.node_name == "gpu-1"
 
@@ -353,9 +383,8 @@ def test_arrival_of_lifecycle_events() -> None:
     assert drain.arrival(under_way, launch) is Arrival.STALE
     # a terminate replaces a launch wait; an older event than the kept one is stale
     assert drain.arrival(launch, started) is Arrival.REPLACE
-    assert drain.arrival(started, dataclasses.replace(started, token="older", started_at=T0 - timedelta(hours=1))) is (
-        Arrival.STALE
-    )
+    older = dataclasses.replace(started, token="older", started_at=T0 - timedelta(hours=1))
+    assert drain.arrival(started, older) is Arrival.STALE
     # a warm-pool instance launched again after its drain finished
     finished = dataclasses.replace(under_way, finished_at=at(60))
     assert drain.arrival(finished, launch_record(started_at=at(3600))) is Arrival.REPLACE
@@ -366,7 +395,8 @@ def test_verdict_on_step_messages() -> None:
     assert drain.verdict(record, step_id="s2", version=2) is Verdict.RUN
     assert drain.verdict(record, step_id="s1", version=1) is Verdict.STALE  # a redelivered older message
     assert drain.verdict(record, step_id="other", version=2) is Verdict.STALE  # the loser of a race
-    assert drain.verdict(record, step_id="s3", version=3) is Verdict.EARLY  # its sender's save not visible yet
+    # its sender's save not visible yet
+    assert drain.verdict(record, step_id="s3", version=3) is Verdict.EARLY
     assert drain.verdict(None, step_id="s2", version=2) is Verdict.MISSING
     done = dataclasses.replace(record, finished_at=at(10))
     assert drain.verdict(done, step_id="s2", version=2) is Verdict.FINISHED
@@ -377,9 +407,15 @@ def test_eviction_results_and_gone_actions_fold_into_the_record() -> None:
     assert (record.evicted, record.refused) == (5, 1)
     gone = drain.action_gone(record, now=at(40))
     assert gone.done and gone.outcome is DrainOutcome.ACTION_GONE and gone.result is None
-    completed = terminate_record(finished_at=at(5), outcome=DrainOutcome.DRAINED, result="CONTINUE", detail="drained")
+    completed = terminate_record(
+        finished_at=at(5), outcome=DrainOutcome.DRAINED, result="CONTINUE", detail="drained"
+    )
     again = drain.action_gone(completed, now=at(40))
-    assert again.outcome is DrainOutcome.DRAINED and again.finished_at == at(5) and "already completed" in again.detail
+    assert (
+        again.outcome is DrainOutcome.DRAINED
+        and again.finished_at == at(5)
+        and "already completed" in again.detail
+    )
 
 
 # ---- causes ---------------------------------------------------------------------------------
@@ -388,18 +424,36 @@ def test_eviction_results_and_gone_actions_fold_into_the_record() -> None:
 @pytest.mark.parametrize(
     ("cause", "expected"),
     [
-        ("At 2026-01-05T09:00:00Z an instance was taken out of service in response to a spot instance interruption.", "spot-reclaim"),
-        ("At 2026-01-05T09:00:00Z an instance was taken out of service in response to an EC2 instance rebalance recommendation.", "spot-rebalance"),
+        (
+            "At 2026-01-05T09:00:00Z an instance was taken out of service in response to a spot instance interruption.",
+            "spot-reclaim",
+        ),
+        (
+            "At 2026-01-05T09:00:00Z an instance was taken out of service in response to an EC2 instance rebalance recommendation.",
+            "spot-rebalance",
+        ),
         (
             "At 2026-01-05T08:59:00Z instances were launched to balance instances in zones us-west-2a us-west-2b. At "
             "2026-01-05T09:00:00Z an instance was taken out of service in response to a difference between desired "
             "and actual capacity, shrinking the capacity from 3 to 2.",
             "rebalance",
         ),
-        ("At 2026-01-05T09:00:00Z instance i-0a1b was taken out of service in response to a user request, shrinking the capacity from 2 to 1.", "scale-in"),
-        ("At 2026-01-05T09:00:00Z a user request explicitly set group desired capacity changing the desired capacity from 2 to 1.", "scale-in"),
-        ("At 2026-01-05T09:00:00Z an instance was taken out of service in response to an EC2 health check indicating it has been terminated or stopped.", "health-check"),
-        ("At 2026-01-05T09:00:00Z an instance was taken out of service in response to a user request.", "terminate"),
+        (
+            "At 2026-01-05T09:00:00Z instance i-0a1b was taken out of service in response to a user request, shrinking the capacity from 2 to 1.",
+            "scale-in",
+        ),
+        (
+            "At 2026-01-05T09:00:00Z a user request explicitly set group desired capacity changing the desired capacity from 2 to 1.",
+            "scale-in",
+        ),
+        (
+            "At 2026-01-05T09:00:00Z an instance was taken out of service in response to an EC2 health check indicating it has been terminated or stopped.",
+            "health-check",
+        ),
+        (
+            "At 2026-01-05T09:00:00Z an instance was taken out of service in response to a user request.",
+            "terminate",
+        ),
     ],
 )
 def test_auto_scaling_causes_are_classified(cause: str, expected: str) -> None:
@@ -407,9 +461,18 @@ def test_auto_scaling_causes_are_classified(cause: str, expected: str) -> None:
 
 
 def test_what_squall_wrote_on_the_node_wins_over_the_event_and_auto_scaling() -> None:
-    assert drain.termination_cause(annotation="scale-in", hint="warm-pool", activity_cause="spot interruption") == "scale-in"
-    assert drain.termination_cause(annotation=None, hint="warm-pool", activity_cause="spot interruption") == "warm-pool"
-    assert drain.termination_cause(annotation="", hint="", activity_cause="a spot interruption notice") == "spot-reclaim"
+    assert (
+        drain.termination_cause(annotation="scale-in", hint="warm-pool", activity_cause="spot interruption")
+        == "scale-in"
+    )
+    assert (
+        drain.termination_cause(annotation=None, hint="warm-pool", activity_cause="spot interruption")
+        == "warm-pool"
+    )
+    assert (
+        drain.termination_cause(annotation="", hint="", activity_cause="a spot interruption notice")
+        == "spot-reclaim"
+    )
     assert drain.termination_cause(annotation=None, hint="", activity_cause=None) == "terminate"
 
 
@@ -424,7 +487,10 @@ def test_the_node_of_an_instance_is_found_by_provider_id() -> None:
     nodes: list[dict[str, Any]] = [
         {"metadata": {"name": "other"}, "spec": {"providerID": "aws:///us-west-2a/i-0ffff"}},
         {
-            "metadata": {"name": "gpu-1", "annotations": {conventions.TERMINATION_REASON_ANNOTATION: "scale-in"}},
+            "metadata": {
+                "name": "gpu-1",
+                "annotations": {conventions.TERMINATION_REASON_ANNOTATION: "scale-in"},
+            },
             "spec": {"providerID": f"aws:///us-west-2b/{INSTANCE}", "unschedulable": True},
             "status": {
                 "allocatable": {"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4"},
@@ -436,7 +502,10 @@ def test_the_node_of_an_instance_is_found_by_provider_id() -> None:
     assert found is not None
     state = drain.node_state(found)
     assert state == NodeState(
-        name="gpu-1", ready=True, unschedulable=True, gpus=4,
+        name="gpu-1",
+        ready=True,
+        unschedulable=True,
+        gpus=4,
         annotations={conventions.TERMINATION_REASON_ANNOTATION: "scale-in"},
     )
     assert drain.find_node(nodes, "i-0123") is None

@@ -144,9 +144,7 @@ def test_a_lifecycle_action_can_be_completed_once() -> None:
         heartbeat()
 
 
-@pytest.mark.parametrize(
-    ("result", "after"), [("CONTINUE", "Pending:Proceed"), ("ABANDON", "Terminating")]
-)
+@pytest.mark.parametrize(("result", "after"), [("CONTINUE", "Pending:Proceed"), ("ABANDON", "Terminating")])
 def test_completing_a_launch_moves_the_instance_on(result: str, after: str) -> None:
     fake, ref = _fleet()
     fake.add_instance(ref, "i-new", lifecycle_state="Pending:Wait")

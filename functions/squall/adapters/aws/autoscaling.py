@@ -109,9 +109,7 @@ class AutoScalingFleet:
             found = self._with_launch_times(found)
         return [found[ref] for ref in dict.fromkeys(refs) if ref in found]
 
-    def recent_activities(
-        self, refs: Sequence[GroupRef], *, since: datetime
-    ) -> list[ScalingActivity]:
+    def recent_activities(self, refs: Sequence[GroupRef], *, since: datetime) -> list[ScalingActivity]:
         since = _aware(since)
         activities: list[ScalingActivity] = []
         for ref in dict.fromkeys(refs):
@@ -145,9 +143,7 @@ class AutoScalingFleet:
                 ShouldDecrementDesiredCapacity=decrement,
             )
 
-    def set_scale_in_protection(
-        self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool
-    ) -> None:
+    def set_scale_in_protection(self, *, ref: GroupRef, instance_ids: Sequence[str], protected: bool) -> None:
         for batch in _chunks(list(dict.fromkeys(instance_ids)), _PROTECTION_IDS_PER_CALL):
             with _translated("SetInstanceProtection", region=ref.region):
                 self._clients(ref.region).set_instance_protection(
@@ -317,7 +313,9 @@ def _pages_by_batch(
     """(region, page) of one paginated call per region and batch of at most ``batch_size`` values."""
     for region, region_values in values.items():
         for batch in _chunks(region_values, batch_size):
-            for page in _pages(api, clients=clients, region=region, method=method, page_size=page_size, **params(batch)):
+            for page in _pages(
+                api, clients=clients, region=region, method=method, page_size=page_size, **params(batch)
+            ):
                 yield region, page
 
 
