@@ -384,12 +384,7 @@ def decide_unobserved(record: DrainRecord, *, error: str, now: datetime, policy:
 
 
 def _decide_terminate(
-    record: DrainRecord,
-    *,
-    node: NodeState | None,
-    pods: Sequence[Pod] | None,
-    now: datetime,
-    policy: DrainPolicy,
+    record: DrainRecord, *, node: NodeState | None, pods: Sequence[Pod] | None, now: datetime, policy: DrainPolicy
 ) -> Decision:
     if node is None:
         record = _step_taken(record)
@@ -430,17 +425,11 @@ def _decide_terminate(
         )
     waiting = [p for p in left if not p.deleting]  # the others are on their way out already
     return _continue(
-        record,
-        now=now,
-        policy=policy,
-        notes=notes,
-        evictions=_budget_groups(waiting, policy.evictions_per_step),
+        record, now=now, policy=policy, notes=notes, evictions=_budget_groups(waiting, policy.evictions_per_step)
     )
 
 
-def _decide_launch(
-    record: DrainRecord, *, node: NodeState | None, now: datetime, policy: DrainPolicy
-) -> Decision:
+def _decide_launch(record: DrainRecord, *, node: NodeState | None, now: datetime, policy: DrainPolicy) -> Decision:
     record = _step_taken(record if node is None else dataclasses.replace(record, node_name=node.name))
     if node is not None and node.ready and node.gpus >= record.gpus_expected:
         return _complete(
