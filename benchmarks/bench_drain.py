@@ -51,10 +51,12 @@ from squall.local.cluster import SimulatedCluster  # noqa: E402
 from squall.local.drain_queue import InMemoryDrainQueue  # noqa: E402
 from squall.local.lambda_events import LocalContext, eventbridge_event, sqs_event  # noqa: E402
 from squall.local.runtime import LocalScaleRequests  # noqa: E402
+from squall.planner import Policy  # noqa: E402
 from squall.planner.kube import parse_pods  # noqa: E402
 from squall.ports import FleetGroup, GroupRef, LifecycleAction, LifecycleResult, ScalingActivity  # noqa: E402
+from squall.services.admission import Admitter  # noqa: E402
 from squall.services.intake import Intake, IntakeConfig  # noqa: E402
-from squall.services.scale import cordon_patch  # noqa: E402
+from squall.services.scale import ScaleResult, cordon_patch  # noqa: E402
 
 REGION = "us-west-2"
 ASG = "squall-p3-usw2"
@@ -130,6 +132,10 @@ def build_world() -> World:
         "replicas": {"worker": {"count": GANG_WORKERS}},
     }
     intake.handle(body=json.dumps(gang), message_id="m-gang")
+    # Jobs are created suspended: admit them, as the scale check's admission does.
+    Admitter(cluster=cluster, metrics=RecordingMetrics(clock), teams={}, policy=Policy(), store=store).run(
+        now=clock.now(), outcome=ScaleResult(acted=True)
+    )
     cluster.advance()
     on_node = [p for p in cluster.list_pods(node_name="gpu-1") if p["status"]["phase"] == "Running"]
     assert len(on_node) == SINGLE_JOBS + GANG_WORKERS, len(on_node)
