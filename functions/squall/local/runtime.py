@@ -41,13 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from squall import runtime
-from squall.adapters.aws.autoscaling import AutoScalingFleet
-from squall.adapters.aws.drain_store import DynamoDrainStore
 from squall.adapters.aws.eventbridge import MAX_JOB_IDS
-from squall.adapters.aws.job_store import DynamoJobStore
-from squall.adapters.aws.model_service_store import DynamoModelServiceStore
-from squall.adapters.aws.saved_models import S3SavedModels
-from squall.adapters.aws.scale_state import DynamoScaleState
 from squall.core import resources as deployed
 from squall.core.asg_events import DrainStepMessage
 from squall.core.jobs import Job, JobEvent
@@ -58,15 +52,12 @@ from squall.local.aws import (
     DEAD_LETTER_QUEUE,
     DRAIN_QUEUE,
     JOBS_QUEUE,
-    MAX_RECEIVE_COUNT,
     PREFIX,
     REGION,
     LocalResources,
-    client,
-    create_groups,
-    create_resources,
     local_endpoint,
 )
+from squall.local.backends import Backend, memory_backend, moto_backend
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.cluster.pods import PodRunner
@@ -80,10 +71,6 @@ from squall.local.lambda_events import (
     scheduled_event,
     sqs_event,
 )
-from squall.local.memory import InMemoryAutoScaling, InMemoryDrainStore, InMemoryJobStore, InMemoryScaleState
-from squall.local.model_service_store import InMemoryModelServiceStore
-from squall.local.queues import LocalQueue, MemoryQueue, SqsQueue
-from squall.planner import NodeGroup
 from squall.planner.admission import TeamShare
 from squall.planner.offline import parse_groups
 
@@ -167,80 +154,6 @@ class FailedEvent:
 @dataclass
 class DeliveryStats:
     redelivered: int = 0
-
-
-@dataclass
-class Backend:
-    """Where the local runtime keeps its AWS state: moto's server, or memory for big replays."""
-
-    name: str
-    store: Any  # JobStore
-    scale_state: Any  # ScaleState
-    queue: LocalQueue
-    autoscaling: Any  # what LocalFleet drives: AutoScalingFleet on moto, or InMemoryAutoScaling
-    create_groups: Callable[[list[NodeGroup]], None]
-    drain_store: Any  # DrainStore
-    resources: LocalResources | None = None
-    model_services: Any = None  # ModelServiceStore
-    saved_models: Any = None  # SavedModels: None where there is no S3 (serve requests refused)
-
-
-def moto_backend(endpoint: str) -> Backend:
-    local = create_resources(endpoint)
-    dynamodb = client("dynamodb", endpoint)
-    regional: dict[str, Any] = {}
-
-    def autoscaling_client(region: str) -> Any:
-        if region not in regional:
-            regional[region] = client("autoscaling", endpoint, region=region)
-        return regional[region]
-
-    return Backend(
-        name="moto",
-        store=DynamoJobStore(dynamodb, local.table_name),
-        scale_state=DynamoScaleState(dynamodb, local.table_name),
-        queue=SqsQueue(
-            client("sqs", endpoint),
-            url=local.jobs_queue_url,
-            dead_letter_url=local.dead_letter_queue_url,
-            visibility_timeout=deployed.JOBS_VISIBILITY_TIMEOUT,
-        ),
-        autoscaling=AutoScalingFleet(autoscaling_client),
-        create_groups=lambda groups: create_groups(endpoint, groups),
-        drain_store=DynamoDrainStore(dynamodb, local.table_name),
-        resources=local,
-        model_services=DynamoModelServiceStore(dynamodb, local.table_name),
-        saved_models=S3SavedModels(client("s3", endpoint)),
-    )
-
-
-def memory_backend() -> Backend:
-    autoscaling = InMemoryAutoScaling()
-
-    def create(groups: list[NodeGroup]) -> None:
-        for g in groups:
-            autoscaling.create_group(
-                name=g.asg_name or g.name,
-                region=g.region,
-                min_size=g.min_size,
-                max_size=g.max_size,
-                desired=g.desired,
-            )
-
-    return Backend(
-        name="memory",
-        store=InMemoryJobStore(),
-        scale_state=InMemoryScaleState(),
-        queue=MemoryQueue(
-            arn=f"arn:aws:sqs:{REGION}:{ACCOUNT}:{JOBS_QUEUE}",
-            max_receive_count=MAX_RECEIVE_COUNT,
-            visibility_timeout=deployed.JOBS_VISIBILITY_TIMEOUT,
-        ),
-        autoscaling=autoscaling,
-        create_groups=create,
-        drain_store=InMemoryDrainStore(),
-        model_services=InMemoryModelServiceStore(),
-    )
 
 
 def _local_serving(registries: list[str]) -> ServingSettings:
