@@ -62,9 +62,10 @@ class Driver:
     not shared between threads); `each_step` runs there after every step.
     """
 
-    def __init__(self, local: LocalRuntime, clock: WallClock) -> None:
+    def __init__(self, local: LocalRuntime, clock: WallClock, *, runner: ProcessRunner | None = None) -> None:
         self.local = local
         self.clock = clock
+        self.runner = runner  # the pods' processes, when they run for real
         self.each_step: Callable[[LocalRuntime], None] = lambda local: None
         self.errors: list[BaseException] = []
         self._calls: queue.Queue[tuple[Callable[[LocalRuntime], Any], Future[Any]]] = queue.Queue()
@@ -169,16 +170,22 @@ def real_pods_runtime(tmp_path: Path) -> Iterator[tuple[LocalRuntime, Driver]]:
         for g in groups
     }
 
+    made: list[ProcessRunner] = []
+
     def runner(resources: Any) -> ProcessRunner:
-        return ProcessRunner(
-            endpoint=resources.endpoint,
-            log_group=resources.log_group,
-            work_dir=tmp_path / "pods",
-            logs_client=client("logs", resources.endpoint),
-            images=WORKER_IMAGES,
-            # The venv has the worker image's pinned requirements: no pip in the pods.
-            image_env=default_image_env({"SQUALL_SKIP_REQUIREMENTS": "1"}) | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+        made.append(
+            ProcessRunner(
+                endpoint=resources.endpoint,
+                log_group=resources.log_group,
+                work_dir=tmp_path / "pods",
+                logs_client=client("logs", resources.endpoint),
+                images=WORKER_IMAGES,
+                # The venv has the worker image's pinned requirements: no pip in the pods.
+                image_env=default_image_env({"SQUALL_SKIP_REQUIREMENTS": "1"})
+                | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+            )
         )
+        return made[-1]
 
     with LocalRuntime.start(clock=clock, node_groups=groups, capacity=capacity, pod_runner=runner) as runtime:
         environment = cli_environment(
@@ -190,7 +197,7 @@ def real_pods_runtime(tmp_path: Path) -> Iterator[tuple[LocalRuntime, Driver]]:
             for key, value in environment.items():
                 patched.setenv(key, value)
             patched.chdir(ROOT)
-            with Driver(runtime, clock) as driver:
+            with Driver(runtime, clock, runner=made[0]) as driver:
                 yield runtime, driver
 
 
@@ -237,8 +244,15 @@ def test_code_in_logs_and_tensorboard_out_surviving_an_eviction(
     assert any(k.startswith(f"{base}logs/") and ".tfevents." in k for k in keys), keys
     assert f"teams/research/models/{JOB_ID}/saved_model.pb" in keys
 
-    # squall logs: every replica's lines, after the pods are gone too
-    until(lambda: not driver.call(lambda rt: rt.cluster.list_pods(job_id=JOB_ID)), seconds=120)
+    # squall logs: every replica's lines, after the pods are gone too. A deleted pod's object
+    # goes at once, its process only once stopped: wait until every process has exited and
+    # its last lines are shipped (the chief's success stops the other worker's Job).
+    assert driver.runner is not None
+    runner = driver.runner
+    until(
+        lambda: not driver.call(lambda rt: rt.cluster.list_pods(job_id=JOB_ID)) and not runner.running(),
+        seconds=120,
+    )
     assert main(["logs", JOB_ID]) == 0
     logs = capsys.readouterr().out
     for label in ("worker-0", "worker-1"):
