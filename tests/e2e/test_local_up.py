@@ -106,7 +106,10 @@ def test_up_status_down(local_dir: Local, capsys: pytest.CaptureFixture[str]) ->
     assert "not running" in capsys.readouterr().out
     assert main(["local", "down", *local_dir.args()]) == 0  # idempotent
     assert "not running" in capsys.readouterr().err
-    with socket.socket() as sock:  # the port is free again
+    with socket.socket() as sock:  # the port is free again: nothing listens there
+        # As a restarted server binds (moto's does): connections the server closed may
+        # still sit in TIME_WAIT on the port, which only a listener should make fail.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", local_dir.port))
 
 
