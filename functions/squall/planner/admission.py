@@ -39,7 +39,7 @@ from typing import TypeVar
 
 from squall.planner.demand import Gang, PodShape, shape_of
 from squall.planner.fit import blocking_taints, fit_count, resource_shortfall
-from squall.planner.inventory import build_inventory
+from squall.planner.inventory import Inventory, build_inventory
 from squall.planner.model import (
     REGION_LABEL,
     Node,
@@ -445,16 +445,20 @@ def admit(
     policy: Policy,
     now: datetime,
     cache: AdmissionCache | None = None,
+    inventory: Inventory | None = None,
 ) -> AdmissionPlan:
     """Decide which queued jobs run now (whole, in one region) and where the rest stand.
 
     `cache`: kept by a caller that admits again and again (see AdmissionCache).
+    `inventory`: build_inventory's of these nodes, pods and groups, where the caller
+    has it already (as for `plan`).
     """
     cache = cache if cache is not None else AdmissionCache()
     gathered = gather(jobs, cache)
     admitted_jobs = gathered.admitted
     pods = list(pods)
-    inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
+    if inventory is None:
+        inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
     in_use: dict[str, int] = {}
     for replicas in admitted_jobs.values():
         for replica in replicas:

@@ -111,6 +111,21 @@ class Inventory:
     # Where a job's replicas already run: its pending replicas must join them.
     job_regions: dict[str, str]
 
+    def with_pending(self, pods: Iterable[Pod]) -> Inventory:
+        """The inventory of the same nodes, pods and groups with these unbound pods added.
+
+        What build_inventory makes of the pods and these together, without joining the
+        nodes again: the scale check adds the queue's pods (admission's demand) to the
+        cluster's. A bound pod would change what its node has free: refused.
+        """
+        pending = list(self.pending)
+        for pod in pods:
+            if pod.node_name is not None:
+                raise ValueError(f"pod {pod.key} is bound to {pod.node_name}: build the inventory afresh")
+            if pod.is_pending:
+                pending.append(pod)
+        return Inventory(nodes=self.nodes, groups=self.groups, pending=pending, job_regions=self.job_regions)
+
 
 def build_inventory(
     *,

@@ -48,10 +48,16 @@ def plan(
     health: Mapping[str, GroupHealth],
     policy: Policy,
     now: datetime,
+    inventory: Inventory | None = None,
 ) -> Plan:
-    """Decide scale-ups, uncordons, scale-downs and backoffs. Pure: no I/O, no clock."""
+    """Decide scale-ups, uncordons, scale-downs and backoffs. Pure: no I/O, no clock.
+
+    `inventory`: build_inventory's of these nodes, pods and groups, where the caller
+    has it already (the scale check builds one for admission, the plan and the timers).
+    """
     require_aware("now", now)
-    inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
+    if inventory is None:
+        inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
     assessments = {
         name: assess_group(view, previous=health.get(name, GroupHealth()), policy=policy, now=now)
         for name, view in inventory.groups.items()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from squall.planner.inventory import InstanceStatus, build_inventory
+from squall.planner.inventory import InstanceStatus, Inventory, build_inventory
 from squall.planner.model import GroupHealth, Node, NodeGroup, Pod, Policy, require_aware
 
 
@@ -25,14 +25,16 @@ def next_timer(
     health: Mapping[str, GroupHealth],
     policy: Policy,
     now: datetime,
+    inventory: Inventory | None = None,
 ) -> datetime | None:
     """The earliest time after `now` at which a time rule of the planner may decide otherwise.
 
     None: no timer is running (every node busy, nothing booting, no backoff or failure
-    on record): only a change to the inputs can change the plan.
+    on record): only a change to the inputs can change the plan. `inventory`: as for `plan`.
     """
     require_aware("now", now)
-    inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
+    if inventory is None:
+        inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
     due: list[datetime] = []
     for view in inventory.nodes:
         if view.busy or view.idle_since is None:

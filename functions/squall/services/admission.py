@@ -30,6 +30,7 @@ from squall.planner.admission import (
     Waiting,
     admit,
 )
+from squall.planner.inventory import Inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, pod_cache, replica_job_cache
 from squall.ports import Cluster, JobStore, MetricsSink
 from squall.services.intake import note_job
@@ -94,6 +95,7 @@ class Admitter:
         pods: Sequence[Pod],
         groups: Sequence[NodeGroup],
         now: datetime,
+        inventory: Inventory | None = None,
     ) -> AdmissionPlan:
         return admit(
             jobs=jobs,
@@ -104,6 +106,7 @@ class Admitter:
             policy=self.policy,
             now=now,
             cache=self.parsed.prepared,
+            inventory=inventory,
         )
 
     def run(self, *, now: datetime, outcome: Report, groups: Sequence[NodeGroup] = ()) -> AdmissionPlan:

@@ -37,6 +37,7 @@ from squall.planner import (
     plan,
 )
 from squall.planner.admission import AdmissionPlan, TeamShare
+from squall.planner.inventory import build_inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, parse_pods, pod_cache
 from squall.planner.timers import next_timer
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
@@ -252,7 +253,11 @@ class Scaler:
             return ScaleResult(acted=False, skipped=["nothing changed since the last check, no timer due"])
         self.parsed.quiet = None
         nodes = self._mark_empty(nodes, pods, now=now)
-        admission = admitter.decide(jobs=jobs, nodes=nodes, pods=pods, groups=groups, now=now)
+        # One inventory of the cluster for admission, the plan and the timers.
+        inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=self.config.policy, now=now)
+        admission = admitter.decide(
+            jobs=jobs, nodes=nodes, pods=pods, groups=groups, now=now, inventory=inventory
+        )
         decided = plan(
             nodes=nodes,
             pods=[*pods, *admission.demand],
@@ -260,6 +265,7 @@ class Scaler:
             health=health,
             policy=self.config.policy,
             now=now,
+            inventory=inventory.with_pending(admission.demand),
         )
         result = ScaleResult(acted=not self.config.dry_run, plan=decided.to_dict())
         result.plan["admission"] = admission.to_dict()
@@ -279,7 +285,13 @@ class Scaler:
         )
         if _idle(decided, admission, result) and not self.config.dry_run:
             until = next_timer(
-                nodes=nodes, pods=pods, groups=groups, health=health, policy=self.config.policy, now=now
+                nodes=nodes,
+                pods=pods,
+                groups=groups,
+                health=health,
+                policy=self.config.policy,
+                now=now,
+                inventory=inventory,
             )
             self.parsed.quiet = Quiet(seen=seen, until=until)
         logger.info(

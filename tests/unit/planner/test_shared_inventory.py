@@ -1,0 +1,111 @@
+"""One inventory per scale check: admission, the plan and the timers decide the same on it as afresh."""
+
+from __future__ import annotations
+
+import pytest
+
+from squall.planner import plan
+from squall.planner.admission import admit
+from squall.planner.inventory import Inventory, build_inventory
+from squall.planner.kube import parse_replica_jobs
+from squall.planner.model import Node, NodeGroup, Pod
+from squall.planner.timers import next_timer
+
+from .builders import NOW, POLICY, ago, group, instance, node_of, pod
+from .test_admission import job_objects, p4d
+
+
+def _cluster() -> tuple[list[NodeGroup], list[Node], list[Pod]]:
+    groups = [
+        p4d(nodes=2),
+        p4d("p4d-use1", "us-east-1", nodes=1),
+        group("g5-usw2", instances=[instance("i-g5-0"), instance("i-g5-boot", "Pending", ago(minutes=2))]),
+    ]
+    nodes = [
+        node_of(g, i.instance_id) for g in groups for i in g.instances if i.lifecycle_state == "InService"
+    ]
+    pods = [
+        pod("run-0", gpu=4, job="run", node=nodes[0].name),
+        pod("run-1", gpu=4, job="run", node=nodes[2].name),  # a gang across regions
+        pod("done-0", gpu=8, job="done", node=nodes[1].name, phase="Succeeded", finished_at=ago(minutes=3)),
+        pod("waits-0", gpu=1, job="waits"),
+        pod("loose", cpu="2"),
+    ]
+    return groups, nodes, pods
+
+
+def _same_inventory(a: Inventory, b: Inventory) -> None:
+    assert [(v.node, v.used, v.busy, v.idle_since, v.region, v.instance) for v in a.nodes] == [
+        (v.node, v.used, v.busy, v.idle_since, v.region, v.instance) for v in b.nodes
+    ]
+    assert {n: [(i.instance, i.status) for i in v.instances] for n, v in a.groups.items()} == {
+        n: [(i.instance, i.status) for i in v.instances] for n, v in b.groups.items()
+    }
+    assert a.pending == b.pending
+    assert a.job_regions == b.job_regions
+
+
+def test_adding_unbound_pods_is_the_inventory_of_all_of_them() -> None:
+    groups, nodes, pods = _cluster()
+    extra = [
+        pod("queued-0", gpu=8, job="queued"),
+        pod("queued-1", gpu=8, job="queued"),
+        pod("gone", phase="Failed"),
+    ]
+    inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=POLICY, now=NOW)
+
+    added = inventory.with_pending(extra)
+
+    _same_inventory(
+        added, build_inventory(nodes=nodes, pods=[*pods, *extra], groups=groups, policy=POLICY, now=NOW)
+    )
+    assert [p.name for p in added.pending] == ["waits-0", "loose", "queued-0", "queued-1"]
+    assert [p.name for p in inventory.pending] == ["waits-0", "loose"]  # the one added to is unchanged
+
+
+def test_a_bound_pod_is_not_added_to_an_inventory() -> None:
+    groups, nodes, pods = _cluster()
+    inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=POLICY, now=NOW)
+    with pytest.raises(ValueError, match="bound"):
+        inventory.with_pending([pod("late", gpu=1, node=nodes[0].name)])
+
+
+def test_plan_and_timers_decide_the_same_on_an_inventory_given() -> None:
+    groups, nodes, pods = _cluster()
+    queue = [pod(f"q-{i}", gpu=8, job=f"q{i // 2}") for i in range(6)]
+    inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=POLICY, now=NOW)
+    args = {"nodes": nodes, "groups": groups, "health": {}, "policy": POLICY, "now": NOW}
+
+    given = plan(pods=[*pods, *queue], inventory=inventory.with_pending(queue), **args)  # type: ignore[arg-type]
+    afresh = plan(pods=[*pods, *queue], **args)  # type: ignore[arg-type]
+
+    assert given == afresh
+    assert given.scale_ups  # the queue's pods were planned for
+    assert next_timer(pods=pods, inventory=inventory, **args) == next_timer(pods=pods, **args)  # type: ignore[arg-type]
+
+
+def test_admission_decides_the_same_on_an_inventory_given() -> None:
+    groups, nodes, pods = _cluster()
+    jobs = parse_replica_jobs(
+        [
+            o
+            for i, gpus in enumerate([8, 4, 8, 1])
+            for o in job_objects(f"j{i}", gpus=gpus, minute=i, replicas=1 + i % 2)
+        ]
+    )
+    inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=POLICY, now=NOW)
+    args = {
+        "jobs": jobs,
+        "nodes": nodes,
+        "pods": pods,
+        "groups": groups,
+        "teams": {},
+        "policy": POLICY,
+        "now": NOW,
+    }
+
+    given = admit(inventory=inventory, **args)  # type: ignore[arg-type]
+    afresh = admit(**args)  # type: ignore[arg-type]
+
+    assert given == afresh
+    assert given.admitted and given.waiting
