@@ -6,12 +6,14 @@ node, and sorts every instance into ready, booting (in-flight), timed out or gon
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from typing import NamedTuple
 
-from squall.planner.model import REGION_LABEL, GroupInstance, Node, NodeGroup, Pod, Policy, Vector
+from squall.planner.fit import blocking_taints
+from squall.planner.model import REGION_LABEL, GroupInstance, Node, NodeGroup, Pod, Policy, Taint, Vector
 
 PENDING_STATES = frozenset({"Pending", "Pending:Wait", "Pending:Proceed"})
 IN_SERVICE = "InService"
@@ -103,6 +105,27 @@ class GroupView:
         )
 
 
+class NodeRoom(NamedTuple):
+    """A node up for pods: ready and schedulable, or ready and cordoned by Squall only."""
+
+    view: NodeView
+    free: Vector
+    cordoned: bool
+    taints: tuple[
+        Taint, ...
+    ]  # those that can keep a pod off it (a cordon's transient ones not, when cordoned)
+
+
+@dataclass(slots=True)
+class _Derived:
+    """What is read from an inventory's nodes more than once a check, worked out once.
+
+    Shared with the inventories with_pending makes of it: pending pods change none of it.
+    """
+
+    rooms: tuple[NodeRoom, ...] | None = None
+
+
 @dataclass(slots=True, kw_only=True)
 class Inventory:
     nodes: list[NodeView]
@@ -110,6 +133,36 @@ class Inventory:
     pending: list[Pod]
     # Where a job's replicas already run: its pending replicas must join them.
     job_regions: dict[str, str]
+    _derived: _Derived = field(default_factory=_Derived, repr=False, compare=False)
+
+    def nodes_up(self) -> tuple[NodeRoom, ...]:
+        """The nodes that are up, with what is free on each, in the order of `nodes`.
+
+        Ready nodes of no group or with a ready instance; a node Squall cordoned counts
+        (uncordoning it starts pods soonest). Booting ones are counted with their group.
+        """
+        rooms = self._derived.rooms
+        if rooms is None:
+            rooms = self._derived.rooms = tuple(self._nodes_up())
+        return rooms
+
+    def _nodes_up(self) -> Iterator[NodeRoom]:
+        statuses = {i.instance.instance_id: i.status for view in self.groups.values() for i in view.instances}
+        for view in self.nodes:
+            node = view.node
+            if view.group is not None:
+                status = statuses.get(view.instance.instance_id) if view.instance is not None else None
+                if status is not InstanceStatus.READY:
+                    continue  # booting (counted with its group), timed out, or on its way out
+            if not node.ready or (node.unschedulable and not node.cordoned_by_squall):
+                continue
+            cordoned = node.unschedulable
+            yield NodeRoom(
+                view=view,
+                free=free_of(node.allocatable.vector(), view.used),
+                cordoned=cordoned,
+                taints=blocking_taints(node.taints, ignore_transient=cordoned),
+            )
 
     def with_pending(self, pods: Iterable[Pod]) -> Inventory:
         """The inventory of the same nodes, pods and groups with these unbound pods added.
@@ -124,7 +177,13 @@ class Inventory:
                 raise ValueError(f"pod {pod.key} is bound to {pod.node_name}: build the inventory afresh")
             if pod.is_pending:
                 pending.append(pod)
-        return Inventory(nodes=self.nodes, groups=self.groups, pending=pending, job_regions=self.job_regions)
+        return Inventory(
+            nodes=self.nodes,
+            groups=self.groups,
+            pending=pending,
+            job_regions=self.job_regions,
+            _derived=self._derived,
+        )
 
 
 def build_inventory(
@@ -227,6 +286,16 @@ class _NodeUsage:
             self.busy.add(node_name)
         if pod.job_id is not None:
             self.job_nodes.setdefault(pod.job_id, node_name)
+
+
+def free_of(allocatable: Vector, used: Vector) -> Vector:
+    """What is left of a node's allocatable once `used` is taken (never below zero)."""
+    return (
+        max(0, allocatable[0] - used[0]),
+        max(0, allocatable[1] - used[1]),
+        max(0, allocatable[2] - used[2]),
+        max(0, allocatable[3] - used[3]),
+    )
 
 
 def _latest(first: datetime | None, second: datetime | None) -> datetime | None:

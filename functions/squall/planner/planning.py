@@ -20,7 +20,7 @@ from datetime import datetime
 from squall.planner.demand import Demand, Gang, PodShape, build_demand
 from squall.planner.fit import blocking_taints
 from squall.planner.health import PROVISION_TIMEOUT, GroupAssessment, assess_group
-from squall.planner.inventory import GroupView, InstanceStatus, Inventory, NodeView, build_inventory
+from squall.planner.inventory import GroupView, InstanceStatus, Inventory, build_inventory, free_of
 from squall.planner.model import (
     GroupHealth,
     Node,
@@ -31,7 +31,6 @@ from squall.planner.model import (
     ScaleUp,
     Uncordon,
     Unschedulable,
-    Vector,
     require_aware,
 )
 from squall.planner.packing import GroupOption, Packer, Room, RoomKind, names
@@ -97,35 +96,19 @@ def plan(
 
 
 def rooms_on_nodes_up(inventory: Inventory) -> list[Room]:
-    """Free room on nodes that are up: ready ones, and ready ones Squall cordoned."""
-    statuses = {
-        i.instance.instance_id: i.status for view in inventory.groups.values() for i in view.instances
-    }
-    rooms: list[Room] = []
-    for view in inventory.nodes:
-        status = statuses.get(view.instance.instance_id) if view.instance is not None else None
-        room = _room(view, status)
-        if room is not None:
-            rooms.append(room)
-    return rooms
-
-
-def _room(view: NodeView, status: InstanceStatus | None) -> Room | None:
-    node = view.node
-    if view.group is not None and status is not InstanceStatus.READY:
-        return None  # booting (counted with its group), timed out, or on its way out
-    if not node.ready or (node.unschedulable and not node.cordoned_by_squall):
-        return None
-    kind = RoomKind.CORDONED if node.unschedulable else RoomKind.READY
-    return Room(
-        kind=kind,
-        name=node.name,
-        group=view.group.name if view.group is not None else None,
-        region=view.region,
-        free=_free(node.allocatable.vector(), view.used),
-        labels=node.labels,
-        taints=blocking_taints(node.taints, ignore_transient=kind is RoomKind.CORDONED),
-    )
+    """Free room on nodes that are up: ready ones, and ready ones Squall cordoned (new Rooms each call)."""
+    return [
+        Room(
+            kind=RoomKind.CORDONED if up.cordoned else RoomKind.READY,
+            name=up.view.node.name,
+            group=up.view.group.name if up.view.group is not None else None,
+            region=up.view.region,
+            free=up.free,
+            labels=up.view.node.labels,
+            taints=up.taints,
+        )
+        for up in inventory.nodes_up()
+    ]
 
 
 def _add_nodes_not_up_yet(option: GroupOption, view: GroupView, *, assessment: GroupAssessment) -> None:
@@ -143,18 +126,9 @@ def _add_nodes_not_up_yet(option: GroupOption, view: GroupView, *, assessment: G
     for instance in view.instances:
         if instance.status is InstanceStatus.BOOTING:
             used = instance.node.used if instance.node is not None else (0, 0, 0, 0)
-            option.add_booting(_free(template, used))
+            option.add_booting(free_of(template, used))
     if not in_backoff:
         option.add_booting(template, count=view.missing_count)
-
-
-def _free(allocatable: Vector, used: Vector) -> Vector:
-    return (
-        max(0, allocatable[0] - used[0]),
-        max(0, allocatable[1] - used[1]),
-        max(0, allocatable[2] - used[2]),
-        max(0, allocatable[3] - used[3]),
-    )
 
 
 # --- new nodes -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from squall.planner.admission import admit
 from squall.planner.inventory import Inventory, build_inventory
 from squall.planner.kube import parse_replica_jobs
 from squall.planner.model import Node, NodeGroup, Pod
+from squall.planner.planning import rooms_on_nodes_up
 from squall.planner.timers import next_timer
 
 from .builders import NOW, POLICY, ago, group, instance, node_of, pod
@@ -109,3 +110,20 @@ def test_admission_decides_the_same_on_an_inventory_given() -> None:
 
     assert given == afresh
     assert given.admitted and given.waiting
+
+
+def test_the_nodes_up_are_worked_out_once_and_shared_with_pods_added() -> None:
+    groups, nodes, pods = _cluster()
+    cordoned = node_of(groups[0], "i-cordoned", cordoned_by_squall=True)
+    inventory = build_inventory(nodes=[*nodes, cordoned], pods=pods, groups=groups, policy=POLICY, now=NOW)
+
+    up = inventory.nodes_up()
+
+    assert up is inventory.nodes_up() is inventory.with_pending([pod("late", gpu=1)]).nodes_up()
+    assert [(u.view.node.name, u.cordoned) for u in up] == [(n.name, False) for n in nodes] + [
+        (cordoned.name, True)
+    ]
+    assert up[0].free == (95_000 - 1000, 1100 * 2**30 - 2**30, 4, 109)  # run-0 takes its share
+    rooms = rooms_on_nodes_up(inventory)
+    assert rooms_on_nodes_up(inventory) is not rooms  # a packer changes its rooms: new ones each time
+    assert [r.free for r in rooms] == [u.free for u in up]
