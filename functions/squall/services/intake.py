@@ -49,6 +49,7 @@ from squall.core.spec import (
     ServeCommand,
     SpecError,
     UnserveCommand,
+    decode_body,
     derive_job_id,
     expand_sweep,
     parse_message,
@@ -134,12 +135,14 @@ class Intake:
             )
             return self._reject(data=None, body=body, message_id=message_id, error=error, sender_id=sender_id)
         try:
-            data = json.loads(body)
+            data, repeated_keys = decode_body(body)
         except (ValueError, RecursionError) as exc:
             # JSONDecodeError, Python's int-string limit, or nesting deeper than the decoder goes.
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:200]
             raise MalformedMessage(f"message {message_id} is not JSON: {why}") from exc
         try:
+            if repeated_keys:
+                raise SpecError(repeated_keys)
             message = parse_message(
                 data,
                 teams=list(self.config.teams),

@@ -115,6 +115,9 @@ def validation_issues(exc: ValidationError) -> list[Issue]:
     return issues
 
 
+_NUL = "holds a NUL character (\\u0000), which a process argument or environment variable cannot hold"
+
+
 def _has_surrogate(text: str) -> bool:
     if text.isascii():
         return False
@@ -130,9 +133,13 @@ def _key_text(key: object) -> str:
     return text if len(text) <= 64 else text[:63] + "…"
 
 
-def shape_issues(data: Any) -> tuple[list[Issue], bool]:
+def shape_issues(data: Any, *, refuse_nul: bool = True) -> tuple[list[Issue], bool]:
     """Problems pydantic would not name or would be slow to: text that is not Unicode, and size.
 
+    With `refuse_nul`, text holding a NUL character too: every string of a spec ends up
+    in a pod (an argument, a variable, a label) or a record, and exec(2) takes no NUL,
+    so such a job could only fail when its container starts (a stored spec accepted
+    before this check is left to load).
     Returns the issues and whether the body is too large or deep to validate at all.
     Walks without recursion and stops at MAX_BODY_VALUES.
     """
@@ -150,6 +157,8 @@ def shape_issues(data: Any) -> tuple[list[Issue], bool]:
         if isinstance(node, str):
             if _has_surrogate(node):
                 issues.append(Issue(path or "(body)", "is not valid Unicode text (a lone surrogate)"))
+            elif refuse_nul and "\x00" in node:
+                issues.append(Issue(path or "(body)", _NUL))
             continue
         if isinstance(node, Mapping):
             entries: list[tuple[object, Any]] = list(node.items())

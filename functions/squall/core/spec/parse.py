@@ -18,13 +18,18 @@ from pydantic import BaseModel, ValidationError
 
 from squall.core.spec.bounds import Issue, SpecError, shape_issues, validation_issues
 from squall.core.spec.commands import ServeCommand, UnserveCommand
-from squall.core.spec.limits import DEFAULT_MAX_RUNTIME_LIMIT, ISSUES_CONSIDERED, MAX_RECORDED_SPEC_BYTES
+from squall.core.spec.limits import (
+    DEFAULT_MAX_RUNTIME_LIMIT,
+    ISSUES_CONSIDERED,
+    MAX_BODY_VALUES,
+    MAX_RECORDED_SPEC_BYTES,
+)
 from squall.core.spec.model import CancelCommand, JobSpec
 from squall.core.spec.sweep import expand_sweep
 
 
 def _validate(model: type[BaseModel], data: Any, context: dict[str, Any]) -> Any:
-    shape, too_large = shape_issues(data)
+    shape, too_large = shape_issues(data, refuse_nul=not context.get("stored"))
     if too_large:
         raise SpecError(shape)
     try:
@@ -41,6 +46,58 @@ def _validate(model: type[BaseModel], data: Any, context: dict[str, Any]) -> Any
     if shape:
         raise SpecError(shape)
     return parsed
+
+
+def decode_body(body: str) -> tuple[Any, list[Issue]]:
+    """A queue body's JSON, and an issue for each key it gives twice in one object.
+
+    A leading byte order mark is dropped, as every other reader of documents drops it.
+    A repeated key is an issue, not a silent "last one wins": which value counts is
+    not JSON's to say, and a body that means one thing to its sender and another to
+    Squall must not run. Raises what json.loads raises for text that is not JSON.
+    """
+    repeated: dict[int, list[str]] = {}
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) != len(items):
+            seen: set[str] = set()
+            twice = repeated.setdefault(id(obj), [])
+            for key, _ in items:
+                if key in seen:
+                    twice.append(key)
+                seen.add(key)
+        return obj
+
+    data = json.loads(body.removeprefix("\ufeff"), object_pairs_hook=pairs)
+    if not repeated:
+        return data, []
+    return data, [
+        Issue(path, "is given more than once in one object; a JSON key must be unique")
+        for path in _key_paths(data, repeated)
+    ]
+
+
+def _key_paths(data: Any, keys: Mapping[int, list[str]]) -> list[str]:
+    """The field paths of `keys` (object id -> its keys) in `data`, walked without recursion.
+
+    Past MAX_BODY_VALUES values, a key not found yet is named alone.
+    """
+    found: list[str] = []
+    left = dict(keys)
+    stack: list[tuple[Any, str]] = [(data, "")]
+    for _ in range(MAX_BODY_VALUES):
+        if not stack or not left:
+            break
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            for key in left.pop(id(node), []):
+                found.append(f"{path}.{key}" if path else key)
+            stack.extend((value, f"{path}.{key}" if path else key) for key, value in node.items())
+        elif isinstance(node, list):
+            stack.extend((value, f"{path}[{index}]") for index, value in enumerate(node))
+    found.extend(key for rest in left.values() for key in rest)
+    return found
 
 
 def parse_spec(
