@@ -211,7 +211,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from squall.planner.inputs import planner_policy
     from squall.planner.offline import PlanInputError, plan_offline
 
-    now = _now(args.now) if args.now else datetime.now(UTC)
+    now = _now(args.now) if args.now is not None else datetime.now(UTC)
     paths = {"nodes": args.nodes, "pods": args.pods, "groups": args.groups}
     if args.jobs is not None:
         paths["jobs"] = args.jobs
@@ -251,6 +251,10 @@ def _now(text: str) -> datetime:
         ) from None
     if now.utcoffset() is None:
         raise CliError("--now needs a timezone, e.g. 2026-01-05T09:00:00Z")
+    from squall.planner.kube import EARLIEST, LATEST
+
+    if not EARLIEST <= now < LATEST:
+        raise CliError(f"--now: must be between {EARLIEST.year} and {LATEST.year}, got {text!r}")
     return now
 
 
