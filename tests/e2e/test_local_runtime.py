@@ -43,6 +43,12 @@ def start_terminate_hook(local: LocalRuntime, instance: str) -> None:
     local.fleet.terminate_instance(region=P3_USW2["region"], instance_id=instance, decrement=False)
 
 
+def drain_steps(local: LocalRuntime, instance: str) -> list[Any]:
+    """The lifecycle steps queued for one instance (a replacement's launch queues its own)."""
+    assert local.drain_queue is not None
+    return [q for q in local.drain_queue.waiting if q.message.instance_id == instance]
+
+
 def total(local: LocalRuntime, name: str, **dimensions: str) -> float:
     return sum(p.value for p in points(local, name, **dimensions))
 
@@ -313,7 +319,7 @@ def test_a_drain_batch_whose_invocation_dies_comes_back_after_the_visibility_tim
         # given a drain under way: the lifecycle function took its first step and queued the next
         start_terminate_hook(local, instance)
         local.step(ZERO)
-        (queued,) = local.drain_queue.waiting
+        (queued,) = drain_steps(local, instance)  # the replacement's launch waits beside it
         # and someone uncordoned the node meanwhile, so the drain function must cordon it again
         world.cluster.patch_node(node, {"spec": {"unschedulable": False}})
         # when the drain function dies doing so
@@ -325,7 +331,7 @@ def test_a_drain_batch_whose_invocation_dies_comes_back_after_the_visibility_tim
         # then its message was not deleted: it is back, not after the queue's six-minute
         # visibility timeout, but a step delay after the invocation's own timeout, as the
         # drain function asked before it started (it could not ask when it died)
-        (again,) = local.drain_queue.waiting
+        (again,) = drain_steps(local, instance)
         lease = timedelta(seconds=FUNCTIONS["drain"].timeout_seconds) + local.settings.policy.drain_step_delay
         assert (again.message, again.due_at) == (queued.message, local.clock.now() + lease)
         assert lease < local.hook_heartbeat_timeout < DRAIN_VISIBILITY_TIMEOUT
@@ -433,7 +439,13 @@ def test_a_drain_step_that_fails_once_is_retried_after_the_step_delay_and_the_ho
         assert (record.outcome, record.result) == (DrainOutcome.DRAINED, "CONTINUE")
         assert record.finished_at - failed_at == policy.drain_step_delay
         assert record.finished_at < record.started_at + local.hook_heartbeat_timeout
-        assert local.fleet.stats.timed_out == 0 and local.fleet.hook_stats()["hooksLeftOpen"] == 0
+        # and the replacement Auto Scaling launched meanwhile has its launch hook answered too
+        assert local.run(
+            until=lambda rt: rt.fleet is not None and rt.fleet.hook_stats()["hooksLeftOpen"] == 0,
+            step=timedelta(seconds=10),
+            limit=timedelta(minutes=10),
+        )
+        assert local.fleet.stats.timed_out == 0
         assert local.fleet.terminated_busy == []
         assert local.function_errors == [], "a failed step fails its record, not the invocation"
         assert local.drain_dead_letters == []

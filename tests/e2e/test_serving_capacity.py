@@ -139,13 +139,6 @@ def test_a_terminate_drain_of_a_serving_node_waits_for_the_disruption_budget() -
         drain_waits_for_the_budget(local, decrement=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the simulated fleet replaces an instance terminated without decrement only after its terminate "
-    "hook, while the scale check counts the missing capacity as on its way (Auto Scaling's default 'terminate "
-    "and launch' provisions it meanwhile); so locally the replica the drain's budget waits for gets no node "
-    "until the drain's deadline (docs/simulator.md, simplification 14)",
-)
 def test_a_drain_of_the_only_serving_node_buys_a_node_for_the_replacement() -> None:
     with start() as local:
         drain_waits_for_the_budget(local, decrement=False)

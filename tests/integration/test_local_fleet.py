@@ -136,6 +136,53 @@ def test_terminate_waits_for_the_hook_and_heartbeats_extend_it() -> None:
     assert fleet.hook_stats() == {"drains": 1, "hooksCompleted": 2, "hooksLeftOpen": 0}
 
 
+def test_a_replacement_launches_while_the_old_instance_waits_in_its_terminate_hook() -> None:
+    # given a booted instance with a job on its node, in a group with room for two
+    fleet, clock, cluster = make_fleet(hooks=True, capacity=2)
+    instance = booted(fleet, clock)
+    node = run_a_job_on_the_node(cluster)
+    # when it is terminated through its group without decrementing desired capacity
+    fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+    fleet.advance()
+    # then Auto Scaling launches the replacement at once ("terminate and launch") while the
+    # old instance runs on in Terminating:Wait, as describe shows it, its node still there
+    group = fleet.describe_groups([REF])[0]
+    states = {i.instance_id: i.lifecycle_state for i in group.instances}
+    assert group.desired == 1 and states.pop(instance) == "Terminating:Wait"
+    (replacement,) = states
+    assert states[replacement] == "Pending:Wait"
+    assert [e["detail"]["LifecycleTransition"] for e in fleet.outbox] == [
+        "autoscaling:EC2_INSTANCE_TERMINATING",
+        "autoscaling:EC2_INSTANCE_LAUNCHING",
+    ]
+    fleet.complete_lifecycle_action(_action("squall-launch", replacement), "CONTINUE")
+    clock.advance(timedelta(minutes=3))
+    fleet.advance()
+    assert sorted(n["metadata"]["name"] for n in cluster.list_nodes()) == sorted(
+        [node, f"{GROUP.name}-{replacement[-8:]}"]
+    ), "the replacement joins while the old node drains"
+    # and once the hook is done the old instance goes, and only the replacement is left
+    fleet.complete_lifecycle_action(_action("squall-terminate", instance), "CONTINUE")
+    fleet.advance()
+    group = fleet.describe_groups([REF])[0]
+    assert [i.instance_id for i in group.instances] == [replacement] and group.desired == 1
+    assert [n["metadata"]["name"] for n in cluster.list_nodes()] == [f"{GROUP.name}-{replacement[-8:]}"]
+    assert fleet.hook_stats() == {"drains": 1, "hooksCompleted": 3, "hooksLeftOpen": 0}
+
+
+def test_a_replacement_beyond_the_regions_capacity_fails_while_the_old_instance_still_runs() -> None:
+    # given a region that can run only one instance of the type, and it runs
+    fleet, clock, _ = make_fleet(hooks=True, capacity=1)
+    instance = booted(fleet, clock)
+    # when it is replaced: the old instance still holds the region's one place
+    fleet.terminate_instance(region="us-west-2", instance_id=instance, decrement=False)
+    fleet.advance()
+    # then the replacement's launch fails for capacity, as EC2 words it
+    group = fleet.describe_groups([REF])[0]
+    assert [(i.instance_id, i.lifecycle_state) for i in group.instances] == [(instance, "Terminating:Wait")]
+    assert any(a.status_code == "Failed" for a in fleet.recent_activities([REF], since=clock.start))
+
+
 def test_a_wrong_token_is_refused() -> None:
     fleet, _, _ = make_fleet(hooks=True)
     fleet.set_desired_capacity(ref=REF, desired=1)

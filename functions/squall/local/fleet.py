@@ -107,6 +107,9 @@ class _Tracked:
     joined_at: datetime | None = None
     gpus_ready: bool = False
     lost: bool = False  # EC2 lost it without notice; Auto Scaling has yet to let it go
+    # Replaced already: gone from the adapter's group (which launched its replacement),
+    # still running here in Terminating:Wait until its hook is done. As described then.
+    held: FleetInstance | None = None
 
 
 @dataclass
@@ -150,6 +153,7 @@ class LocalFleet:
     stats: HookStats = field(default_factory=HookStats)
     _broken_joins: dict[tuple[str, str], int] = field(default_factory=dict)
     _tokens: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _held: set[str] = field(default_factory=set)  # instances with `held` set
 
     # ---- the Fleet port ------------------------------------------------------
 
@@ -329,8 +333,34 @@ class LocalFleet:
         )
         if hard_after is not None:
             tracked.hook.hard_deadline = self.clock.now() + hard_after
+        if not decrement:
+            self._replace_now(tracked)
         self.stats.terminate_hooks += 1
         self.outbox.append(self._event(tracked, transition="autoscaling:EC2_INSTANCE_TERMINATING"))
+
+    def _replace_now(self, tracked: _Tracked) -> None:
+        """Auto Scaling's default for a replacement, "terminate and launch": the group
+        launches the new instance now, while this one waits in Terminating:Wait.
+
+        The adapter (moto, or the in-memory groups) lets the instance go and launches its
+        replacement at once; the fleet keeps the old one running, and shows it in its
+        group, until the hook is done.
+        """
+        tracked.held = next(
+            (
+                i
+                for g in self._all_groups()
+                if (g.region, g.name) == (tracked.region, tracked.group)
+                for i in g.instances
+                if i.instance_id == tracked.instance_id
+            ),
+            None,
+        )
+        if tracked.held is None:
+            return  # not in the group any more: nothing to replace
+        self._held.add(tracked.instance_id)
+        self._observed = None
+        self.adapter.terminate_instance(region=tracked.region, instance_id=tracked.instance_id, decrement=False)
 
     def _finish_hook(self, tracked: _Tracked, *, result: str) -> None:
         hook, tracked.hook = tracked.hook, None
@@ -349,6 +379,10 @@ class LocalFleet:
         if hook is not None and tracked.state == "Terminating:Wait":
             tracked.state = "Terminating:Proceed"
             self._observed = None
+            if tracked.held is not None:
+                tracked.held = None  # replaced already: the next step lets it go
+                self._held.discard(tracked.instance_id)
+                return
             self.adapter.terminate_instance(
                 region=tracked.region, instance_id=tracked.instance_id, decrement=tracked.decrement
             )
@@ -473,7 +507,7 @@ class LocalFleet:
         self._expire_hooks(now)
         alive = {i.instance_id for g in self._all_groups() for i in g.instances}
         for instance_id, tracked in list(self.tracked.items()):
-            if instance_id not in alive:
+            if instance_id not in alive and tracked.held is None:
                 if tracked.node is not None:
                     if self.cluster.remove_node(tracked.node, reason="instance terminated"):
                         self.terminated_busy.append(tracked.node)
@@ -539,7 +573,12 @@ class LocalFleet:
     def _visible(self, group: FleetGroup) -> FleetGroup:
         """The group as Squall sees it: launched instances, with their simulated state."""
         instances = []
-        for instance in group.instances:
+        held = [
+            t.held
+            for t in (self.tracked[i] for i in self._held)
+            if t.held is not None and (t.region, t.group) == (group.region, group.name)
+        ]
+        for instance in (*group.instances, *held):
             tracked = self.tracked[instance.instance_id]
             if not tracked.launched:
                 continue
