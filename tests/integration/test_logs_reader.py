@@ -27,6 +27,14 @@ def aws(jobs_table: Any) -> tuple[Any, DynamoJobStore]:
     return logs, DynamoJobStore(jobs_table, "jobs")
 
 
+@pytest.fixture
+def recorded(aws: tuple[Any, DynamoJobStore]) -> tuple[Any, DynamoJobStore]:
+    """The logs and the job store, with JOB recorded."""
+    logs, store = aws
+    record_job(store, JOB)
+    return logs, store
+
+
 def follower(logs: Any, store: DynamoJobStore, job_id: str = JOB, **fields: Any) -> LogFollower:
     job = store.get(job_id)
     assert job is not None
@@ -60,12 +68,11 @@ def running_with_one_line(logs: Any, store: DynamoJobStore) -> tuple[dict[str, J
 
 @pytest.mark.timeout(120)
 def test_every_page_of_every_stream_is_read_past_a_group_of_many_streams(
-    aws: tuple[Any, DynamoJobStore],
+    recorded: tuple[Any, DynamoJobStore],
 ) -> None:
     # given: 25,000 lines in the chief's stream (three GetLogEvents pages), and the job's
     # streams behind 130 other streams in name order (three DescribeLogStreams pages)
-    logs, store = aws
-    record_job(store, JOB)
+    logs, store = recorded
     for i in range(130):
         put_lines(logs, stream_name(f"other-{i:03d}-chief-0-bcdfg", host="aa-node"), [(at(0), "other")])
     lines = [(at(i / 100), f"step {i}") for i in range(25_000)]
@@ -81,10 +88,9 @@ def test_every_page_of_every_stream_is_read_past_a_group_of_many_streams(
 
 
 def test_replicas_interleave_by_time_and_a_restarted_container_reads_as_the_same_replica(
-    aws: tuple[Any, DynamoJobStore],
+    recorded: tuple[Any, DynamoJobStore],
 ) -> None:
-    logs, store = aws
-    record_job(store, JOB)
+    logs, store = recorded
     put_lines(
         logs,
         stream_name(f"{JOB}-chief-0-xk2q9", container_id="aaaa"),
@@ -108,9 +114,8 @@ def test_replicas_interleave_by_time_and_a_restarted_container_reads_as_the_same
     assert read(logs, store, replica="worker-0") == ["[worker-0] w0 up", "[worker-0] w0 step"]
 
 
-def test_other_teams_and_look_alike_jobs_are_never_read(aws: tuple[Any, DynamoJobStore]) -> None:
-    logs, store = aws
-    record_job(store, JOB)
+def test_other_teams_and_look_alike_jobs_are_never_read(recorded: tuple[Any, DynamoJobStore]) -> None:
+    logs, store = recorded
     put_lines(logs, stream_name(f"{JOB}-chief-0-xk2q9"), [(at(0), "ours")])
     # the same pod name in another team's namespace
     put_lines(logs, stream_name(f"{JOB}-chief-0-xk2q9", namespace="team-vision"), [(at(1), "theirs")])
@@ -125,10 +130,9 @@ def test_other_teams_and_look_alike_jobs_are_never_read(aws: tuple[Any, DynamoJo
 
 
 def test_since_keeps_only_later_lines_and_the_agents_json_envelope_is_unwrapped(
-    aws: tuple[Any, DynamoJobStore],
+    recorded: tuple[Any, DynamoJobStore],
 ) -> None:
-    logs, store = aws
-    record_job(store, JOB)
+    logs, store = recorded
     put_lines(
         logs,
         stream_name(f"{JOB}-chief-0-xk2q9"),
@@ -190,9 +194,8 @@ def test_follow_prints_new_lines_and_new_streams_until_the_job_is_final(
     assert 4 <= len(clock.slept) <= 10, clock.slept
 
 
-def test_a_missing_group_and_denied_access_are_squall_errors(aws: tuple[Any, DynamoJobStore]) -> None:
-    logs, store = aws
-    record_job(store, JOB)
+def test_a_missing_group_and_denied_access_are_squall_errors(recorded: tuple[Any, DynamoJobStore]) -> None:
+    logs, _ = recorded
     with pytest.raises(NotFoundError, match="/aws/containerinsights/other/application"):
         list(CloudWatchLogReader(logs, "/aws/containerinsights/other/application").streams())
 
