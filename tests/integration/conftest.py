@@ -12,14 +12,17 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from squall import runtime
 from squall.adapters.aws.job_store import DynamoJobStore
 from squall.adapters.kubernetes.cluster import KubernetesCluster
 from squall.adapters.kubernetes.eks_auth import build_api_client
 from squall.core.codepack import pack
+from squall.core.settings import Settings
 from squall.core.telemetry import RecordingMetrics
 from squall.local.aws import create_table
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
+from squall.local.runtime import LocalScaleRequests
 from squall.planner import Policy
 from squall.ports import JobStore
 from squall.services.admission import Admitter
@@ -127,6 +130,24 @@ def world(jobs_table: Any) -> World:
 
 
 ARTIFACTS_BUCKET = "squall-artifacts"
+
+
+@pytest.fixture
+def installed(world: World) -> Iterator[LocalScaleRequests]:
+    """The world's services installed for the Lambda handlers; the scale checks they request."""
+    requests = LocalScaleRequests(clock=world.clock)
+    runtime.install(
+        runtime.Services(
+            settings=Settings(table_name="jobs", teams=TEAMS, allowed_registries=REGISTRIES),
+            clock=world.clock,
+            store=world.store,
+            cluster=world.cluster,
+            metrics=world.metrics,
+            scale_requests=requests,
+        )
+    )
+    yield requests
+    runtime.install(None)
 
 
 @pytest.fixture

@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from squall import runtime
 from squall.core.jobs import JobStatus
-from squall.core.settings import Settings
 from squall.handlers import reconcile, scale, submit
 from squall.local.runtime import LocalScaleRequests
 from tests.conftest import load_event
-from tests.integration.conftest import REGISTRIES, TEAMS, World
-
-
-@pytest.fixture
-def installed(world: World) -> Iterator[LocalScaleRequests]:
-    requests = LocalScaleRequests(clock=world.clock)
-    runtime.install(
-        runtime.Services(
-            settings=Settings(table_name="jobs", teams=TEAMS, allowed_registries=REGISTRIES),
-            clock=world.clock,
-            store=world.store,
-            cluster=world.cluster,
-            metrics=world.metrics,
-            scale_requests=requests,
-        )
-    )
-    yield requests
-    runtime.install(None)
+from tests.integration.conftest import World
 
 
 def test_submit_reports_only_the_malformed_message_as_failed(

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from squall import runtime
 from squall.core.jobs import JobStatus
-from squall.core.settings import Settings
 from squall.handlers import submit
 from squall.local.runtime import LocalScaleRequests
-from tests.integration.conftest import IMAGE, REGISTRIES, TEAMS, World
+from tests.integration.conftest import IMAGE, World
 
 VALID = {"name": "train", "team": "research", "image": IMAGE}
 BODIES = {
@@ -41,25 +38,9 @@ def record(name: str, body: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def installed(world: World) -> Iterator[None]:
-    runtime.install(
-        runtime.Services(
-            settings=Settings(table_name="jobs", teams=TEAMS, allowed_registries=REGISTRIES),
-            clock=world.clock,
-            store=world.store,
-            cluster=world.cluster,
-            metrics=world.metrics,
-            scale_requests=LocalScaleRequests(clock=world.clock),
-        )
-    )
-    yield
-    runtime.install(None)
-
-
 @pytest.mark.timeout(60)
 def test_each_hostile_body_ends_on_its_own_and_only_non_json_comes_back(
-    world: World, installed: None, lambda_context: Any
+    world: World, installed: LocalScaleRequests, lambda_context: Any
 ) -> None:
     # given one batch of every kind
     event = {"Records": [record(name, body) for name, body in BODIES.items()]}
