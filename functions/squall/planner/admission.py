@@ -48,6 +48,7 @@ from squall.planner.model import (
     NodeSelectorTerm,
     Pod,
     Policy,
+    Vector,
     require_aware,
 )
 from squall.planner.packing import Packer, RoomKind
@@ -166,6 +167,55 @@ class _Gathered:
     shape_counts: Counter[PodShape]
     bands: dict[int, dict[str, list[QueuedJob]]]  # priority -> team -> its jobs in order
     totals: dict[str, tuple[int, int]]  # team -> (queued jobs, their GPUs)
+    # What a check reads of the admitted jobs, kept with `admitted` (so a check costs
+    # what changed, not a look at every running job):
+    # team -> (its replica Jobs let go and unfinished, their GPUs)
+    running: dict[str, tuple[int, int]] = field(default_factory=dict)
+    resumed: dict[str, Admitted] = field(default_factory=dict)  # job id -> its admission left half done
+    # Unfinished replica Jobs that may have no pod yet: (namespace, name) -> (job id,
+    # place among the job's replica Jobs, its pod pinned to the job's region) for each.
+    awaiting: dict[tuple[str, str], list[tuple[str, int, Pod]]] = field(default_factory=dict)
+
+    def add_admitted(self, job_id: str, replicas: list[ReplicaJob]) -> None:
+        """An admitted job: some (or all) of its replica Jobs let go, sorted by name."""
+        self.admitted[job_id] = replicas
+        region = next((r.admitted_region for r in replicas if r.admitted_region), None)
+        suspended = tuple(r for r in replicas if r.suspended)
+        if suspended and region is not None:
+            first = replicas[0]
+            self.resumed[job_id] = Admitted(
+                job_id=job_id,
+                team=first.team,
+                namespace=first.namespace,
+                region=region,
+                gpus=sum(r.gpus for r in replicas),
+                jobs=suspended,
+                resumed=True,
+            )
+        for place, replica in enumerate(replicas):
+            if not replica.suspended and not replica.finished:
+                count, gpus = self.running.get(replica.team, (0, 0))
+                self.running[replica.team] = (count + 1, gpus + replica.gpus)
+            if not replica.finished and (not replica.suspended or region is not None):
+                entry = (job_id, place, _pinned(replica.pod, region))
+                self.awaiting.setdefault((replica.namespace, replica.name), []).append(entry)
+
+    def remove_admitted(self, job_id: str) -> None:
+        replicas = self.admitted.pop(job_id)
+        self.resumed.pop(job_id, None)
+        for replica in replicas:
+            if not replica.suspended and not replica.finished:
+                count, gpus = self.running[replica.team]
+                if count == 1:
+                    del self.running[replica.team]
+                else:
+                    self.running[replica.team] = (count - 1, gpus - replica.gpus)
+            key = (replica.namespace, replica.name)
+            entries = [entry for entry in self.awaiting.get(key, ()) if entry[0] != job_id]
+            if entries:
+                self.awaiting[key] = entries
+            else:
+                self.awaiting.pop(key, None)
 
     @property
     def keys(self) -> frozenset[tuple[tuple[int, int], ...]]:
@@ -198,7 +248,11 @@ class _Gathered:
             self.totals[job.team] = (count - 1, gpus - job.gpus)
         by_team = self.bands[job.priority]
         in_order = by_team[job.team]
-        del in_order[next(i for i, queued in enumerate(in_order) if queued is job)]
+        # Found by its key (each job's is its own), not by a look along a queue that may be long.
+        index = bisect.bisect_left(in_order, job.order_key(), key=QueuedJob.order_key)
+        if index == len(in_order) or in_order[index] is not job:
+            index = next(i for i, queued in enumerate(in_order) if queued is job)
+        del in_order[index]
         if not in_order:
             del by_team[job.team]
             if not by_team:
@@ -351,7 +405,7 @@ def gather(jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None) -> _
         if kind == "queued":
             gathered.remove(job_id)
         elif kind == "admitted":
-            del gathered.admitted[job_id]
+            gathered.remove_admitted(job_id)
         elif kind == "incomplete":
             gathered.incomplete.discard(job_id)
         if job_id in groups:
@@ -392,7 +446,7 @@ def _classify(job_id: str, listed: list[ReplicaJob], gathered: _Gathered, cache:
     """File one job's replica Jobs under what they make it: queued, admitted, incomplete, or finished."""
     replicas = sorted(listed, key=lambda r: r.name)
     if not all(r.suspended for r in replicas):
-        gathered.admitted[job_id] = replicas
+        gathered.add_admitted(job_id, replicas)
         kind = "admitted"
     elif any(r.finished for r in replicas):
         kind = "finished"  # a suspended Job that finished: nothing to admit
@@ -459,45 +513,28 @@ def admit(
     pods = list(pods)
     if inventory is None:
         inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
-    in_use: dict[str, int] = {}
-    for replicas in admitted_jobs.values():
-        for replica in replicas:
-            if not replica.suspended and not replica.finished:
-                in_use[replica.team] = in_use.get(replica.team, 0) + replica.gpus
+    in_use = {team: gpus for team, (_, gpus) in gathered.running.items()}
 
     # Admitted jobs: their replicas with no pod yet (the Job controller creates it in a
     # moment) wait like their pending pods; an admission begun earlier is finished.
     with_pods = {(pod.namespace, _owner_name(pod)) for pod in pods if pod.job_id is not None}
-    admitted: list[Admitted] = []
-    not_created: list[Pod] = []
-    for job_id, replicas in sorted(admitted_jobs.items()):
-        region = next((r.admitted_region for r in replicas if r.admitted_region), None)
-        suspended = tuple(r for r in replicas if r.suspended)
-        if suspended and region is not None:
-            first = replicas[0]
-            admitted.append(
-                Admitted(
-                    job_id=job_id,
-                    team=first.team,
-                    namespace=first.namespace,
-                    region=region,
-                    gpus=sum(r.gpus for r in replicas),
-                    jobs=suspended,
-                    resumed=True,
-                )
-            )
-        for replica in replicas:
-            if replica.finished or (replica.namespace, replica.name) in with_pods:
-                continue
-            if not replica.suspended or region is not None:
-                not_created.append(_pinned(replica.pod, region))
+    admitted = [gathered.resumed[job_id] for job_id in sorted(gathered.resumed)]
+    awaiting = gathered.awaiting
+    missing = [entry for key in awaiting.keys() - with_pods for entry in awaiting[key]]
+    not_created = [pod for _, _, pod in sorted(missing, key=lambda entry: entry[:2])]  # as read job by job
 
     waiting_before = [pod for pod in inventory.pending if pod.job_id in admitted_jobs or pod.job_id is None]
     interned = cache.shapes
     earlier = [*waiting_before, *not_created]
     shapes_used = set(gathered.shapes)
     shapes_used.update(shape_of(pod, interned) for pod in earlier)
-    rooms = [room for room in rooms_on_nodes_up(inventory) if room.kind is RoomKind.READY]
+    # Ready room too small for the least of each resource these shapes ask for holds no
+    # pod of theirs: admission packs without it (at the peak of a burst, most nodes).
+    least = _least_request(shapes_used)
+    rooms = [room for room in rooms_on_nodes_up(inventory, least=least) if room.kind is RoomKind.READY]
+    unusable_gpus = sum(up.free[2] for up in inventory.nodes_up() if not up.cordoned) - sum(
+        room.free[2] for room in rooms
+    )
     packer = Packer(rooms=rooms, options=[], shapes=shapes_used)
     _place_earlier(packer, earlier, interned, job_regions=inventory.job_regions)
 
@@ -515,7 +552,7 @@ def admit(
     demand_jobs = 0
     position = 0
     places: dict[tuple[str, int, int, str | None, bool], tuple[QueuedJob, Waiting]] = {}
-    most_gpus = capacity.total_gpus + sum(room.free[2] for room in rooms)
+    most_gpus = capacity.total_gpus + unusable_gpus + sum(room.free[2] for room in rooms)
     for job, held in in_admission_order((), in_use=in_use, teams=teams, bands=gathered.bands):
         if (
             len(failed) == len(every_key)
@@ -603,6 +640,19 @@ def admit(
         in_use=in_use,
         incomplete=tuple(sorted(gathered.incomplete)),
         queued=queued_by_team,
+    )
+
+
+def _least_request(shapes: Iterable[PodShape]) -> Vector | None:
+    """The least of each resource that any of the shapes asks for (None: no shapes)."""
+    requests = [shape.request for shape in shapes]
+    if not requests:
+        return None
+    return (
+        min(r[0] for r in requests),
+        min(r[1] for r in requests),
+        min(r[2] for r in requests),
+        min(r[3] for r in requests),
     )
 
 

@@ -31,6 +31,7 @@ from squall.planner.model import (
     ScaleUp,
     Uncordon,
     Unschedulable,
+    Vector,
     require_aware,
 )
 from squall.planner.packing import GroupOption, Packer, Room, RoomKind, names
@@ -95,8 +96,11 @@ def plan(
 # --- existing room ---------------------------------------------------------------------
 
 
-def rooms_on_nodes_up(inventory: Inventory) -> list[Room]:
-    """Free room on nodes that are up: ready ones, and ready ones Squall cordoned (new Rooms each call)."""
+def rooms_on_nodes_up(inventory: Inventory, *, least: Vector | None = None) -> list[Room]:
+    """Free room on nodes that are up: ready ones, and ready ones Squall cordoned (new Rooms each call).
+
+    `least`: only the nodes with at least this much of each resource free.
+    """
     return [
         Room(
             kind=RoomKind.CORDONED if up.cordoned else RoomKind.READY,
@@ -108,6 +112,13 @@ def rooms_on_nodes_up(inventory: Inventory) -> list[Room]:
             taints=up.taints,
         )
         for up in inventory.nodes_up()
+        if least is None
+        or (
+            up.free[0] >= least[0]
+            and up.free[1] >= least[1]
+            and up.free[2] >= least[2]
+            and up.free[3] >= least[3]
+        )
     ]
 
 
