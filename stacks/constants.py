@@ -235,3 +235,18 @@ def researcher_policy_name(prefix: str, team: str, home_region: str) -> str:
 
 LOG_RETENTION_DAYS = 30
 LAMBDA_ENVIRONMENT_LIMIT_BYTES = 4096
+
+# -- CloudFormation's per-stack quotas ------------------------------------------------
+
+# "Understand CloudFormation quotas" (CloudFormation User Guide): a template body in an
+# S3 object is at most 1 MB, and the service refuses one over 1,000,000 bytes ("Template
+# may not exceed 1000000 bytes in size"). CDK hands CloudFormation every template as its
+# S3 asset's URL, so the 51,200-byte limit on an inline template body never applies.
+TEMPLATE_MAX_BYTES = 1_000_000
+# The same page: resources, outputs, parameters and mappings one template may declare.
+TEMPLATE_MAX_RESOURCES = 500
+TEMPLATE_MAX_OUTPUTS = 200
+TEMPLATE_MAX_PARAMETERS = 200
+TEMPLATE_MAX_MAPPINGS = 200
+# Past this share of a quota a synthesis warns: a few more teams or buckets may not fit.
+TEMPLATE_NEAR_LIMIT = 0.9
