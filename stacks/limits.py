@@ -169,7 +169,7 @@ def _near(finding: Finding, scaling: str | None) -> str:
     share = finding.value / finding.quota.limit
     grows = f"; it grows with {scaling}" if scaling else ""
     return (
-        f"{finding.measured.stack}: {finding.value:,} {finding.quota.what} is {share:.0%} of CloudFormation's "
+        f"{finding.measured.stack}: {finding.value:,} {finding.quota.what}, {share:.1%} of CloudFormation's "
         f"limit of {finding.quota.limit:,} per template{grows}"
     )
 

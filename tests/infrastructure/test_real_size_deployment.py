@@ -9,14 +9,16 @@ from typing import Any
 
 import pytest
 
-from stacks.constants import LAMBDA_ENVIRONMENT_LIMIT_BYTES
+from stacks.constants import (
+    LAMBDA_ENVIRONMENT_LIMIT_BYTES,
+    TEMPLATE_MAX_BYTES,
+    TEMPLATE_MAX_OUTPUTS,
+    TEMPLATE_MAX_RESOURCES,
+)
 
 from .scenario import ACCOUNT, NODE_SECURITY_GROUP, NODE_SUBNETS, large_context
 
 REGIONS = ("us-west-2", "us-east-1", "eu-west-1", "ap-northeast-1")
-# CloudFormation refuses a template file over 1,000,000 bytes ("Template may not exceed
-# 1000000 bytes in size"), more than 500 resources or 200 outputs in one stack.
-TEMPLATE_BYTES, RESOURCES, OUTPUTS = 1_000_000, 500, 200
 
 
 def real_size_context(ca: str) -> dict[str, Any]:
@@ -70,9 +72,9 @@ def test_every_stack_is_synthesised_within_cloudformations_limits(
         len(templates) == 1 + 1 + 1 + len(REGIONS) + len(REGIONS) - 1
     )  # control plane, workloads, monitoring
     for name, template in templates.items():
-        assert template["bytes"] <= TEMPLATE_BYTES, name
-        assert len(template.get("Resources", {})) <= RESOURCES, name
-        assert len(template.get("Outputs", {})) <= OUTPUTS, name
+        assert template["bytes"] <= TEMPLATE_MAX_BYTES, name
+        assert len(template.get("Resources", {})) <= TEMPLATE_MAX_RESOURCES, name
+        assert len(template.get("Outputs", {})) <= TEMPLATE_MAX_OUTPUTS, name
 
 
 def test_every_function_environment_fits_lambdas_limit(templates: dict[str, dict[str, Any]]) -> None:

@@ -112,7 +112,7 @@ def test_the_most_teams_with_the_longest_names_that_fit_synthesise(fitting: Synt
         assert len(template["Resources"]) <= constants.TEMPLATE_MAX_RESOURCES, path.name
         assert len(template.get("Outputs", {})) <= constants.TEMPLATE_MAX_OUTPUTS, path.name
     # the check ran in this synthesis, and says the workloads stack has little room left
-    (warning,) = [w for w in fitting.app.near_limits if w.startswith(f"{WORKLOADS}: ") and " bytes is " in w]
+    (warning,) = [w for w in fitting.app.near_limits if w.startswith(f"{WORKLOADS}: ") and " bytes, " in w]
     assert "of CloudFormation's limit of 1,000,000 per template" in warning
     assert "teams (90 teams, names up to 58 characters" in warning
 
@@ -153,7 +153,7 @@ def test_one_entry_over_a_section_quota_is_refused_and_the_quota_itself_passes(
     over = _template(tmp_path, "over", **{section: _entries(limit + 1, entry)})
     # then the one at the quota passes, with a warning
     (warning,) = check_templates({"at": at}, scaling={})
-    assert warning.startswith(f"at: {limit:,} {what} is 100% of CloudFormation's limit")
+    assert warning.startswith(f"at: {limit:,} {what}, 100.0% of CloudFormation's limit of {limit:,}")
     # and the one over is refused, naming the stack, the count, the limit and what grows it
     with pytest.raises(TemplateLimitError) as refused:
         check_templates({"over": over}, scaling={"over": "teams (3 teams)"})
@@ -178,7 +178,7 @@ def test_a_template_over_a_million_bytes_is_refused_with_its_largest_parts(tmp_p
     over = _padded(tmp_path, "over", constants.TEMPLATE_MAX_BYTES + 1)
     assert measure("over", over).size == constants.TEMPLATE_MAX_BYTES + 1
     # then the first passes (near the limit), and the second is refused
-    assert [w.split(" is ")[0] for w in check_templates({"at": at}, scaling={})] == ["at: 1,000,000 bytes"]
+    assert [w.split(", ")[0] for w in check_templates({"at": at}, scaling={})] == ["at: 1,000,000 bytes"]
     with pytest.raises(TemplateLimitError) as refused:
         check_templates({"at": at, "over": over}, scaling={})
     (paragraph,) = refused.value.paragraphs
