@@ -3,7 +3,8 @@
 Two synthesised deployments, both with the most teams the settings allow (90) in
 two regions: the one a probe found, team names and namespaces of 63 characters (the
 longest allowed), whose workloads template is over 1,000,000 bytes, is refused by
-``python app.py``; with 58-character names and namespaces every template fits, and
+``python app.py``; with 50-character names and namespaces every template fits (with
+about 2% to spare, so that a small change to what a team adds does not fail it), and
 the workloads stack is reported near its limit. The rest measure small fake
 templates.
 """
@@ -29,7 +30,7 @@ from .scenario import ACCOUNT, AppRun, Synthesis, large_context
 REGIONS = ("us-west-2", "us-east-1")
 WORKLOADS = "squall-workloads"
 REFUSED_NAME_LENGTH = 63  # the longest team name and namespace the settings allow
-FITTING_NAME_LENGTH = 58
+FITTING_NAME_LENGTH = 50  # 58 fitted by 918 bytes when this was written; 59 did not
 
 
 def many_teams_context(ca: str, *, name_length: int) -> dict[str, Any]:
@@ -105,7 +106,7 @@ def test_python_app_refuses_the_probes_settings_naming_the_stack_limit_and_setti
 
 
 @pytest.mark.slow
-def test_the_most_teams_with_the_longest_names_that_fit_synthesise(fitting: Synthesis) -> None:
+def test_the_most_teams_with_long_names_synthesise_within_every_limit_and_are_reported_near_it(fitting: Synthesis) -> None:
     for path in fitting.outdir.glob("*.template.json"):
         template = json.loads(path.read_text())
         assert path.stat().st_size <= constants.TEMPLATE_MAX_BYTES, path.name
@@ -114,7 +115,7 @@ def test_the_most_teams_with_the_longest_names_that_fit_synthesise(fitting: Synt
     # the check ran in this synthesis, and says the workloads stack has little room left
     (warning,) = [w for w in fitting.app.near_limits if w.startswith(f"{WORKLOADS}: ") and " bytes, " in w]
     assert "of CloudFormation's limit of 1,000,000 per template" in warning
-    assert "teams (90 teams, names up to 58 characters" in warning
+    assert "teams (90 teams, names up to 50 characters" in warning
 
 
 # -- the measure, on fake templates ----------------------------------------------------
