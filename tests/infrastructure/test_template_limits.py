@@ -106,7 +106,9 @@ def test_python_app_refuses_the_probes_settings_naming_the_stack_limit_and_setti
 
 
 @pytest.mark.slow
-def test_the_most_teams_with_long_names_synthesise_within_every_limit_and_are_reported_near_it(fitting: Synthesis) -> None:
+def test_the_most_teams_with_long_names_synthesise_within_every_limit_and_are_reported_near_it(
+    fitting: Synthesis,
+) -> None:
     for path in fitting.outdir.glob("*.template.json"):
         template = json.loads(path.read_text())
         assert path.stat().st_size <= constants.TEMPLATE_MAX_BYTES, path.name
