@@ -80,7 +80,7 @@ def test_every_bad_cell_is_named_by_line_and_column() -> None:
         "0,research\n"
     )
     assert errors == [
-        "line 2, column submit_s: expected a number of seconds, got 'soon'",
+        "line 2, column submit_s: expected a number of seconds such as 30, 2.5 or 1e3, got 'soon'",
         "line 3, column team: 'Research!' is not a team name (lowercase letters, digits and '-', at most 32, starting with a letter)",
         "line 4, column gpus: expected a whole number 0..16, got 17",
         "line 5, column replicas: expected a whole number 1..65, got 0",

@@ -13,6 +13,11 @@ default), ``cpu`` and ``memory`` (per replica, Kubernetes quantities as a spec's
 ``resources`` takes them). Without them, requests per replica follow the GPUs:
 3 CPUs and 12 GiB per GPU, 2 CPUs and 8 GiB for a replica without GPUs (what a
 training pod typically asks for, and small enough for every common GPU instance type).
+
+Numbers are plain ASCII decimals of at most 64 characters: whole numbers are digits with an
+optional sign, seconds may also have a fraction and an exponent (30, 2.5, 1e3). Underscores,
+other scripts' digits, NaN and infinity are refused, as every bad cell is, naming its line and
+column; line numbers are the file's own, blank lines included.
 """
 
 from __future__ import annotations
@@ -53,7 +58,12 @@ from squall.planner.inputs import GroupsError, InputError, Team, read_node_group
 COLUMNS = ("submit_s", "team", "gpus", "replicas", "run_s")
 OPTIONAL_COLUMNS = ("priority", "cpu", "memory")
 TEAM = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")
-WHOLE = re.compile(r"[+-]?[0-9]+")  # what int() takes, less its underscores and other scripts' digits
+# One grammar for the trace's numbers: plain ASCII decimals. int() and float() also take
+# underscores, other scripts' digits, "nan" and "inf", and int() refuses more than 4,300 digits.
+WHOLE = re.compile(r"[+-]?[0-9]+")
+REAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+SECONDS_FORMS = "a number of seconds such as 30, 2.5 or 1e3"
+MAX_NUMBER_LENGTH = 64  # characters in a numeric cell, as for a quantity
 MIN_PRIORITY, MAX_PRIORITY = 0, 100
 MAX_GPUS_PER_REPLICA = 16
 MAX_REPLICAS = 65  # a chief and 64 workers
@@ -121,18 +131,15 @@ def parse_trace(text: str, *, source: str = "trace", max_run: timedelta = DEFAUL
     limit = f" (the policy's maxRuntimeLimit, {format_duration(max_run)})"
     max_seconds = max_run.total_seconds()
     reader = csv.reader(io.StringIO(text))
-    try:
-        header = next(reader, None)
-    except csv.Error as exc:
-        raise ScenarioError([f"line 1: {exc}"], source=source) from None
-    if header is None:
-        raise ScenarioError(["line 1: empty file; expected the header " + ",".join(COLUMNS)], source=source)
+    header = _header(reader, source=source)
+    header_line = reader.line_num
     names = [h.strip() for h in header]
     missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise ScenarioError(
             [
-                f"line 1: the header lacks {', '.join(missing)} (expected {','.join(COLUMNS)}, further columns allowed)"
+                f"line {header_line}: the header lacks {', '.join(missing)} "
+                f"(expected {','.join(COLUMNS)}, further columns allowed)"
             ],
             source=source,
         )
@@ -141,7 +148,7 @@ def parse_trace(text: str, *, source: str = "trace", max_run: timedelta = DEFAUL
     errors: list[str] = []
     for record in _records(reader, errors):
         line = reader.line_num
-        if not record or all(not cell.strip() for cell in record):
+        if _blank(record):
             continue
         if len(rows) >= MAX_ROWS:
             errors.append(f"line {line}: a trace may hold at most {MAX_ROWS:,} jobs")
@@ -201,13 +208,36 @@ def parse_trace(text: str, *, source: str = "trace", max_run: timedelta = DEFAUL
                 )
             )
     if not rows and not errors:
-        errors.append("line 2: the trace has no jobs")
+        errors.append(f"line {header_line + 1}: the trace has no jobs")
     if errors:
         shown = errors[:MAX_ERRORS_SHOWN]
         if len(errors) > MAX_ERRORS_SHOWN:
             shown.append(f"... and {len(errors) - MAX_ERRORS_SHOWN} more")
         raise ScenarioError(shown, source=source)
     return sorted(rows, key=lambda r: (r.submit_s, r.line))
+
+
+def _header(reader: Any, *, source: str) -> list[str]:
+    """The first record that is not blank; its line is the reader's line_num."""
+    try:
+        for record in reader:
+            if not _blank(record):
+                return list(record)
+    except csv.Error as exc:
+        raise ScenarioError([f"line {reader.line_num}: {exc}"], source=source) from None
+    what = "only blank lines" if reader.line_num else "empty file"
+    raise ScenarioError([f"line 1: {what}; expected the header " + ",".join(COLUMNS)], source=source)
+
+
+def _blank(record: Sequence[str]) -> bool:
+    return all(not cell.strip() for cell in record)
+
+
+def _too_long(cell: str) -> str:
+    """A note for a numeric cell longer than any number the trace takes ('' when it is not)."""
+    if len(cell) <= MAX_NUMBER_LENGTH:
+        return ""
+    return f" ({len(cell):,} characters, at most {MAX_NUMBER_LENGTH})"
 
 
 def _records(reader: Any, errors: list[str]) -> Iterator[list[str]]:
@@ -230,13 +260,12 @@ def _number(
     why: str = "",
     always_name_maximum: bool = False,
 ) -> float:
-    try:
-        value = float(cell)
-    except ValueError:
+    if len(cell) > MAX_NUMBER_LENGTH or not REAL.fullmatch(cell):
         problems.append(
-            f"line {line}, column {column}: expected a number of seconds, got {documents.shown(cell)}"
+            f"line {line}, column {column}: expected {SECONDS_FORMS}, got {documents.shown(cell)}{_too_long(cell)}"
         )
         return 0.0
+    value = float(cell)  # finite unless the exponent is out of range, which the bounds below refuse
     if not math.isfinite(value) or value < minimum or (positive and value <= 0) or value > maximum:
         bound = "a positive number" if positive else f"a number at least {minimum:g}"
         named = math.isfinite(maximum) and (always_name_maximum or not value <= maximum)
@@ -246,9 +275,10 @@ def _number(
 
 
 def _whole(cell: str, column: str, line: int, problems: list[str], low: int, high: int) -> int:
-    if not WHOLE.fullmatch(cell):
+    if len(cell) > MAX_NUMBER_LENGTH or not WHOLE.fullmatch(cell):
         problems.append(
-            f"line {line}, column {column}: expected a whole number {low}..{high}, got {documents.shown(cell)}"
+            f"line {line}, column {column}: expected a whole number {low}..{high}, "
+            f"got {documents.shown(cell)}{_too_long(cell)}"
         )
         return low
     value = int(cell)
