@@ -103,6 +103,8 @@ def test_every_error_is_reported_with_its_field_path() -> None:
         ({"resources": {"gpu": 17}}, "resources.gpu"),
         ({"resources": {"cpu": "10000"}}, "resources.cpu"),
         ({"resources": {"memory": "9Ei"}}, "resources.memory"),
+        ({"resources": {"cpu": "\u0663"}}, "resources.cpu"),  # Kubernetes reads ASCII digits only
+        ({"resources": {"memory": "\uff12Gi"}}, "resources.memory"),
         ({"priority": 101}, "priority"),
         ({"retries": 1e9}, "retries"),
         ({"maxRuntime": "31d"}, "maxRuntime"),

@@ -35,9 +35,11 @@ _BINARY_SUFFIXES: dict[str, Decimal] = {
     "Ei": Decimal(2**60),
 }
 # The exponent alternative comes first so that "1E3" is 1000 while "1E" is one exa.
+# Digits are ASCII ones only, as Kubernetes reads a quantity: `\d` would take other
+# scripts' digits (Arabic-Indic, fullwidth), which the API server refuses when the object is created.
 _QUANTITY = re.compile(
-    r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?:(?P<exponent>[eE][+-]?\d{1,3})|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?"
+    r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:(?P<exponent>[eE][+-]?[0-9]{1,3})|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?"
 )
 # Kubernetes itself cannot represent more than a signed 64-bit count of its units.
 _LARGEST = Decimal(2**63 - 1)
