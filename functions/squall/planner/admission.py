@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
-import heapq
 import operator
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -53,6 +51,7 @@ from squall.planner.model import (
 )
 from squall.planner.packing import Packer, RoomKind
 from squall.planner.planning import rooms_on_nodes_up
+from squall.planner.queue_order import in_admission_order, ordinal
 
 # The planner is given at most this many queued jobs as demand, head first: beyond
 # what every group at its max size could hold nothing more can be bought anyway.
@@ -669,78 +668,6 @@ def _held(job: QueuedJob, *, used: int, quota: int | None, team_position: int) -
         in_use=used,
         quota=quota,
     )
-
-
-@functools.lru_cache(maxsize=4096)  # the same places come up check after check
-def ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def order_queue(
-    queued: Sequence[QueuedJob], *, in_use: Mapping[str, int], teams: Mapping[str, TeamShare]
-) -> tuple[list[QueuedJob], list[tuple[QueuedJob, int]]]:
-    """Admission order, and the jobs a quota holds back (with the GPUs in use or ahead of them)."""
-    order: list[QueuedJob] = []
-    held: list[tuple[QueuedJob, int]] = []
-    for job, used in in_admission_order(queued, in_use=in_use, teams=teams):
-        if used is None:
-            order.append(job)
-        else:
-            held.append((job, used))
-    return order, held
-
-
-def bands_of(queued: Iterable[QueuedJob]) -> dict[int, dict[str, list[QueuedJob]]]:
-    """Priority -> team -> the team's jobs in their order (re-queued first, then by submission)."""
-    bands: dict[int, dict[str, list[QueuedJob]]] = {}
-    for job in queued:
-        bands.setdefault(job.priority, {}).setdefault(job.team, []).append(job)
-    for by_team in bands.values():
-        for jobs in by_team.values():
-            jobs.sort(key=QueuedJob.order_key)
-    return bands
-
-
-def in_admission_order(
-    queued: Sequence[QueuedJob],
-    *,
-    in_use: Mapping[str, int],
-    teams: Mapping[str, TeamShare],
-    bands: Mapping[int, Mapping[str, Sequence[QueuedJob]]] | None = None,
-) -> Iterator[tuple[QueuedJob, int | None]]:
-    """The queue in admission order, each job with None, or the GPUs in use or ahead when its quota holds it.
-
-    Priority bands, highest first. Within a band, each team's jobs in their own order
-    (re-queued first, then by submission), and the teams interleaved by fair share: the
-    next job is the head of the team with the fewest GPUs in use or ordered ahead, per
-    unit of weight. A job that would take its team past its quota is held back; the
-    team's later, smaller jobs may still fit under it. Lazy: a caller that stops early
-    pays for the part it read (and the sorting).
-    """
-    prospective = dict(in_use)
-    bands = bands_of(queued) if bands is None else bands
-    for priority in sorted(bands, reverse=True):
-        by_team = bands[priority]
-        heap: list[tuple[float, str, int]] = [(_share(team, prospective, teams), team, 0) for team in by_team]
-        heapq.heapify(heap)
-        while heap:
-            _, team, index = heapq.heappop(heap)
-            job = by_team[team][index]
-            share = teams.get(team)
-            used = prospective.get(team, 0)
-            if share is not None and share.quota is not None and used + job.gpus > share.quota:
-                yield job, used
-            else:
-                prospective[team] = used + job.gpus
-                yield job, None
-            if index + 1 < len(by_team[team]):
-                heapq.heappush(heap, (_share(team, prospective, teams), team, index + 1))
-
-
-def _share(team: str, used: Mapping[str, int], teams: Mapping[str, TeamShare]) -> float:
-    share = teams.get(team)
-    return used.get(team, 0) / (share.weight if share is not None else 1.0)
 
 
 def _owner_name(pod: Pod) -> str:
