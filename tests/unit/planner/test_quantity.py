@@ -54,24 +54,12 @@ def test_memory_is_bytes_rounded_up(value: str, expected: int) -> None:
     assert parse_memory_bytes(value) == expected
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        "",
-        "abc",
-        "1.2.3",
-        "5 Gi",
-        "1e",
-        "Gi",
-        "--1",
-        "1Zi",
-        "0x10",
-        "1e9999",
-        "\u0663",
-        "\uff12Gi",
-        "1e\u0663",
-    ],
-)
+MALFORMED = ["", "abc", "1.2.3", "5 Gi", "1e", "Gi", "--1", "1Zi", "0x10", "1e9999"]
+# Other scripts' digits: Kubernetes reads ASCII ones only.
+MALFORMED += ["\u0663", "\uff12Gi", "1e\u0663"]
+
+
+@pytest.mark.parametrize("value", MALFORMED)
 def test_rejects_malformed_text_naming_it(value: str) -> None:
     with pytest.raises(ValueError, match="invalid quantity"):
         parse_quantity(value)
