@@ -100,6 +100,7 @@ class ParseCache(Generic[_Parsed]):
         out), and `self.unreadable` lists why, for the caller to log and count.
         """
         items = _items(doc, self._what)
+        one = bool(items) and items[0] is doc  # one object, not a list: it has no index to name
         last = self._last
         if last is not None and len(items) == len(last[0]) and all(map(operator.is_, items, last[0])):
             # The very list of dicts again (a lister's unchanged answer): the same answer.
@@ -134,7 +135,7 @@ class ParseCache(Generic[_Parsed]):
             if value is _MISSING:
                 self.misses += 1
                 try:
-                    value = _parse_item(self._parse, item, index)
+                    value = _parse_item(self._parse, item, None if one else index)
                 except ValueError as exc:
                     if unreadable is None:
                         raise
@@ -193,6 +194,7 @@ def pod_cache() -> ParseCache[Pod]:
 
 def parse_node(obj: Mapping[str, Any]) -> Node:
     """A Node object; ValueError names the node and the field (`spec.taints[0].effect: ...`)."""
+    _check_kind(obj, "node")
     metadata = _object(obj, "metadata", "")
     name = _required_name(metadata, "node")
     try:
@@ -222,6 +224,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
 
 def parse_pod(obj: Mapping[str, Any]) -> Pod:
     """A Pod object; ValueError names the pod and the field (`spec.nodeName: ...`)."""
+    _check_kind(obj, "pod")
     metadata = _object(obj, "metadata", "")
     name = _required_name(metadata, "pod")
     namespace = _text(metadata, "namespace", "metadata.", name=f"pod {name}") or "default"
@@ -262,6 +265,7 @@ def parse_replica_job(obj: Mapping[str, Any]) -> ReplicaJob | None:
     Its pod template is read as a pending pod named after the Job (what its pod will ask
     for); ValueError names the Job and the field.
     """
+    _check_kind(obj, "job")
     metadata = _object(obj, "metadata", "")
     name = _required_name(metadata, "job")
     namespace = _text(metadata, "namespace", "metadata.", name=f"job {name}") or "default"
@@ -565,25 +569,79 @@ def _requirement(raw: Mapping[str, Any], where: str) -> NodeSelectorRequirement:
 def _parse_all(
     doc: Mapping[str, Any] | Sequence[Any], parse: Callable[[Mapping[str, Any]], _Parsed], what: str
 ) -> list[_Parsed]:
-    return [_parse_item(parse, item, index) for index, item in enumerate(_items(doc, what))]
+    items = _items(doc, what)
+    one = bool(items) and items[0] is doc  # one object, not a list: it has no index to name
+    return [_parse_item(parse, item, None if one else index) for index, item in enumerate(items)]
 
 
 def _parse_item(
-    parse: Callable[[Mapping[str, Any]], _Parsed], item: Mapping[str, Any], index: int
+    parse: Callable[[Mapping[str, Any]], _Parsed], item: Mapping[str, Any], index: int | None
 ) -> _Parsed:
     try:
         return parse(item)
     except ValueError as exc:
+        if index is None:
+            raise
         raise ValueError(f"items[{index}]: {exc}") from None
+
+
+# What each reader takes: the kind and apiVersion of its objects, and the kubectl command that lists them.
+_KINDS = {
+    "node": ("Node", "v1", "kubectl get nodes -o json"),
+    "pod": ("Pod", "v1", "kubectl get pods -A -o json"),
+    "job": ("Job", "batch/v1", "kubectl get jobs -A -o json"),
+}
+
+
+def _check_kind(obj: Mapping[str, Any], what: str) -> None:
+    """Refuse an object of another kind (a Pod given where Jobs are read), rather than misreading it.
+
+    Only a kind that is there is checked: the API server leaves it out of a list's
+    items (and so does the kubernetes client's serialization), kubectl writes it in.
+    """
+    found = obj.get("kind")
+    expected, version, command = _KINDS[what]
+    if found is not None and found != expected:
+        api = obj.get("apiVersion")
+        of = f" ({_word(api)})" if api else ""
+        raise ValueError(
+            f"is a {_word(found)}{of} where {expected}s ({version}) were expected, as `{command}` prints them"
+        )
+
+
+def _word(value: object) -> str:
+    """A kind or apiVersion as written when it is one (Pod, batch/v1), else as `shown`."""
+    if (
+        isinstance(value, str)
+        and 0 < len(value) <= 63
+        and value.isascii()
+        and value.replace("/", "").replace(".", "").isalnum()
+    ):
+        return value
+    return shown(value)
 
 
 def _items(doc: Mapping[str, Any] | Sequence[Any], what: str) -> list[Mapping[str, Any]]:
     """The objects of a List, a plain list of objects, or one object."""
     if isinstance(doc, Mapping):
-        # A List (whose items may be null when empty), or one object.
-        items = doc.get("items", [doc])
-        if items is None:
-            items = []
+        found = doc.get("kind")
+        if "items" in doc or (isinstance(found, str) and found.endswith("List")):
+            expected, version, command = _KINDS[what]
+            if isinstance(found, str) and found not in ("List", f"{expected}List"):
+                raise ValueError(
+                    f"kind: a {_word(found)} where a {expected}List or List ({version}) was expected,"
+                    f" as `{command}` prints it"
+                )
+            # A List without items, or with items null, is an empty one: kubectl prints
+            # `"items": []` for none, but a Go nil slice is written as null, and the
+            # kubernetes client's sanitize_for_serialization drops null fields, so an
+            # empty List can come with items null or none at all. Reading it as one
+            # object (the List itself) named an item that is not there.
+            items = doc.get("items")
+            if items is None:
+                items = []
+        else:
+            items = [doc]
     elif isinstance(doc, list):
         items = doc
     else:

@@ -1,0 +1,99 @@
+"""`squall plan`'s readers: an empty List is no objects, a wrong kind is named, a YAML date is shown as written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from squall.planner.kube import node_cache, parse_nodes, parse_pods, parse_replica_jobs
+from tests.unit.test_cli_errors import DATA, here, plan_args, run
+
+__all__ = ["here"]  # the fixture, used by name
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [{"kind": "List"}, {"apiVersion": "v1", "kind": "List", "items": None}, {"kind": "NodeList"}],
+)
+@pytest.mark.parametrize("which", ["nodes", "pods"])
+def test_a_list_without_items_is_no_objects(
+    here: Path, capsys: pytest.CaptureFixture[str], doc: dict[str, Any], which: str
+) -> None:
+    # given a List with no items (kubectl prints [], a client may drop null items)
+    if which == "pods":
+        doc = {**doc, "kind": doc["kind"].replace("Node", "Pod")}
+    (here / f"{which}.json").write_text(json.dumps(doc))
+    # when
+    code, err = run(plan_args(), capsys)
+    # then
+    assert (code, err) == (0, "")
+
+
+def test_the_readers_read_a_list_without_items_as_empty() -> None:
+    assert parse_nodes({"kind": "List"}) == []
+    assert parse_pods({"kind": "PodList"}) == []
+    assert parse_replica_jobs({"apiVersion": "v1", "kind": "List"}) == []
+    assert node_cache().parse_all({"kind": "List"}) == []
+
+
+def test_one_object_is_not_named_as_an_item() -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_nodes({"kind": "Node", "metadata": {}})
+    assert str(caught.value) == "node without metadata.name"
+    with pytest.raises(ValueError) as caught:
+        node_cache().parse_all({"kind": "Node", "metadata": {}})
+    assert str(caught.value) == "node without metadata.name"
+
+
+def _pods() -> dict[str, Any]:
+    return json.loads((DATA / "pods.json").read_text())
+
+
+def _nodes() -> dict[str, Any]:
+    return json.loads((DATA / "nodes.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("flag", "doc", "words"),
+    [
+        ("--jobs", _pods(), "is a Pod (v1) where Jobs (batch/v1) were expected"),
+        ("--pods", _nodes(), "is a Node (v1) where Pods (v1) were expected"),
+        ("--nodes", _pods(), "is a Pod (v1) where Nodes (v1) were expected"),
+    ],
+)
+def test_a_file_of_another_kind_is_refused_by_name(
+    here: Path, capsys: pytest.CaptureFixture[str], flag: str, doc: dict[str, Any], words: str
+) -> None:
+    # given the wrong kubectl dump for one flag
+    (here / "wrong.json").write_text(json.dumps(doc))
+    args = plan_args()
+    if flag == "--jobs":
+        args += ["--jobs", "wrong.json"]
+    else:
+        args[args.index(flag) + 1] = "wrong.json"
+    # when
+    code, err = run(args, capsys)
+    # then
+    assert code == 2
+    assert err.startswith(f"squall: wrong.json: items[0]: {words}"), err
+
+
+def test_a_list_of_another_kind_is_refused_by_its_kind(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given the kubernetes client's PodList (its items carry no kind) given as jobs
+    pods = _pods()
+    pods["kind"] = "PodList"
+    for item in pods["items"]:
+        item.pop("kind", None)
+    (here / "jobs.json").write_text(json.dumps(pods))
+    # when
+    code, err = run([*plan_args(), "--jobs", "jobs.json"], capsys)
+    # then
+    assert code == 2
+    assert err.startswith(
+        "squall: jobs.json: kind: a PodList where a JobList or List (batch/v1) was expected"
+    ), err
