@@ -97,3 +97,78 @@ def test_a_list_of_another_kind_is_refused_by_its_kind(
     assert err.startswith(
         "squall: jobs.json: kind: a PodList where a JobList or List (batch/v1) was expected"
     ), err
+
+
+_GROUP_YAML = """nodeGroups:
+- name: p3-usw2
+  region: us-west-2
+  instanceType: p3.2xlarge
+  allocatable: {cpu: 7800m, memory: 55Gi, nvidia.com/gpu: 1, pods: 58}
+  maxSize: 16
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("desired: 2024-01-01", "nodeGroups[0].desired: expected a whole number, got 2024-01-01\n"),
+        (
+            "consecutiveFailures: 2024-01-01 12:00:00",
+            "nodeGroups[0].consecutiveFailures: expected a whole number, got 2024-01-01 12:00:00\n",
+        ),
+        ("asgName: 2024-01-01", "nodeGroups[0].asgName: expected a non-empty string, got 2024-01-01\n"),
+        (
+            "labels: {zone: 2024-01-01}",
+            "nodeGroups[0].labels.zone: expected a string (quote it), got 2024-01-01\n",
+        ),
+        (
+            "backoffUntil: 2024-01-01",
+            "nodeGroups[0].backoffUntil: invalid time 2024-01-01 (a date without a time of day): expected ISO 8601",
+        ),
+        (
+            "backoffUntil: 1960-01-01 00:00:00",
+            "nodeGroups[0].backoffUntil: invalid time 1960-01-01 00:00:00: must be between 1970 and 9000\n",
+        ),
+        (
+            "instances: [{id: i-1, lifecycleState: InService, launchTime: 2024-01-01}]",
+            "nodeGroups[0].instances[0].launchTime: invalid time 2024-01-01 (a date without a time of day)",
+        ),
+    ],
+)
+def test_a_yaml_date_in_the_groups_is_shown_as_written(
+    here: Path, capsys: pytest.CaptureFixture[str], line: str, words: str
+) -> None:
+    # given a groups file where YAML reads an unquoted date or timestamp as one
+    (here / "groups.yaml").write_text(f"{_GROUP_YAML}  {line}\n")
+    args = plan_args()
+    args[args.index("groups.json")] = "groups.yaml"
+    # when
+    code, err = run(args, capsys)
+    # then
+    assert code == 2
+    assert words in err, err
+    assert "datetime" not in err
+
+
+def test_a_yaml_date_as_a_quantity_is_shown_as_written(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (here / "groups.yaml").write_text(_GROUP_YAML.replace("cpu: 7800m", "cpu: 2024-01-01"))
+    args = plan_args()
+    args[args.index("groups.json")] = "groups.yaml"
+    code, err = run(args, capsys)
+    assert code == 2
+    assert "nodeGroups[0].allocatable.cpu: invalid quantity '2024-01-01': expected a number" in err, err
+    assert "datetime" not in err
+
+
+@pytest.mark.parametrize("value", ["2024-01-01", "2024-01-01 12:00:00"])
+@pytest.mark.parametrize("key", ["provisionTimeout", "maxScaleDownFraction"])
+def test_a_yaml_date_in_the_policy_is_shown_as_written(
+    here: Path, capsys: pytest.CaptureFixture[str], key: str, value: str
+) -> None:
+    (here / "policy.yaml").write_text(f"policy:\n  {key}: {value}\n")
+    code, err = run([*plan_args(), "--policy", "policy.yaml"], capsys)
+    assert code == 2
+    assert err.startswith(f"squall: policy.yaml: policy.{key}: "), err
+    assert err.endswith(f", got {value}\n"), err

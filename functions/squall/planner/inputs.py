@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
 from squall.planner.admission import TeamShare
@@ -70,11 +70,17 @@ class GroupsError(InputError):
 
 
 def shown_value(value: object) -> str:
-    """A refused value as the reader wrote it: JSON's true, false and null; anything else as `shown`."""
+    """A refused value as the reader wrote it: JSON's true, false and null; anything else as `shown`.
+
+    YAML reads an unquoted 2024-01-01 as a date and 2024-01-01 12:00:00 as a timestamp:
+    they are shown as written, not as Python's datetime.date(2024, 1, 1).
+    """
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null"
+    if isinstance(value, date):
+        return str(value)
     return shown(value)
 
 
@@ -638,7 +644,11 @@ class Fields:
     def quantity(
         self, key: str, parse: Callable[[Any], int], *, required: bool = False, default: int | None = None
     ) -> int | None:
-        return self.parsed(key, parse, required=required, default=default)
+        def as_written(value: Any) -> int:
+            # A YAML date is no quantity: the parser refuses it as the text it was written as.
+            return parse(str(value) if isinstance(value, date) else value)
+
+        return self.parsed(key, as_written, required=required, default=default)
 
     def time(self, key: str, *, required: bool = False) -> datetime | None:
         return self.parsed(key, parse_time, required=required)

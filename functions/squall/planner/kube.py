@@ -12,7 +12,7 @@ import dataclasses
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Generic, TypeVar
 
 from squall.conventions import (
@@ -352,6 +352,8 @@ def parse_time(value: object) -> datetime | None:
             moment = datetime.fromisoformat(text)
         except ValueError:
             raise ValueError(f"invalid time {shown(value)}: {_TIME_EXAMPLE}") from None
+    elif isinstance(value, date):  # YAML's unquoted 2024-01-01: a day, no time of day
+        raise ValueError(f"invalid time {value} (a date without a time of day): {_TIME_EXAMPLE}")
     else:
         raise ValueError(f"invalid time {shown(value)} ({kind(value)}): {_TIME_EXAMPLE}")
     if moment.utcoffset() is None:
@@ -361,7 +363,8 @@ def parse_time(value: object) -> datetime | None:
     except OverflowError:  # an offset that takes it past year 1 or 9999
         within = False
     if not within:
-        raise ValueError(f"invalid time {shown(value)}: must be between 1970 and 9000")
+        written = value if isinstance(value, datetime) else shown(value)  # a YAML timestamp as written
+        raise ValueError(f"invalid time {written}: must be between 1970 and 9000")
     return moment
 
 
