@@ -172,3 +172,12 @@ def test_a_yaml_date_in_the_policy_is_shown_as_written(
     assert code == 2
     assert err.startswith(f"squall: policy.yaml: policy.{key}: "), err
     assert err.endswith(f", got {value}\n"), err
+
+
+def test_every_reader_shows_a_yaml_date_as_written() -> None:
+    from datetime import date, datetime
+
+    from squall.planner.text import shown
+
+    assert shown(date(2024, 1, 1)) == "2024-01-01"
+    assert shown(datetime(2024, 1, 1, 12, 0)) == "2024-01-01 12:00:00"

@@ -70,17 +70,11 @@ class GroupsError(InputError):
 
 
 def shown_value(value: object) -> str:
-    """A refused value as the reader wrote it: JSON's true, false and null; anything else as `shown`.
-
-    YAML reads an unquoted 2024-01-01 as a date and 2024-01-01 12:00:00 as a timestamp:
-    they are shown as written, not as Python's datetime.date(2024, 1, 1).
-    """
+    """A refused value as the reader wrote it: JSON's true, false and null; anything else as `shown`."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null"
-    if isinstance(value, date):
-        return str(value)
     return shown(value)
 
 

@@ -7,6 +7,7 @@ reader (core/documents.py) uses the same words.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import date
 
 SHOWN_LENGTH = 60
 
@@ -40,5 +41,6 @@ def shown(value: object, limit: int = SHOWN_LENGTH) -> str:
         return f"a list of {len(value)} items"
     if isinstance(value, int) and value.bit_length() > 3 * limit:
         return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
-    text = repr(value)
+    # YAML reads an unquoted 2024-01-01 as a date (and with a time, a datetime): as written.
+    text = str(value) if isinstance(value, date) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
