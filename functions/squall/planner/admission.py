@@ -19,7 +19,8 @@ writer, asks `admit` each time which of them to let run:
   (more than the groups' max sizes) reserves nothing and holds nobody up.
 - Demand: the planner is given the queue's pods in this order, as pending pods, for
   the jobs it may still admit (not those a quota holds back), so Squall buys capacity
-  for what it will admit next.
+  for what it will admit next: no more than the groups each kind of job fits could
+  hold (see _DemandBudget).
 
 docs/design.md ("Admission") says which guarantees hold.
 """
@@ -53,8 +54,8 @@ from squall.planner.packing import Packer, RoomKind
 from squall.planner.planning import rooms_on_nodes_up
 from squall.planner.queue_order import in_admission_order, ordinal
 
-# The planner is given at most this many queued jobs as demand, head first: beyond
-# what every group at its max size could hold nothing more can be bought anyway.
+# The planner is given at most this many queued jobs as demand, head first, and no
+# more than the groups they fit could hold at their max sizes (_DemandBudget).
 MAX_DEMAND_JOBS = 5000
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
 MAX_LISTED = 250
@@ -531,9 +532,6 @@ def admit(
     # pod of theirs: admission packs without it (at the peak of a burst, most nodes).
     least = _least_request(shapes_used)
     rooms = [room for room in rooms_on_nodes_up(inventory, least=least) if room.kind is RoomKind.READY]
-    unusable_gpus = sum(up.free[2] for up in inventory.nodes_up() if not up.cordoned) - sum(
-        room.free[2] for room in rooms
-    )
     packer = Packer(rooms=rooms, options=[], shapes=shapes_used)
     _place_earlier(packer, earlier, interned, job_regions=inventory.job_regions)
 
@@ -547,17 +545,11 @@ def admit(
     every_key = gathered.keys
     ever_fits: dict[tuple[tuple[int, int], ...], bool] = {}
     demand: list[Pod] = [*not_created]
-    demand_gpus = 0
-    demand_jobs = 0
+    budget = _DemandBudget(capacity, free=_free_up(inventory), keys=every_key)
     position = 0
     places: dict[tuple[str, int, int, str | None, bool], tuple[QueuedJob, Waiting]] = {}
-    most_gpus = capacity.total_gpus + unusable_gpus + sum(room.free[2] for room in rooms)
     for job, held in in_admission_order((), in_use=in_use, teams=teams, bands=gathered.bands):
-        if (
-            len(failed) == len(every_key)
-            and len(waiting) >= MAX_LISTED
-            and (demand_jobs >= MAX_DEMAND_JOBS or demand_gpus >= most_gpus)
-        ):
+        if len(failed) == len(every_key) and len(waiting) >= MAX_LISTED and budget.spent:
             break  # no job further on can be admitted, reserve or be bought for: counted below
         team_rank[job.team] = team_rank.get(job.team, 0) + 1
         if held is not None:
@@ -593,14 +585,13 @@ def admit(
             ever = ever_fits[key] = capacity.could_hold(
                 [(shape, len(pods)) for shape, pods in by_shape.items()]
             )
+            budget.learn(key, by_shape, ever=ever)
         if ever:
             if first_miss:
                 reserved = packer.hold_room(Gang(job_id=job.job_id, pods_by_shape=by_shape))
-            if demand_jobs < MAX_DEMAND_JOBS and demand_gpus < most_gpus:
-                demand_jobs += 1
-                demand_gpus += job.gpus
+            if budget.take(key):
                 demand.extend(
-                    dataclasses.replace(replica.pod, priority=MAX_DEMAND_JOBS - demand_jobs)
+                    dataclasses.replace(replica.pod, priority=MAX_DEMAND_JOBS - budget.jobs)
                     for replica in job.replicas
                 )
         if len(waiting) < MAX_LISTED:
@@ -640,6 +631,84 @@ def admit(
         incomplete=tuple(sorted(gathered.incomplete)),
         queued=queued_by_team,
     )
+
+
+def _free_up(inventory: Inventory) -> Vector:
+    """The room free now on the schedulable nodes that are up, in each resource."""
+    free = [0, 0, 0, 0]
+    for up in inventory.nodes_up():
+        if not up.cordoned:
+            for i in range(4):
+                free[i] += up.free[i]
+    return (free[0], free[1], free[2], free[3])
+
+
+_Key = tuple[tuple[int, int], ...]  # a job's shapes and their counts (by shape identity)
+
+
+class _DemandBudget:
+    """How much of the queue the planner is given as demand: what can still be bought for.
+
+    A job's pods join the demand while, in every resource they ask for, the demand of
+    its kind (the jobs whose pods fit the same node groups) is short of what those
+    groups could hold at their max sizes plus the room free on nodes now, and fewer
+    than MAX_DEMAND_JOBS jobs are in it. Kinds count apart: CPU jobs behind more GPU
+    jobs than the GPU groups can hold are still bought for on their own groups, as are
+    1-GPU jobs behind 8-GPU ones. A job no region could ever hold is never demand.
+    """
+
+    def __init__(self, capacity: _RegionCapacity, *, free: Vector, keys: Iterable[_Key]) -> None:
+        self._capacity = capacity
+        self._free = free
+        self.jobs = 0
+        self._left: dict[frozenset[int], list[int]] = {}  # kind -> what it may still ask, each resource
+        self._kind: dict[_Key, tuple[frozenset[int], tuple[int, ...], Vector]] = {}
+        self._by_kind: dict[frozenset[int], list[_Key]] = {}
+        self._open = set(keys)  # the keys that may still take some: unknown, or known with budget left
+
+    @property
+    def spent(self) -> bool:
+        """No job further on can join the demand (each key learned, as when every one has failed)."""
+        return self.jobs >= MAX_DEMAND_JOBS or not self._open
+
+    def learn(self, key: _Key, by_shape: Mapping[PodShape, Sequence[Pod]], *, ever: bool) -> None:
+        """Note a key's kind, its requests and which resources they use (once per key)."""
+        if not ever:
+            self._open.discard(key)
+            return
+        kind = frozenset(i for shape in by_shape for i in self._capacity.groups_for(shape))
+        asked = [0, 0, 0, 0]
+        for shape, pods in by_shape.items():
+            for i in range(4):
+                asked[i] += shape.request[i] * len(pods)
+        uses = tuple(i for i in range(4) if asked[i] > 0)
+        self._kind[key] = (kind, uses, (asked[0], asked[1], asked[2], asked[3]))
+        if kind not in self._left:
+            held = self._capacity.held_by(kind)
+            self._left[kind] = [held[i] + self._free[i] for i in range(4)]
+        self._by_kind.setdefault(kind, []).append(key)
+        if not self._fits(key):
+            self._open.discard(key)
+
+    def take(self, key: _Key) -> bool:
+        """Count the job into the demand if its kind has budget left; False: it is not demand."""
+        if self.jobs >= MAX_DEMAND_JOBS or not self._fits(key):
+            return False
+        kind, _, asked = self._kind[key]
+        left = self._left[kind]
+        ran_out = False
+        for i in range(4):
+            ran_out = ran_out or 0 < left[i] <= asked[i]
+            left[i] -= asked[i]
+        self.jobs += 1
+        if ran_out:  # some of the kind's keys can take no more (once per resource and kind)
+            self._open.difference_update(other for other in self._by_kind[kind] if not self._fits(other))
+        return True
+
+    def _fits(self, key: _Key) -> bool:
+        kind, uses, _ = self._kind[key]
+        left = self._left[kind]
+        return all(left[i] > 0 for i in uses)
 
 
 def _least_request(shapes: Iterable[PodShape]) -> Vector | None:
@@ -722,7 +791,24 @@ class _RegionCapacity:
         self._groups = groups
         self._per_region: dict[tuple[PodShape, str], int] = {}
         self._regions = sorted({g.region for g in groups})
-        self.total_gpus = sum(g.max_size * g.allocatable.gpu for g in groups)
+        self._fits: dict[PodShape, tuple[int, ...]] = {}
+
+    def groups_for(self, shape: PodShape) -> tuple[int, ...]:
+        """The groups (by index) a pod of the shape fits on, in any region."""
+        fits = self._fits.get(shape)
+        if fits is None:
+            fits = self._fits[shape] = tuple(i for i, g in enumerate(self._groups) if _fits_group(shape, g))
+        return fits
+
+    def held_by(self, groups: Iterable[int]) -> Vector:
+        """What the groups (by index) hold at their max sizes, in each resource."""
+        held = [0, 0, 0, 0]
+        for i in groups:
+            group = self._groups[i]
+            capacity = group.allocatable.vector()
+            for r in range(4):
+                held[r] += group.max_size * capacity[r]
+        return (held[0], held[1], held[2], held[3])
 
     def could_hold(self, parts: Sequence[tuple[PodShape, int]]) -> bool:
         return any(
@@ -735,13 +821,15 @@ class _RegionCapacity:
         if most is None:
             most = 0
             for group in self._groups:
-                if group.region != region:
-                    continue
-                capacity = group.allocatable.vector()
-                taints = blocking_taints(group.taints, ignore_transient=True)
-                if shape.placement_mismatch(group.template_labels(), taints) is None and (
-                    resource_shortfall(shape.request, capacity) is None
-                ):
-                    most += group.max_size * fit_count(capacity, shape.request)
+                if group.region == region and _fits_group(shape, group):
+                    most += group.max_size * fit_count(group.allocatable.vector(), shape.request)
             self._per_region[key] = most
         return most
+
+
+def _fits_group(shape: PodShape, group: NodeGroup) -> bool:
+    """Does a pod of the shape fit a node of the group (labels, taints, resources)?"""
+    taints = blocking_taints(group.taints, ignore_transient=True)
+    return shape.placement_mismatch(group.template_labels(), taints) is None and (
+        resource_shortfall(shape.request, group.allocatable.vector()) is None
+    )

@@ -12,6 +12,7 @@ from squall.core.spec import JobSpec
 from squall.planner.admission import AdmissionPlan, TeamShare, admit
 from squall.planner.kube import parse_replica_jobs
 from squall.planner.model import REGION_LABEL, NodeGroup, Pod
+from squall.planner.planning import plan
 
 from .builders import NOW, POLICY, group, instance, node_of, pod, resources
 
@@ -187,6 +188,34 @@ def test_a_job_no_region_can_ever_hold_reserves_nothing_and_holds_nobody_up() ->
     [huge] = result.waiting
     assert "no region can ever hold it" in huge.message
     assert not [p for p in result.demand if p.job_id == "huge"]
+
+
+def test_a_job_behind_more_gpu_jobs_than_the_gpu_groups_hold_is_still_bought_for_on_its_own_groups() -> None:
+    # The GPU group holds two of the 8-GPU jobs at its max size; the CPU job behind
+    # the other three fits none of its nodes, and the CPU group has room to grow.
+    cpu = group("c5-usw2", gpu=False, max_size=4)
+    groups = [p4d(max_size=2), cpu]
+    jobs = [o for i in range(5) for o in job_objects(f"gpu-{i}", minute=i)]
+    jobs += job_objects("cpu-job", gpus=0, minute=10)
+    result = run(jobs, groups=groups)
+    # Never more GPU jobs than the GPU groups could hold; the CPU job all the same.
+    assert sorted({p.job_id for p in result.demand}) == ["cpu-job", "gpu-0", "gpu-1"]
+    decided = plan(nodes=[], pods=list(result.demand), groups=groups, health={}, policy=POLICY, now=NOW)
+    assert {s.group: s.to_desired for s in decided.scale_ups} == {"p4d-usw2": 2, "c5-usw2": 1}
+
+
+def test_jobs_of_other_shapes_are_bought_for_up_to_what_their_groups_hold() -> None:
+    # 1-GPU jobs fit both groups, 4-GPU jobs only the p3.8xlarge-like one: each kind
+    # is bought for up to what the groups it fits could hold, whatever the other asks.
+    p3 = group("p3-usw2", allocatable=resources("31", "240Gi", 4, 58), max_size=2)
+    small = group("g5-usw2", allocatable=resources("7", "30Gi", 1, 58), max_size=4)
+    jobs = [o for i in range(6) for o in job_objects(f"four-{i}", gpus=4, minute=i)]
+    jobs += [o for i in range(20) for o in job_objects(f"one-{i}", gpus=1, minute=10 + i)]
+    result = run(jobs, groups=[p3, small])
+    demanded = {p.job_id for p in result.demand}
+    assert sorted(j for j in demanded if j.startswith("four")) == ["four-0", "four-1"]
+    # 1-GPU jobs: the 8 + 4 GPUs both groups could hold.
+    assert len([j for j in demanded if j.startswith("one")]) == 12
 
 
 def test_pods_of_admitted_jobs_take_their_room_before_the_queue() -> None:
