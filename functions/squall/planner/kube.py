@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from squall.conventions import (
     ADMITTED_REGION_ANNOTATION,
@@ -53,6 +53,11 @@ PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 _EMPTY: Mapping[str, Any] = {}
 _MISSING = object()  # not parsed before (a parse may give None: a Job that is not Squall's)
 _TIME_EXAMPLE = "expected ISO 8601, e.g. 2024-05-01T12:00:00Z"
+# A listed object remembered by identity: the dict, its (uid, resourceVersion) and its parse.
+_Entry = tuple[Mapping[str, Any], tuple[str, str], _Parsed]
+# One of a list being parsed: the same, without a key when it is not to be remembered.
+_Slot = tuple[Mapping[str, Any], tuple[str, str] | None, _Parsed]
+_VALUE = operator.itemgetter(2)
 
 
 class ParseCache(Generic[_Parsed]):
@@ -83,7 +88,7 @@ class ParseCache(Generic[_Parsed]):
         self.changed = True
         self._lists = 0
         # The latest list's objects with a uid and version: id -> (the dict, its key, its parse).
-        self._by_identity: dict[int, tuple[Mapping[str, Any], tuple[str, str], _Parsed]] = {}
+        self._by_identity: dict[int, _Entry[_Parsed]] = {}
         # The latest list itself and its answer, when every object in it had a uid and version.
         self._last: tuple[tuple[Mapping[str, Any], ...], list[_Parsed]] | None = None
 
@@ -111,20 +116,18 @@ class ParseCache(Generic[_Parsed]):
             return list(last[1])
         known = self._by_identity
         by_key = self._seen
-        by_identity: dict[int, tuple[Mapping[str, Any], tuple[str, str], _Parsed]] = {}
-        came: list[tuple[tuple[str, str], _Parsed]] = []
-        parsed = []
         self.unreadable = []
         misses, first = self.misses, self._lists == 0
         self._lists += 1
-        hits = 0
-        for index, item in enumerate(items):
-            entry = known.get(id(item))
-            if entry is not None:  # the very dict of the last list: held there, so its id is its own
-                by_identity[id(item)] = entry
-                parsed.append(entry[2])
-                hits += 1
-                continue
+        ids = list(map(id, items))
+        # Each dict of the last list found by identity at C speed (its entry), None for the others:
+        # a list that changed in a few objects costs a few parses, not a walk of every object.
+        entries: list[_Slot[_Parsed] | None] = list(map(known.get, ids))
+        came: list[tuple[tuple[str, str], _Parsed]] = []
+        hits = len(items)  # less each object parsed below
+        odd = False  # an object not remembered by identity: no uid or version, or unreadable
+        for index in _nones(entries):  # in the list's order: misses and problems come as they did
+            item = items[index]
             metadata = item.get("metadata")
             key: tuple[str, str] | None
             try:
@@ -134,6 +137,7 @@ class ParseCache(Generic[_Parsed]):
                 key, value = None, _MISSING
             if value is _MISSING:
                 self.misses += 1
+                hits -= 1
                 try:
                     value = _parse_item(self._parse, item, None if one else index)
                 except ValueError as exc:
@@ -141,15 +145,30 @@ class ParseCache(Generic[_Parsed]):
                         raise
                     self.unreadable.append(str(exc))
                     stand_in = unreadable(item, str(exc))
-                    if stand_in is not None:
-                        parsed.append(stand_in)
+                    if stand_in is not None:  # in its place; left out, its slot stays None
+                        entries[index] = (item, None, stand_in)
+                    odd = True
                     continue
-            else:
-                hits += 1
             if key is not None and key[0] and key[1]:
-                by_identity[id(item)] = (item, key, value)  # type: ignore[assignment]
+                entries[index] = (item, key, value)  # type: ignore[assignment]
                 came.append((key, value))  # type: ignore[arg-type]
-            parsed.append(value)  # type: ignore[arg-type]
+            else:
+                entries[index] = (item, None, value)  # type: ignore[assignment]
+                odd = True
+        by_identity: dict[int, _Entry[_Parsed]]
+        if odd:
+            by_identity, parsed = {}, []
+            for ident, slot in zip(ids, entries, strict=True):
+                if slot is None:
+                    continue
+                item, key, value = slot
+                parsed.append(value)
+                if key is not None:
+                    by_identity[ident] = (item, key, value)
+        else:  # every object remembered (a dict listed twice: its last place, as before)
+            remembered = cast("list[_Entry[_Parsed]]", entries)
+            parsed = list(map(_VALUE, remembered))
+            by_identity = dict(zip(ids, remembered, strict=True))
         went = known.keys() - by_identity.keys()
         # The keys of the latest list: those of dicts gone dropped, those of dicts new added.
         for gone in went:
@@ -165,6 +184,17 @@ class ParseCache(Generic[_Parsed]):
         # same list again gives the same answer.
         self._last = (tuple(items), list(parsed)) if len(by_identity) == len(items) == len(parsed) else None
         return parsed
+
+
+def _nones(values: list[Any]) -> Iterator[int]:
+    """The indexes of the Nones in `values`, found at C speed; one given may be filled before the next."""
+    index = -1
+    while True:
+        try:
+            index = values.index(None, index + 1)
+        except ValueError:
+            return
+        yield index
 
 
 def parse_nodes(doc: Mapping[str, Any] | Sequence[Any]) -> list[Node]:

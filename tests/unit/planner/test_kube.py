@@ -230,6 +230,56 @@ def test_the_parse_cache_knows_a_dict_handed_out_again_by_identity_and_sees_what
     assert cache.misses == misses + 1 and cache.changed
 
 
+def test_the_parse_cache_answers_every_changed_list_as_a_fresh_cache_does() -> None:
+    # given pods listed by a lister that shares unchanged dicts, and a history of lists that change
+    from squall.planner.kube import busy_stand_in
+
+    items = as_listed("pods.json", first_version=10)
+    replaced = json.loads(json.dumps(items[2]))
+    replaced["metadata"]["resourceVersion"] = "77"
+    replaced["spec"]["nodeName"] = "moved-here"
+    added = json.loads(json.dumps(items[0]))
+    added["metadata"] |= {"name": "added", "uid": "uid-added", "resourceVersion": "78"}
+    unversioned = json.loads(json.dumps(items[1]))
+    del unversioned["metadata"]["uid"]
+    unreadable = {"metadata": {"namespace": "x", "name": "b", "uid": "uid-b", "resourceVersion": "1"}}
+    unreadable["spec"] = {"nodeName": "n1", "priority": "high"}
+    history = [
+        items,
+        [*items[:2], replaced, *items[3:]],  # one replaced by its next version
+        [*items[:2], replaced, *items[4:]],  # one removed
+        [*items[:2], replaced, *items[4:], added],  # one added
+        [added, *reversed(items[4:]), replaced, *items[:2]],  # reordered
+        [added, items[0], items[0], *items[4:]],  # a dict listed twice, others gone
+        [items[0], unversioned, added, unreadable, *items[4:]],  # one without a uid, one unreadable
+        [items[0], unversioned, added, unreadable, *items[4:]],  # the same again
+        json.loads(json.dumps([items[0], added, *items[4:]])),  # copies, as the API server answers
+        [*items[:2], replaced, *items[3:]],  # back to the second list
+    ]
+    cache = pod_cache()
+    parses_made, previous = [], {}
+    for listed in history:
+        misses = cache.misses
+        # when the list is parsed by the warm cache
+        parsed = cache.parse_all(listed, unreadable=busy_stand_in)
+        # then it is what a cache that saw nothing before makes of it
+        fresh = pod_cache()
+        assert parsed == fresh.parse_all(listed, unreadable=busy_stand_in)
+        assert cache.unreadable == fresh.unreadable
+        # and a dict of the last list with a uid and version is not read again: the same value
+        by_dict = dict(zip(map(id, listed), parsed, strict=True))  # the one unreadable is bound: a stand-in
+        assert all(by_dict[i] is previous[i] for i in by_dict.keys() & previous.keys())
+        previous = {i: value for i, value in by_dict.items() if i not in (id(unversioned), id(unreadable))}
+        parses_made.append(cache.misses - misses)
+    # and only what is new to it is parsed: by identity, else by uid and version (one without
+    # them, and one it cannot read, every time)
+    assert parses_made == [7, 1, 0, 1, 0, 0, 2, 2, 0, 3]
+    # and the object replaced is read as its new version
+    assert [p.node_name for p in cache.parse_all(history[1]) if p.name == replaced["metadata"]["name"]] == [
+        "moved-here"
+    ]
+
+
 def test_the_parse_cache_parses_objects_without_uid_or_version_every_time() -> None:
     cache = pod_cache()
     pod = load("pods.json")["items"][0]
