@@ -274,6 +274,16 @@ class _Prepared:
     job: QueuedJob
     by_shape: dict[PodShape, list[Pod]]
     key: tuple[tuple[int, int], ...]  # alike for jobs alike in shape
+    # Its pods as demand, by the priority they were last given (one: the queue seldom moves).
+    demand: dict[int, tuple[Pod, ...]] = field(default_factory=dict)
+
+    def demand_at(self, priority: int) -> tuple[Pod, ...]:
+        """Its replicas' pods as the planner's demand, at `priority` (its place in line)."""
+        pods = self.demand.get(priority)
+        if pods is None:
+            self.demand.clear()
+            pods = self.demand[priority] = tuple(r.pod.with_priority(priority) for r in self.job.replicas)
+        return pods
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -590,10 +600,7 @@ def admit(
             if first_miss:
                 reserved = packer.hold_room(Gang(job_id=job.job_id, pods_by_shape=by_shape))
             if budget.take(key):
-                demand.extend(
-                    dataclasses.replace(replica.pod, priority=MAX_DEMAND_JOBS - budget.jobs)
-                    for replica in job.replicas
-                )
+                demand.extend(ready.demand_at(MAX_DEMAND_JOBS - budget.jobs))
         if len(waiting) < MAX_LISTED:
             position += 1
             place = (job.job_id, position, team_rank[job.team], reserved, not ever)
@@ -633,14 +640,16 @@ def admit(
     )
 
 
-def _free_up(inventory: Inventory) -> Vector:
-    """The room free now on the schedulable nodes that are up, in each resource."""
-    free = [0, 0, 0, 0]
+def _free_up(inventory: Inventory) -> dict[tuple[str, str] | None, list[int]]:
+    """The room free now on the schedulable nodes that are up, by group (None: of no group)."""
+    free: dict[tuple[str, str] | None, list[int]] = {}
     for up in inventory.nodes_up():
         if not up.cordoned:
+            group = up.view.group
+            totals = free.setdefault((group.region, group.name) if group is not None else None, [0, 0, 0, 0])
             for i in range(4):
-                free[i] += up.free[i]
-    return (free[0], free[1], free[2], free[3])
+                totals[i] += up.free[i]
+    return free
 
 
 _Key = tuple[tuple[int, int], ...]  # a job's shapes and their counts (by shape identity)
@@ -651,13 +660,19 @@ class _DemandBudget:
 
     A job's pods join the demand while, in every resource they ask for, the demand of
     its kind (the jobs whose pods fit the same node groups) is short of what those
-    groups could hold at their max sizes plus the room free on nodes now, and fewer
-    than MAX_DEMAND_JOBS jobs are in it. Kinds count apart: CPU jobs behind more GPU
+    groups could hold at their max sizes plus the room free now on their nodes and on
+    nodes of no group, and fewer than MAX_DEMAND_JOBS jobs are in it. Kinds count apart: CPU jobs behind more GPU
     jobs than the GPU groups can hold are still bought for on their own groups, as are
     1-GPU jobs behind 8-GPU ones. A job no region could ever hold is never demand.
     """
 
-    def __init__(self, capacity: _RegionCapacity, *, free: Vector, keys: Iterable[_Key]) -> None:
+    def __init__(
+        self,
+        capacity: _RegionCapacity,
+        *,
+        free: Mapping[tuple[str, str] | None, Sequence[int]],
+        keys: Iterable[_Key],
+    ) -> None:
         self._capacity = capacity
         self._free = free
         self.jobs = 0
@@ -684,8 +699,11 @@ class _DemandBudget:
         uses = tuple(i for i in range(4) if asked[i] > 0)
         self._kind[key] = (kind, uses, (asked[0], asked[1], asked[2], asked[3]))
         if kind not in self._left:
-            held = self._capacity.held_by(kind)
-            self._left[kind] = [held[i] + self._free[i] for i in range(4)]
+            left = list(self._capacity.held_by(kind))
+            for where in (None, *self._capacity.names(kind)):
+                for i, amount in enumerate(self._free.get(where, ())):
+                    left[i] += amount
+            self._left[kind] = left
         self._by_kind.setdefault(kind, []).append(key)
         if not self._fits(key):
             self._open.discard(key)
@@ -799,6 +817,10 @@ class _RegionCapacity:
         if fits is None:
             fits = self._fits[shape] = tuple(i for i, g in enumerate(self._groups) if _fits_group(shape, g))
         return fits
+
+    def names(self, groups: Iterable[int]) -> list[tuple[str, str]]:
+        """The groups (by index) as (region, name)."""
+        return [(self._groups[i].region, self._groups[i].name) for i in groups]
 
     def held_by(self, groups: Iterable[int]) -> Vector:
         """What the groups (by index) hold at their max sizes, in each resource."""

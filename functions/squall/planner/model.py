@@ -8,7 +8,7 @@ are integers: cpu in millicores, memory in bytes, GPUs and pods as counts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -162,6 +162,18 @@ class Pod:
     def __post_init__(self) -> None:
         require_aware(f"pod {self.key} finished_at", self.finished_at)
 
+    def with_priority(self, priority: int) -> Pod:
+        """The same pod at another priority (admission's demand makes thousands a check).
+
+        `dataclasses.replace` but three times as fast: nothing else changes, so the
+        fields are not checked again.
+        """
+        pod = object.__new__(Pod)
+        for name in _POD_FIELDS:
+            _set(pod, name, getattr(self, name))
+        _set(pod, "priority", priority)
+        return pod
+
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -179,6 +191,10 @@ class Pod:
     def is_workload(self) -> bool:
         """Pods that make a node busy: everything but DaemonSet and mirror pods."""
         return not (self.daemonset or self.mirror)
+
+
+_POD_FIELDS = tuple(f.name for f in fields(Pod))
+_set = object.__setattr__
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -163,6 +163,7 @@ class Packer:
         for room in self.rooms:
             room.signature = self._signature_of(room)
         self._fits: dict[PodShape, ShapeFit] = {}
+        self._size_keys: dict[PodShape, tuple[object, ...]] = {}
         self._scans: dict[tuple[PodShape, str | None], _Scan] = {}
         self._log: list[tuple[Any, ...]] | None = None
         self._gang_options: set[GroupOption] | None = None
@@ -170,6 +171,8 @@ class Packer:
         self.stranded: list[str] = []
         # Where each gang placed so far went.
         self.placed_regions: dict[str, str] = {}
+        # Why gangs of these shapes and counts (free to go to any region) did not fit.
+        self._failed_gangs: dict[tuple[tuple[int, int], ...], tuple[str, str]] = {}
 
     # --- what fits where -------------------------------------------------------------
 
@@ -211,6 +214,12 @@ class Packer:
 
     def size_key(self, shape: PodShape) -> tuple[object, ...]:
         """Sort key putting the largest shape first: its dominant share of its best node."""
+        key = self._size_keys.get(shape)
+        if key is None:
+            key = self._size_keys[shape] = self._size_key(shape)
+        return key
+
+    def _size_key(self, shape: PodShape) -> tuple[object, ...]:
         candidates = self.fit_of(shape).candidates
         dominant = 0.0
         if candidates:
@@ -346,11 +355,29 @@ class Packer:
         pods then wait for the same nodes, booting by then); the second keeps a gang on
         what is already booting for it (say, where it spilled during a backoff) rather
         than launching again in a region it prefers.
+
+        Room only shrinks as gangs are placed, so a gang free to go to any region with
+        the same shapes and counts as one that did not fit does not fit either: it is
+        given that gang's reason without being tried (a long queue's demand is mostly
+        such gangs).
         """
+        key = None
+        if gang.region is None:
+            key = tuple(sorted((id(shape), len(pods)) for shape, pods in gang.pods_by_shape.items()))
+            if (failed := self._failed_gangs.get(key)) is not None:
+                first, why = failed
+                named = f"job {first} "  # the reason names the gang it was found for
+                return f"job {gang.job_id} {why[len(named) :]}" if why.startswith(named) else why
         parts = sorted(
             ((shape, len(pods)) for shape, pods in gang.pods_by_shape.items()),
             key=lambda part: self.size_key(part[0]),
         )
+        reason = self._place_parts(gang, parts)
+        if key is not None and reason is not None:
+            self._failed_gangs[key] = (gang.job_id, reason)
+        return reason
+
+    def _place_parts(self, gang: Gang, parts: Sequence[tuple[PodShape, int]]) -> str | None:
         for shape, _ in parts:
             fit = self.fit_of(shape)
             if not fit.candidates and not any(fit.fits_signature):

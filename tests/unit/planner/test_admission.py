@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -216,6 +217,25 @@ def test_jobs_of_other_shapes_are_bought_for_up_to_what_their_groups_hold() -> N
     assert sorted(j for j in demanded if j.startswith("four")) == ["four-0", "four-1"]
     # 1-GPU jobs: the 8 + 4 GPUs both groups could hold.
     assert len([j for j in demanded if j.startswith("one")]) == 12
+
+
+def test_room_free_on_nodes_a_kind_of_job_cannot_use_buys_it_nothing() -> None:
+    # Two idle GPU nodes with room to spare; the CPU jobs cannot use them (the GPU
+    # taint), and their own group holds two of them (28Gi, 16Gi and 4 CPU each).
+    groups = [p4d(nodes=2), group("c5-usw2", gpu=False, max_size=1)]
+    jobs = [o for i in range(10) for o in job_objects(f"cpu-{i}", gpus=0, minute=i)]
+    result = run(jobs, groups=groups)
+    assert sorted({p.job_id for p in result.demand}) == ["cpu-0", "cpu-1"]
+
+
+def test_a_pod_at_another_priority_is_the_same_pod_but_for_its_priority() -> None:
+    [replica] = parse_replica_jobs(job_objects("one", gpus=2))
+    original = dataclasses.replace(
+        replica.pod, node_name=None, finished_at=NOW, node_selector={"a": "b"}, deleting=True
+    )
+    moved = original.with_priority(4321)
+    assert moved == dataclasses.replace(original, priority=4321)
+    assert original.priority != 4321 and moved is not original
 
 
 def test_pods_of_admitted_jobs_take_their_room_before_the_queue() -> None:
