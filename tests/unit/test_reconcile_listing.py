@@ -28,6 +28,7 @@ def test_a_listing_kept_between_runs_groups_as_one_read_afresh(seed: int) -> Non
     live: dict[str, dict[str, Any]] = {}
     kept, version = _Listing(), 0
     before: list[tuple[str, str]] = []
+    before_by_job: dict[str, list[tuple[str, str]]] = {}
     for step in range(60):
         for _ in range(rng.randint(0, 3)):
             version += 1
@@ -46,6 +47,7 @@ def test_a_listing_kept_between_runs_groups_as_one_read_afresh(seed: int) -> Non
             listed = [{**o, "metadata": dict(o["metadata"])} for o in listed]
         rng.shuffle(listed)
         generation = kept.generation
+        changes = {f"j{i}": kept.changes_of(f"j{i}") for i in range(16)}
         kept.update(listed)
         afresh = _Listing()
         afresh.update(listed)
@@ -55,12 +57,24 @@ def test_a_listing_kept_between_runs_groups_as_one_read_afresh(seed: int) -> Non
         # the generation moves exactly when the objects (by uid and version) are not the last run's
         assert (kept.generation != generation) == (versions != before), f"step {step}"
         before = versions
+        # and a job's changes_of exactly when its objects are not the last run's; 0 when it has none
+        by_job: dict[str, list[tuple[str, str]]] = {}
+        for obj in listed:
+            by_job.setdefault(obj["metadata"]["labels"][JOB_ID_LABEL], []).append(
+                (obj["metadata"]["uid"], obj["metadata"]["resourceVersion"])
+            )
+        for job_id, last in changes.items():
+            now = sorted(by_job.get(job_id, []))
+            assert (kept.changes_of(job_id) != last) == (now != before_by_job.get(job_id, [])), f"step {step}"
+            assert (kept.changes_of(job_id) == 0) == (not now)
+        before_by_job = {job_id: sorted(v) for job_id, v in by_job.items()}
 
 
 def test_objects_without_a_version_are_never_taken_for_unchanged() -> None:
     listing = _Listing()
     objects = [_obj("j1", "j1-worker-0", 1, uid=False)]
     listing.update(objects)
-    generation = listing.generation
+    generation, changes = listing.generation, listing.changes_of("j1")
     listing.update(objects)  # the very same dict: still no telling whether it changed
     assert listing.generation == generation + 1
+    assert listing.changes_of("j1") != changes, "nor is its job's reconcile left out"

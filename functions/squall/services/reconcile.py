@@ -10,6 +10,7 @@ never undoes the jobs' run.
 
 from __future__ import annotations
 
+import enum
 import functools
 import operator
 from collections import Counter
@@ -64,7 +65,8 @@ class ReconcileMemory:
     Keep one per process (a warm Lambda reuses it). A run whose Jobs, pods and active
     job records (by version) are those of the last run, before any grace it waits out
     is over, would observe each job as the last run did and change nothing: it ends
-    after its reads.
+    after its reads. A run that read something new still leaves out each job whose
+    own record, Jobs and pods are as they were when a run last left it as it was (_Settled).
     """
 
     # What the last run read, and the earliest grace it waited out; None: no run yet, or one with errors.
@@ -76,6 +78,8 @@ class ReconcileMemory:
     active: tuple[list[Job], tuple[tuple[str, int], ...]] = ((), ())  # type: ignore[assignment]
     oldest_queued: tuple[datetime | None] | None = None  # (None,): none queued; None: not found yet
     pods: _Listing = field(default_factory=lambda: _Listing())
+    # The jobs the last runs observed and left as they were, by job id (see _Settled).
+    settled: dict[str, _Settled] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,6 +142,7 @@ class Reconciler:
             self._gauges(queued, running)
             return report
         self._graces = []
+        last_settled, settled = memory.settled, {}
 
         for job in active:
             if job.is_sweep:
@@ -153,14 +158,16 @@ class Reconciler:
             ):
                 continue  # waiting for admission, all its replica Jobs there, suspended: the scale check's
             else:
-                step = functools.partial(
-                    self._job,
-                    job,
-                    k8s_jobs=listed_jobs.of_job(job.id),
-                    pods=listed_pods.of_job(job.id),
-                    report=report,
-                )
+                inputs = (job.version, listed_jobs.changes_of(job.id), listed_pods.changes_of(job.id))
+                last = last_settled.get(job.id)
+                if last is not None and last.holds(inputs, self.clock):
+                    settled[job.id] = last
+                    if last.until is not None:
+                        self._graces.append(last.until)
+                    continue
+                step = functools.partial(self._settle, job, inputs=inputs, settled=settled, report=report)
                 self._isolated(job, report, step)
+        memory.settled = settled
         # Whatever this run wrote changes what the next one reads; errors are tried again.
         memory.quiet = None if report.errors else Quiet(seen=seen, until=min(self._graces, default=None))
         self._gauges()
@@ -220,6 +227,17 @@ class Reconciler:
 
     # ---- one job ---------------------------------------------------------
 
+    def _settle(
+        self, job: Job, *, inputs: tuple[int, int, int], settled: dict[str, _Settled], report: ReconcileReport
+    ) -> None:
+        """Reconcile one job; one that it left as it was is remembered with what it was seen with."""
+        listed_jobs, listed_pods = self.memory.jobs, self.memory.pods
+        wait = self._job(
+            job, k8s_jobs=listed_jobs.of_job(job.id), pods=listed_pods.of_job(job.id), report=report
+        )
+        if wait is not _ACTED:
+            settled[job.id] = _Settled(inputs=inputs, until=wait)
+
     def _job(
         self,
         job: Job,
@@ -227,15 +245,17 @@ class Reconciler:
         k8s_jobs: list[dict[str, Any]],
         pods: list[dict[str, Any]],
         report: ReconcileReport,
-    ) -> None:
+    ) -> datetime | _Acted | None:
+        """What the job's objects say, recorded: _ACTED when it wrote or made objects, else the
+        end of the grace it waits out (None: none)."""
         now = self.clock.now()
         seen = observe(expected_replicas=max(job.replicas, 1), k8s_jobs=k8s_jobs, pods=pods)
         if seen.status is None or seen.reason == Reason.OBJECTS_MISSING:
             if now - job.updated_at >= CREATE_GRACE:
                 self._recreate(job, seen, report)
-            else:
-                self._graces.append(job.updated_at + CREATE_GRACE)
-            return
+                return _ACTED
+            self._graces.append(job.updated_at + CREATE_GRACE)
+            return job.updated_at + CREATE_GRACE
         if seen.retries_used > job.retries_used and not is_terminal(seen.status):
             self._record(
                 job,
@@ -247,7 +267,7 @@ class Reconciler:
             )
             self.metrics.add(Metric.JOB_RETRIES, seen.retries_used - job.retries_used)
             report.retries += seen.retries_used - job.retries_used
-            return
+            return _ACTED
         if seen.reason == Reason.IMAGE_PULL_BACK_OFF:
             if job.reason != Reason.IMAGE_PULL_BACK_OFF:
                 self._record(
@@ -259,7 +279,8 @@ class Reconciler:
                 )
             else:
                 self._graces.append(job.updated_at + IMAGE_PULL_GRACE)
-            return
+                return job.updated_at + IMAGE_PULL_GRACE
+            return _ACTED
         if seen.status != job.status or (
             seen.status is JobStatus.QUEUED and job.reason == Reason.IMAGE_PULL_BACK_OFF
         ):
@@ -271,6 +292,8 @@ class Reconciler:
                 report=report,
                 retries_used=max(seen.retries_used, job.retries_used),
             )
+            return _ACTED
+        return None
 
     def _recreate(self, job: Job, seen: Observation, report: ReconcileReport) -> None:
         """Objects went missing (deleted by hand, or a crash before creation): make them again."""
@@ -416,6 +439,35 @@ class Reconciler:
 _ID_AND_VERSION = operator.attrgetter("id", "version")
 
 
+class _Acted(enum.Enum):
+    ACTED = "acted"
+
+
+_ACTED = _Acted.ACTED  # a job's step wrote its record or made its objects
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """A job that a run observed and left as it was: no write, no objects made, no error.
+
+    `_job` decides from the job's record, its replica Jobs, its pods and the time, and
+    the time only through the two graces it waits out from the record's `updated_at`
+    (a missing object's create grace, an image pull's); a run's deadline is Kubernetes'
+    (activeDeadlineSeconds) and comes as a changed Job. So a later run that finds the
+    same record version and the same Jobs and pods (none of the job's objects came,
+    went or changed version in either listing since, see `_Listing.changes_of`), before
+    that grace is over, would decide the same nothing again: it does not observe the
+    job. Any other outcome (a write, a retry, re-created objects, a failed step) is not
+    remembered, and the job is observed again on the next run.
+    """
+
+    inputs: tuple[int, int, int]  # (record version, its Jobs' changes_of, its pods' changes_of)
+    until: datetime | None  # None: it waits out no grace
+
+    def holds(self, inputs: tuple[int, int, int], clock: Clock) -> bool:
+        return inputs == self.inputs and (self.until is None or clock.now() < self.until)
+
+
 @dataclass(frozen=True)
 class _Read:
     """What a run takes from one listed object, kept by the object's identity."""
@@ -434,7 +486,8 @@ class _Listing:
     simulated cluster's shared lists do; see ParseCache), never one changed in place:
     such a dict is known by its identity, so a run costs what changed since the last.
     `generation` moves on whenever the list's objects (by uid and resourceVersion)
-    differ from the last run's, or it holds one without them.
+    differ from the last run's, or it holds one without them; `changes_of` does the
+    same for one job's objects.
     """
 
     reads: dict[int, _Read] = field(default_factory=dict)  # id -> read; the dicts are held
@@ -443,6 +496,10 @@ class _Listing:
     generation: int = 0
     last: tuple[dict[str, Any], ...] = ()  # the latest list as it came
     unversioned: bool = False  # it held an object without uid or version
+    updates: int = 0  # the lists looked inside so far
+    # The update in which each job's objects last came, went or changed (or held one
+    # without uid or version); a job with no objects has no entry.
+    changed: dict[str, int] = field(default_factory=dict)
 
     @property
     def stirring(self) -> set[str]:
@@ -459,12 +516,13 @@ class _Listing:
         self.last = objects
         known = self.reads
         reads: dict[int, _Read] = {}
-        unversioned = False
+        unversioned: set[str | None] = set()  # the jobs of objects without uid or version
         for obj in objects:
             read = known.get(id(obj))
             if read is None or read.version is None:
                 read = _read(obj)
-                unversioned = unversioned or read.version is None
+                if read.version is None:
+                    unversioned.add(read.job_id)
             reads[id(obj)] = read
         went = [known[i] for i in known.keys() - reads.keys()]
         came = [reads[i] for i in reads.keys() - known.keys()]
@@ -473,9 +531,23 @@ class _Listing:
         for read in came:
             self._file(read, +1)
         self.reads = reads
-        self.unversioned = unversioned
-        if unversioned or Counter(r.version for r in went) != Counter(r.version for r in came):
+        self.unversioned = bool(unversioned)
+        moved: Counter[tuple[str | None, tuple[str, str] | None]] = Counter()
+        for read in went:
+            moved[read.job_id, read.version] -= 1
+        for read in came:
+            moved[read.job_id, read.version] += 1
+        if self.unversioned or any(moved.values()):
             self.generation += 1
+        self.updates += 1
+        touched = unversioned | {job_id for (job_id, _), count in moved.items() if count}
+        for job_id in touched:
+            if job_id is None:
+                continue
+            if job_id in self.by_job:
+                self.changed[job_id] = self.updates
+            else:
+                self.changed.pop(job_id, None)
 
     def _file(self, read: _Read, step: int) -> None:
         if read.job_id is None:
@@ -493,6 +565,11 @@ class _Listing:
             self.stirring_count[read.job_id] -= 1
             if not self.stirring_count[read.job_id]:
                 del self.stirring_count[read.job_id]
+
+    def changes_of(self, job_id: str) -> int:
+        """Moves on whenever the job's objects (by uid and resourceVersion) are not those of the
+        last update that looked at them, or it holds one without them; 0 while it has none."""
+        return self.changed.get(job_id, 0)
 
     def of_job(self, job_id: str) -> list[dict[str, Any]]:
         """The job's objects in the API server's order (by name)."""
