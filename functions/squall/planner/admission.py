@@ -710,7 +710,7 @@ class _DemandBudget:
 
     def take(self, key: _Key) -> bool:
         """Count the job into the demand if its kind has budget left; False: it is not demand."""
-        if self.jobs >= MAX_DEMAND_JOBS or not self._fits(key):
+        if self.jobs >= MAX_DEMAND_JOBS or key not in self._open:  # a learned key is open while it fits
             return False
         kind, _, asked = self._kind[key]
         left = self._left[kind]
