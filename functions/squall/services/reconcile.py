@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from aws_lambda_powertools import Logger
 
@@ -515,22 +516,25 @@ class _Listing:
             return  # the very list of dicts again (a lister's unchanged answer)
         self.last = objects
         known = self.reads
-        reads: dict[int, _Read] = {}
+        ids = list(map(id, objects))
+        found = list(map(known.get, ids))
+        reads: dict[int, _Read | None] = dict(zip(ids, found, strict=True))
         unversioned: set[str | None] = set()  # the jobs of objects without uid or version
-        for obj in objects:
-            read = known.get(id(obj))
+        # Only the dicts not known by identity are looked inside (all, after an unversioned one).
+        unknown = objects if self.unversioned else itertools.compress(objects, map(operator.not_, found))
+        for obj in unknown:
+            read = reads[id(obj)]
             if read is None or read.version is None:
-                read = _read(obj)
+                read = reads[id(obj)] = _read(obj)
                 if read.version is None:
                     unversioned.add(read.job_id)
-            reads[id(obj)] = read
+        self.reads = cast(dict[int, _Read], reads)  # every one read by now
         went = [known[i] for i in known.keys() - reads.keys()]
-        came = [reads[i] for i in reads.keys() - known.keys()]
+        came = [self.reads[i] for i in reads.keys() - known.keys()]
         for read in went:
             self._file(read, -1)
         for read in came:
             self._file(read, +1)
-        self.reads = reads
         self.unversioned = bool(unversioned)
         moved: Counter[tuple[str | None, tuple[str, str] | None]] = Counter()
         for read in went:
