@@ -6,6 +6,7 @@ node, and sorts every instance into ready, booting (in-flight), timed out or gon
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -120,7 +121,9 @@ class NodeRoom(NamedTuple):
 class _Derived:
     """What is read from an inventory's nodes more than once a check, worked out once.
 
-    Shared with the inventories with_pending makes of it: pending pods change none of it.
+    Shared with the inventories with_pending makes of it (pending pods change none of it)
+    and with the next build of the very same nodes, pods and groups (see _Joined): only
+    what follows from those belongs here, nothing that depends on the time or the policy.
     """
 
     rooms: tuple[NodeRoom, ...] | None = None
@@ -195,43 +198,93 @@ def build_inventory(
     now: datetime,
 ) -> Inventory:
     group_views = _group_views(groups)
-    owners = {
-        instance.instance_id: (view, instance)
-        for view in group_views.values()
-        for instance in view.group.instances
-    }
-    usage = _NodeUsage.of(pods)
+    joined = _join(tuple(nodes), tuple(pods), tuple(groups))
+    for group_view in group_views.values():
+        for instance in group_view.group.instances:
+            node = joined.by_instance.get(instance.instance_id)
+            status = _instance_status(instance, node, policy=policy, now=now)
+            group_view.instances.append(InstanceView(instance=instance, node=node, status=status))
+    return Inventory(
+        nodes=list(joined.views),
+        groups=group_views,
+        pending=list(joined.usage.pending),
+        job_regions=dict(joined.job_regions),
+        _derived=joined.derived,
+    )
+
+
+class _Joined(NamedTuple):
+    """What a build made of its nodes, pods and groups: none of it depends on the time or the policy.
+
+    Nodes, pods and groups are frozen, so it holds for another build of the very same
+    objects in the same order: a warm scale check gets the same ones again from its
+    parse caches until the cluster changes, and then often the same pods with other
+    nodes. Only the instances' statuses are worked out each build (booting or timed
+    out is a matter of time); whether one is ready is not, so the nodes up are shared.
+    """
+
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...]
+    groups: tuple[NodeGroup, ...]
+    usage: _NodeUsage
+    views: list[NodeView]
+    by_instance: dict[str, NodeView]
+    job_regions: dict[str, str]
+    derived: _Derived
+
+
+class _LastBuild:
+    """The latest build's join, for the next (one per process; a build reads it once and replaces it whole)."""
+
+    __slots__ = ("joined",)
+
+    def __init__(self) -> None:
+        self.joined: _Joined | None = None
+
+
+_LAST_BUILD = _LastBuild()
+
+
+def _join(nodes: tuple[Node, ...], pods: tuple[Pod, ...], groups: tuple[NodeGroup, ...]) -> _Joined:
+    last = _LAST_BUILD.joined
+    same_pods = last is not None and _same(pods, last.pods)
+    if last is not None and same_pods and _same(nodes, last.nodes) and _same(groups, last.groups):
+        return last
+    usage = last.usage if last is not None and same_pods else _NodeUsage.of(pods)
+    owners = {instance.instance_id: (group, instance) for group in groups for instance in group.instances}
     node_views: list[NodeView] = []
     views_by_instance: dict[str, NodeView] = {}
+    no_owner: tuple[None, None] = (None, None)
+    used, busy, last_finished = usage.used, usage.busy, usage.last_finished
     for node in nodes:
-        view, instance = owners.get(node.instance_id or "", (None, None))
-        group = view.group if view is not None else None
+        group, instance = owners.get(node.instance_id or "", no_owner)
+        name = node.name
         node_view = NodeView(
             node=node,
             group=group,
             instance=instance,
-            used=usage.used.get(node.name, (0, 0, 0, 0)),
-            busy=node.name in usage.busy,
-            idle_since=_latest(
-                _latest(node.ready_since, usage.last_finished.get(node.name)), node.empty_since
-            ),
+            used=used.get(name, (0, 0, 0, 0)),
+            busy=name in busy,
+            idle_since=_latest(_latest(node.ready_since, last_finished.get(name)), node.empty_since),
             region=group.region if group is not None else _label_region(node.labels),
         )
         node_views.append(node_view)
         if instance is not None:
             views_by_instance[instance.instance_id] = node_view
-    for group_view in group_views.values():
-        for instance in group_view.group.instances:
-            joined = views_by_instance.get(instance.instance_id)
-            status = _instance_status(instance, joined, policy=policy, now=now)
-            group_view.instances.append(InstanceView(instance=instance, node=joined, status=status))
     regions_by_node = {v.node.name: v.region for v in node_views}
     job_regions = {
         job: regions_by_node[node_name]
         for job, node_name in usage.job_nodes.items()
         if node_name in regions_by_node
     }
-    return Inventory(nodes=node_views, groups=group_views, pending=usage.pending, job_regions=job_regions)
+    joined = _Joined(nodes, pods, groups, usage, node_views, views_by_instance, job_regions, _Derived())
+    _LAST_BUILD.joined = joined
+    return joined
+
+
+def _same(these: tuple[object, ...], those: tuple[object, ...]) -> bool:
+    """The very same objects in the same order (at C speed)."""
+    return len(these) == len(those) and all(map(operator.is_, these, those))
 
 
 def _group_views(groups: Sequence[NodeGroup]) -> dict[str, GroupView]:
@@ -266,26 +319,29 @@ class _NodeUsage:
     @classmethod
     def of(cls, pods: Iterable[Pod]) -> _NodeUsage:
         usage = cls(used={}, busy=set(), last_finished={}, job_nodes={}, pending=[])
-        for pod in pods:
+        used, busy, last_finished, job_nodes = usage.used, usage.busy, usage.last_finished, usage.job_nodes
+        for pod in pods:  # once a build of other pods: every bound pod, so kept tight
             if pod.is_pending:
                 usage.pending.append(pod)
-            elif pod.node_name is not None:
-                usage.add_bound(pod, pod.node_name)
+                continue
+            node_name = pod.node_name
+            if node_name is None:
+                continue
+            finished = pod.finished_at
+            if finished is not None:
+                previous = last_finished.get(node_name)
+                if previous is None or finished > previous:
+                    last_finished[node_name] = finished
+            if not pod.is_active:
+                continue
+            cpu, memory, gpu, count = used.get(node_name, (0, 0, 0, 0))
+            requests = pod.requests
+            used[node_name] = (cpu + requests.cpu, memory + requests.memory, gpu + requests.gpu, count + 1)
+            if pod.is_workload:
+                busy.add(node_name)
+            if pod.job_id is not None:
+                job_nodes.setdefault(pod.job_id, node_name)
         return usage
-
-    def add_bound(self, pod: Pod, node_name: str) -> None:
-        previous = self.last_finished.get(node_name)
-        if pod.finished_at is not None and (previous is None or pod.finished_at > previous):
-            self.last_finished[node_name] = pod.finished_at
-        if not pod.is_active:
-            return
-        cpu, memory, gpu, pods = self.used.get(node_name, (0, 0, 0, 0))
-        requests = pod.requests
-        self.used[node_name] = (cpu + requests.cpu, memory + requests.memory, gpu + requests.gpu, pods + 1)
-        if pod.is_workload:
-            self.busy.add(node_name)
-        if pod.job_id is not None:
-            self.job_nodes.setdefault(pod.job_id, node_name)
 
 
 def free_of(allocatable: Vector, used: Vector) -> Vector:
