@@ -21,6 +21,7 @@ from squall.planner import GroupHealth, Policy
 from squall.planner.offline import parse_groups
 from squall.ports import GroupRef
 from squall.services.intake import Intake, IntakeConfig
+from squall.services import scale as scale_service
 from squall.services.scale import ScaleConfig, Scaler
 
 P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
@@ -204,6 +205,40 @@ def test_a_request_for_a_job_without_pods_yet_is_a_whole_check(rig: Rig) -> None
     result = rig.scaler().check(trigger="requested:jobs submitted", asked_for=["j-1", "j-2"])
 
     assert result.skipped == [] and len(rig.state.decisions) == 1
+
+
+def test_a_plan_with_nothing_to_do_is_made_again_only_when_what_it_was_made_of_changes(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[object] = []
+    real_plan = scale_service.plan
+
+    def counted(**inputs: Any) -> Any:
+        made.append(inputs["now"])
+        return real_plan(**inputs)
+
+    monkeypatch.setattr(scale_service, "plan", counted)
+    rig.gpu_node("gpu-1")  # a node of no group: nothing to scale
+    rig.submit("j-1", gpus=4)
+    scaler = rig.scaler()
+    scaler.check(trigger="schedule")  # admits j-1 (and stamps the node empty)
+    rig.cluster.advance()
+    scaler.check(trigger="schedule")  # j-1 runs (the node's stamp is cleared)
+    scaler.check(trigger="schedule")  # the node as patched: a plan with nothing to do
+    plans = len(made)
+    # A job no group can ever hold joins the queue: admission runs, the plan stands.
+    rig.submit("j-2", gpus=8)
+    result = scaler.check(trigger="requested:jobs submitted", asked_for=["j-2"])
+    assert result.skipped == [] and len(made) == plans
+    before, after = rig.state.decisions[-2]["plan"], rig.state.decisions[-1]["plan"]
+    assert {k: v for k, v in after.items() if k != "admission"} == {
+        k: v for k, v in before.items() if k != "admission"
+    }
+    assert [w["job"] for w in after["admission"]["waiting"]] == ["j-2"]
+    # j-1 finishes: its pod changed, so the plan is made again.
+    rig.run(minutes=6)
+    scaler.check(trigger="schedule")
+    assert len(made) == plans + 1
 
 
 def test_dry_run_records_the_plan_and_changes_nothing(rig: Rig) -> None:

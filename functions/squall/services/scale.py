@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from squall.planner import (
     plan,
 )
 from squall.planner.admission import AdmissionPlan, TeamShare
-from squall.planner.inventory import build_inventory
+from squall.planner.inventory import Inventory, build_inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, parse_pods, pod_cache
 from squall.planner.timers import next_timer
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
@@ -103,6 +104,9 @@ class ParsedObjects:
     # Set by a check that changed nothing: the fleet and health it saw, and the planner's
     # next timer (until when that stays the plan).
     quiet: Quiet | None = None
+    # The last plan, when it decided nothing to do: made again only when what it was made
+    # of changes or its timer is due.
+    settled: SettledPlan | None = None
     # The pending pods and their GPUs in the pods last parsed (counted again when they change).
     pending: tuple[int, int] | None = None
     # The node groups the last check made of what the fleet showed: (region, name) ->
@@ -110,6 +114,39 @@ class ParsedObjects:
     groups: dict[tuple[str, str], tuple[NodeGroup, FleetGroup, list[ScalingFailure], NodeGroup]] = field(
         default_factory=dict
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SettledPlan:
+    """A plan with nothing to do, the very objects it was made of, and until when it stands.
+
+    `plan` is a pure function of its inputs and the time, and `next_timer` says when
+    the time starts to matter: given the same nodes, pods and demand (the same objects,
+    which the parse caches and admission hand out again while nothing changed) and
+    the same fleet and health, before that time, it would make this plan again. A long
+    queue's checks, asked for by each submission while nothing can be bought, skip it.
+    """
+
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...]
+    seen: tuple[object, ...]  # the fleet and group health (Scaler._fingerprint)
+    until: datetime | None  # None: no timer; only a change to the inputs counts
+    plan: Plan
+
+    def holds(
+        self, *, nodes: Sequence[Node], pods: Sequence[Pod], seen: tuple[object, ...], now: datetime
+    ) -> bool:
+        return (
+            (self.until is None or now < self.until)
+            and _same(nodes, self.nodes)
+            and _same(pods, self.pods)
+            and seen == self.seen
+        )
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    """The very same objects in the same order (identity, never field by field)."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 @dataclass
@@ -258,14 +295,15 @@ class Scaler:
         admission = admitter.decide(
             jobs=jobs, nodes=nodes, pods=pods, groups=groups, now=now, inventory=inventory
         )
-        decided = plan(
+        decided = self._plan(
             nodes=nodes,
-            pods=[*pods, *admission.demand],
+            pods=pods,
+            admission=admission,
             groups=groups,
             health=health,
-            policy=self.config.policy,
+            seen=seen,
             now=now,
-            inventory=inventory.with_pending(admission.demand),
+            inventory=inventory,
         )
         result = ScaleResult(acted=not self.config.dry_run, plan=decided.to_dict())
         result.plan["admission"] = admission.to_dict()
@@ -304,6 +342,48 @@ class Scaler:
             errors=result.errors,
         )
         return result
+
+    def _plan(
+        self,
+        *,
+        nodes: Sequence[Node],
+        pods: Sequence[Pod],
+        admission: AdmissionPlan,
+        groups: Sequence[NodeGroup],
+        health: Mapping[str, GroupHealth],
+        seen: tuple[object, ...],
+        now: datetime,
+        inventory: Inventory,
+    ) -> Plan:
+        """The plan for the pods and the queue's demand: the settled one while it holds (SettledPlan)."""
+        pending = [*pods, *admission.demand]
+        settled = self.parsed.settled
+        if settled is not None and settled.holds(nodes=nodes, pods=pending, seen=seen, now=now):
+            return settled.plan
+        decided = plan(
+            nodes=nodes,
+            pods=pending,
+            groups=groups,
+            health=health,
+            policy=self.config.policy,
+            now=now,
+            inventory=inventory.with_pending(admission.demand),
+        )
+        self.parsed.settled = None
+        if not _plan_acts(decided):
+            until = next_timer(
+                nodes=nodes,
+                pods=pods,
+                groups=groups,
+                health=health,
+                policy=self.config.policy,
+                now=now,
+                inventory=inventory,
+            )
+            self.parsed.settled = SettledPlan(
+                nodes=tuple(nodes), pods=tuple(pending), seen=seen, until=until, plan=decided
+            )
+        return decided
 
     def _mark_empty(self, nodes: Sequence[Node], pods: Sequence[Pod], *, now: datetime) -> list[Node]:
         """Stamp nodes with when Squall first found them empty; clear it once they are busy.
@@ -588,19 +668,22 @@ def _longest_list(doc: Any, path: str) -> tuple[str, list[Any]] | None:
     return best
 
 
-def _idle(decided: Plan, admission: AdmissionPlan, result: ScaleResult) -> bool:
-    """Nothing decided, nothing done, nothing failed: the next check would decide the same."""
-    return not (
+def _plan_acts(decided: Plan) -> bool:
+    """Does the plan ask for anything to be done?"""
+    return bool(
         decided.scale_ups
         or decided.uncordons
         or decided.scale_downs
         or decided.backoffs
         or decided.give_backs
         or decided.stranded
-        or admission.admitted
-        or admission.incomplete
-        or result.done
-        or result.errors
+    )
+
+
+def _idle(decided: Plan, admission: AdmissionPlan, result: ScaleResult) -> bool:
+    """Nothing decided, nothing done, nothing failed: the next check would decide the same."""
+    return not (
+        _plan_acts(decided) or admission.admitted or admission.incomplete or result.done or result.errors
     )
 
 
