@@ -20,8 +20,8 @@ from squall.local.memory import InMemoryAutoScaling, InMemoryJobStore, InMemoryS
 from squall.planner import GroupHealth, Policy
 from squall.planner.offline import parse_groups
 from squall.ports import GroupRef
-from squall.services.intake import Intake, IntakeConfig
 from squall.services import scale as scale_service
+from squall.services.intake import Intake, IntakeConfig
 from squall.services.scale import ScaleConfig, Scaler
 
 P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}

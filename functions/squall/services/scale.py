@@ -321,17 +321,14 @@ class Scaler:
             plan=shrunk_to_fit(result.plan, MAX_DECISION_BYTES // 2),
             acted=shrunk_to_fit(result.done, MAX_DECISION_BYTES // 2),
         )
-        if _idle(decided, admission, result) and not self.config.dry_run:
-            until = next_timer(
-                nodes=nodes,
-                pods=pods,
-                groups=groups,
-                health=health,
-                policy=self.config.policy,
-                now=now,
-                inventory=inventory,
-            )
-            self.parsed.quiet = Quiet(seen=seen, until=until)
+        settled = self.parsed.settled  # kept by _plan, with its timer, for a plan with nothing to do
+        if (
+            _idle(decided, admission, result)
+            and not self.config.dry_run
+            and settled
+            and settled.plan is decided
+        ):
+            self.parsed.quiet = Quiet(seen=seen, until=settled.until)
         logger.info(
             "scale check",
             trigger=trigger,
