@@ -49,7 +49,8 @@ def is_known_state(state: str) -> bool:
     return state in PENDING_STATES or state == IN_SERVICE or is_gone_state(state)
 
 
-@dataclass(slots=True, kw_only=True)
+# Frozen: a build of the very same nodes, pods and groups shares the last build's views.
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeView:
     node: Node
     group: NodeGroup | None
