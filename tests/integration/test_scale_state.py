@@ -146,3 +146,25 @@ def test_dynamodb_errors_while_reading_become_squall_errors(aws_credentials: Non
         stub.add_client_error("query", "ProvisionedThroughputExceededException", http_status_code=400)
         with pytest.raises(RetryableError):
             DynamoScaleState(client, "jobs").latest_decision(now=T0)
+
+
+def test_the_memory_decision_log_reads_back_what_dynamodb_would() -> None:
+    # Kept as JSON text, as the adapter writes plan and actions: tuples come back as lists.
+    state = InMemoryScaleState()
+    plan = {"scaleUp": [{"group": "p3", "to": 2}], "pair": (1, 2)}
+    state.record_decision(at=T0, trigger="schedule", dry_run=False, plan=plan, acted={"scaledUp": []})
+    state.record_decision(at=T0 + timedelta(minutes=1), trigger="requested", dry_run=True, plan={}, acted={})
+    first, second = state.decisions
+    assert first == {
+        "at": T0,
+        "trigger": "schedule",
+        "dryRun": False,
+        "plan": {"scaleUp": [{"group": "p3", "to": 2}], "pair": [1, 2]},
+        "acted": {"scaledUp": []},
+    }
+    assert state.decisions[-1] == second and state.decisions[1:] == [second] and len(state.decisions) == 2
+    first["plan"]["scaleUp"].clear()  # a reader's copy: the log keeps its own
+    assert state.decisions[0]["plan"]["scaleUp"] == [{"group": "p3", "to": 2}]
+    assert state.latest_decision(now=T0)["dryRun"] is True  # type: ignore[index]
+    state.decisions.clear()
+    assert state.decisions == [] and state.latest_decision(now=T0) is None

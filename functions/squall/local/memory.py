@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from squall.adapters.aws.job_store import (
     FIRST_EVENT,
@@ -187,7 +188,7 @@ class InMemoryScaleState:
     def __init__(self) -> None:
         self._lease: tuple[str, datetime] | None = None
         self._health: dict[str, GroupHealth] = {}
-        self.decisions: list[dict[str, Any]] = []
+        self.decisions = DecisionLog()
 
     def acquire_lease(self, *, name: str, holder: str, now: datetime, duration: timedelta) -> bool:
         if self._lease and self._lease[0] != holder and self._lease[1] > now:
@@ -208,7 +209,7 @@ class InMemoryScaleState:
     def record_decision(
         self, *, at: datetime, trigger: str, dry_run: bool, plan: dict[str, Any], acted: dict[str, Any]
     ) -> str:
-        self.decisions.append({"at": at, "trigger": trigger, "dryRun": dry_run, "plan": plan, "acted": acted})
+        self.decisions.append(at=at, trigger=trigger, dry_run=dry_run, plan=plan, acted=acted)
         return str(len(self.decisions))
 
     def latest_decision(self, *, now: datetime) -> dict[str, Any] | None:
@@ -217,6 +218,62 @@ class InMemoryScaleState:
             return None
         newest = self.decisions[-1]
         return {**newest, "id": str(len(self.decisions)), "at": newest["at"].isoformat()}
+
+
+class DecisionLog(Sequence[dict[str, Any]]):
+    """The decision records, oldest first, each read back as a dict.
+
+    Kept as the DynamoDB adapter writes them, plan and actions as compact JSON text:
+    a long replay records a decision per check, and the text is a fraction of the
+    dicts' size (a long queue's plans list hundreds of waiting pods each).
+    """
+
+    def __init__(self) -> None:
+        self._records: list[tuple[datetime, str, bool, str, str]] = []
+
+    def append(
+        self, *, at: datetime, trigger: str, dry_run: bool, plan: Mapping[str, Any], acted: Mapping[str, Any]
+    ) -> None:
+        self._records.append((at, trigger, dry_run, _compact(plan), _compact(acted)))
+
+    def clear(self) -> None:
+        self._records.clear()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [_decision(record) for record in self._records[index]]
+        return _decision(self._records[index])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, DecisionLog)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _compact(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, separators=(",", ":"), check_circular=False)
+
+
+def _decision(record: tuple[datetime, str, bool, str, str]) -> dict[str, Any]:
+    at, trigger, dry_run, plan, acted = record
+    return {
+        "at": at,
+        "trigger": trigger,
+        "dryRun": dry_run,
+        "plan": json.loads(plan),
+        "acted": json.loads(acted),
+    }
 
 
 @dataclass
