@@ -159,11 +159,8 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
     speed = args.speed
     if speed is not None:
         if speed != "max":
-            try:
-                factor = float(speed)
-            except ValueError:
-                factor = math.nan
-            if not math.isfinite(factor) or factor <= 0:
+            factor = _positive_speed(speed)
+            if factor is None:
                 print(
                     f"squall: --speed must be a positive number or 'max', got {speed[:40]!r}", file=sys.stderr
                 )
@@ -233,11 +230,8 @@ def _state_dir_option(parser: argparse.ArgumentParser) -> None:
 def cmd_local_up(args: argparse.Namespace) -> int:
     from squall.local import control
 
-    try:
-        speed = float(args.speed)
-    except ValueError:
-        speed = math.nan
-    if not math.isfinite(speed) or speed <= 0:
+    speed = _positive_speed(args.speed)
+    if speed is None:
         print(f"squall: --speed must be a positive number, got {args.speed[:40]!r}", file=sys.stderr)
         return EXIT_USAGE
     port = control.DEFAULT_PORT if args.port is None else args.port
@@ -286,6 +280,15 @@ def cmd_local_status(args: argparse.Namespace) -> int:
     else:
         print(control.describe(shown))
     return EXIT_OK if shown["running"] else EXIT_FAILED
+
+
+def _positive_speed(text: str) -> float | None:
+    """A --speed factor: a positive, finite number; None when the text is not one."""
+    try:
+        factor = float(text)
+    except ValueError:
+        return None
+    return factor if math.isfinite(factor) and factor > 0 else None
 
 
 def _bad_input(exc: Any) -> int:

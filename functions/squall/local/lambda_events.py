@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 ACCOUNT = "123456789012"
 FUNCTION_PREFIX = "squall"
@@ -128,22 +128,17 @@ class LocalContext:
     memory_limit_in_mb: int = 512
     aws_request_id: str = field(default_factory=lambda: _new_id())
     region: str = "us-west-2"
+    # The same for every local invocation: the unpublished version, one log stream.
+    function_version: ClassVar[str] = "$LATEST"
+    log_stream_name: ClassVar[str] = "local"
 
     @property
     def invoked_function_arn(self) -> str:
         return f"arn:aws:lambda:{self.region}:{ACCOUNT}:function:{self.function_name}"
 
     @property
-    def function_version(self) -> str:
-        return "$LATEST"
-
-    @property
     def log_group_name(self) -> str:
         return f"/aws/lambda/{self.function_name}"
-
-    @property
-    def log_stream_name(self) -> str:
-        return "local"
 
     def get_remaining_time_in_millis(self) -> int:
         return self.timeout_ms

@@ -112,7 +112,26 @@ class VersionedRecords(Generic[R, E, S]):
         return list(itertools.islice(self._records.values(), limit))
 
 
-class InMemoryJobStore:
+class RecordStore(Generic[R, E, S]):
+    """The reads of an in-memory store over VersionedRecords, as the store ports name them.
+
+    Each store adds its writes: the item sizes its DynamoDB adapter would write, and its errors.
+    """
+
+    def __init__(self, records: VersionedRecords[R, E, S]) -> None:
+        self._records = records
+
+    def get(self, key: str) -> R | None:
+        return self._records.get(key)
+
+    def events(self, key: str) -> list[E]:
+        return self._records.events(key)
+
+    def list_by_status(self, status: S, *, limit: int = 1000) -> list[R]:
+        return self._records.list_by_status(status, limit=limit)
+
+
+class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
     """JobStore with DynamoDB's conditions and its item size limit, in memory.
 
     Items are measured as the DynamoDB adapter writes them, so a record DynamoDB
@@ -120,15 +139,17 @@ class InMemoryJobStore:
     """
 
     def __init__(self) -> None:
-        self._jobs = VersionedRecords[Job, JobEvent, JobStatus](
-            JobStatus, kind="job", key=lambda j: j.id, since=lambda j: j.submitted_at
+        super().__init__(
+            VersionedRecords[Job, JobEvent, JobStatus](
+                JobStatus, kind="job", key=lambda j: j.id, since=lambda j: j.submitted_at
+            )
         )
         self._first_events: dict[str, str] = {}  # kept in the job item, as the adapter does
 
     def create(self, job: Job, event: JobEvent) -> None:
         values = creation_values(job, event)
         check_item_size(f"create job {job.id}", item_size(values))
-        if not self._jobs.create(job, event):
+        if not self._records.create(job, event):
             raise DuplicateJobError(job.id)
         self._first_events[job.id] = values[FIRST_EVENT]
 
@@ -137,19 +158,10 @@ class InMemoryJobStore:
         first = self._first_events.get(job.id)
         check_item_size(f"save job {job.id}", item_size(job_values(job) | {FIRST_EVENT: first}))
         check_item_size(f"save job {job.id}", item_size(event_values(event)))
-        self._jobs.put(job, event)
-
-    def get(self, job_id: str) -> Job | None:
-        return self._jobs.get(job_id)
-
-    def events(self, job_id: str) -> list[JobEvent]:
-        return self._jobs.events(job_id)
-
-    def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
-        return self._jobs.list_by_status(status, limit=limit)
+        self._records.put(job, event)
 
     def list_all(self, *, limit: int = 100_000) -> list[Job]:
-        return self._jobs.list_all(limit=limit)
+        return self._records.list_all(limit=limit)
 
 
 def check_item_size(what: str, size: int) -> None:

@@ -12,32 +12,25 @@ from squall.adapters.aws.job_store import item_size
 from squall.adapters.aws.model_service_store import service_event_values, service_values
 from squall.core.errors import DuplicateServiceError
 from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
-from squall.local.memory import VersionedRecords, check_item_size
+from squall.local.memory import RecordStore, VersionedRecords, check_item_size
 
 
-class InMemoryModelServiceStore:
+class InMemoryModelServiceStore(RecordStore[ModelService, ServiceEvent, ServiceStatus]):
     def __init__(self) -> None:
-        self._services = VersionedRecords[ModelService, ServiceEvent, ServiceStatus](
-            ServiceStatus, kind="model service", key=lambda s: s.name, since=lambda s: s.created_at
+        super().__init__(
+            VersionedRecords[ModelService, ServiceEvent, ServiceStatus](
+                ServiceStatus, kind="model service", key=lambda s: s.name, since=lambda s: s.created_at
+            )
         )
 
     def create(self, service: ModelService, event: ServiceEvent) -> None:
         self._check(f"create model service {service.name}", service, event)
-        if not self._services.create(service, event):
+        if not self._records.create(service, event):
             raise DuplicateServiceError(service.name)
 
     def save(self, service: ModelService, event: ServiceEvent) -> None:
         self._check(f"save model service {service.name}", service, event)
-        self._services.put(service, event)
-
-    def get(self, name: str) -> ModelService | None:
-        return self._services.get(name)
-
-    def events(self, name: str) -> list[ServiceEvent]:
-        return self._services.events(name)
-
-    def list_by_status(self, status: ServiceStatus, *, limit: int = 1000) -> list[ModelService]:
-        return self._services.list_by_status(status, limit=limit)
+        self._records.put(service, event)
 
     @staticmethod
     def _check(what: str, service: ModelService, event: ServiceEvent) -> None:

@@ -397,24 +397,16 @@ class ProcessRunner:
             )
         self._create_stream(stream)
         try:
-            popen = subprocess.Popen(
-                argv,
-                cwd=directory,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group: SIGTERM reaches its children too
-            )
+            popen = _spawn(argv, directory=directory, env=env)
         except OSError as exc:
             # As a container whose command does not exist: it exits 127 and says why.
             self.failed_starts += 1
-            popen = subprocess.Popen(
-                [self.python, "-c", "import sys; print(sys.argv[1], file=sys.stderr); sys.exit(127)",
-                 f"cannot run {argv[0]!r}: {exc.strerror or exc}"],
-                cwd=directory, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            )  # fmt: skip
+            why = f"cannot run {argv[0]!r}: {exc.strerror or exc}"
+            popen = _spawn(
+                [self.python, "-c", "import sys; print(sys.argv[1], file=sys.stderr); sys.exit(127)", why],
+                directory=directory,
+                env=env,
+            )
         grace = pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
         if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
             grace = DEFAULT_GRACE_SECONDS
@@ -742,6 +734,19 @@ class ProcessRunner:
                 )
             if not final and process.lines.empty():
                 return
+
+
+def _spawn(argv: Sequence[str], *, directory: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """A container's process, its output piped for the log shipper."""
+    return subprocess.Popen(
+        argv,
+        cwd=directory,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group: SIGTERM reaches its children too
+    )
 
 
 def _read_lines(pipe: IO[bytes], stream_name: str, lines: queue.Queue[tuple[int, str, str] | None]) -> None:
