@@ -17,6 +17,7 @@ logs go to a second bucket, kept for a year.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import aws_cdk as cdk
@@ -33,6 +34,19 @@ _ACCESS_LOGS_BY_POLICY = "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"
 def bucket_arn(name: str) -> str:
     """The ARN of a bucket named in cdk.json (S3 ARNs carry neither region nor account)."""
     return f"arn:{cdk.Aws.PARTITION}:s3:::{name}"
+
+
+@dataclass(frozen=True)
+class TeamBuckets:
+    """The buckets that hold the teams' prefixes, by ARN: the artifacts bucket (code archives
+    and outputs) and the buckets of ``artifacts.buckets`` (outputs only)."""
+
+    artifacts: str
+    others: tuple[str, ...] = ()
+
+    @property
+    def all(self) -> list[str]:
+        return [self.artifacts, *self.others]
 
 
 def code_objects(bucket: str, team: str) -> str:

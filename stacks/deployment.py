@@ -25,7 +25,7 @@ from constructs import Construct
 
 from squall.core import dashboard
 from stacks import constants
-from stacks.artifacts import ArtifactsBucket, bucket_arn
+from stacks.artifacts import ArtifactsBucket, TeamBuckets, bucket_arn
 from stacks.capacity import GpuGroups
 from stacks.cluster_access import FunctionAccessEntries, NodeIdentity
 from stacks.config import SquallConfig
@@ -188,15 +188,16 @@ class WorkloadsStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: SquallConfig, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.artifacts = ArtifactsBucket(self, "Artifacts", settings=config.artifacts)
-        artifacts_arn = self.artifacts.bucket.bucket_arn
-        other_buckets = [bucket_arn(name) for name in config.artifacts.buckets]
+        buckets = TeamBuckets(
+            artifacts=self.artifacts.bucket.bucket_arn,
+            others=tuple(bucket_arn(name) for name in config.artifacts.buckets),
+        )
         self.jobs = JobIdentities(
             self,
             "JobIdentities",
             cluster=config.cluster,
             namespace_teams=config.namespace_teams,
-            artifacts_bucket_arn=artifacts_arn,
-            other_bucket_arns=other_buckets,
+            buckets=buckets,
             install_agent=config.pod_identity_agent == "install",
         )
         self.log_agent = (
@@ -211,8 +212,7 @@ class WorkloadsStack(cdk.Stack):
             home_region=config.home_region,
             cluster_name=config.cluster.name,
             teams=dict(config.teams),
-            artifacts_bucket_arn=artifacts_arn,
-            other_bucket_arns=other_buckets,
+            buckets=buckets,
             filter_whole_group=config.researcher_log_access == "group",
         )
 

@@ -29,7 +29,7 @@ from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
 from stacks import constants
-from stacks.artifacts import code_objects, list_prefixes, team_objects
+from stacks.artifacts import TeamBuckets, code_objects, list_prefixes, team_objects
 from stacks.config import ClusterConfig
 
 # What a trainer does with its checkpoints and outputs: write, read back, prune old
@@ -78,8 +78,7 @@ class JobIdentities(Construct):
         *,
         cluster: ClusterConfig,
         namespace_teams: dict[str, tuple[str, ...]],
-        artifacts_bucket_arn: str,
-        other_bucket_arns: Sequence[str],
+        buckets: TeamBuckets,
         install_agent: bool,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -101,13 +100,7 @@ class JobIdentities(Construct):
                     self, cluster=cluster, namespace=namespace, service_account=constants.JOB_SERVICE_ACCOUNT
                 ),
                 description=f"Squall jobs of {', '.join(teams)} (namespace {namespace})"[:1000],
-                inline_policies={
-                    "team-buckets": job_policy(
-                        teams=teams,
-                        artifacts_bucket_arn=artifacts_bucket_arn,
-                        other_bucket_arns=other_bucket_arns,
-                    )
-                },
+                inline_policies={"team-buckets": job_policy(teams=teams, buckets=buckets)},
             )
             association = eks.CfnPodIdentityAssociation(
                 self,
@@ -124,26 +117,23 @@ class JobIdentities(Construct):
             self.associations[namespace] = association
 
 
-def job_policy(
-    *, teams: Sequence[str], artifacts_bucket_arn: str, other_bucket_arns: Sequence[str]
-) -> iam.PolicyDocument:
+def job_policy(*, teams: Sequence[str], buckets: TeamBuckets) -> iam.PolicyDocument:
     """Read the teams' code; read and write their teams/<team>/ prefixes; list only there."""
-    buckets = [artifacts_bucket_arn, *other_bucket_arns]
     statements = [
         iam.PolicyStatement(
             sid="ReadTeamCode",
             actions=["s3:GetObject"],
-            resources=[code_objects(artifacts_bucket_arn, team) for team in teams],
+            resources=[code_objects(buckets.artifacts, team) for team in teams],
         ),
         iam.PolicyStatement(
             sid="ReadWriteTeamOutputs",
             actions=list(TEAM_OBJECT_ACTIONS),
-            resources=[team_objects(bucket, team) for bucket in buckets for team in teams],
+            resources=[team_objects(bucket, team) for bucket in buckets.all for team in teams],
         ),
         iam.PolicyStatement(
             sid="ListTeamOutputs",
             actions=["s3:ListBucket"],
-            resources=buckets,
+            resources=buckets.all,
             conditions={
                 "StringLike": {"s3:prefix": [p for team in teams for p in list_prefixes(team, code=False)]}
             },

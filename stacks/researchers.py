@@ -25,8 +25,6 @@ to attach to the team's users or roles:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
@@ -34,7 +32,7 @@ from constructs import Construct
 
 from squall.core.logstreams import log_group
 from stacks import constants
-from stacks.artifacts import code_objects, list_prefixes, team_objects
+from stacks.artifacts import TeamBuckets, code_objects, list_prefixes, team_objects
 
 
 def log_group_arn(scope: Construct, cluster_name: str) -> str:
@@ -92,8 +90,7 @@ class ResearcherPolicies(Construct):
         home_region: str,
         cluster_name: str,
         teams: dict[str, str],
-        artifacts_bucket_arn: str,
-        other_bucket_arns: Sequence[str],
+        buckets: TeamBuckets,
         filter_whole_group: bool,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -104,7 +101,6 @@ class ResearcherPolicies(Construct):
         group_resources = [group_arn, f"{group_arn}:*"]
         self.policies: dict[str, iam.ManagedPolicy] = {}
         for team, namespace in sorted(teams.items()):
-            buckets = [artifacts_bucket_arn, *other_bucket_arns]
             statements = [
                 iam.PolicyStatement(
                     sid="ReadTeamLogStreams",
@@ -119,27 +115,27 @@ class ResearcherPolicies(Construct):
                 iam.PolicyStatement(
                     sid="ReadTeamOutputs",
                     actions=["s3:GetObject"],
-                    resources=[team_objects(bucket, team) for bucket in buckets],
+                    resources=[team_objects(bucket, team) for bucket in buckets.all],
                 ),
                 iam.PolicyStatement(
                     sid="UploadTeamCode",
                     actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
-                    resources=[code_objects(artifacts_bucket_arn, team)],
+                    resources=[code_objects(buckets.artifacts, team)],
                 ),
                 iam.PolicyStatement(
                     sid="ListTeamArtifacts",
                     actions=["s3:ListBucket"],
-                    resources=[artifacts_bucket_arn],
+                    resources=[buckets.artifacts],
                     conditions={"StringLike": {"s3:prefix": list_prefixes(team, code=True)}},
                 ),
             ]
             statements += model_service_reads(table_arn)
-            if other_bucket_arns:
+            if buckets.others:
                 statements.append(
                     iam.PolicyStatement(
                         sid="ListTeamOutputs",
                         actions=["s3:ListBucket"],
-                        resources=list(other_bucket_arns),
+                        resources=list(buckets.others),
                         conditions={"StringLike": {"s3:prefix": list_prefixes(team, code=False)}},
                     )
                 )

@@ -425,11 +425,18 @@ def _group_arn(region: str, name: str) -> dict[str, Any]:
 
 
 SQUALL_TAGGED = {"StringEquals": {"aws:ResourceTag/squall.io/managed-by": "squall"}}
+IN_SQUALL_REGIONS = {"StringEquals": {"aws:RequestedRegion": ["us-west-2", "us-east-1"]}}
 GROUP_ARNS = [
     _group_arn("us-west-2", "squall-p3-usw2"),
     _group_arn("us-east-1", "squall-p3-use1"),
     _group_arn("us-east-1", "squall-g5-use1-spot"),
 ]
+
+
+def _assert_on_named_groups_only(statement: dict[str, Any]) -> None:
+    """Only the node groups of the settings, and each only while it carries Squall's tag."""
+    assert statement["Resource"] == GROUP_ARNS
+    assert statement["Condition"] == SQUALL_TAGGED
 
 
 def test_every_function_has_its_own_role_without_managed_policies(
@@ -479,11 +486,10 @@ def test_scale_may_size_only_the_named_groups(raw: dict[str, Any], fns: dict[str
             "autoscaling:SetInstanceProtection",
         ]
     )
-    assert sizing["Resource"] == GROUP_ARNS
-    assert sizing["Condition"] == SQUALL_TAGGED
+    _assert_on_named_groups_only(sizing)
     (describe,) = statements_with(statements, "autoscaling:DescribeAutoScalingGroups")
     assert describe["Resource"] == "*"
-    assert describe["Condition"] == {"StringEquals": {"aws:RequestedRegion": ["us-west-2", "us-east-1"]}}
+    assert describe["Condition"] == IN_SQUALL_REGIONS
     assert not any(a.startswith("sqs:") for a in actions_of(statements))
 
 
@@ -498,13 +504,10 @@ def test_lifecycle_and_drain_answer_hooks_of_named_groups_only(
             "autoscaling:CompleteLifecycleAction",
             "autoscaling:RecordLifecycleActionHeartbeat",
         ]
-        assert hooks["Resource"] == GROUP_ARNS
-        assert hooks["Condition"] == SQUALL_TAGGED
+        _assert_on_named_groups_only(hooks)
         (activities,) = statements_with(statements, "autoscaling:DescribeScalingActivities")
         assert activities["Action"] == "autoscaling:DescribeScalingActivities"
-        assert activities["Condition"] == {
-            "StringEquals": {"aws:RequestedRegion": ["us-west-2", "us-east-1"]}
-        }
+        assert activities["Condition"] == IN_SQUALL_REGIONS
         assert "autoscaling:SetDesiredCapacity" not in actions_of(statements)
         sends = statements_with(statements, "sqs:SendMessage")
         assert [s["Resource"] for s in sends if s["Resource"] == _arn(drain_queue)] == [_arn(drain_queue)]
