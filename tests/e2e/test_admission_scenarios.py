@@ -89,14 +89,22 @@ def scenario(
     }
 
 
-@pytest.fixture(scope="module")
-def overtaking() -> Iterator[Outcome]:
-    # One node can ever be bought. A burst of five low-priority jobs arrives first;
-    # a priority-90 job ten minutes later must run next, before the rest of the burst.
-    doc = scenario(
-        "priority-overtakes",
+def one_node_scenario(name: str, *, arrivals: list[dict[str, Any]]) -> dict[str, Any]:
+    """A scenario in which one node, in us-west-2, is all that can ever be bought."""
+    return scenario(
+        name,
         groups=[p4d("us-west-2", max_size=1, priority=10)],
         capacity={"us-west-2": 1},
+        arrivals=arrivals,
+    )
+
+
+@pytest.fixture(scope="module")
+def overtaking() -> Iterator[Outcome]:
+    # A burst of five low-priority jobs arrives first; a priority-90 job ten minutes
+    # later must run next on the one node, before the rest of the burst.
+    doc = one_node_scenario(
+        "priority-overtakes",
         arrivals=[
             *({"at": "0s", "spec": spec(f"low-{i}", priority=10), "runTime": "30m"} for i in range(5)),
             {"at": "10m", "spec": spec("urgent", priority=90), "runTime": "30m"},
@@ -149,12 +157,10 @@ def test_a_distributed_job_is_admitted_whole_in_one_region_and_no_gang_is_releas
 
 @pytest.fixture(scope="module")
 def long_wait() -> Iterator[Outcome]:
-    # One node; the first job holds it for three hours. The second, whose maxRuntime is
+    # The first job holds the one node for three hours. The second, whose maxRuntime is
     # one hour, waits three hours and must still run its whole 50 minutes.
-    doc = scenario(
+    doc = one_node_scenario(
         "queued-time-is-not-run-time",
-        groups=[p4d("us-west-2", max_size=1, priority=10)],
-        capacity={"us-west-2": 1},
         arrivals=[
             {"at": "0s", "spec": spec("holder", max_runtime="4h"), "runTime": "3h"},
             {"at": "1m", "spec": spec("patient", max_runtime="1h"), "runTime": "50m"},

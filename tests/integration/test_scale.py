@@ -23,6 +23,7 @@ from squall.ports import GroupRef
 from squall.services import scale as scale_service
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.scale import ScaleConfig, Scaler
+from tests.integration.conftest import GPU_NODE
 
 P3 = {"cpu": "31850m", "memory": "228Gi", "nvidia.com/gpu": 4, "pods": 58}
 GROUPS = [
@@ -377,7 +378,7 @@ def bind_one_replica_in_us_west_2(rig: Rig, *, workers: int) -> None:
     """A gang of 4-GPU workers with one of them bound to an unmanaged node in us-west-2."""
     rig.cluster.add_node(
         name="usw2-unmanaged",
-        allocatable={"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"},
+        allocatable=GPU_NODE,
         labels={"topology.kubernetes.io/region": "us-west-2"},
         taints=[],
         provider_id="aws:///us-west-2a/i-unmanaged",
