@@ -69,7 +69,7 @@ class Monitoring(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        description: spec.Monitoring,
+        description: spec.MonitoringDescription,
         topic_name: str,
         alarm_email: str = "",
         failed_event_queues: Sequence[str] = (),

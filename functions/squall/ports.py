@@ -9,14 +9,16 @@ plain dicts in the API's JSON shape (camelCase keys), exactly what
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from squall.core.asg_events import DrainStepMessage
 from squall.core.drain import DrainRecord
 from squall.core.fleet_refs import GroupRef, LifecycleAction
+from squall.core.job_outputs import LogPage, LogStreamInfo, StoredObject
 from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
 from squall.planner import GroupHealth
@@ -27,6 +29,14 @@ KubeObject = dict[str, Any]
 class Clock(Protocol):
     def now(self) -> datetime:
         """Timezone-aware UTC now."""
+        ...
+
+
+class FollowClock(Clock, Protocol):
+    """The clock the researcher's follow loops wait on: real time in the CLI, virtual time in tests."""
+
+    def sleep(self, seconds: float) -> None:
+        """Wait `seconds` (a virtual clock moves its time instead)."""
         ...
 
 
@@ -159,6 +169,37 @@ class JobStore(Protocol):
     def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
         """Jobs in one state, oldest submission first."""
         ...
+
+
+class JobReader(Protocol):
+    """What `squall logs` and `squall tensorboard` read of the job store (JobStore has it)."""
+
+    def get(self, job_id: str) -> Job | None: ...
+
+
+class JobHistory(JobReader, Protocol):
+    """What `squall watch` reads of the job store (JobStore has it)."""
+
+    def events(self, job_id: str) -> list[JobEvent]: ...
+
+
+class LogSource(Protocol):
+    """A log group, read by `squall logs` (adapters/aws/logs.py CloudWatchLogReader in AWS)."""
+
+    group: str
+    truncated: bool
+
+    def streams(self) -> Iterable[LogStreamInfo]: ...
+
+    def read(self, stream: str, *, start: datetime | None, token: str | None) -> LogPage: ...
+
+
+class ObjectSource(Protocol):
+    """S3, read side: what `squall tensorboard` mirrors from (adapters/aws/s3_objects.py S3ObjectReader)."""
+
+    def list(self, bucket: str, prefix: str, *, limit: int) -> Iterable[StoredObject]: ...
+
+    def download(self, bucket: str, key: str, target: Path, *, offset: int = 0) -> int: ...
 
 
 class ModelServiceStore(Protocol):

@@ -25,7 +25,8 @@ from squall.cli_types import seconds, whole_number
 from squall.core.errors import PermanentError
 from squall.core.jobs import Job
 from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
-from squall.follow.clock import FollowClock, patient
+from squall.follow.clock import patient
+from squall.ports import FollowClock
 from squall.prediction import (
     DEFAULT_SIGNATURE,
     grpc_predict,

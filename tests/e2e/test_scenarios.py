@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from squall.local.live import PlainView, RichView, make_view
+from squall.local.live import PlainLiveView, RichLiveView, make_view
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario import Simulation, SimulationResult, load_scenario
 from tests.e2e.helpers_cli import run_squall
@@ -209,10 +209,10 @@ class FakeTerminal(io.StringIO):
 
 
 def test_the_live_view_on_a_terminal_and_plain_lines_elsewhere() -> None:
-    assert isinstance(make_view(io.StringIO(), title="t", follow_jobs=True), PlainView)
+    assert isinstance(make_view(io.StringIO(), title="t", follow_jobs=True), PlainLiveView)
     screen = FakeTerminal()
     view = make_view(screen, title="spot-reclaim", follow_jobs=True)
-    assert isinstance(view, RichView)
+    assert isinstance(view, RichLiveView)
     view.console.width = 140
     result = Simulation(
         load_scenario(SCENARIOS / "spot-reclaim.yaml"), backend="memory", view=view, pace=False
@@ -233,7 +233,7 @@ def test_the_live_view_on_a_terminal_and_plain_lines_elsewhere() -> None:
 
 def test_plain_lines_follow_jobs_nodes_and_events() -> None:
     out = io.StringIO()
-    view = PlainView(out=out, follow_jobs=True, status_every=timedelta(minutes=10))
+    view = PlainLiveView(out=out, follow_jobs=True, status_every=timedelta(minutes=10))
     Simulation(load_scenario(SCENARIOS / "spot-reclaim.yaml"), backend="memory", view=view, pace=False).run()
     text = out.getvalue()
     assert "bert-1                   RUNNING (Started)" in text

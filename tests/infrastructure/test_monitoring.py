@@ -31,19 +31,19 @@ DEPLOYMENT = dashboard.Deployment(
 
 
 @pytest.fixture(scope="module")
-def description() -> dashboard.Monitoring:
+def description() -> dashboard.MonitoringDescription:
     return dashboard.describe(DEPLOYMENT)
 
 
 # -- the description, without CDK -----------------------------------------------------
 
 
-def test_description_is_consistent(description: dashboard.Monitoring) -> None:
+def test_description_is_consistent(description: dashboard.MonitoringDescription) -> None:
     assert dashboard.validate(description) == []
 
 
 def test_squall_metrics_use_telemetry_names_and_the_service_dimension(
-    description: dashboard.Monitoring,
+    description: dashboard.MonitoringDescription,
 ) -> None:
     known = {m.value for m in Metric}
     squall_metrics = [m for m in description.dashboard.metrics() if m.namespace == NAMESPACE]
@@ -53,7 +53,7 @@ def test_squall_metrics_use_telemetry_names_and_the_service_dimension(
         assert metric.dimension_map["service"] == "squall"
 
 
-def test_dashboard_shows_what_operators_need(description: dashboard.Monitoring) -> None:
+def test_dashboard_shows_what_operators_need(description: dashboard.MonitoringDescription) -> None:
     names = {(m.namespace, m.name, m.stat) for m in description.dashboard.metrics()}
     S = dashboard.Stat
     expected = {
@@ -86,14 +86,16 @@ def test_dashboard_shows_what_operators_need(description: dashboard.Monitoring) 
     assert expected <= names
 
 
-def test_jobs_by_state_has_one_series_per_live_state(description: dashboard.Monitoring) -> None:
+def test_jobs_by_state_has_one_series_per_live_state(description: dashboard.MonitoringDescription) -> None:
     states = {
         m.dimension_map["State"] for m in description.dashboard.metrics() if m.name == Metric.JOBS_IN_STATE
     }
     assert states == {JobStatus.QUEUED, JobStatus.RUNNING}
 
 
-def test_model_services_by_state_has_one_series_per_live_state(description: dashboard.Monitoring) -> None:
+def test_model_services_by_state_has_one_series_per_live_state(
+    description: dashboard.MonitoringDescription,
+) -> None:
     states = {
         m.dimension_map["State"]
         for m in description.dashboard.metrics()
@@ -102,7 +104,9 @@ def test_model_services_by_state_has_one_series_per_live_state(description: dash
     assert states == {"DEPLOYING", "SERVING"}
 
 
-def test_each_group_gets_desired_vs_in_service_by_group_and_region(description: dashboard.Monitoring) -> None:
+def test_each_group_gets_desired_vs_in_service_by_group_and_region(
+    description: dashboard.MonitoringDescription,
+) -> None:
     for group in DEPLOYMENT.groups:
         graphs = [
             w
@@ -116,13 +120,13 @@ def test_each_group_gets_desired_vs_in_service_by_group_and_region(description: 
             assert metric.dimension_map == {"service": "squall", "Group": group.name, "Region": group.region}
 
 
-def _section(description: dashboard.Monitoring, title: str) -> dashboard.Section:
+def _section(description: dashboard.MonitoringDescription, title: str) -> dashboard.Section:
     (section,) = [s for s in description.dashboard.sections if s.title == title]
     return section
 
 
 def test_the_queue_is_graphed_per_team_with_its_quota_beside_what_it_has_admitted(
-    description: dashboard.Monitoring,
+    description: dashboard.MonitoringDescription,
 ) -> None:
     section = _section(description, "Queue and admission")
     graphs = {w.title: w for w in section.widgets if isinstance(w, dashboard.Graph)}
@@ -160,7 +164,7 @@ def test_without_teams_the_queue_section_says_so() -> None:
     ]
 
 
-def test_every_function_is_graphed(description: dashboard.Monitoring) -> None:
+def test_every_function_is_graphed(description: dashboard.MonitoringDescription) -> None:
     graphed = {
         m.dimension_map["FunctionName"]
         for m in description.dashboard.metrics()
@@ -169,7 +173,7 @@ def test_every_function_is_graphed(description: dashboard.Monitoring) -> None:
     assert graphed == set(DEPLOYMENT.functions.values())
 
 
-def test_alarms(description: dashboard.Monitoring) -> None:
+def test_alarms(description: dashboard.MonitoringDescription) -> None:
     alarms = {a.name: a for a in description.alarms}
     assert sorted(alarms) == sorted(
         [

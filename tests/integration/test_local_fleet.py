@@ -11,7 +11,7 @@ from squall.core.manifests import render
 from squall.core.spec import parse_spec
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
-from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
+from squall.local.fleet import FleetHooks, LocalFleet, RegionCapacity
 from squall.local.memory import InMemoryAutoScaling
 from squall.planner import NodeGroup, Resources
 from squall.ports import GroupRef, LifecycleAction
@@ -47,7 +47,7 @@ def make_fleet(
         capacity={
             "us-west-2": RegionCapacity(instances={"p3.8xlarge": capacity}, boot_time=timedelta(minutes=3))
         },
-        hooks=LifecycleHooks() if hooks else None,
+        hooks=FleetHooks() if hooks else None,
     )
     return fleet, clock, cluster
 

@@ -33,7 +33,7 @@ __all__ = [
     "Graph",
     "MetricRef",
     "MissingData",
-    "Monitoring",
+    "MonitoringDescription",
     "Section",
     "Stat",
     "Text",
@@ -172,7 +172,7 @@ class Alarm:
 
 
 @dataclass(frozen=True)
-class Monitoring:
+class MonitoringDescription:
     dashboard: Dashboard
     alarms: tuple[Alarm, ...]
 
@@ -262,7 +262,7 @@ def _sqs(name: str, queue_name: str, stat: Stat, label: str = "") -> MetricRef:
 # -- the description ----------------------------------------------------------------
 
 
-def describe(deployment: Deployment, thresholds: Thresholds | None = None) -> Monitoring:
+def describe(deployment: Deployment, thresholds: Thresholds | None = None) -> MonitoringDescription:
     thresholds = thresholds or Thresholds()
     dashboard = Dashboard(
         name=deployment.prefix,
@@ -276,7 +276,7 @@ def describe(deployment: Deployment, thresholds: Thresholds | None = None) -> Mo
             _functions(deployment.functions),
         ),
     )
-    return Monitoring(dashboard=dashboard, alarms=_alarms(deployment, thresholds))
+    return MonitoringDescription(dashboard=dashboard, alarms=_alarms(deployment, thresholds))
 
 
 def _intake(deployment: Deployment) -> Section:
@@ -567,7 +567,7 @@ def _alarms(deployment: Deployment, thresholds: Thresholds) -> tuple[Alarm, ...]
     )
 
 
-def validate(monitoring: Monitoring) -> list[str]:
+def validate(monitoring: MonitoringDescription) -> list[str]:
     """Problems that would make a renderer fail or mislead; empty when all is well."""
     problems: list[str] = []
     names = [alarm.name for alarm in monitoring.alarms]

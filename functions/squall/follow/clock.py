@@ -5,21 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from squall.core.errors import RetryableError
+from squall.ports import FollowClock
 
 T = TypeVar("T")
-
-
-class FollowClock(Protocol):
-    def now(self) -> datetime:
-        """Timezone-aware UTC now."""
-        ...
-
-    def sleep(self, seconds: float) -> None:
-        """Wait `seconds` (a virtual clock moves its time instead)."""
-        ...
 
 
 class RealClock:

@@ -19,13 +19,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
-from squall.core.job_outputs import LogEvent, LogPage, LogStreamInfo
+from squall.core.job_outputs import LogEvent, LogStreamInfo
 from squall.core.jobs import Job, is_terminal
 from squall.core.logstreams import ContainerStream, parse_stream
 from squall.core.manifests import CONTAINER
-from squall.follow.clock import FollowClock, patient
+from squall.follow.clock import patient
+from squall.ports import FollowClock, JobReader, LogSource
 
 # Kubernetes' generateName: at most 63 - 5 characters of prefix, then 5 random ones.
 GENERATE_PREFIX_LIMIT = 58
@@ -33,21 +34,6 @@ GENERATED_SUFFIX = re.compile(r"[a-z0-9]{5}")
 REPLICA = re.compile(r"(?P<type>[a-z]+)-(?P<index>[0-9]{1,3})")
 MAX_PAGES_PER_PASS = 1_000  # per stream: 10 million events at GetLogEvents' 10,000 a page
 MAX_MESSAGE_LINES = 10_000
-
-
-class LogSource(Protocol):
-    """A log group (adapters/aws/logs.py CloudWatchLogReader)."""
-
-    group: str
-    truncated: bool
-
-    def streams(self) -> Iterable[LogStreamInfo]: ...
-
-    def read(self, stream: str, *, start: datetime | None, token: str | None) -> LogPage: ...
-
-
-class JobReader(Protocol):
-    def get(self, job_id: str) -> Job | None: ...
 
 
 class LogsError(ValueError):

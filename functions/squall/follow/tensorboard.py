@@ -28,11 +28,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Any
 
 from squall.core.job_outputs import StoredObject
 from squall.core.jobs import Job, JobStatus, is_terminal
-from squall.follow.clock import FollowClock, patient
+from squall.follow.clock import patient
+from squall.ports import FollowClock, JobReader, ObjectSource
 
 STATE_DIR = ".squall"
 MANIFEST = "manifest.json"
@@ -40,18 +41,6 @@ DEFAULT_MAX_OBJECTS = 100_000  # listed per prefix and pass
 DEFAULT_MAX_FILES = 10_000  # mirrored in all
 DEFAULT_MAX_BYTES = 20 * 1024**3
 DEFAULT_INTERVAL = 30.0
-
-
-class ObjectSource(Protocol):
-    """S3, read side (adapters/aws/s3_objects.py S3ObjectReader)."""
-
-    def list(self, bucket: str, prefix: str, *, limit: int) -> Iterable[StoredObject]: ...
-
-    def download(self, bucket: str, key: str, target: Path, *, offset: int = 0) -> int: ...
-
-
-class JobReader(Protocol):
-    def get(self, job_id: str) -> Job | None: ...
 
 
 class MirrorError(ValueError):

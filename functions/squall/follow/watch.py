@@ -15,19 +15,12 @@ from typing import Any, Protocol, TextIO
 
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
-from squall.follow.clock import FollowClock, patient
+from squall.follow.clock import patient
 from squall.follow.logs import replica_names
+from squall.ports import FollowClock, JobHistory
 
 DEFAULT_POLL = 2.0
 DEFAULT_EVENTS_SHOWN = 8
-
-
-class JobHistory(Protocol):
-    """What watching reads of the job store (ports.JobStore has it)."""
-
-    def get(self, job_id: str) -> Job | None: ...
-
-    def events(self, job_id: str) -> list[JobEvent]: ...
 
 
 class View(Protocol):

@@ -137,7 +137,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
     from dataclasses import replace
 
-    from squall.local.live import RichView, make_view
+    from squall.local.live import RichLiveView, make_view
     from squall.local.render import write_dashboard
     from squall.local.scenario import Simulation
     from squall.local.summary import JobsOutError, check_jobs_out, write_jobs_csv
@@ -176,7 +176,7 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
         )
     )
     # Pace only what someone watches: a pipe or --json gets the result as fast as possible.
-    pace = isinstance(view, RichView) or (speed is not None and speed != "max")
+    pace = isinstance(view, RichLiveView) or (speed is not None and speed != "max")
     written: list[str] = []
 
     def after(local: Any, _result: Any) -> None:

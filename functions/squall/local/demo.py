@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from squall.core.jobs import JobStatus
-from squall.local.live import RichView, make_view
+from squall.local.live import RichLiveView, make_view
 from squall.local.render import DashboardFiles, write_dashboard
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario import ScenarioPlan, Simulation, SimulationResult, compile_scenario
@@ -150,7 +150,7 @@ def run_demo(
     drawn: list[DashboardFiles] = []
 
     def before(local: LocalRuntime) -> None:
-        if local.backend.resources is not None and not isinstance(view, RichView):
+        if local.backend.resources is not None and not isinstance(view, RichLiveView):
             say(f"  local AWS endpoint {local.resources.endpoint}")
 
     def after(local: LocalRuntime, result: SimulationResult) -> None:
@@ -171,7 +171,7 @@ def run_demo(
         if dashboard_dir is not None:
             drawn.append(_dashboard(local, plan, dashboard_dir, say))
 
-    simulation = Simulation(plan, backend=backend, view=view, pace=isinstance(view, RichView))
+    simulation = Simulation(plan, backend=backend, view=view, pace=isinstance(view, RichLiveView))
     result = simulation.run(before=before, after=after)
     summary = _ordered(result.summary | extra)
     say("\n  " + json.dumps(summary))

@@ -70,7 +70,7 @@ SCALE_IN_CAUSE = (
 
 
 @dataclass(frozen=True)
-class LifecycleHooks:
+class FleetHooks:
     """Squall's hooks on every managed group, as the capacity stack creates them."""
 
     launch: str = "squall-launch"
@@ -82,7 +82,7 @@ class LifecycleHooks:
 
 
 @dataclass
-class _Hook:
+class _PendingHook:
     name: str
     token: str
     deadline: datetime
@@ -101,7 +101,7 @@ class _Tracked:
     launched: bool  # within capacity: will boot into a node
     node: str | None = None
     state: str = "InService"  # Auto Scaling's lifecycle state, as describe reports it
-    hook: _Hook | None = None
+    hook: _PendingHook | None = None
     decrement: bool = True  # for a termination waiting on its hook
     joins: bool = True  # False: the instance boots but its node never registers
     joined_at: datetime | None = None
@@ -147,7 +147,7 @@ class LocalFleet:
     _throttled_calls: int = 0
     terminated_busy: list[str] = field(default_factory=list)  # nodes that went with work on them
     # None: groups without lifecycle hooks (instances go at once, as moto does)
-    hooks: LifecycleHooks | None = None
+    hooks: FleetHooks | None = None
     # EventBridge events the hooks produce, for the runtime to deliver to the lifecycle function
     outbox: list[dict[str, Any]] = field(default_factory=list)
     stats: HookStats = field(default_factory=HookStats)
@@ -289,8 +289,8 @@ class LocalFleet:
             ],
         )
 
-    def _new_hook(self, name: str, *, default_result: str, timeout: timedelta) -> _Hook:
-        return _Hook(
+    def _new_hook(self, name: str, *, default_result: str, timeout: timedelta) -> _PendingHook:
+        return _PendingHook(
             name=name,
             token=f"00000000-0000-4000-8000-{next(self._tokens):012d}",
             deadline=self.clock.now() + timeout,

@@ -39,7 +39,7 @@ class RegionRow:
 
 
 @dataclass(frozen=True)
-class Waiting:
+class QueueRow:
     job_id: str
     gpus: int
     waited: timedelta
@@ -52,7 +52,7 @@ class Frame:
 
     elapsed: timedelta
     jobs: dict[str, int]
-    queue: list[Waiting]
+    queue: list[QueueRow]
     queued: int
     regions: dict[str, RegionRow]
     pending_gpus: int
@@ -83,7 +83,7 @@ class Frame:
         return cls(
             elapsed=local.clock.elapsed,
             jobs=dict(Counter(j.status.value for j in jobs)),
-            queue=[Waiting(j.id, j.gpus, now - j.submitted_at, j.reason) for j in queued[:queue_rows]],
+            queue=[QueueRow(j.id, j.gpus, now - j.submitted_at, j.reason) for j in queued[:queue_rows]],
             queued=len(queued),
             regions={region: RegionRow(**row) for region, row in sorted(regions.items())},
             pending_gpus=latest(local, Metric.PENDING_GPUS),
@@ -112,7 +112,7 @@ def latest(local: LocalRuntime, name: str) -> int:
 
 
 @dataclass
-class PlainView:
+class PlainLiveView:
     """Lines on a stream: job state changes (small runs), node counts, events, a periodic status."""
 
     out: TextIO
@@ -162,7 +162,7 @@ class PlainView:
 # ---- the live terminal view ----------------------------------------------------------------------
 
 
-class RichView:
+class RichLiveView:
     """A rich Live view, redrawn at most `fps` times a wall-clock second."""
 
     def __init__(self, *, console: Any, title: str, follow_jobs: bool = True, fps: float = 8.0) -> None:
@@ -252,11 +252,11 @@ def render_frame(frame: Frame, *, title: str, events: list[str]) -> Any:
 
 def make_view(
     out: TextIO, *, title: str, follow_jobs: bool, status_every: timedelta | None = None
-) -> PlainView | RichView:
+) -> PlainLiveView | RichLiveView:
     """The live view on a terminal, plain lines anywhere else."""
     isatty: Callable[[], bool] | None = getattr(out, "isatty", None)
     if isatty is not None and isatty():
         from rich.console import Console
 
-        return RichView(console=Console(file=out), title=title, follow_jobs=follow_jobs)
-    return PlainView(out=out, follow_jobs=follow_jobs, status_every=status_every)
+        return RichLiveView(console=Console(file=out), title=title, follow_jobs=follow_jobs)
+    return PlainLiveView(out=out, follow_jobs=follow_jobs, status_every=status_every)

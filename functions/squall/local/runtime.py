@@ -62,7 +62,7 @@ from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
 from squall.local.cluster.pods import PodRunner
 from squall.local.drain_queue import InMemoryDrainQueue, QueuedStep
-from squall.local.fleet import LifecycleHooks, LocalFleet, RegionCapacity
+from squall.local.fleet import FleetHooks, LocalFleet, RegionCapacity
 from squall.local.lambda_events import (
     InvocationKilled,
     LocalContext,
@@ -197,7 +197,7 @@ class LocalRuntime:
                 groups=groups,
                 capacity=dict(capacity or {}),
                 # Squall's hooks, with the timeouts the capacity stack gives them
-                hooks=LifecycleHooks(
+                hooks=FleetHooks(
                     launch=settings.launch_hook_name,
                     terminate=settings.terminate_hook_name,
                     heartbeat_timeout=self.hook_heartbeat_timeout,

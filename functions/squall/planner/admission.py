@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from squall.planner.demand import Gang, PodShape, shape_of
-from squall.planner.demand_budget import MAX_DEMAND_JOBS, DemandBudget, RegionCapacity, free_by_group
+from squall.planner.demand_budget import MAX_DEMAND_JOBS, CapacityAtMaxSize, DemandBudget, free_by_group
 from squall.planner.inventory import Inventory, build_inventory
 from squall.planner.model import (
     REGION_LABEL,
@@ -542,7 +542,7 @@ def admit(
     packer = Packer(rooms=rooms, options=[], shapes=shapes_used)
     _place_earlier(packer, earlier, interned, job_regions=inventory.job_regions)
 
-    capacity = RegionCapacity(groups)
+    capacity = CapacityAtMaxSize(groups)
     team_rank: dict[str, int] = {}
     waiting: list[Waiting] = []
     held_back: list[Waiting] = []  # listed after those in line

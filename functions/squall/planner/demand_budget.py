@@ -3,7 +3,7 @@
 Admission (planner/admission.py) walks the queue in order; each job that does not fit
 now joins the demand while its kind of job (the node groups its pods fit) has budget
 left: what those groups could hold at their max sizes, plus the room free on their
-nodes and on nodes of no group. `RegionCapacity` also answers whether a gang could
+nodes and on nodes of no group. `CapacityAtMaxSize` also answers whether a gang could
 ever fit in one region (a job larger than that reserves nothing and is never demand).
 """
 
@@ -49,7 +49,7 @@ class DemandBudget:
 
     def __init__(
         self,
-        capacity: RegionCapacity,
+        capacity: CapacityAtMaxSize,
         *,
         free: Mapping[tuple[str, str] | None, Sequence[int]],
         keys: Iterable[_Key],
@@ -110,7 +110,7 @@ class DemandBudget:
         return all(left[i] > 0 for i in uses)
 
 
-class RegionCapacity:
+class CapacityAtMaxSize:
     """What each region's groups could hold at their max sizes: can a gang ever fit?"""
 
     def __init__(self, groups: Sequence[NodeGroup]) -> None:

@@ -35,7 +35,15 @@ from squall.conventions import MANAGED_BY_LABEL, MODEL_SERVICE_LABEL
 from squall.core.errors import PermanentError
 from squall.local.cluster.parsing import parse_selector, parse_template
 from squall.local.cluster.pods import PodLifecycle
-from squall.local.cluster.state import TERMINAL, ClusterState, Deployment, Key, Pod, discard, timestamp
+from squall.local.cluster.state import (
+    TERMINAL,
+    ClusterState,
+    Key,
+    StoredDeployment,
+    StoredPod,
+    discard,
+    timestamp,
+)
 from squall.local.cluster.views import thaw_manifest
 
 _HASH_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' SafeEncodeString alphabet
@@ -61,7 +69,7 @@ class DeploymentController:
 
     # ---- the API server's part ----
 
-    def create(self, key: Key, manifest: Mapping[str, Any]) -> Deployment:
+    def create(self, key: Key, manifest: Mapping[str, Any]) -> StoredDeployment:
         state = self._state
         name = key[1]
         obj = thaw_manifest(manifest)
@@ -123,7 +131,7 @@ class DeploymentController:
             {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
         )
         replica_set = f"{name}-{template_hash}"
-        deployment = Deployment(
+        deployment = StoredDeployment(
             key=key,
             obj=obj,
             job_id=None,
@@ -162,7 +170,7 @@ class DeploymentController:
         self._reconcile(deployment, now)
         return deployment
 
-    def delete(self, deployment: Deployment) -> None:
+    def delete(self, deployment: StoredDeployment) -> None:
         """The Deployment goes, its ReplicaSet and pods with it (background propagation, at once)."""
         state = self._state
         deployment.deleted = True
@@ -175,40 +183,40 @@ class DeploymentController:
 
     # ---- the controllers' part ----
 
-    def on_pod_terminal(self, pod: Pod, at: datetime, counts: Counter[str] | None = None) -> None:
+    def on_pod_terminal(self, pod: StoredPod, at: datetime, counts: Counter[str] | None = None) -> None:
         """One of its pods failed or succeeded (deleted, evicted, its node gone): a new one takes its place."""
         deployment = pod.owner
-        if isinstance(deployment, Deployment) and not deployment.deleted:
+        if isinstance(deployment, StoredDeployment) and not deployment.deleted:
             self._reconcile(deployment, at)
 
-    def on_pod_changed(self, deployment: Deployment, at: datetime) -> None:
+    def on_pod_changed(self, deployment: StoredDeployment, at: datetime) -> None:
         if not deployment.deleted:
             self.write_status(deployment, at)
 
-    def still_due(self, at: datetime, kind: str, deployment: Deployment) -> bool:
+    def still_due(self, at: datetime, kind: str, deployment: StoredDeployment) -> bool:
         if deployment.deleted or kind != "progress" or deployment.progress_at is None:
             return False
         return deployment.progress_at + deployment.progress_deadline == at
 
-    def handle_due(self, at: datetime, deployment: Deployment) -> None:
+    def handle_due(self, at: datetime, deployment: StoredDeployment) -> None:
         """The progress deadline passed since the last step forward: written as status says then."""
         self.write_status(deployment, at)
 
-    def live_pods(self, deployment: Deployment) -> list[Pod]:
+    def live_pods(self, deployment: StoredDeployment) -> list[StoredPod]:
         pods = self._state.pods
         return [pods[key] for key in deployment.pods if pods[key].phase not in TERMINAL]
 
-    def _reconcile(self, deployment: Deployment, at: datetime) -> None:
+    def _reconcile(self, deployment: StoredDeployment, at: datetime) -> None:
         missing = deployment.replicas - len(self.live_pods(deployment))
         for _ in range(max(missing, 0)):
             self._pods.create(deployment, at=at)
         self.write_status(deployment, at)
 
-    def _set_progress(self, deployment: Deployment, at: datetime) -> None:
+    def _set_progress(self, deployment: StoredDeployment, at: datetime) -> None:
         deployment.progress_at = at
         self._state.push(at + deployment.progress_deadline, "progress", deployment)
 
-    def write_status(self, deployment: Deployment, at: datetime) -> None:
+    def write_status(self, deployment: StoredDeployment, at: datetime) -> None:
         """status as the Deployment controller writes it; a new resourceVersion only when it changed."""
         live = self.live_pods(deployment)
         replicas = deployment.replicas

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import bisect
 
-from squall.local.cluster.state import Node, Shape
+from squall.local.cluster.state import Shape, StoredNode
 
 
 class NodeIndex:
     def __init__(self) -> None:
-        self.busy: dict[str, Node] = {}
-        self.busy_gpu_free: dict[str, Node] = {}
+        self.busy: dict[str, StoredNode] = {}
+        self.busy_gpu_free: dict[str, StoredNode] = {}
         self.empty: dict[Shape, list[str]] = {}
 
-    def update(self, node: Node) -> None:
+    def update(self, node: StoredNode) -> None:
         """Keep the indexes in step after a node's use or size changed."""
         name = node.name
         if node.holding:
@@ -38,12 +38,12 @@ class NodeIndex:
             self.busy_gpu_free.pop(name, None)
             self._set_empty_shape(node, (node.cpu, node.memory, node.gpu, node.max_pods))
 
-    def forget(self, node: Node) -> None:
+    def forget(self, node: StoredNode) -> None:
         self._set_empty_shape(node, None)
         self.busy.pop(node.name, None)
         self.busy_gpu_free.pop(node.name, None)
 
-    def _set_empty_shape(self, node: Node, shape: Shape | None) -> None:
+    def _set_empty_shape(self, node: StoredNode, shape: Shape | None) -> None:
         if node.empty_shape == shape:
             return
         if node.empty_shape is not None:

@@ -38,9 +38,9 @@ from squall.local.cluster.state import (
     SUCCEEDED,
     TERMINAL,
     ClusterState,
-    Job,
     Key,
-    Pod,
+    StoredJob,
+    StoredPod,
     discard,
 )
 from squall.local.cluster.views import thaw_manifest
@@ -122,7 +122,7 @@ class JobController:
         # Parsing can refuse the Job (bad quantities): do it before anything is stored.
         parsed = parse_template(pod_spec, namespace=key[0], labels=pod_labels)
 
-        job = Job(
+        job = StoredJob(
             key=key,
             obj=obj,
             job_id=labels.get(JOB_ID_LABEL),
@@ -152,7 +152,7 @@ class JobController:
 
     # ---- suspend and resume, and the patches that do them ----
 
-    def patch(self, job: Job, patch: Mapping[str, Any]) -> KubeObject:
+    def patch(self, job: StoredJob, patch: Mapping[str, Any]) -> KubeObject:
         """Apply a JSON merge patch as the API server would, then act as the Job controller would."""
         state = self._state
         updated = patched_job(job.obj, patch, started=job.started_at is not None)
@@ -182,7 +182,7 @@ class JobController:
         job.suspended = suspend
         return job.obj
 
-    def _start(self, job: Job, *, at: datetime) -> None:
+    def _start(self, job: StoredJob, *, at: datetime) -> None:
         """status.startTime is now, the deadline counts from it, and the pod is created."""
         job.started_at = at
         job.deadline = (
@@ -192,7 +192,7 @@ class JobController:
             self._state.push(job.deadline, "deadline", job)
         self._pods.create(job, at=at)
 
-    def _suspend(self, job: Job, *, at: datetime) -> None:
+    def _suspend(self, job: StoredJob, *, at: datetime) -> None:
         state = self._state
         # Deleted on suspension, not failed: they count neither as failed nor against backoffLimit.
         for key in list(job.pods):
@@ -206,12 +206,12 @@ class JobController:
         self._set_suspended_condition(job, suspended=True, at=at)
         state.write_job_status(job)
 
-    def _resume(self, job: Job, *, at: datetime) -> None:
+    def _resume(self, job: StoredJob, *, at: datetime) -> None:
         job.suspended = False
         self._set_suspended_condition(job, suspended=False, at=at)
         self._start(job, at=at)
 
-    def _set_suspended_condition(self, job: Job, *, suspended: bool, at: datetime) -> None:
+    def _set_suspended_condition(self, job: StoredJob, *, suspended: bool, at: datetime) -> None:
         condition = changed_condition(
             "Suspended",
             true=suspended,
@@ -229,7 +229,7 @@ class JobController:
             at, "Job", job.key[0], job.key[1], "Suspended" if suspended else "Resumed", condition["message"]
         )
 
-    def _reindex(self, job: Job, job_id: str | None) -> None:
+    def _reindex(self, job: StoredJob, job_id: str | None) -> None:
         state = self._state
         if job.job_id is not None:
             discard(state.jobs_by_id, job.job_id, job.key)
@@ -241,10 +241,10 @@ class JobController:
                 state.pods_by_id.setdefault(job_id, {})[key] = None
         job.job_id = job_id
 
-    def on_pod_terminal(self, pod: Pod, at: datetime, counts: Counter[str] | None = None) -> None:
+    def on_pod_terminal(self, pod: StoredPod, at: datetime, counts: Counter[str] | None = None) -> None:
         """The answer to one of the Job's pods reaching Succeeded or Failed."""
         job = pod.owner
-        assert isinstance(job, Job)
+        assert isinstance(job, StoredJob)
         if job.active is pod:
             job.active = None
         if job.finished is not None or job.deleted:
@@ -282,7 +282,7 @@ class JobController:
                 delay = min(self._pod_backoff * (2 ** (job.failed - 1)), _BACKOFF_CAP)
                 self._replace(job, at=at, delay=delay)
 
-    def _replace(self, job: Job, *, at: datetime, delay: timedelta) -> None:
+    def _replace(self, job: StoredJob, *, at: datetime, delay: timedelta) -> None:
         if delay <= timedelta(0):
             self._pods.create(job, at=at)
             return
@@ -292,7 +292,7 @@ class JobController:
 
     def finish(
         self,
-        job: Job,
+        job: StoredJob,
         kind: str,
         *,
         reason: str,
@@ -320,7 +320,7 @@ class JobController:
             counts["jobs_finished"] += 1
         state.event(at, "Job", job.key[0], job.key[1], "Completed" if kind == "Complete" else reason, message)
 
-    def delete(self, job: Job, *, at: datetime, reason: str) -> None:
+    def delete(self, job: StoredJob, *, at: datetime, reason: str) -> None:
         state = self._state
         for key in list(job.pods):
             self._pods.remove(state.pods[key])
@@ -333,8 +333,8 @@ class JobController:
 
     # ---- time-driven: pods finishing, deadlines, re-creations, TTLs ----
 
-    def still_due(self, at: datetime, kind: str, target: Pod | Job) -> bool:
-        if isinstance(target, Pod):
+    def still_due(self, at: datetime, kind: str, target: StoredPod | StoredJob) -> bool:
+        if isinstance(target, StoredPod):
             return not target.deleted and target.phase == RUNNING and target.ends_at == at
         if target.deleted:
             return False
@@ -345,9 +345,11 @@ class JobController:
             return target.finished is None and target.replacement_due == at and target.active is None
         return target.finished is not None  # ttl
 
-    def handle_due(self, at: datetime, kind: str, target: Pod | Job, counts: Counter[str]) -> None:
+    def handle_due(
+        self, at: datetime, kind: str, target: StoredPod | StoredJob, counts: Counter[str]
+    ) -> None:
         """One entry of the cluster's timetable that `still_due` said holds."""
-        if isinstance(target, Pod):
+        if isinstance(target, StoredPod):
             self._pods.finish(target, at=at, counts=counts)
         elif kind == "deadline":
             self.finish(
@@ -364,7 +366,7 @@ class JobController:
             self.delete(target, at=at, reason="TTLExpired")
 
 
-def policy_action(rules: list[dict[str, Any]], pod: Pod) -> tuple[str, str]:
+def policy_action(rules: list[dict[str, Any]], pod: StoredPod) -> tuple[str, str]:
     """The podFailurePolicy rule that decides a failed pod's fate: first match wins."""
     status = pod.obj["status"]
     namespace, name = pod.key

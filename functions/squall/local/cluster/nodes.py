@@ -31,7 +31,7 @@ from squall.local.cluster.state import (
     TERMINAL,
     UNSCHEDULABLE_TAINT,
     ClusterState,
-    Node,
+    StoredNode,
 )
 from squall.local.cluster.views import json_copy, merge
 from squall.planner.model import Taint
@@ -51,7 +51,7 @@ class NodeLifecycle:
         self._pods = pods
         self._scheduler = scheduler
 
-    def get(self, name: str) -> Node:
+    def get(self, name: str) -> StoredNode:
         node = self._state.nodes.get(name)
         if node is None:
             raise NotFoundError(f"node {name} not found")
@@ -90,7 +90,7 @@ class NodeLifecycle:
                 "conditions": [],
             },
         }
-        node = Node(
+        node = StoredNode(
             name=name,
             obj=obj,
             labels=obj["metadata"]["labels"],
@@ -196,7 +196,7 @@ class NodeLifecycle:
         self._refresh(node)
         return json_copy(node.obj)
 
-    def _set_gpus(self, node: Node, *, ready: bool) -> None:
+    def _set_gpus(self, node: StoredNode, *, ready: bool) -> None:
         allocatable = node.gpu_installed if ready else 0
         node.free_gpu += allocatable - node.gpu
         node.gpu = allocatable
@@ -206,7 +206,7 @@ class NodeLifecycle:
             for section in ("capacity", "allocatable"):
                 node.obj["status"][section][GPU_RESOURCE] = str(allocatable)
 
-    def _refresh(self, node: Node) -> None:
+    def _refresh(self, node: StoredNode) -> None:
         """Re-derive the lifecycle taints and what the scheduler caches about nodes."""
         system: list[dict[str, Any]] = []
         if not node.ready:
@@ -229,7 +229,7 @@ class NodeLifecycle:
         self._state.schedule_dirty = True
 
 
-def _set_ready_condition(node: Node, *, ready: bool, at: datetime) -> None:
+def _set_ready_condition(node: StoredNode, *, ready: bool, at: datetime) -> None:
     node.obj["status"]["conditions"] = [
         changed_condition(
             "Ready",

@@ -54,10 +54,10 @@ from squall.local.cluster.state import (
     SUCCEEDED,
     Behaviour,
     ClusterState,
-    Deployment,
-    Job,
     Owner,
-    Pod,
+    StoredDeployment,
+    StoredJob,
+    StoredPod,
     discard,
     set_condition,
     timestamp,
@@ -68,7 +68,7 @@ from squall.ports import KubeObject
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _MAX_GENERATE_PREFIX = 58
 
-OnTerminal = Callable[[Pod, datetime, "Counter[str] | None"], None]
+OnTerminal = Callable[[StoredPod, datetime, "Counter[str] | None"], None]
 OnChanged = Callable[[Owner, datetime], None]
 
 
@@ -110,19 +110,19 @@ class PodLifecycle:
         self._behaviours = behaviours
         self._runner = runner
         # Pods the runner runs: those started (running) and those waiting for it to start them.
-        self._real: dict[Pod, bool] = {}
+        self._real: dict[StoredPod, bool] = {}
         # The owner's controller's answer to a pod reaching Succeeded or Failed, and to a
         # pod of its starting, or becoming ready or unready.
         self.on_terminal: OnTerminal = lambda pod, at, counts: None
         self.on_changed: OnChanged = lambda owner, at: None
         # Restarting containers of real pods whose runner could not start them yet.
-        self._restarting: dict[Pod, None] = {}
+        self._restarting: dict[StoredPod, None] = {}
 
-    def create(self, owner: Owner, *, at: datetime) -> Pod:
+    def create(self, owner: Owner, *, at: datetime) -> StoredPod:
         state = self._state
         namespace = owner.key[0]
-        is_job = isinstance(owner, Job)
-        if isinstance(owner, Deployment):
+        is_job = isinstance(owner, StoredJob)
+        if isinstance(owner, StoredDeployment):
             prefix = f"{owner.replica_set}-"
             reference = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner.replica_set}
             reference["uid"] = owner.replica_set_uid
@@ -149,7 +149,7 @@ class PodLifecycle:
             "spec": dict(owner.pod_spec),
             "status": {"phase": PENDING, "qosClass": "Burstable"},
         }
-        pod = Pod(key=key, obj=obj, labels=labels, owner=owner, seq=state.next_seq())
+        pod = StoredPod(key=key, obj=obj, labels=labels, owner=owner, seq=state.next_seq())
         pod.restart_always = owner.pod_spec.get("restartPolicy", "Always") == "Always"
         pod.probed = containers.has_readiness_probe(owner.pod_spec)
         state.pods[key] = pod
@@ -161,7 +161,7 @@ class PodLifecycle:
         state.phases[PENDING] += 1
         state.pending[key] = pod
         state.schedule_dirty = True
-        if isinstance(owner, Job):
+        if isinstance(owner, StoredJob):
             owner.active = pod
             owner.replacement_due = None
             state.write_job_status(owner)
@@ -170,7 +170,7 @@ class PodLifecycle:
         )
         return pod
 
-    def release(self, pod: Pod) -> None:
+    def release(self, pod: StoredPod) -> None:
         """The pod's requests go back to its node."""
         node = pod.node
         if node is None or not pod.holds_resources:
@@ -185,7 +185,7 @@ class PodLifecycle:
         self._index.update(node)
         self._state.schedule_dirty = True
 
-    def remove(self, pod: Pod) -> None:
+    def remove(self, pod: StoredPod) -> None:
         state = self._state
         self._stop_real(pod)
         self.release(pod)
@@ -198,7 +198,7 @@ class PodLifecycle:
         self._restarting.pop(pod, None)
         owner = pod.owner
         owner.pods.pop(pod.key, None)
-        if isinstance(owner, Job) and owner.active is pod:
+        if isinstance(owner, StoredJob) and owner.active is pod:
             owner.active = None
         if pod.node is not None:
             pod.node.pods.pop(pod.key, None)
@@ -209,7 +209,7 @@ class PodLifecycle:
 
     def disrupt(
         self,
-        pod: Pod,
+        pod: StoredPod,
         *,
         at: datetime,
         reason: str,
@@ -250,20 +250,22 @@ class PodLifecycle:
         # The pod was being deleted: once terminal (and counted), it is gone.
         self.remove(pod)
 
-    def evicted_exit_code(self, pod: Pod) -> int | None:
+    def evicted_exit_code(self, pod: StoredPod) -> int | None:
         """What the pod's container exits with when evicted; None if it was not running."""
         if pod.phase != RUNNING:
             return None
         return (pod.behaviour or self._behaviour(pod) or self._behaviours.default).evicted_exit_code
 
-    def _behaviour(self, pod: Pod) -> Behaviour | None:
+    def _behaviour(self, pod: StoredPod) -> Behaviour | None:
         """How the pod's containers behave; None: they keep running (a model service's, by default)."""
         owner = pod.owner
-        if isinstance(owner, Deployment):
+        if isinstance(owner, StoredDeployment):
             return self._behaviours.of_model_service(owner.model_service)
         return self._behaviours.of(owner.job_id)
 
-    def finish(self, pod: Pod, *, at: datetime, counts: Counter[str], exit_code: int | None = None) -> None:
+    def finish(
+        self, pod: StoredPod, *, at: datetime, counts: Counter[str], exit_code: int | None = None
+    ) -> None:
         """The pod's container exits on its own: after its run time, or with a real process's code."""
         if exit_code is None:
             exit_code = (pod.behaviour or self._behaviours.default).exit_code
@@ -309,7 +311,7 @@ class PodLifecycle:
 
     # ---- restartPolicy Always ----
 
-    def _crash(self, pod: Pod, *, at: datetime, exit_code: int) -> None:
+    def _crash(self, pod: StoredPod, *, at: datetime, exit_code: int) -> None:
         """A container exited: the kubelet starts it again after its back-off, the pod goes on."""
         state = self._state
         pod.restarts += 1
@@ -341,7 +343,7 @@ class PodLifecycle:
         state.event(at, "Pod", pod.key[0], pod.key[1], "BackOff", message)
         self.on_changed(pod.owner, at)
 
-    def restart(self, pod: Pod, *, at: datetime) -> None:
+    def restart(self, pod: StoredPod, *, at: datetime) -> None:
         """The back-off is over: the containers start again (a real pod's runner starts it again)."""
         self._restarting.pop(pod, None)
         if pod.deleted or pod.phase != RUNNING:
@@ -360,12 +362,12 @@ class PodLifecycle:
     def real_running(self) -> int:
         return sum(1 for started in self._real.values() if started)
 
-    def _stop_real(self, pod: Pod) -> None:
+    def _stop_real(self, pod: StoredPod) -> None:
         started = self._real.pop(pod, None)
         if started and self._runner is not None:
             self._runner.stop(pod.obj)
 
-    def _start_real(self, pod: Pod) -> bool | None:
+    def _start_real(self, pod: StoredPod) -> bool | None:
         """None: not a real pod; True: started; False: the runner cannot start it yet."""
         runner = self._runner
         if runner is None:
@@ -379,7 +381,7 @@ class PodLifecycle:
         self._real[pod] = True
         return True
 
-    def _set_ready(self, pod: Pod, ready: bool, *, at: datetime) -> None:
+    def _set_ready(self, pod: StoredPod, ready: bool, *, at: datetime) -> None:
         if pod.ready == ready:
             return
         pod.ready = ready
@@ -393,7 +395,7 @@ class PodLifecycle:
         self._state.touch(pod)
         self.on_changed(pod.owner, at)
 
-    def _run(self, pod: Pod, *, at: datetime, real: bool) -> None:
+    def _run(self, pod: StoredPod, *, at: datetime, real: bool) -> None:
         """The containers run (again): running since `at`, ready unless a runner must say so."""
         state = self._state
         behaviour = pod.behaviour
@@ -472,13 +474,13 @@ class PodLifecycle:
                 )
             state.set_phase(pod, RUNNING)
             self._run(pod, at=now, real=bool(real))
-            if isinstance(pod.owner, Job):
+            if isinstance(pod.owner, StoredJob):
                 state.write_job_status(pod.owner)
             state.event(now, "Pod", pod.key[0], pod.key[1], "Started", "Started container")
             started += 1
         return started
 
-    def _terminate_containers(self, pod: Pod, *, exit_code: int, at: datetime) -> None:
+    def _terminate_containers(self, pod: StoredPod, *, exit_code: int, at: datetime) -> None:
         started = pod.obj["status"].get("startTime")
         terminated = {
             "exitCode": exit_code,
@@ -513,7 +515,7 @@ def _running_since(status: Mapping[str, Any]) -> str | None:
     return status.get("startTime")
 
 
-def _last_state(pod: Pod) -> dict[str, Any] | None:
+def _last_state(pod: StoredPod) -> dict[str, Any] | None:
     """A restarted container's lastState, kept across its restarts (None: a pod that never restarts)."""
     if not pod.restart_always:
         return None

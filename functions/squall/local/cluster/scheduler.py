@@ -22,7 +22,15 @@ from datetime import datetime
 from squall.conventions import JOB_ID_LABEL
 from squall.local.cluster.index import NodeIndex
 from squall.local.cluster.parsing import Selector, Template
-from squall.local.cluster.state import RUNNING, TERMINAL, ClusterState, Key, Node, Pod, set_condition
+from squall.local.cluster.state import (
+    RUNNING,
+    TERMINAL,
+    ClusterState,
+    Key,
+    StoredNode,
+    StoredPod,
+    set_condition,
+)
 from squall.planner.fit import selector_mismatch, untolerated_taint
 
 Domains = list[tuple[str, set[str]]]
@@ -69,7 +77,7 @@ class Scheduler:
             bound += 1
         return bound
 
-    def budgets_allow(self, pod: Pod) -> bool:
+    def budgets_allow(self, pod: StoredPod) -> bool:
         """policy/v1 Eviction: every budget covering the pod must allow one more disruption."""
         for pdb in self._state.pdbs:
             if pdb.namespace != pod.key[0] or not pdb.selector.matches(pod.labels):
@@ -92,7 +100,7 @@ class Scheduler:
                 return False
         return True
 
-    def _pick_node(self, pod: Pod, domains: Domains | None) -> Node | None:
+    def _pick_node(self, pod: StoredPod, domains: Domains | None) -> StoredNode | None:
         """The node kube-scheduler would pick: the most allocated that fits, ties by name.
 
         Partly used nodes are looked at one by one (for a GPU pod only those with a GPU
@@ -104,10 +112,10 @@ class Scheduler:
             return None
         cpu, memory, gpu = template.cpu, template.memory, template.gpu
         names = self._placement(template)
-        best: Node | None = None
+        best: StoredNode | None = None
         best_score = -1.0
 
-        def consider(node: Node) -> None:
+        def consider(node: StoredNode) -> None:
             nonlocal best, best_score
             score = _most_allocated(node, cpu=cpu, memory=memory, gpu=gpu)
             if score > best_score or (score == best_score and best is not None and node.name < best.name):
@@ -140,7 +148,7 @@ class Scheduler:
             self._placements[template.placement_key] = cached
         return cached
 
-    def _affinity_domains(self, pod: Pod) -> Domains | None:
+    def _affinity_domains(self, pod: StoredPod) -> Domains | None:
         """Per required pod-affinity term, the topology values the pod may go to; None: anywhere."""
         template = pod.owner.template
         if not template.pod_affinity:
@@ -159,7 +167,7 @@ class Scheduler:
             return None
         return domains
 
-    def _pods_matching(self, selector: Selector, namespaces: frozenset[str] | None) -> Iterator[Pod]:
+    def _pods_matching(self, selector: Selector, namespaces: frozenset[str] | None) -> Iterator[StoredPod]:
         state = self._state
         job_id = dict(selector.match_labels).get(JOB_ID_LABEL)
         keys: Iterable[Key] = state.pods_by_id.get(job_id, ()) if job_id is not None else state.pods
@@ -170,7 +178,7 @@ class Scheduler:
             if selector.matches(pod.labels):
                 yield pod
 
-    def _mark_unschedulable(self, pod: Pod, now: datetime) -> None:
+    def _mark_unschedulable(self, pod: StoredPod, now: datetime) -> None:
         status = pod.obj["status"]
         if any(c.get("type") == "PodScheduled" for c in status.get("conditions") or ()):
             return
@@ -184,7 +192,7 @@ class Scheduler:
         )
         self._state.touch(pod)
 
-    def _bind(self, pod: Pod, node: Node, now: datetime) -> None:
+    def _bind(self, pod: StoredPod, node: StoredNode, now: datetime) -> None:
         state = self._state
         template = pod.owner.template
         node.free_cpu -= template.cpu
@@ -212,7 +220,7 @@ class Scheduler:
         )
 
 
-def placement_fits(template: Template, node: Node) -> bool:
+def placement_fits(template: Template, node: StoredNode) -> bool:
     """Taints, node selector and required node affinity: the planner's predicates."""
     if untolerated_taint(template.tolerations, node.taints) is not None:
         return False
@@ -223,11 +231,11 @@ def placement_fits(template: Template, node: Node) -> bool:
     )
 
 
-def _in_domains(node: Node, domains: Domains) -> bool:
+def _in_domains(node: StoredNode, domains: Domains) -> bool:
     return all(node.labels.get(key) in values for key, values in domains)
 
 
-def _healthy(pod: Pod) -> bool:
+def _healthy(pod: StoredPod) -> bool:
     # The disruption controller counts Ready pods as healthy.
     return pod.phase == RUNNING and pod.ready and "deletionTimestamp" not in pod.obj["metadata"]
 
@@ -239,7 +247,7 @@ def _scaled(value: int | str, total: int) -> int:
     return -(-int(value.rstrip("%")) * total // 100)
 
 
-def _most_allocated(node: Node, *, cpu: int, memory: int, gpu: int) -> float:
+def _most_allocated(node: StoredNode, *, cpu: int, memory: int, gpu: int) -> float:
     """kube-scheduler's MostAllocated score: how full the node would be with the pod.
 
     GPUs count only for pods that ask for them, so CPU-only pods do not crowd onto GPU nodes.

@@ -22,7 +22,7 @@ from typing import Any
 from squall.conventions import MODEL_SERVICE_LABEL
 from squall.core.errors import PermanentError
 from squall.local.cluster.parsing import label_selector, parse_selector
-from squall.local.cluster.state import TERMINAL, ClusterState, Key, Pdb, Pod
+from squall.local.cluster.state import TERMINAL, ClusterState, Key, Pdb, StoredPod
 from squall.local.cluster.views import thaw_manifest
 from squall.ports import KubeObject
 
@@ -45,7 +45,9 @@ def load_balancer_status(state: ClusterState, service: KubeObject, ports: Ports 
     return {"ingress": [{"ip": LOOPBACK, "ports": ingress_ports}]}
 
 
-def _first_ready_pod(state: ClusterState, namespace: str | None, selector: Mapping[str, Any]) -> Pod | None:
+def _first_ready_pod(
+    state: ClusterState, namespace: str | None, selector: Mapping[str, Any]
+) -> StoredPod | None:
     if not isinstance(selector, Mapping) or not selector:
         return None  # a Service without a selector has no pods of its own
     matching = label_selector({str(k): str(v) for k, v in selector.items()})
@@ -62,7 +64,7 @@ def _first_ready_pod(state: ClusterState, namespace: str | None, selector: Mappi
     return min(candidates, key=lambda pod: pod.seq) if candidates else None
 
 
-def _served_port(port: Mapping[str, Any], pod: Pod | None, listening: Mapping[int, int] | None) -> Any:
+def _served_port(port: Mapping[str, Any], pod: StoredPod | None, listening: Mapping[int, int] | None) -> Any:
     spec_port = port.get("port")
     if pod is None or not listening:
         return spec_port

@@ -67,12 +67,12 @@ from squall.local.cluster.state import (
     ClusterCall,
     ClusterEvent,
     ClusterState,
-    Deployment,
-    Job,
     Key,
     Owner,
     Pdb,
-    Pod,
+    StoredDeployment,
+    StoredJob,
+    StoredPod,
     discard,
     non_negative,
 )
@@ -225,7 +225,7 @@ class SimulatedCluster:
                 ),
                 version=lambda: state.kind_version("Deployment"),
             )
-        deployments: Iterable[Deployment] = (
+        deployments: Iterable[StoredDeployment] = (
             [state.deployments[k] for k in state.deployments_by_service.get(model_service, ())]
             if model_service is not None
             else state.deployments.values()
@@ -509,30 +509,30 @@ class SimulatedCluster:
             at, _, kind, target = heapq.heappop(heap)
             if not self._still_due(at, kind, target):
                 continue
-            if isinstance(target, Pod) and kind == "restart":
+            if isinstance(target, StoredPod) and kind == "restart":
                 self._pods.restart(target, at=at)
-            elif isinstance(target, Deployment):
+            elif isinstance(target, StoredDeployment):
                 self._deployments.handle_due(at, target)
-            elif isinstance(target, (Pod, Job)):
+            elif isinstance(target, (StoredPod, StoredJob)):
                 self._jobs.handle_due(at, kind, target, counts)
 
-    def _still_due(self, at: datetime, kind: str, target: Pod | Owner) -> bool:
-        if isinstance(target, Pod) and kind == "restart":
+    def _still_due(self, at: datetime, kind: str, target: StoredPod | Owner) -> bool:
+        if isinstance(target, StoredPod) and kind == "restart":
             return not target.deleted and target.phase == RUNNING and target.restart_due == at
-        if isinstance(target, Deployment):
+        if isinstance(target, StoredDeployment):
             return self._deployments.still_due(at, kind, target)
-        if isinstance(target, (Pod, Job)):
+        if isinstance(target, (StoredPod, StoredJob)):
             return self._jobs.still_due(at, kind, target)
         return False
 
-    def _on_pod_terminal(self, pod: Pod, at: datetime, counts: Counter[str] | None) -> None:
-        if isinstance(pod.owner, Deployment):
+    def _on_pod_terminal(self, pod: StoredPod, at: datetime, counts: Counter[str] | None) -> None:
+        if isinstance(pod.owner, StoredDeployment):
             self._deployments.on_pod_terminal(pod, at, counts)
         else:
             self._jobs.on_pod_terminal(pod, at, counts)
 
     def _on_pod_changed(self, owner: Owner, at: datetime) -> None:
-        if isinstance(owner, Deployment):
+        if isinstance(owner, StoredDeployment):
             self._deployments.on_pod_changed(owner, at)
 
     # ==== reading state ==============================================================

@@ -95,7 +95,7 @@ class Stored:
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
-class Node(Stored):
+class StoredNode(Stored):
     name: str
     labels: dict[str, str]
     user_taints: list[dict[str, Any]]
@@ -131,7 +131,7 @@ class Owner(Stored):
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
-class Job(Owner):
+class StoredJob(Owner):
     backoff_limit: int
     rules: list[dict[str, Any]]
     suspended: bool
@@ -139,7 +139,7 @@ class Job(Owner):
     deadline_seconds: int | None
     deadline: datetime | None  # counted from started_at
     ttl: timedelta | None
-    active: Pod | None = None
+    active: StoredPod | None = None
     failed: int = 0
     succeeded: int = 0
     conditions: list[dict[str, Any]] = field(default_factory=list)
@@ -149,7 +149,7 @@ class Job(Owner):
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
-class Deployment(Owner):
+class StoredDeployment(Owner):
     """An apps/v1 Deployment with its one ReplicaSet (the simulator never rolls a template out)."""
 
     model_service: str | None
@@ -162,13 +162,13 @@ class Deployment(Owner):
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
-class Pod(Stored):
+class StoredPod(Stored):
     key: Key
     labels: dict[str, str]
     owner: Owner
     seq: int
     phase: str = PENDING
-    node: Node | None = None
+    node: StoredNode | None = None
     holds_resources: bool = False
     behaviour: Behaviour | None = None
     ends_at: datetime | None = None
@@ -195,7 +195,7 @@ class Pdb:
     always_allow_unhealthy: bool = False
 
 
-HeapEntry = tuple[datetime, int, str, "Pod | Owner"]
+HeapEntry = tuple[datetime, int, str, "StoredPod | Owner"]
 
 
 _K = TypeVar("_K")
@@ -227,11 +227,11 @@ class ClusterState:
         self.rng = random.Random(seed)
         self.events: deque[ClusterEvent] = deque(maxlen=event_limit)
         # Versioned: with `kind_version`, whether a list of the kind can be handed out again.
-        self.nodes: Versioned[str, Node] = Versioned()
-        self.jobs: Versioned[Key, Job] = Versioned()
+        self.nodes: Versioned[str, StoredNode] = Versioned()
+        self.jobs: Versioned[Key, StoredJob] = Versioned()
         self.services: dict[Key, KubeObject] = {}
-        self.pods: Versioned[Key, Pod] = Versioned()
-        self.deployments: Versioned[Key, Deployment] = Versioned()
+        self.pods: Versioned[Key, StoredPod] = Versioned()
+        self.deployments: Versioned[Key, StoredDeployment] = Versioned()
         self.deployments_by_service: dict[str, dict[Key, None]] = {}
         self.pdb_objects: dict[Key, KubeObject] = {}
         self._stores: dict[str, Versioned[Any, Any]] = {
@@ -244,8 +244,8 @@ class ClusterState:
         self.pods_by_id: dict[str, dict[Key, None]] = {}
         self.pods_by_service: dict[str, dict[Key, None]] = {}  # by MODEL_SERVICE_LABEL
         self.pdbs: list[Pdb] = []
-        self.pending: dict[Key, Pod] = {}  # Pending and not bound to a node
-        self.to_start: dict[Key, Pod] = {}  # bound, containers not started yet
+        self.pending: dict[Key, StoredPod] = {}  # Pending and not bound to a node
+        self.to_start: dict[Key, StoredPod] = {}  # bound, containers not started yet
         self.heap: list[HeapEntry] = []
         self.phases: Counter[str] = Counter()
         self.priorities: set[int] = set()
@@ -301,16 +301,16 @@ class ClusterState:
     ) -> None:
         self.events.append(ClusterEvent(at, kind, namespace, name, reason, message))
 
-    def push(self, at: datetime, kind: str, target: Pod | Owner) -> None:
+    def push(self, at: datetime, kind: str, target: StoredPod | Owner) -> None:
         heapq.heappush(self.heap, (at, self.next_seq(), kind, target))
 
-    def set_phase(self, pod: Pod, phase: str) -> None:
+    def set_phase(self, pod: StoredPod, phase: str) -> None:
         self.phases[pod.phase] -= 1
         self.phases[phase] += 1
         pod.phase = phase
         pod.obj["status"]["phase"] = phase
 
-    def write_job_status(self, job: Job) -> None:
+    def write_job_status(self, job: StoredJob) -> None:
         # Zero counts are left out, as the API server's JSON leaves them out.
         status: dict[str, Any] = {}
         if job.started_at is not None:

@@ -42,9 +42,9 @@ from squall.local.scenario.plan import (
 )
 from squall.local.scenario.simulation import (
     MAX_SETTLE_STEPS,
+    LiveView,
     Simulation,
     SimulationResult,
-    View,
     start_runtime,
 )
 
@@ -62,6 +62,7 @@ __all__ = [
     "FunctionDies",
     "InstanceLost",
     "KubernetesMethod",
+    "LiveView",
     "RegionModel",
     "RegionOutage",
     "ScenarioError",
@@ -75,7 +76,6 @@ __all__ = [
     "Submission",
     "TerminateNode",
     "Throttle",
-    "View",
     "compile_scenario",
     "format_span",
     "load_document",

@@ -86,7 +86,7 @@ def start_runtime(
     )
 
 
-class View(Protocol):
+class LiveView(Protocol):
     """What the simulation shows while it runs (live.py has the terminal views)."""
 
     def update(self, local: LocalRuntime, recorder: Recorder) -> None: ...
@@ -118,7 +118,7 @@ class Simulation:
         plan: ScenarioPlan,
         *,
         backend: str = "moto",
-        view: View | None = None,
+        view: LiveView | None = None,
         pace: bool = True,
         log_level: int | None = None,
         lists: str = "shared",
