@@ -54,6 +54,8 @@ ASSET_EXCLUDES = (
     "squall/local/**",
     "squall/cli.py",
     "squall/cli_types.py",
+    "squall/cli_errors.py",
+    "squall/cli_deployment.py",
     # The researcher's commands and the loops that follow a job run on a laptop, never in Lambda.
     "squall/researcher_commands.py",
     "squall/serving_commands.py",

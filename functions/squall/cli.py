@@ -19,6 +19,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from squall import cli_deployment as deployment
+from squall.cli_errors import EXIT_FAILED, EXIT_OK, CommandError, reported
 from squall.cli_types import whole_number
 from squall.core import documents
 from squall.core.errors import SquallError
@@ -29,14 +31,7 @@ if TYPE_CHECKING:
     from squall.core.spec import JobSpec
     from squall.planner.admission import TeamShare
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CDK_JSON = Path("cdk.json")
-
-
-class CliError(Exception):
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # ---- configuration: environment, then ./cdk.json context, then local defaults ----
@@ -49,7 +44,7 @@ def _context() -> dict[str, Any]:
     document = load_document(str(CDK_JSON))
     context = document.get("context", {}) if isinstance(document, dict) else None
     if not isinstance(context, dict):
-        raise CliError(f"{CDK_JSON}: context: expected an object, got {documents.kind(context)}")
+        raise CommandError(f"{CDK_JSON}: context: expected an object, got {documents.kind(context)}")
     return context
 
 
@@ -61,7 +56,7 @@ def _environment(name: str) -> Any | None:
     try:
         return documents.parse_json(text, source=name)
     except documents.DocumentError as exc:
-        raise CliError(f"{exc} (the variable holds JSON)") from exc
+        raise CommandError(f"{exc} (the variable holds JSON)") from exc
 
 
 def configured_team_entries() -> dict[str, documents.Team]:
@@ -78,7 +73,7 @@ def configured_team_entries() -> dict[str, documents.Team]:
     try:
         return documents.read_teams(value)
     except documents.ConfigError as exc:
-        raise CliError(f"{source}: " + "; ".join(exc.errors)) from exc
+        raise CommandError(f"{source}: " + "; ".join(exc.errors)) from exc
 
 
 def _declared_teams() -> tuple[Any, str] | None:
@@ -118,7 +113,7 @@ def configured_registries() -> list[str]:
 
             return list(DEFAULT_REGISTRIES)
     if not isinstance(value, list) or not value or not all(isinstance(r, str) and r.strip() for r in value):
-        raise CliError(
+        raise CommandError(
             f"{source}: expected a non-empty list of registry prefixes (strings), got {documents.shown(value)}"
         )
     return list(value)
@@ -141,7 +136,7 @@ def configured_policy(path: str | None = None) -> dict[str, Any]:
     try:
         return read_policy(value)
     except InputError as exc:
-        raise CliError(f"{source}: " + "; ".join(exc.errors)) from exc
+        raise CommandError(f"{source}: " + "; ".join(exc.errors)) from exc
 
 
 def configured_max_runtime_limit() -> timedelta:
@@ -155,7 +150,7 @@ def load_document(path: str) -> Any:
     try:
         return documents.load(path)
     except documents.DocumentError as exc:
-        raise CliError(str(exc)) from exc
+        raise CommandError(str(exc)) from exc
 
 
 def load_spec(path: str, *, job_id: str | None = None) -> tuple[JobSpec, Any]:
@@ -177,7 +172,7 @@ def check_spec(data: Any, *, source: str) -> JobSpec:
         total = getattr(exc, "total", len(exc.issues))
         lines = [f"{source}: invalid job spec ({total} error{'s' if total != 1 else ''})"]
         lines += [f"  {issue.field}: {issue.message}" for issue in exc.issues]
-        raise CliError("\n".join(lines)) from exc
+        raise CommandError("\n".join(lines)) from exc
 
 
 # ---- offline commands ----
@@ -235,7 +230,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     except PlanInputError as exc:
         where = f"--now {args.now}" if exc.document == "now" else paths[exc.document]
-        raise CliError(f"{where}: {exc}") from exc
+        raise CommandError(f"{where}: {exc}") from exc
     finally:
         gc.unfreeze()
     print(json.dumps(result, indent=None if args.json else 2))
@@ -246,15 +241,15 @@ def _now(text: str) -> datetime:
     try:
         now = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise CliError(
+        raise CommandError(
             f"--now: expected an ISO 8601 time with a timezone, e.g. 2026-01-05T09:00:00Z, got {text!r}"
         ) from None
     if now.utcoffset() is None:
-        raise CliError("--now needs a timezone, e.g. 2026-01-05T09:00:00Z")
+        raise CommandError("--now needs a timezone, e.g. 2026-01-05T09:00:00Z")
     from squall.planner.kube import EARLIEST, LATEST
 
     if not EARLIEST <= now < LATEST:
-        raise CliError(f"--now: must be between {EARLIEST.year} and {LATEST.year}, got {text!r}")
+        raise CommandError(f"--now: must be between {EARLIEST.year} and {LATEST.year}, got {text!r}")
     return now
 
 
@@ -268,54 +263,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ---- commands against the deployment ----
 
 
-def _table() -> tuple[Any, str]:
-    """A DynamoDB client and the deployment's jobs table (SQUALL_TABLE_NAME)."""
-    import boto3
-    from botocore.exceptions import BotoCoreError
-
-    table = os.environ.get("SQUALL_TABLE_NAME")
-    if not table:
-        raise CliError("SQUALL_TABLE_NAME is not set: point it at the deployment's jobs table")
-    try:
-        return boto3.client("dynamodb"), table
-    except BotoCoreError as exc:
-        raise CliError(f"cannot reach the jobs table: {exc}", code=EXIT_FAILED) from exc
-
-
-def _store() -> Any:
-    from squall.adapters.aws.job_store import DynamoJobStore
-
-    return DynamoJobStore(*_table())
-
-
-def _scale_state() -> Any:
-    """The scale check's state (its decision records are in the jobs table too)."""
-    from squall.adapters.aws.scale_state import DynamoScaleState
-
-    return DynamoScaleState(*_table())
-
-
-def _queue_url() -> str:
-    queue = os.environ.get("SQUALL_JOBS_QUEUE_URL")
-    if not queue:
-        raise CliError("SQUALL_JOBS_QUEUE_URL is not set: point it at the deployment's jobs queue")
-    return queue
-
-
 def _send(body: Any) -> str:
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    queue = _queue_url()
-    try:
-        text = json.dumps(body)
-    except (TypeError, ValueError) as exc:  # a YAML timestamp, say: JSON has none
-        raise CliError(f"the job spec cannot be sent as JSON: {exc}") from exc
-    try:
-        response = boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=text)
-    except (BotoCoreError, ClientError) as exc:
-        raise CliError(f"cannot send to the jobs queue: {exc}", code=EXIT_FAILED) from exc
-    return str(response["MessageId"])
+    return deployment.send_to_jobs_queue(body, what="the job spec")
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -339,7 +288,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     # The record appears once the submit function has taken the message: wait for it a while.
     return exit_code(
-        watch_job(job_id, store=_store(), clock=RealClock(), out=sys.stdout, wait_for_record=120)
+        watch_job(
+            job_id, store=deployment.job_store(), clock=RealClock(), out=sys.stdout, wait_for_record=120
+        )
     )
 
 
@@ -354,18 +305,18 @@ def _with_code(
 
     bucket = os.environ.get("SQUALL_ARTIFACTS_BUCKET", "").strip()
     if not bucket:
-        raise CliError(
+        raise CommandError(
             "SQUALL_ARTIFACTS_BUCKET is not set: point it at the deployment's artifacts bucket "
             "(the CDK app's output; `squall local up` prints it) to submit with --code"
         )
-    _queue_url()
+    deployment.jobs_queue_url()
     if isinstance(data, dict) and data.get("codeUri") is not None and not quiet:
         print(f"{source}: codeUri {data['codeUri']} is replaced by --code {directory}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="squall-code-") as scratch:
         try:
             packed = pack(directory, Path(scratch) / "code.tar.gz")
         except PackError as exc:
-            raise CliError(f"--code {directory}: {exc}") from exc
+            raise CommandError(f"--code {directory}: {exc}") from exc
         stored = _artifacts(bucket).store(team=spec.team, sha256=packed.sha256, path=packed.path)
     data = {**data, "codeUri": stored.uri}
     spec = check_spec(data, source=source)
@@ -393,15 +344,9 @@ def _with_code(
 
 def _artifacts(bucket: str) -> Any:
     """The code archives in the artifacts bucket, through boto3's default chain."""
-    import boto3
-    from botocore.exceptions import BotoCoreError
-
     from squall.adapters.aws.artifacts import CodeArtifacts
 
-    try:
-        return CodeArtifacts(boto3.client("s3"), bucket, longest_run=configured_max_runtime_limit())
-    except BotoCoreError as exc:
-        raise CliError(f"cannot reach the artifacts bucket: {exc}", code=EXIT_FAILED) from exc
+    return CodeArtifacts(deployment.aws_client("s3"), bucket, longest_run=configured_max_runtime_limit())
 
 
 def _job_dict(job: Any) -> dict[str, Any]:
@@ -423,9 +368,9 @@ def _job_dict(job: Any) -> dict[str, Any]:
 
 
 def _get(job_id: str) -> Any:
-    job = _store().get(job_id)
+    job = deployment.job_store().get(job_id)
     if job is None:
-        raise CliError(f"no job {job_id}", code=EXIT_FAILED)
+        raise CommandError(f"no job {job_id}", code=EXIT_FAILED)
     return job
 
 
@@ -436,7 +381,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    store = _store()
+    store = deployment.job_store()
     statuses = [JobStatus(args.status)] if args.status else list(JobStatus)
     jobs = [j for s in statuses for j in store.list_by_status(s, limit=args.limit)]
     if args.json:
@@ -455,12 +400,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print_history,
     )
 
-    job = _store().get(args.id)
+    job = deployment.job_store().get(args.id)
     if job is None:  # a model service's name, then (serving_commands.py)
         if describe_model_service(args.id, as_json=args.json):
             return EXIT_OK
-        raise CliError(f"no job or model service {args.id}", code=EXIT_FAILED)
-    events = _store().events(args.id)
+        raise CommandError(f"no job or model service {args.id}", code=EXIT_FAILED)
+    events = deployment.job_store().events(args.id)
     place, unread = _place_in_queue(job)
     served = model_service_history(args.id)  # a model service is named after its job by default
     if args.json:
@@ -500,7 +445,7 @@ def _place_in_queue(job: Any) -> tuple[dict[str, Any] | None, str]:
     if job.status is not JobStatus.QUEUED or job.is_sweep:
         return None, ""
     try:
-        decision = _scale_state().latest_decision(now=datetime.now(UTC))
+        decision = deployment.scale_state().latest_decision(now=datetime.now(UTC))
     except SquallError as exc:  # the history is shown all the same
         return None, f"cannot read the latest scale-check decision: {exc}"
     queue = _admission(decision)
@@ -552,16 +497,16 @@ def _queue_message(entry: dict[str, Any], *, scaling: str) -> str:
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
-    decision = _scale_state().latest_decision(now=datetime.now(UTC))
+    decision = deployment.scale_state().latest_decision(now=datetime.now(UTC))
     if decision is None:
-        raise CliError(
+        raise CommandError(
             "no scale-check decision recorded yet, so there is no queue to show: the scale function "
             "records one every minute (is it deployed and running?)",
             code=EXIT_FAILED,
         )
     admission = _admission(decision)
     if admission is None:
-        raise CliError(
+        raise CommandError(
             f"the latest scale-check decision ({decision.get('at')}) recorded no queue "
             "(written by a Squall without admission)",
             code=EXIT_FAILED,
@@ -752,13 +697,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
     try:
-        code: int = args.run(args)
-    except CliError as exc:
-        print(f"squall: {exc}", file=sys.stderr)
-        return exc.code
-    except SquallError as exc:  # the deployment's table or queue failed us, already translated
-        print(f"squall: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        code: int = reported(args.run)(args)
     except BrokenPipeError:  # `squall plan ... | head`: the reader has what it wanted
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (nothing more may be written to the closed pipe)
         return EXIT_OK

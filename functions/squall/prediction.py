@@ -19,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from squall.researcher_commands import CommandError
+from squall.cli_errors import EXIT_FAILED, CommandError
 
-EXIT_FAILED = 1  # a server's error, or an input the signature does not take
 DEFAULT_SIGNATURE = "serving_default"
 MAX_INPUT_BYTES = 16 * 2**20  # a predict request's file
 MAX_ANSWER_BYTES = 64 * 2**20  # a predict answer read back

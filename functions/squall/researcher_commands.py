@@ -13,20 +13,17 @@ interrupted. The loops are in squall/follow/; this module builds their adapters.
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from squall.cli_deployment import aws_client, job_store
+from squall.cli_errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CommandError, reported
 from squall.cli_types import port, seconds
-from squall.core.errors import NotFoundError, SquallError
+from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobStatus
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-EXIT_CANCELLED, EXIT_REJECTED = 3, 4
-EXIT_INTERRUPTED = 130
 DEFAULT_CLUSTER = "squall"
 DEFAULT_PORT = 6006
 
@@ -41,55 +38,6 @@ _STATUS_EXIT = {
 def exit_code(status: JobStatus) -> int:
     """The exit code of a followed job's final state (`watch`, `submit --watch`)."""
     return _STATUS_EXIT.get(status, EXIT_FAILED)
-
-
-class CommandError(Exception):
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Errors as one `squall: ...` line on stderr and an exit code (the CLI's convention)."""
-
-    @functools.wraps(command)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except CommandError as exc:
-            print(f"squall: {exc}", file=sys.stderr)
-            return exc.code
-        except SquallError as exc:
-            print(f"squall: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        except KeyboardInterrupt:
-            print("squall: interrupted", file=sys.stderr)
-            return EXIT_INTERRUPTED
-
-    return run
-
-
-# ---- AWS, through boto3's default chain ----
-
-
-def aws_client(service: str) -> Any:
-    import boto3
-    from botocore.exceptions import BotoCoreError
-
-    try:
-        return boto3.client(service)
-    except BotoCoreError as exc:
-        raise CommandError(f"cannot make a {service} client: {exc}", code=EXIT_FAILED) from exc
-
-
-def job_store() -> Any:
-    """The deployment's job store (SQUALL_TABLE_NAME), as `squall status` reads it."""
-    from squall.adapters.aws.job_store import DynamoJobStore
-
-    table = os.environ.get("SQUALL_TABLE_NAME")
-    if not table:
-        raise CommandError("SQUALL_TABLE_NAME is not set: point it at the deployment's jobs table")
-    return DynamoJobStore(aws_client("dynamodb"), table)
 
 
 def _job(store: Any, job_id: str) -> Job:

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
+from squall import cli_deployment as deployment
+from squall.cli_errors import EXIT_FAILED, EXIT_OK, CommandError, reported
 from squall.cli_types import seconds, whole_number
 from squall.core.errors import PermanentError
 from squall.core.jobs import Job
 from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
 from squall.follow.clock import patient
-from squall.ports import FollowClock
 from squall.prediction import (
     DEFAULT_SIGNATURE,
     grpc_predict,
@@ -35,9 +35,11 @@ from squall.prediction import (
     rest_base,
     rest_predict,
 )
-from squall.researcher_commands import CommandError, aws_client, job_store, reported
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
+    from squall.ports import FollowClock
+
+
 DEFAULT_POLL = 2.0
 # The submit function takes a message within seconds; a record that has not appeared
 # (or not taken this request) after this long was refused or lost.
@@ -49,39 +51,6 @@ DEFAULT_PREDICT_TIMEOUT = 60.0
 
 
 # ---- AWS, through boto3's default chain ----
-
-
-def _table() -> str:
-    table = os.environ.get("SQUALL_TABLE_NAME")
-    if not table:
-        raise CommandError("SQUALL_TABLE_NAME is not set: point it at the deployment's jobs table")
-    return table
-
-
-def service_store() -> Any:
-    """The deployment's model service records (the jobs table, ``pk=SERVICE#<name>``)."""
-    from squall.adapters.aws.model_service_store import DynamoModelServiceStore
-
-    return DynamoModelServiceStore(aws_client("dynamodb"), _table())
-
-
-def _saved_models() -> Any:
-    from squall.adapters.aws.saved_models import S3SavedModels
-
-    return S3SavedModels(aws_client("s3"))
-
-
-def _send(body: Mapping[str, Any]) -> str:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    queue = os.environ.get("SQUALL_JOBS_QUEUE_URL")
-    if not queue:
-        raise CommandError("SQUALL_JOBS_QUEUE_URL is not set: point it at the deployment's jobs queue")
-    try:
-        response = aws_client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
-    except (BotoCoreError, ClientError) as exc:
-        raise CommandError(f"cannot send to the jobs queue: {exc}", code=EXIT_FAILED) from exc
-    return str(response["MessageId"])
 
 
 def _service(store: Any, name: str) -> ModelService:
@@ -160,7 +129,7 @@ def model_service_history(name: str) -> tuple[ModelService, list[ServiceEvent]] 
 
     if not is_service_name(name):
         return None
-    store = service_store()
+    store = deployment.service_store()
     service: ModelService | None = store.get(name)
     if service is None:
         return None
@@ -228,7 +197,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     assert isinstance(command, ServeCommand)
     # What the submit function will check, asked now: a request that cannot be served
     # fails here, naming the field, and nothing is sent.
-    saved_models = _saved_models()
+    saved_models = deployment.saved_models()
     unchecked: list[str] = []
 
     def has_saved_model(uri: str) -> bool:
@@ -240,11 +209,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             unchecked.append(str(exc))
             return True
 
-    store = service_store()
+    store = deployment.service_store()
     try:
         plan_serve(
             command,
-            job=job_store().get(command.job),
+            job=deployment.job_store().get(command.job),
             existing=store.get(command.name),
             message_id=None,
             has_saved_model=has_saved_model,
@@ -256,7 +225,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"squall: could not check for the SavedModel ({problem}); the submit function checks it",
             file=sys.stderr,
         )
-    message_id = _send(body)
+    message_id = deployment.send_to_jobs_queue(body)
     if args.json and not args.wait:
         print(json.dumps({"name": command.name, "job": command.job, "messageId": message_id}))
         return EXIT_OK
@@ -266,7 +235,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_OK
     from squall.follow.clock import RealClock
 
-    jobs = job_store()
+    jobs = deployment.job_store()
     service = follow_service(
         command.name,
         message_id=message_id,
@@ -383,7 +352,7 @@ def _outcome(service: ModelService) -> str:
 
 @reported
 def cmd_services(args: argparse.Namespace) -> int:
-    store = service_store()
+    store = deployment.service_store()
     statuses = list(ServiceStatus) if args.all else [s for s in ServiceStatus if s in LIVE]
     services = [s for status in statuses for s in store.list_by_status(status, limit=args.limit)]
     services.sort(key=lambda s: (s.created_at, s.name))
@@ -428,11 +397,11 @@ def cmd_unserve(args: argparse.Namespace) -> int:
         parse_command(body)
     except SpecError as exc:
         raise _refused("unserve request", exc) from exc
-    service = _service(service_store(), name)
+    service = _service(deployment.service_store(), name)
     if service.status is ServiceStatus.STOPPED:
         print(f"model service {name} is already STOPPED ({service.reason})")
         return EXIT_OK
-    _send(body)
+    deployment.send_to_jobs_queue(body)
     print(f"unserve requested for {name} ({service.status.value})")
     return EXIT_OK
 
@@ -446,7 +415,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     body = read_request(args.input, signature=args.signature)
     endpoint = args.url
     if endpoint is None:
-        service = _service(service_store(), name)
+        service = _service(deployment.service_store(), name)
         endpoint = service.grpc_target if args.grpc else service.rest_url
         if service.status is not ServiceStatus.SERVING or not endpoint:
             raise CommandError(

@@ -203,10 +203,10 @@ class DeniedSavedModels:
 def test_a_saved_model_these_credentials_cannot_look_for_is_left_to_the_submit_function(
     aws: Deployment, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import squall.serving_commands
+    import squall.cli_deployment
 
     finished_job(aws, "gan-1")
-    monkeypatch.setattr(squall.serving_commands, "_saved_models", DeniedSavedModels)
+    monkeypatch.setattr(squall.cli_deployment, "saved_models", DeniedSavedModels)
     assert main(["serve", "gan-1"]) == 0
     assert "could not check for the SavedModel (look for a SavedModel at" in capsys.readouterr().err
     assert aws.sent() == [{"action": "serve", "job": "gan-1"}]

@@ -36,6 +36,7 @@ from squall.adapters.aws.drain_store import DynamoDrainStore
 from squall.adapters.aws.eventbridge import EventBridgeScaleRequests
 from squall.adapters.aws.identity import IamPrincipals, describe_cluster
 from squall.adapters.aws.job_store import DynamoJobStore
+from squall.adapters.aws.jobs_queue import JobsQueue
 from squall.adapters.aws.scale_state import DynamoScaleState
 from squall.adapters.kubernetes.eks_auth import eks_token
 from squall.core import drain
@@ -165,6 +166,7 @@ METHODS: dict[str, Method] = {
             ["receipt-1"], delay=timedelta(seconds=30)
         ),
     ),
+    "jobs_queue.send": Method("sqs", "send_message", lambda c: JobsQueue(c, QUEUE_URL).send("{}")),
     "eventbridge.request_scale_check": Method(
         "events",
         "put_events",

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from squall import cli
+from squall import cli, cli_deployment
 from squall.cli import main
 from squall.planner import NodeGroup, Policy, Resources, plan
 from squall.planner.packing import GroupOption
@@ -362,7 +362,7 @@ def test_a_failing_deployment_is_exit_1_with_its_reason(
         def get(self, job_id: str) -> None:
             raise RetryableError(f"get job {job_id}: ThrottlingException: Rate exceeded")
 
-    monkeypatch.setattr(cli, "_store", Store)
+    monkeypatch.setattr(cli_deployment, "job_store", Store)
     code, err = run(["status", "job-1"], capsys)
     assert code == 1 and "squall: get job job-1: ThrottlingException" in err
 

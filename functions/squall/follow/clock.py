@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from squall.core.errors import RetryableError
-from squall.ports import FollowClock
+
+if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
+    from squall.ports import FollowClock
 
 T = TypeVar("T")
 

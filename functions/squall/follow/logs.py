@@ -19,14 +19,16 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from squall.core.job_outputs import LogEvent, LogStreamInfo
 from squall.core.jobs import Job, is_terminal
 from squall.core.logstreams import ContainerStream, parse_stream
 from squall.core.manifests import CONTAINER
 from squall.follow.clock import patient
-from squall.ports import FollowClock, JobReader, LogSource
+
+if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
+    from squall.ports import FollowClock, JobReader, LogSource
 
 # Kubernetes' generateName: at most 63 - 5 characters of prefix, then 5 random ones.
 GENERATE_PREFIX_LIMIT = 58

@@ -28,12 +28,15 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from squall.core.job_outputs import StoredObject
 from squall.core.jobs import Job, JobStatus, is_terminal
 from squall.follow.clock import patient
-from squall.ports import FollowClock, JobReader, ObjectSource
+
+if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
+    from squall.ports import FollowClock, JobReader, ObjectSource
+
 
 STATE_DIR = ".squall"
 MANIFEST = "manifest.json"

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
 from squall.follow.clock import patient
 from squall.follow.logs import replica_names
-from squall.ports import FollowClock, JobHistory
+
+if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
+    from squall.ports import FollowClock, JobHistory
 
 DEFAULT_POLL = 2.0
 DEFAULT_EVENTS_SHOWN = 8

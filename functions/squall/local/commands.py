@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from squall.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
 def add_local_commands(subparsers: Any) -> None:

@@ -1,0 +1,50 @@
+"""How a `squall` command ends: its exit codes, its error, and the one place that reports it.
+
+0 ok, 1 not found or failed, 2 bad input; a followed job's own end (`watch`, `submit
+--watch`): 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 REJECTED; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable
+
+from squall.core.errors import SquallError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_CANCELLED, EXIT_REJECTED = 3, 4
+EXIT_INTERRUPTED = 130
+
+
+class CommandError(Exception):
+    """What a command says on failing, and its exit code (bad input unless it says otherwise)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Errors as one `squall: ...` line on stderr and an exit code (the CLI's convention).
+
+    A SquallError is the deployment's table, queue or bucket failing us, already
+    translated by its adapter: exit 1.
+    """
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except CommandError as exc:
+            print(f"squall: {exc}", file=sys.stderr)
+            return exc.code
+        except SquallError as exc:
+            print(f"squall: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        except KeyboardInterrupt:
+            print("squall: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+    return run
