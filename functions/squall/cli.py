@@ -24,7 +24,7 @@ from squall.cli_errors import EXIT_FAILED, EXIT_OK, CommandError, reported
 from squall.cli_types import whole_number
 from squall.core import documents
 from squall.core.errors import SquallError
-from squall.core.jobs import JobStatus
+from squall.core.jobs import JobStatus, Reason
 from squall.planner.inputs import InputError, read_policy
 
 if TYPE_CHECKING:
@@ -492,7 +492,7 @@ def _queue_message(entry: dict[str, Any], *, scaling: str) -> str:
     """A waiting job's message as the scale check renders it on the job's record."""
     from squall.services.admission import with_scaling
 
-    held = str(entry.get("reason", "")).startswith("QuotaExceeded")
+    held = str(entry.get("reason", "")).startswith(Reason.QUOTA_EXCEEDED)
     return with_scaling(str(entry.get("message", "")), scaling=scaling, held=held)
 
 

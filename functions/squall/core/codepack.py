@@ -69,7 +69,6 @@ DEFAULT_IGNORES = (
 )
 
 _COMPRESS_LEVEL = 9
-_CHUNK = MiB
 
 
 class PackError(ValueError):
@@ -641,12 +640,3 @@ class _open_unchanged:
     def __exit__(self, *exc: object) -> None:
         if self._handle is not None:
             self._handle.close()
-
-
-def sha256_of(path: Path | str) -> str:
-    """The sha256 of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -39,8 +39,6 @@ class ServiceStatus(StrEnum):
 
 # The states reconcile follows (it reads their Kubernetes objects on every run).
 LIVE = frozenset({ServiceStatus.DEPLOYING, ServiceStatus.SERVING})
-# The states a name may be served again from.
-ENDED = frozenset({ServiceStatus.FAILED, ServiceStatus.STOPPED})
 
 ALLOWED: dict[ServiceStatus, frozenset[ServiceStatus]] = {
     ServiceStatus.DEPLOYING: frozenset(

@@ -44,7 +44,6 @@ SERVER_COMMAND = ("tensorflow_model_server",)
 MODELS_VOLUME = "models"
 TMP_VOLUME = "tmp"  # the root filesystems are read-only
 FETCH_NO_SAVED_MODEL_EXIT = 2  # worker_images/tf_trainer/trainer/fetch_model.py
-FETCH_FAILED_EXIT = 1
 RUN_AS = 1000
 PROGRESS_DEADLINE_SECONDS = 600
 REVISION_HISTORY_LIMIT = 3

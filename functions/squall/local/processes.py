@@ -131,10 +131,6 @@ READY_BODY_BYTES = 64 * 1024
 _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-class RealPodError(RuntimeError):
-    """A real pod could not be started (its command is missing, say)."""
-
-
 def image_matches(image: str, patterns: Iterable[str]) -> bool:
     """Whether `image` is one of `patterns`: exactly, or any tag/digest of a repository given bare."""
     repository = _repository(image)
@@ -512,10 +508,6 @@ class ProcessRunner:
                 }
                 for p in [*self._running.values(), *self._stopping]
             ]
-
-    def process_groups(self) -> list[int]:
-        with self._lock:
-            return [p.popen.pid for p in [*self._running.values(), *self._stopping]]
 
     def close(self, *, wait: float = 10.0) -> None:
         """Stop every process (SIGTERM, then SIGKILL after `wait` at most) and ship what they wrote."""
