@@ -36,28 +36,31 @@ def jobs_queue_url() -> str:
     return queue
 
 
+def _jobs_table() -> tuple[Any, str]:
+    """A DynamoDB client and the jobs table, named (SQUALL_TABLE_NAME) before a client is made."""
+    table = table_name()
+    return aws_client("dynamodb"), table
+
+
 def job_store() -> Any:
     """The deployment's jobs and their events."""
     from squall.adapters.aws.job_store import DynamoJobStore
 
-    table = table_name()  # named before any client is made
-    return DynamoJobStore(aws_client("dynamodb"), table)
+    return DynamoJobStore(*_jobs_table())
 
 
 def scale_state() -> Any:
     """The scale check's state (its decision records are in the jobs table too)."""
     from squall.adapters.aws.scale_state import DynamoScaleState
 
-    table = table_name()  # named before any client is made
-    return DynamoScaleState(aws_client("dynamodb"), table)
+    return DynamoScaleState(*_jobs_table())
 
 
 def service_store() -> Any:
     """The deployment's model service records (the jobs table, ``pk=SERVICE#<name>``)."""
     from squall.adapters.aws.model_service_store import DynamoModelServiceStore
 
-    table = table_name()  # named before any client is made
-    return DynamoModelServiceStore(aws_client("dynamodb"), table)
+    return DynamoModelServiceStore(*_jobs_table())
 
 
 def saved_models() -> Any:

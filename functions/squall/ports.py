@@ -1,4 +1,4 @@
-"""The small interfaces the services depend on.
+"""The small interfaces the services (and the researcher's follow loops) depend on.
 
 Production adapters (DynamoDB, the official kubernetes client, Auto Scaling,
 EventBridge, EMF) and the local runtime's simulated ones implement these; the type
