@@ -146,6 +146,18 @@ def test_a_real_pods_exit_code_decides_its_phase_and_fails_the_job(harness: Harn
     assert harness.lines_of(pod["metadata"]["name"]) == ["giving up\n"]
 
 
+@pytest.mark.timeout(120)
+def test_a_command_that_does_not_exist_exits_127_and_says_why(harness: Harness) -> None:
+    # As a container runtime does: the pod fails with 127, and its log names the command.
+    harness.submit("missing", command=["squall-no-such-command", "--flag"])
+    assert harness.until(lambda: harness.job_condition("missing")) == "Failed"
+    pod = harness.pods("missing")[0]
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 127
+    (line,) = harness.lines_of(pod["metadata"]["name"])
+    assert line.startswith("cannot run 'squall-no-such-command': ")
+    assert harness.runner.failed_starts == 1
+
+
 SIGTERM_AWARE = (
     "import signal, sys, time\n"
     "def stop(*_):\n"
