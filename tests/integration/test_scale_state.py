@@ -168,3 +168,14 @@ def test_the_memory_decision_log_reads_back_what_dynamodb_would() -> None:
     assert state.latest_decision(now=T0)["dryRun"] is True  # type: ignore[index]
     state.decisions.clear()
     assert state.decisions == [] and state.latest_decision(now=T0) is None
+
+
+def test_memory_keeps_the_decisions_dynamodbs_ttl_would_and_ids_go_on() -> None:
+    # given a replay three weeks long, one check a day (DynamoDB keeps a decision 14 days)
+    state = InMemoryScaleState()
+    ids = [record(state, T0 + timedelta(days=n), n) for n in range(21)]
+    # then only the last two weeks are held, oldest first, and no id is given twice
+    assert [d["plan"]["n"] for d in state.decisions] == list(range(6, 21))
+    assert len(set(ids)) == 21
+    latest = state.latest_decision(now=T0 + timedelta(days=20))
+    assert latest is not None and latest["id"] == ids[-1] and latest["plan"]["n"] == 20

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from squall.adapters.aws.job_store import (
     item_size,
     job_values,
 )
+from squall.adapters.aws.scale_state import DECISION_RETENTION
 from squall.core.drain import DrainRecord
 from squall.core.errors import (
     ConflictError,
@@ -201,6 +203,7 @@ class InMemoryScaleState:
         self._lease: tuple[str, datetime] | None = None
         self._health: dict[str, GroupHealth] = {}
         self.decisions = DecisionLog()
+        self._recorded = 0  # decision ids: the log forgets old records, the count goes on
 
     def acquire_lease(self, *, name: str, holder: str, now: datetime, duration: timedelta) -> bool:
         if self._lease and self._lease[0] != holder and self._lease[1] > now:
@@ -222,14 +225,15 @@ class InMemoryScaleState:
         self, *, at: datetime, trigger: str, dry_run: bool, plan: dict[str, Any], acted: dict[str, Any]
     ) -> str:
         self.decisions.append(at=at, trigger=trigger, dry_run=dry_run, plan=plan, acted=acted)
-        return str(len(self.decisions))
+        self._recorded += 1
+        return str(self._recorded)
 
     def latest_decision(self, *, now: datetime) -> dict[str, Any] | None:
         """The newest decision in the DynamoDB adapter's shape (`at` as ISO 8601, an `id`)."""
         if not self.decisions:
             return None
         newest = self.decisions[-1]
-        return {**newest, "id": str(len(self.decisions)), "at": newest["at"].isoformat()}
+        return {**newest, "id": str(self._recorded), "at": newest["at"].isoformat()}
 
 
 class DecisionLog(Sequence[dict[str, Any]]):
@@ -237,16 +241,21 @@ class DecisionLog(Sequence[dict[str, Any]]):
 
     Kept as the DynamoDB adapter writes them, plan and actions as compact JSON text:
     a long replay records a decision per check, and the text is a fraction of the
-    dicts' size (a long queue's plans list hundreds of waiting pods each).
+    dicts' size (a long queue's plans list hundreds of waiting pods each). A record
+    leaves once it is `retention` older than the newest, as DynamoDB's TTL takes the
+    adapter's (expiresAt): a replay of months holds two weeks of checks, not every one.
     """
 
-    def __init__(self) -> None:
-        self._records: list[tuple[datetime, str, bool, str, str]] = []
+    def __init__(self, *, retention: timedelta = DECISION_RETENTION) -> None:
+        self._records: deque[tuple[datetime, str, bool, str, str]] = deque()
+        self._retention = retention
 
     def append(
         self, *, at: datetime, trigger: str, dry_run: bool, plan: Mapping[str, Any], acted: Mapping[str, Any]
     ) -> None:
         self._records.append((at, trigger, dry_run, _compact(plan), _compact(acted)))
+        while self._records[0][0] < at - self._retention:
+            self._records.popleft()
 
     def clear(self) -> None:
         self._records.clear()
@@ -262,7 +271,7 @@ class DecisionLog(Sequence[dict[str, Any]]):
 
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
-            return [_decision(record) for record in self._records[index]]
+            return [_decision(record) for record in list(self._records)[index]]
         return _decision(self._records[index])
 
     def __eq__(self, other: object) -> bool:
