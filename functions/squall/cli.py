@@ -263,10 +263,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ---- commands against the deployment ----
 
 
-def _send(body: Any) -> str:
-    return deployment.send_to_jobs_queue(body, what="the job spec")
-
-
 def cmd_submit(args: argparse.Namespace) -> int:
     from squall.core.spec import derive_job_id
 
@@ -274,7 +270,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     code: dict[str, Any] = {}
     if args.code is not None:
         spec, data, code = _with_code(spec, data, directory=args.code, source=args.file, quiet=args.json)
-    message_id = _send(data)
+    message_id = deployment.send_to_jobs_queue(data, what="the job spec")
     job_id = spec.id or derive_job_id(spec, message_id=message_id)
     print(
         json.dumps({"jobId": job_id, "messageId": message_id} | code) if args.json else f"submitted {job_id}",
@@ -589,7 +585,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     _get(args.id)
-    _send({"action": "cancel", "id": args.id, "reason": args.reason})
+    deployment.send_to_jobs_queue({"action": "cancel", "id": args.id, "reason": args.reason})
     print(f"cancel requested for {args.id}")
     return EXIT_OK
 
