@@ -46,6 +46,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+from squall.core.errors import MAX_ERROR_TEXT
 from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.core.jobs import Reason, reason_code
 from squall.planner import Pod
@@ -372,7 +373,7 @@ def decide_unobserved(record: DrainRecord, *, error: str, now: datetime, policy:
     if record.done:
         return Decision(record=record)
     record = dataclasses.replace(
-        record, attempts=record.attempts + 1, detail=f"could not observe the node: {error}"[:1000]
+        record, attempts=record.attempts + 1, detail=f"could not observe the node: {error}"[:MAX_ERROR_TEXT]
     )
     if now < record.deadline:
         return _continue(record, now=now, policy=policy)
@@ -473,7 +474,7 @@ def _notes(record: DrainRecord, left: Sequence[Pod], *, node: str) -> tuple[JobN
             message=(
                 f"node {node} (instance {record.instance_id}, group {record.group}) is drained before "
                 f"termination ({cause}): evicting {', '.join(keys[:5])}{', ...' if len(keys) > 5 else ''}"
-            )[:1000],
+            )[:MAX_ERROR_TEXT],
         )
         for job_id, keys in pods_by_job.items()
     )
@@ -525,7 +526,7 @@ def _complete(
 ) -> Decision:
     # A launch that never became a usable node is abandoned; every other ending lets Auto Scaling go on.
     result: Result = "ABANDON" if outcome is DrainOutcome.PROVISION_TIMEOUT else "CONTINUE"
-    done = dataclasses.replace(record, result=result, outcome=outcome, detail=detail[:1000], finished_at=now)
+    done = dataclasses.replace(record, result=result, outcome=outcome, detail=detail[:MAX_ERROR_TEXT], finished_at=now)
     return Decision(record=done, notes=notes, complete=result, back_off=back_off)
 
 
@@ -540,7 +541,7 @@ def action_gone(record: DrainRecord, *, now: datetime) -> DrainRecord:
     """Auto Scaling no longer waits on this action: someone completed it, or it timed out."""
     if record.done:
         # Our own completion found it gone (a retried step): keep how it ended.
-        return dataclasses.replace(record, detail=f"{record.detail}; the action was already completed"[:1000])
+        return dataclasses.replace(record, detail=f"{record.detail}; the action was already completed"[:MAX_ERROR_TEXT])
     return dataclasses.replace(
         record,
         outcome=DrainOutcome.ACTION_GONE,
@@ -552,7 +553,7 @@ def action_gone(record: DrainRecord, *, now: datetime) -> DrainRecord:
 def not_completed(record: DrainRecord, *, error: str) -> DrainRecord:
     """Completing failed for good (e.g. access denied): the hook's default result will apply."""
     return dataclasses.replace(
-        record, detail=f"{record.detail}; could not complete the action: {error}"[:1000]
+        record, detail=f"{record.detail}; could not complete the action: {error}"[:MAX_ERROR_TEXT]
     )
 
 

@@ -7,6 +7,10 @@ exception and can decide on one question only: try this message again, or not.
 
 from __future__ import annotations
 
+# An error's text as a record, an event or a check's outcome keeps it: enough to act on,
+# and a hostile or runaway message (a whole API response, say) cannot grow an item.
+MAX_ERROR_TEXT = 1000
+
 
 class SquallError(Exception):
     """Base of every error Squall raises on purpose."""

@@ -154,7 +154,7 @@ def plan_serve(
     if not has_saved_model(uri):
         raise _refused("job", f"no SavedModel at {uri} ({uri}/{SAVED_MODEL_FILE} does not exist)")
     return ServePlan(
-        action=ServeAction.CREATE if existing is None else ServeAction.SERVE_AGAIN,  # FAILED or STOPPED: not LIVE
+        action=ServeAction.CREATE if existing is None else ServeAction.SERVE_AGAIN,  # not LIVE: ended
         command=command,
         job_id=job.id,
         team=job.team,

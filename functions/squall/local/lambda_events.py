@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
-ACCOUNT = "123456789012"
+from squall.local.aws import ACCOUNT
+
 FUNCTION_PREFIX = "squall"
 HANDLERS = ("submit", "scale", "reconcile", "lifecycle", "drain")
 

@@ -83,6 +83,7 @@ from typing import IO, Any
 
 from squall.conventions import JOB_ID_LABEL, MODEL_SERVICE_LABEL
 from squall.core.logstreams import ContainerStream
+from squall.core.serving_manifests import FETCH_CONTAINER, SERVING_CONTAINER
 from squall.local.aws import FAKE_CREDENTIALS
 from squall.ports import KubeObject
 
@@ -115,9 +116,7 @@ BATCH_BYTES = 1_000_000
 EVENT_OVERHEAD = 26  # bytes PutLogEvents counts per event beyond its message
 FLUSH_SECONDS = 0.5
 READERS_JOIN_SECONDS = 5.0
-# A model service's pod: its containers as the serving contract renders them.
-FETCH_CONTAINER = "fetch-model"
-SERVING_CONTAINER = "serving"
+# A model service's pod: its containers as the serving contract (core/serving_manifests.py) renders them.
 REST_CONTAINER_PORT = 8501  # TensorFlow Serving's --rest_api_port and --port defaults in the contract
 GRPC_CONTAINER_PORT = 8500
 MODEL_SERVER_MODULE = "squall.local.model_server"

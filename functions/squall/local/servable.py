@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from squall.prediction import DEFAULT_SIGNATURE
+
 MAX_RANK = 32
-DEFAULT_SIGNATURE = "serving_default"
 
 
 # ---- the model ----

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
+from squall.conventions import GPU_RESOURCE, REGION_LABEL
 from squall.planner.quantity import format_cpu, format_memory
 
-GPU_RESOURCE = "nvidia.com/gpu"
-REGION_LABEL = "topology.kubernetes.io/region"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from aws_lambda_powertools import Logger
 
-from squall.core.errors import NotFoundError, SquallError
+from squall.core.errors import MAX_ERROR_TEXT, NotFoundError, SquallError
 from squall.core.jobs import Reason, reason_code
 from squall.core.manifests import admission_patch
 from squall.core.telemetry import SERVICE, Metric
@@ -40,7 +40,6 @@ logger = Logger(service=SERVICE, child=True)
 # Queued jobs whose record gets a new reason per check, head of the queue first: the
 # others follow in the next checks (the decision record holds the queue's first part).
 MAX_QUEUE_NOTES = 100
-MAX_MESSAGE = 1000
 
 
 class Report(Protocol):
@@ -174,7 +173,7 @@ class Admitter:
                 outcome.skipped.append(f"{replica.name}: gone before admission (cancelled?)")
                 return False
             except SquallError as exc:
-                outcome.errors.append(f"admit {replica.name}: {exc}"[:MAX_MESSAGE])
+                outcome.errors.append(f"admit {replica.name}: {exc}"[:MAX_ERROR_TEXT])
                 logger.warning("could not admit replica", job=replica.name, error=str(exc))
                 return False
         return True
@@ -231,7 +230,7 @@ class Admitter:
             self._job_failed(outcome, job_id, f"note {job_id}", exc)
 
     def _job_failed(self, outcome: Report, job_id: str, what: str, exc: Exception) -> None:
-        outcome.errors.append(f"{what}: {type(exc).__name__}: {exc}"[:MAX_MESSAGE])
+        outcome.errors.append(f"{what}: {type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT])
         logger.exception("admission step failed for job", job_id=job_id, action=what)
         self.metrics.add(Metric.JOB_ERRORS, 1)
 

@@ -23,6 +23,7 @@ from typing import Any, cast
 from aws_lambda_powertools import Logger
 
 from squall.core.errors import (
+    MAX_ERROR_TEXT,
     ConflictError,
     InvalidTransitionError,
     PermanentError,
@@ -43,7 +44,6 @@ from squall.services.versioned import CREATE_GRACE
 logger = Logger(service=SERVICE, child=True)
 
 IMAGE_PULL_GRACE = timedelta(minutes=5)
-MAX_ERROR_MESSAGE = 1000
 # Active jobs one run reads at most; far beyond the queue the admission and the
 # Kubernetes API are sized for (docs/design.md, "Admission": at size).
 MAX_ACTIVE_JOBS = 200_000
@@ -102,8 +102,8 @@ class Reconciler:
                 report.serving = self.serving.run()
             except SquallError as exc:
                 # Its lists could not be read now: the next run (a minute on) reads them again.
-                logger.warning("model services not reconciled", error=str(exc)[:MAX_ERROR_MESSAGE])
-                report.serving = ServingReport(errors=[f"model services: {exc}"[:MAX_ERROR_MESSAGE]])
+                logger.warning("model services not reconciled", error=str(exc)[:MAX_ERROR_TEXT])
+                report.serving = ServingReport(errors=[f"model services: {exc}"[:MAX_ERROR_TEXT]])
                 return report
             self._serving_metrics(report.serving)
         return report
@@ -186,8 +186,8 @@ class Reconciler:
         try:
             step()
         except (RetryableError, ConflictError) as exc:
-            report.errors.append(f"{job.id}: {exc}"[:MAX_ERROR_MESSAGE])
-            logger.warning("reconcile failed for job", job_id=job.id, error=str(exc)[:MAX_ERROR_MESSAGE])
+            report.errors.append(f"{job.id}: {exc}"[:MAX_ERROR_TEXT])
+            logger.warning("reconcile failed for job", job_id=job.id, error=str(exc)[:MAX_ERROR_TEXT])
             return False
         except Exception as exc:
             self._fail_job(job, exc, report)
@@ -201,8 +201,8 @@ class Reconciler:
         else:
             reason = reason_code(Reason.RECONCILE_ERROR, type(exc).__name__)
             message = f"reconcile could not handle this job: {exc}"
-        message = message[:MAX_ERROR_MESSAGE]
-        report.errors.append(f"{job.id}: {reason}: {message}"[:MAX_ERROR_MESSAGE])
+        message = message[:MAX_ERROR_TEXT]
+        report.errors.append(f"{job.id}: {reason}: {message}"[:MAX_ERROR_TEXT])
         logger.exception("reconcile failed for job; failing it", job_id=job.id, reason=reason)
         self.metrics.add(Metric.JOB_ERRORS, 1)
         try:

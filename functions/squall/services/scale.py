@@ -22,7 +22,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall.conventions import CORDONED_AT_ANNOTATION, EMPTY_SINCE_ANNOTATION, TERMINATION_REASON_ANNOTATION
-from squall.core.errors import NotFoundError, SquallError
+from squall.core.errors import MAX_ERROR_TEXT, NotFoundError, SquallError
 from squall.core.jobs import Reason, reason_code
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import (
@@ -488,7 +488,7 @@ class Scaler:
 
     def _job_failed(self, result: ScaleResult, job_id: str, what: str, exc: Exception) -> None:
         """A step on one job raised unexpectedly: logged, counted and reported; the check goes on."""
-        result.errors.append(f"{what}: {type(exc).__name__}: {exc}"[:1000])
+        result.errors.append(f"{what}: {type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT])
         logger.exception("scale step failed for job", job_id=job_id, action=what)
         self.metrics.add(Metric.JOB_ERRORS, 1)
 

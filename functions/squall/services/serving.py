@@ -31,7 +31,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall.conventions import MODEL_SERVICE_LABEL
-from squall.core.errors import ConflictError, PermanentError, RetryableError
+from squall.core.errors import MAX_ERROR_TEXT, ConflictError, PermanentError, RetryableError
 from squall.core.serving import (
     CLEARED_OBSERVATIONS,
     LIVE,
@@ -56,7 +56,6 @@ MAX_LIVE_SERVICES = 10_000
 # Services whose pods and Service one run reads (two API calls each); the rest are next.
 MAX_SERVICES_PER_RUN = 200
 MAX_ORPHANS_PER_RUN = 50
-MAX_MESSAGE = 1000
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,7 @@ class ModelServing:
             if current.version != service.version:
                 return None
             return transition_service(
-                current, to=to, reason=reason, at=at, message=message[:MAX_MESSAGE], **changes
+                current, to=to, reason=reason, at=at, message=message[:MAX_ERROR_TEXT], **changes
             )
 
         return update_record(
@@ -209,13 +208,13 @@ class ServingReconciler:
         try:
             step()
         except (RetryableError, ConflictError) as exc:
-            report.errors.append(f"{name}: {exc}"[:MAX_MESSAGE])
+            report.errors.append(f"{name}: {exc}"[:MAX_ERROR_TEXT])
             logger.warning(
-                "reconcile failed for model service", model_service=name, error=str(exc)[:MAX_MESSAGE]
+                "reconcile failed for model service", model_service=name, error=str(exc)[:MAX_ERROR_TEXT]
             )
         except Exception as exc:
             reason = f"{ServiceReason.RECONCILE_ERROR}:{type(exc).__name__}"
-            report.errors.append(f"{name}: {reason}: {exc}"[:MAX_MESSAGE])
+            report.errors.append(f"{name}: {reason}: {exc}"[:MAX_ERROR_TEXT])
             logger.exception(
                 "reconcile failed for model service; failing it", model_service=name, reason=reason
             )

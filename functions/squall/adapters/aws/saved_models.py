@@ -16,8 +16,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from squall.adapters.aws.errors import error_code, http_status, translate
 from squall.core.errors import PermanentError
+from squall.core.serving_requests import SAVED_MODEL_FILE
 
-SAVED_MODEL_FILE = "saved_model.pb"
 _MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
 
 
