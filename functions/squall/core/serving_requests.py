@@ -18,6 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from squall.core.job_outputs import split_s3_uri
 from squall.core.jobs import Job, JobStatus
 from squall.core.serving import (
     CLEARED_OBSERVATIONS,
@@ -31,7 +32,6 @@ from squall.core.serving import (
 )
 from squall.core.spec import Issue, ServeCommand, SpecError
 
-S3_SCHEME = "s3://"
 SAVED_MODEL_FILE = "saved_model.pb"
 
 
@@ -64,16 +64,6 @@ def team_prefix(team: str) -> str:
 def model_uri(*, output_uri: str, job_id: str) -> str:
     """Where a job's trainer exported its SavedModel: ``<outputUri>/<job id>``."""
     return f"{output_uri.rstrip('/')}/{job_id}"
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    """(bucket, key) of an ``s3://bucket/key`` URI; ValueError for anything else."""
-    if not uri.startswith(S3_SCHEME):
-        raise ValueError(f"{uri[:200]!r} is not an s3:// URI")
-    bucket, _, key = uri[len(S3_SCHEME) :].partition("/")
-    if not bucket:
-        raise ValueError(f"{uri[:200]!r} names no bucket")
-    return bucket, key
 
 
 def in_team_prefix(uri: str, *, team: str) -> bool:

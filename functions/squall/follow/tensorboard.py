@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from squall.core.job_outputs import StoredObject
+from squall.core.job_outputs import StoredObject, split_s3_uri
 from squall.core.jobs import Job, JobStatus, is_terminal
 from squall.follow.clock import patient
 
@@ -67,11 +67,6 @@ class Source:
         return f"s3://{self.bucket}/{self.prefix}"
 
 
-def _split(uri: str) -> tuple[str, str]:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    return bucket, prefix.strip("/")
-
-
 def job_sources(job: Job) -> list[Source]:
     """Where the job's (or each trial's) TensorBoard files may be, by the trainer's convention."""
     spec = job.spec or {}
@@ -81,11 +76,15 @@ def job_sources(job: Job) -> list[Source]:
     seen: set[tuple[str, str]] = set()
     for run_id in ids:
         for uri, folder in uris:
-            if not isinstance(uri, str) or not uri.startswith("s3://"):
+            if not isinstance(uri, str):
                 continue
-            bucket, base = _split(uri)
+            try:
+                bucket, key = split_s3_uri(uri)
+            except ValueError:  # not an s3:// URI, or no bucket: nothing of the job's there
+                continue
+            base = key.strip("/")
             prefix = f"{base}/{run_id}/" if base else f"{run_id}/"
-            if not bucket or (bucket, prefix) in seen:
+            if (bucket, prefix) in seen:
                 continue
             seen.add((bucket, prefix))
             local = (PurePosixPath(run_id) / folder) if job.trial_ids else folder

@@ -16,16 +16,18 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from squall.adapters.aws.errors import error_code, http_status, translate
 from squall.core.errors import PermanentError
+from squall.core.job_outputs import split_s3_uri
 from squall.core.serving_requests import SAVED_MODEL_FILE
 
 _MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
 
 
-def split_s3_uri(uri: str) -> tuple[str, str]:
+def _bucket_and_prefix(uri: str) -> tuple[str, str]:
     """``s3://bucket/prefix`` as (bucket, prefix without a trailing '/'); PermanentError for any other text."""
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    if not uri.startswith("s3://") or not bucket:
-        raise PermanentError(f"{uri[:200]!r} is not an s3:// URI such as 's3://bucket/prefix'")
+    try:
+        bucket, prefix = split_s3_uri(uri)
+    except ValueError as exc:
+        raise PermanentError(f"{exc}: expected one such as 's3://bucket/prefix'") from None
     return bucket, prefix.rstrip("/")
 
 
@@ -34,7 +36,7 @@ class S3SavedModels:
         self._client = client
 
     def has_saved_model(self, uri: str) -> bool:
-        bucket, prefix = split_s3_uri(uri)
+        bucket, prefix = _bucket_and_prefix(uri)
         key = f"{prefix}/{SAVED_MODEL_FILE}" if prefix else SAVED_MODEL_FILE
         doing = f"look for a SavedModel at s3://{bucket}/{key}"
         try:
