@@ -299,12 +299,7 @@ def _with_code(
 
     from squall.core.codepack import PackError, pack
 
-    bucket = os.environ.get("SQUALL_ARTIFACTS_BUCKET", "").strip()
-    if not bucket:
-        raise CommandError(
-            "SQUALL_ARTIFACTS_BUCKET is not set: point it at the deployment's artifacts bucket "
-            "(the CDK app's output; `squall local up` prints it) to submit with --code"
-        )
+    bucket = deployment.artifacts_bucket()
     deployment.jobs_queue_url()
     if isinstance(data, dict) and data.get("codeUri") is not None and not quiet:
         print(f"{source}: codeUri {data['codeUri']} is replaced by --code {directory}", file=sys.stderr)

@@ -14,6 +14,9 @@ from squall.cli_errors import CommandError
 
 TABLE_ENV = "SQUALL_TABLE_NAME"
 QUEUE_ENV = "SQUALL_JOBS_QUEUE_URL"
+ARTIFACTS_ENV = "SQUALL_ARTIFACTS_BUCKET"
+CLUSTER_ENV = "SQUALL_CLUSTER_NAME"
+DEFAULT_CLUSTER = "squall"
 
 
 def aws_client(service: str) -> Any:
@@ -34,6 +37,27 @@ def jobs_queue_url() -> str:
     if not queue:
         raise CommandError(f"{QUEUE_ENV} is not set: point it at the deployment's jobs queue")
     return queue
+
+
+def artifacts_bucket() -> str:
+    """The bucket `submit --code` stores code archives in."""
+    bucket = os.environ.get(ARTIFACTS_ENV, "").strip()
+    if not bucket:
+        raise CommandError(
+            f"{ARTIFACTS_ENV} is not set: point it at the deployment's artifacts bucket "
+            "(the CDK app's output; `squall local up` prints it) to submit with --code"
+        )
+    return bucket
+
+
+def cluster_name() -> str:
+    """The EKS cluster whose log group holds the jobs' container output (default "squall")."""
+    name = os.environ.get(CLUSTER_ENV, "").strip() or DEFAULT_CLUSTER
+    if len(name) > 100 or not all(c.isalnum() or c in "-_" for c in name):
+        raise CommandError(
+            f"{CLUSTER_ENV}: expected an EKS cluster name (letters, digits, '-', '_'), got {name[:60]!r}"
+        )
+    return name
 
 
 def _jobs_table() -> tuple[Any, str]:

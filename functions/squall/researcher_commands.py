@@ -13,18 +13,16 @@ interrupted. The loops are in squall/follow/; this module builds their adapters.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from squall.cli_deployment import aws_client, job_store
+from squall.cli_deployment import aws_client, cluster_name, job_store
 from squall.cli_errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CommandError, reported
 from squall.cli_types import port, seconds
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobStatus
 
-DEFAULT_CLUSTER = "squall"
 DEFAULT_PORT = 6006
 
 _STATUS_EXIT = {
@@ -45,15 +43,6 @@ def _job(store: Any, job_id: str) -> Job:
     if job is None:
         raise CommandError(f"no job {job_id}", code=EXIT_FAILED)
     return job
-
-
-def cluster_name() -> str:
-    name = os.environ.get("SQUALL_CLUSTER_NAME", "").strip() or DEFAULT_CLUSTER
-    if len(name) > 100 or not all(c.isalnum() or c in "-_" for c in name):
-        raise CommandError(
-            f"SQUALL_CLUSTER_NAME: expected an EKS cluster name (letters, digits, '-', '_'), got {name[:60]!r}"
-        )
-    return name
 
 
 def _sweep_refused(job: Job, what: str) -> CommandError:

@@ -97,3 +97,17 @@ def test_the_command_names_an_unset_queue_and_exits_2(
     assert capsys.readouterr().err == (
         f"squall: {deployment.QUEUE_ENV} is not set: point it at the deployment's jobs queue\n"
     )
+
+
+@pytest.mark.parametrize("name", ["my cluster", "a" * 101, "../etc", "squall;rm"])
+def test_a_cluster_name_eks_would_not_take_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(deployment.CLUSTER_ENV, name)
+    with pytest.raises(CommandError, match=f"^{deployment.CLUSTER_ENV}: expected an EKS cluster name"):
+        deployment.cluster_name()
+
+
+def test_the_cluster_name_defaults_to_squalls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(deployment.CLUSTER_ENV, "  ")
+    assert deployment.cluster_name() == "squall"
