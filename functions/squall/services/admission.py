@@ -50,6 +50,37 @@ class Report(Protocol):
     errors: list[str]
 
 
+def job_failed(outcome: Report, *, job_id: str, what: str, exc: Exception, metrics: MetricsSink) -> None:
+    """A step on one job raised unexpectedly: logged, counted and reported; the check goes on."""
+    outcome.errors.append(f"{what}: {type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT])
+    logger.exception("scale check step failed for job", job_id=job_id, action=what)
+    metrics.add(Metric.JOB_ERRORS, 1)
+
+
+def note_or_report(
+    store: JobStore,
+    job_id: str,
+    reason: str,
+    message: str,
+    *,
+    now: datetime,
+    outcome: Report,
+    metrics: MetricsSink,
+    once: bool = False,
+    queued_only: bool = False,
+) -> None:
+    """A reason on the job's record (intake's note_job); the check's actions stand without it.
+
+    A store that fails us is logged and the check goes on; anything else is the job's failure.
+    """
+    try:
+        note_job(store, job_id, reason=reason, message=message, at=now, once=once, queued_only=queued_only)
+    except SquallError as exc:
+        logger.warning("could not note job", job_id=job_id, reason=reason, error=str(exc))
+    except Exception as exc:
+        job_failed(outcome, job_id=job_id, what=f"note {job_id}", exc=exc, metrics=metrics)
+
+
 @dataclass
 class AdmissionMemory:
     """What earlier checks in this process saw; keep one per process (a warm Lambda reuses it)."""
@@ -217,22 +248,21 @@ class Admitter:
         only_queued: bool = False,
     ) -> None:
         """A reason on the job's record, unless it has it already; admission stands without it."""
-        store = self.store
-        if store is None:
-            return
-        try:
-            note_job(
-                store, job_id, reason=reason, message=message, at=now, once=True, queued_only=only_queued
+        if self.store is not None:
+            note_or_report(
+                self.store,
+                job_id,
+                reason,
+                message,
+                now=now,
+                outcome=outcome,
+                metrics=self.metrics,
+                once=True,
+                queued_only=only_queued,
             )
-        except SquallError as exc:
-            logger.warning("could not note job", job_id=job_id, reason=reason, error=str(exc))
-        except Exception as exc:
-            self._job_failed(outcome, job_id, f"note {job_id}", exc)
 
     def _job_failed(self, outcome: Report, job_id: str, what: str, exc: Exception) -> None:
-        outcome.errors.append(f"{what}: {type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT])
-        logger.exception("admission step failed for job", job_id=job_id, action=what)
-        self.metrics.add(Metric.JOB_ERRORS, 1)
+        job_failed(outcome, job_id=job_id, what=what, exc=exc, metrics=self.metrics)
 
     # ---- metrics ------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall.conventions import CORDONED_AT_ANNOTATION, EMPTY_SINCE_ANNOTATION, TERMINATION_REASON_ANNOTATION
-from squall.core.errors import MAX_ERROR_TEXT, NotFoundError, SquallError
+from squall.core.errors import NotFoundError, SquallError
 from squall.core.jobs import Reason, reason_code
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import (
@@ -42,8 +42,7 @@ from squall.planner.inventory import Inventory, build_inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, parse_pods, pod_cache
 from squall.planner.timers import next_timer
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
-from squall.services.admission import AdmissionMemory, Admitter
-from squall.services.intake import note_job
+from squall.services.admission import AdmissionMemory, Admitter, job_failed, note_or_report
 from squall.services.quiet import Quiet
 
 logger = Logger(service=SERVICE, child=True)
@@ -476,21 +475,11 @@ class Scaler:
 
     def _note(self, job_id: str, reason: str, message: str, *, now: datetime, result: ScaleResult) -> None:
         """A reason code on the job's history; the scale check's actions stand without it."""
-        store = self.store
-        if store is None:
-            return
-        try:
-            note_job(store, job_id, reason=reason, message=message, at=now)
-        except SquallError as exc:
-            logger.warning("could not note job", job_id=job_id, reason=reason, error=str(exc))
-        except Exception as exc:
-            self._job_failed(result, job_id, f"note {job_id}", exc)
+        if self.store is not None:
+            note_or_report(self.store, job_id, reason, message, now=now, outcome=result, metrics=self.metrics)
 
     def _job_failed(self, result: ScaleResult, job_id: str, what: str, exc: Exception) -> None:
-        """A step on one job raised unexpectedly: logged, counted and reported; the check goes on."""
-        result.errors.append(f"{what}: {type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT])
-        logger.exception("scale step failed for job", job_id=job_id, action=what)
-        self.metrics.add(Metric.JOB_ERRORS, 1)
+        job_failed(result, job_id=job_id, what=what, exc=exc, metrics=self.metrics)
 
     def _scale_down(
         self, node: str | None, instance: str, ref: GroupRef, *, now: datetime, result: ScaleResult
