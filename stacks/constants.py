@@ -52,16 +52,10 @@ PYPROJECT = REPO_ROOT / "pyproject.toml"
 ASSET_EXCLUDES = (
     "squall/local",
     "squall/local/**",
-    "squall/cli.py",
-    "squall/cli_types.py",
-    "squall/cli_errors.py",
-    "squall/cli_deployment.py",
-    # The researcher's commands and the loops that follow a job run on a laptop, never in Lambda.
-    "squall/researcher_commands.py",
-    "squall/serving_commands.py",
-    "squall/prediction.py",
-    "squall/follow",
-    "squall/follow/**",
+    # The `squall` command (its researcher's and serving commands, the follow loops) runs on
+    # a laptop, never in Lambda.
+    "squall/cli",
+    "squall/cli/**",
     "**/__pycache__",
     "**/*.pyc",
     "*.egg-info",

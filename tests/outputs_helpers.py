@@ -135,7 +135,7 @@ def squall(*argv: str) -> int:
     """`squall ARGV` for the commands of squall/researcher_commands.py, in this process."""
     import argparse
 
-    from squall.researcher_commands import add_researcher_commands
+    from squall.cli.researcher import add_researcher_commands
 
     root = argparse.ArgumentParser(prog="squall")
     add_researcher_commands(root.add_subparsers(dest="command", required=True))

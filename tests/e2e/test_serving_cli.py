@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from squall.cli import main
+from squall.cli.prediction import MAX_INPUT_BYTES
+from squall.cli.researcher import CommandError
+from squall.cli.serving import follow_service, serve_exit
 from squall.core.errors import PermanentError
 from squall.core.jobs import JobStatus
 from squall.core.serving import ModelService, ServiceReason, ServiceStatus, transition_service
-from squall.prediction import MAX_INPUT_BYTES
-from squall.researcher_commands import CommandError
-from squall.serving_commands import follow_service, serve_exit
 from tests.outputs_helpers import START, SteppingClock, move, record_job, spec_record
 from tests.serving_records import first_record
 
@@ -203,10 +203,10 @@ class DeniedSavedModels:
 def test_a_saved_model_these_credentials_cannot_look_for_is_left_to_the_submit_function(
     aws: Deployment, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import squall.cli_deployment
+    import squall.cli.deployment
 
     finished_job(aws, "gan-1")
-    monkeypatch.setattr(squall.cli_deployment, "saved_models", DeniedSavedModels)
+    monkeypatch.setattr(squall.cli.deployment, "saved_models", DeniedSavedModels)
     assert main(["serve", "gan-1"]) == 0
     assert "could not check for the SavedModel (look for a SavedModel at" in capsys.readouterr().err
     assert aws.sent() == [{"action": "serve", "job": "gan-1"}]
@@ -343,8 +343,8 @@ def test_wait_gives_up_when_no_record_takes_the_request_and_when_it_never_gets_r
 
 
 def test_wait_ends_at_once_with_the_errors_when_the_submit_function_refuses_the_request() -> None:
+    from squall.cli.serving import rejected_id
     from squall.local.runtime import LocalRuntime
-    from squall.serving_commands import rejected_id
 
     # given a serve request the submit function refuses: the memory backend has no S3, so
     # serving is not available there (a refusal the CLI's own check cannot see)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from squall.follow.tensorboard import ServeError, start_tensorboard
+from squall.cli.follow.tensorboard import ServeError, start_tensorboard
 from tests.outputs_helpers import LocalAws, local_aws, record_job, spec_record, squall
 
 BUCKET = "squall-artifacts"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from squall.cli.follow.watch import RichView, watch_job
+from squall.cli.researcher import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobStatus, note
-from squall.follow.watch import RichView, watch_job
-from squall.researcher_commands import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED
 from tests.outputs_helpers import START, LocalAws, SteppingClock, local_aws, move, record_job, squall
 
 

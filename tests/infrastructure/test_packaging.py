@@ -58,7 +58,9 @@ def _functions_tree(root: Path) -> Path:
     (package / "__init__.py").write_text("")
     (package / "handlers" / "submit.py").write_text("def handler(event, context): ...\n")
     (package / "local" / "demo.py").write_text("")
-    (package / "cli.py").write_text("")
+    (package / "cli" / "follow").mkdir(parents=True)
+    (package / "cli" / "__init__.py").write_text("")
+    (package / "cli" / "follow" / "logs.py").write_text("")
     (package / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"")
     (root / "squall.egg-info").mkdir()
     return root
@@ -79,7 +81,7 @@ def test_local_bundling_installs_then_copies_the_package_without_cli_and_local(t
     assert (output / "pydantic" / "__init__.py").is_file()
     for absent in (
         "squall/local",
-        "squall/cli.py",
+        "squall/cli",
         "squall/__pycache__",
         "squall.egg-info",
         "botocore",
@@ -109,7 +111,7 @@ def test_cdk_bundles_locally_without_docker(tmp_path: Path) -> None:
     (asset,) = (tmp_path / "cdk.out").glob("asset.*")
     assert (asset / "squall" / "handlers" / "submit.py").is_file()
     assert (asset / "pydantic").is_dir()
-    assert not (asset / "squall" / "cli.py").exists()
+    assert not (asset / "squall" / "cli").exists()
 
 
 def test_the_staged_source_holds_the_package_and_each_functions_settings(tmp_path: Path) -> None:
@@ -126,7 +128,7 @@ def test_the_staged_source_holds_the_package_and_each_functions_settings(tmp_pat
     )
     # then it is the package as the asset takes it, plus one JSON file per function
     assert (staged / "squall" / "handlers" / "submit.py").is_file()
-    assert not (staged / "squall" / "local").exists() and not (staged / "squall" / "cli.py").exists()
+    assert not (staged / "squall" / "local").exists() and not (staged / "squall" / "cli").exists()
     assert not (staged / "squall" / "gone.py").exists(), "nothing of an earlier synthesis remains"
     settings = staged / constants.SETTINGS_DIR
     assert sorted(p.name for p in settings.iterdir()) == ["scale.json", "submit.json"]

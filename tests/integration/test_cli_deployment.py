@@ -12,10 +12,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from squall import cli_deployment as deployment
 from squall.adapters.aws.clients import aws_client
-from squall.cli import main
-from squall.cli_errors import EXIT_FAILED, EXIT_USAGE, CommandError
+from squall.cli import deployment, main
+from squall.cli.errors import EXIT_FAILED, EXIT_USAGE, CommandError
 from squall.core.errors import PermanentError
 
 pytestmark = pytest.mark.timeout(60)

@@ -12,9 +12,9 @@ from botocore.stub import Stubber
 
 from squall.adapters.aws.job_store import DynamoJobStore
 from squall.adapters.aws.logs import CloudWatchLogReader, LogAccessDenied
+from squall.cli.follow.logs import FollowSettings, LogFollower, print_logs, replica_names
 from squall.core.errors import NotFoundError, RetryableError
 from squall.core.jobs import Job, JobStatus
-from squall.follow.logs import FollowSettings, LogFollower, print_logs, replica_names
 from tests.outputs_helpers import GROUP, START, SteppingClock, move, put_lines, record_job, stream_name
 
 JOB = "gan-1a2b3c4d"

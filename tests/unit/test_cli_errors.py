@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from squall import cli, cli_deployment
+from squall.cli import commands as cli
+from squall.cli import deployment as cli_deployment
 from squall.cli import main
 from squall.planner import NodeGroup, Policy, Resources, plan
 from squall.planner.packing import GroupOption

@@ -6,9 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from squall.core.job_outputs import LogEvent, LogStreamInfo
-from squall.core.logstreams import ContainerStream
-from squall.follow.logs import (
+from squall.cli.follow.logs import (
     LogsError,
     check_replica,
     format_event,
@@ -17,6 +15,8 @@ from squall.follow.logs import (
     pod_replicas,
     select_streams,
 )
+from squall.core.job_outputs import LogEvent, LogStreamInfo
+from squall.core.logstreams import ContainerStream
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 REPLICAS = ("chief-0", "worker-0", "worker-1", "worker-10")

@@ -9,9 +9,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from squall.cli.follow.tensorboard import EventFileMirror, MirrorError, Source, job_sources, keep_in_step
 from squall.core.job_outputs import StoredObject
 from squall.core.jobs import JobStatus, new_job, transition
-from squall.follow.tensorboard import EventFileMirror, MirrorError, Source, job_sources, keep_in_step
 
 AT = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 EVENTS = "logs/events.out.tfevents.1.host.1.v2"

@@ -17,7 +17,7 @@ MAX_MODULE_LINES = 850
 # functions' or the follow loops' adapters implement belongs in squall/ports.py.
 INTERNAL_PROTOCOLS = {
     "squall/local/backends.py": {"LocalJobStore"},
-    "squall/follow/watch.py": {"View"},
+    "squall/cli/follow/watch.py": {"View"},
     "squall/local/scenario/simulation.py": {"LiveView"},
     "squall/local/cluster/pods.py": {"PodRunner"},
     "squall/local/queues.py": {"LocalQueue"},
@@ -68,3 +68,49 @@ def test_every_port_is_in_ports_py() -> None:
 def test_no_module_under_functions_is_over_the_size_line() -> None:
     sizes = {_where(path): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
     assert {where: n for where, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def _module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT / "functions").with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """The squall modules a module imports at its top, under `if TYPE_CHECKING:` too.
+
+    A lazy import inside a function is how a module says "only on this path"; an import
+    at the top (typing's included) is a dependency of the module as a whole.
+    """
+    found: set[str] = set()
+    statements = list(ast.parse(path.read_text(), str(path)).body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, ast.If):
+            statements.extend([*node.body, *node.orelse])
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("squall"):
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("squall"))
+    return found
+
+
+def test_no_module_of_the_package_imports_itself_back() -> None:
+    # A cycle (planner/admission.py and planner/queue_order.py once) means two modules are
+    # one concern split in the wrong place: the types both need go in a module of their own.
+    modules = {_module_of(path): path for path in SOURCES if path.is_relative_to(PACKAGE)}
+    graph = {
+        # A package and its own modules are one unit: its __init__ re-exports them.
+        name: {
+            imported
+            for imported in _module_level_imports(path)
+            if imported in modules
+            and not (name + ".").startswith(imported + ".")
+            and not imported.startswith(name + ".")
+        }
+        for name, path in modules.items()
+    }
+    cycles = sorted(
+        (a, b) for a, targets in graph.items() for b in targets if a < b and a in graph.get(b, set())
+    )
+    assert cycles == []

@@ -1,7 +1,7 @@
 """What a job leaves behind for its researcher: log streams and events, stored objects.
 
 Value types shared by the readers (adapters/aws/logs.py, adapters/aws/s3_objects.py)
-and the loops that follow them (squall/follow/), and the one reading of an s3:// URI
+and the loops that follow them (squall/cli/follow/), and the one reading of an s3:// URI
 they, serving and the SavedModel check share. Pure: no I/O.
 """
 

@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from squall.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from squall.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
 def add_local_commands(subparsers: Any) -> None:

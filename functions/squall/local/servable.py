@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from squall.prediction import DEFAULT_SIGNATURE
+from squall.cli.prediction import DEFAULT_SIGNATURE
 
 MAX_RANK = 32
 

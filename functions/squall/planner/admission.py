@@ -33,7 +33,7 @@ import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TypeVar
 
 from squall.planner.demand import Gang, PodShape, shape_of
@@ -48,76 +48,17 @@ from squall.planner.model import (
     Pod,
     Policy,
     Vector,
-    require_aware,
 )
 from squall.planner.packing import Packer, RoomKind
 from squall.planner.planning import rooms_on_nodes_up
 from squall.planner.queue_order import in_admission_order, ordinal
+from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamShare
 
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
 MAX_LISTED = 250
 NEVER_FITS = "; no region can ever hold it: it is larger than the node groups at max size"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TeamShare:
-    """A team's share of the GPUs: at most `quota` admitted at once (None: no limit), by `weight`."""
-
-    quota: int | None = None
-    weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.quota is not None and self.quota < 0:
-            raise ValueError("a team's GPU quota must not be negative")
-        if not self.weight > 0:
-            raise ValueError("a team's weight must be positive")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplicaJob:
-    """One replica's batch/v1 Job, as admission reads it."""
-
-    name: str
-    namespace: str
-    job_id: str
-    team: str
-    priority: int = 0
-    submitted_at: datetime | None = None
-    requeued: bool = False
-    replicas: int = 1  # how many replica Jobs the whole job has
-    suspended: bool = False
-    started: bool = False  # status.startTime is set: it has run (its scheduling directives are fixed)
-    finished: bool = False  # Complete or Failed
-    admitted_region: str | None = None
-    # The pod its template describes, as a pending pod named after the Job.
-    pod: Pod
-
-    def __post_init__(self) -> None:
-        require_aware(f"job {self.name} submitted_at", self.submitted_at)
-
-    @property
-    def gpus(self) -> int:
-        return self.pod.requests.gpu
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QueuedJob:
-    """A job all of whose replica Jobs exist and are suspended: it waits for admission."""
-
-    job_id: str
-    team: str
-    namespace: str
-    priority: int
-    submitted_at: datetime | None
-    requeued: bool
-    replicas: tuple[ReplicaJob, ...]
-    gpus: int  # all replicas together
-
-    def order_key(self) -> tuple[bool, datetime, str]:
-        return (not self.requeued, self.submitted_at or _EARLIEST, self.job_id)
-
-
-_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 # Shapes of pods kept between calls at most; past it the memo starts afresh.
 MAX_REMEMBERED_SHAPES = 10_000
 

@@ -1,7 +1,7 @@
 """The configuration Squall reads, one schema each: node groups, policy, durations, teams.
 
 Every reader uses these: `cdk synth` (stacks/config.py), the functions' settings
-(core/settings.py, runtime.py), `squall plan` (planner/offline.py, cli.py), scenario and
+(core/settings.py, runtime.py), `squall plan` (planner/offline.py, cli/commands.py), scenario and
 groups files (local/scenario, local/trace.py). A rule or a default is written once,
 here, and every problem comes back as 'field: what is wrong', all at once.
 

@@ -5,14 +5,14 @@ as the scale check does: which suspended jobs would be admitted now and where, a
 the queue in admission order with each job's reason; the planner is then given the
 pods plus the admission's demand (the pods of admitted jobs not created yet and the
 queue's, head first), so the plan buys what the queue will admit next. Teams' quotas
-and weights are the deployment's (cli.py reads cdk.json's `teams`).
+and weights are the deployment's (cli/commands.py reads cdk.json's `teams`).
 
 GROUPS is the node-group configuration (as in cdk.json's `nodeGroups`, read by
 planner/inputs.py as every other reader reads it) where each group may also carry its
 live state: `desired`, `instances` ([{id, lifecycleState, launchTime}]), `failures`
 ([{time, reason}]), `backoffUntil` and `consecutiveFailures`. Every problem is reported
 with the field it is in, e.g. `nodeGroups[2].allocatable.cpu: invalid quantity 'lots': ...`,
-all at once. The policy is cdk.json's (cli.py reads it), so an offline plan is the
+all at once. The policy is cdk.json's (cli/commands.py reads it), so an offline plan is the
 deployment's plan.
 """
 

@@ -13,10 +13,8 @@ import functools
 import heapq
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from squall.planner.admission import QueuedJob, TeamShare
+from squall.planner.queue_types import QueuedJob, TeamShare
 
 
 @functools.lru_cache(maxsize=4096)  # the same places come up check after check

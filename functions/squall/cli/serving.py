@@ -1,6 +1,6 @@
 """`squall serve`, `services`, `unserve`, `predict` and `describe NAME` of a model service.
 
-Like the researcher's other commands (researcher_commands.py) they read AWS through
+Like the researcher's other commands (cli/researcher.py) they read AWS through
 boto3's default chain (AWS_ENDPOINT_URL points it at the local endpoint), never
 cluster credentials: the records from the jobs table (SQUALL_TABLE_NAME), the
 SavedModel's presence from S3, and they send their requests to the jobs queue
@@ -20,14 +20,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from squall import cli_deployment as deployment
-from squall.cli_errors import EXIT_FAILED, EXIT_OK, CommandError, reported
-from squall.cli_types import seconds, whole_number
-from squall.core.errors import PermanentError
-from squall.core.jobs import Job
-from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
-from squall.follow.clock import patient
-from squall.prediction import (
+from squall.cli import deployment
+from squall.cli.argtypes import seconds, whole_number
+from squall.cli.errors import EXIT_FAILED, EXIT_OK, CommandError, reported
+from squall.cli.follow.clock import patient
+from squall.cli.prediction import (
     DEFAULT_SIGNATURE,
     grpc_predict,
     grpc_target,
@@ -35,6 +32,9 @@ from squall.prediction import (
     rest_base,
     rest_predict,
 )
+from squall.core.errors import PermanentError
+from squall.core.jobs import Job
+from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
 
 if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
     from squall.ports import FollowClock
@@ -233,7 +233,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not args.wait:
         print(f"  follow it with: squall services, squall describe {command.name}")
         return EXIT_OK
-    from squall.follow.clock import RealClock
+    from squall.cli.follow.clock import RealClock
 
     jobs = deployment.job_store()
     service = follow_service(

@@ -1,6 +1,6 @@
 """TensorFlow Serving's predict API from the command line: the request file, REST and gRPC.
 
-`squall predict` (serving_commands.py) reads the request with `read_request` (a JSON
+`squall predict` (cli/serving.py) reads the request with `read_request` (a JSON
 object with exactly one of `instances` and `inputs`, checked before anything is sent),
 then sends it to the model service's endpoint: `rest_predict` POSTs it to
 `/v1/models/<name>[/versions/N]:predict`; `grpc_predict` builds the tensors from the
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from squall.cli_errors import EXIT_FAILED, CommandError
+from squall.cli.errors import EXIT_FAILED, CommandError
 
 DEFAULT_SIGNATURE = "serving_default"
 MAX_INPUT_BYTES = 16 * 2**20  # a predict request's file

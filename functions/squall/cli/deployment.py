@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from squall.cli_errors import CommandError
+from squall.cli.errors import CommandError
 
 TABLE_ENV = "SQUALL_TABLE_NAME"
 QUEUE_ENV = "SQUALL_JOBS_QUEUE_URL"

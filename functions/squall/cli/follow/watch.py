@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
+from squall.cli.follow.clock import patient
+from squall.cli.follow.logs import replica_names
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
-from squall.follow.clock import patient
-from squall.follow.logs import replica_names
 
 if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
     from squall.ports import FollowClock, JobHistory

@@ -4,7 +4,7 @@ Offline: `validate`, `render`, `plan`, `demo`. Against AWS (whatever endpoint th
 environment points boto3 at — the local one in the demo): `submit` (with `--code DIR`
 through the artifacts bucket, SQUALL_ARTIFACTS_BUCKET), `status`,
 `list`, `describe`, `queue`, `cancel`; the model services' commands (`serve`, `services`,
-`unserve`, `predict`) are in serving_commands.py. Exit codes: 0 ok, 1 not found or failed, 2 bad input.
+`unserve`, `predict`) are in cli/serving.py. Exit codes: 0 ok, 1 not found or failed, 2 bad input.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from squall import cli_deployment as deployment
-from squall.cli_errors import EXIT_FAILED, EXIT_OK, CommandError, reported
-from squall.cli_types import whole_number
+from squall.cli import deployment
+from squall.cli.argtypes import whole_number
+from squall.cli.errors import EXIT_FAILED, EXIT_OK, CommandError, reported
 from squall.core import documents
 from squall.core.errors import SquallError
 from squall.core.jobs import JobStatus, Reason
@@ -278,9 +278,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     )
     if not args.watch:
         return EXIT_OK
-    from squall.follow.clock import RealClock
-    from squall.follow.watch import watch_job
-    from squall.researcher_commands import exit_code
+    from squall.cli.follow.clock import RealClock
+    from squall.cli.follow.watch import watch_job
+    from squall.cli.researcher import exit_code
 
     # The record appears once the submit function has taken the message: wait for it a while.
     return exit_code(
@@ -384,7 +384,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from squall.serving_commands import (
+    from squall.cli.serving import (
         describe_model_service,
         history_dict,
         model_service_history,
@@ -392,7 +392,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     )
 
     job = deployment.job_store().get(args.id)
-    if job is None:  # a model service's name, then (serving_commands.py)
+    if job is None:  # a model service's name, then (cli/serving.py)
         if describe_model_service(args.id, as_json=args.json):
             return EXIT_OK
         raise CommandError(f"no job or model service {args.id}", code=EXIT_FAILED)
@@ -671,10 +671,10 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_cancel)
 
     add_local_commands(sub)
-    from squall.researcher_commands import add_researcher_commands
+    from squall.cli.researcher import add_researcher_commands
 
     add_researcher_commands(sub)
-    from squall.serving_commands import add_serving_commands
+    from squall.cli.serving import add_serving_commands
 
     add_serving_commands(sub)
     return root

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from squall.cli.follow.clock import patient
 from squall.core.job_outputs import StoredObject, split_s3_uri
 from squall.core.jobs import Job, JobStatus, is_terminal
-from squall.follow.clock import patient
 
 if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
     from squall.ports import FollowClock, JobReader, ObjectSource

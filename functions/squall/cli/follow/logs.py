@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
+from squall.cli.follow.clock import patient
 from squall.core.job_outputs import LogEvent, LogStreamInfo
 from squall.core.jobs import Job, is_terminal
 from squall.core.logstreams import ContainerStream, parse_stream
 from squall.core.manifests import CONTAINER
-from squall.follow.clock import patient
 
 if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
     from squall.ports import FollowClock, JobReader, LogSource

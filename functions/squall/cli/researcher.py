@@ -7,7 +7,7 @@ endpoint), never cluster credentials: the job record from the jobs table
 
 Exit codes as the rest of `squall` (0 ok, 1 not found or failed, 2 bad input), and for
 `watch` the job's own end: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 REJECTED; 130 when
-interrupted. The loops are in squall/follow/; this module builds their adapters.
+interrupted. The loops are in squall/cli/follow/; this module builds their adapters.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from squall.cli_deployment import aws_client, cluster_name, job_store
-from squall.cli_errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CommandError, reported
-from squall.cli_types import port, seconds
+from squall.cli.argtypes import port, seconds
+from squall.cli.deployment import aws_client, cluster_name, job_store
+from squall.cli.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CommandError, reported
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobStatus
 
@@ -60,9 +60,8 @@ def _sweep_refused(job: Job, what: str) -> CommandError:
 @reported
 def cmd_logs(args: argparse.Namespace) -> int:
     from squall.adapters.aws.logs import CloudWatchLogReader, LogAccessDenied
-    from squall.core.logstreams import log_group
-    from squall.follow.clock import RealClock
-    from squall.follow.logs import (
+    from squall.cli.follow.clock import RealClock
+    from squall.cli.follow.logs import (
         LogFollower,
         LogsError,
         check_replica,
@@ -70,6 +69,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         print_logs,
         replica_names,
     )
+    from squall.core.logstreams import log_group
 
     store = job_store()
     job = _job(store, args.id)
@@ -130,8 +130,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 @reported
 def cmd_watch(args: argparse.Namespace) -> int:
-    from squall.follow.clock import RealClock
-    from squall.follow.watch import watch_job
+    from squall.cli.follow.clock import RealClock
+    from squall.cli.follow.watch import watch_job
 
     store = job_store()
     live = False if args.plain else None
@@ -145,8 +145,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 @reported
 def cmd_tensorboard(args: argparse.Namespace) -> int:
     from squall.adapters.aws.s3_objects import S3ObjectReader
-    from squall.follow.clock import RealClock
-    from squall.follow.tensorboard import (
+    from squall.cli.follow.clock import RealClock
+    from squall.cli.follow.tensorboard import (
         EventFileMirror,
         MirrorError,
         ServeError,
@@ -199,7 +199,7 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
             else:
                 print(f"{dest}: {result.files} TensorBoard files")
             return EXIT_OK
-        from squall.follow.tensorboard import start_tensorboard
+        from squall.cli.follow.tensorboard import start_tensorboard
 
         report(mirror.sync())
         url = start_tensorboard(dest, port=args.port, host=args.host)
