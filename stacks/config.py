@@ -140,8 +140,9 @@ class TeamConfig:
 
     name: str
     namespace: str
-    # IAM role or user ARNs, or unique ids; empty: any principal allowed to send
-    # to the jobs queue may submit for the team.
+    # IAM role or user ARNs, or unique ids. Empty: any principal allowed to send to
+    # the jobs queue may submit for the team while no team names submitters, and
+    # nobody once another team does (core/settings.py may_submit).
     submitters: tuple[str, ...] = ()
     gpu_quota: int | None = None
     weight: float | None = None
@@ -404,7 +405,7 @@ class _Reader:
         if log_level not in LOG_LEVELS:
             self.problem("logLevel", f"one of {', '.join(LOG_LEVELS)}")
         account = self.get("account", str, "") or None
-        if account is not None and not re.fullmatch(r"\d{12}", account):
+        if account is not None and not re.fullmatch(r"[0-9]{12}", account):
             self.problem("account", "a 12-digit AWS account id, or empty to use the CLI's")
         allowed_registries = self.strings("allowedRegistries", self.ctx.get("allowedRegistries"))
         config = SquallConfig(
@@ -585,7 +586,7 @@ class _Reader:
         # one stack can then grant its own roles access.
         if home_region and cluster.region != home_region:
             self.problem("cluster.region", f"must be the home region ({home_region})")
-        if not re.fullmatch(r"\d+\.\d+", cluster.kubernetes_version):
+        if not re.fullmatch(r"[0-9]+\.[0-9]+", cluster.kubernetes_version):
             self.problem("cluster.kubernetesVersion", "a minor version such as 1.31")
         return cluster
 

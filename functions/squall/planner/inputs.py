@@ -44,9 +44,11 @@ MAX_PRIORITY = 1_000_000
 MAX_CONSECUTIVE_FAILURES = 1_000_000
 MAX_ERRORS_SHOWN = 50
 # A group's name becomes part of AWS and Kubernetes names: a short DNS label.
-GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
-AWS_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
-ASG_NAME = re.compile(r"[\w.+=@/-]{1,255}")  # what an ARN's autoScalingGroupName can hold
+# Every pattern here means ASCII and says so: `\d` and `\w` alone take any script's
+# digits and letters ("us-west-\u0662"), which AWS and Kubernetes refuse.
+GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}", re.ASCII)
+AWS_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]", re.ASCII)
+ASG_NAME = re.compile(r"[\w.+=@/-]{1,255}", re.ASCII)  # what an ARN's autoScalingGroupName can hold
 _Value = TypeVar("_Value")
 
 
@@ -80,13 +82,15 @@ def shown_value(value: object) -> str:
 
 # ---- durations ------------------------------------------------------------------------------
 
-_COMPACT = re.compile(r"(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,12}(?:\.\d{1,9})?)s)?")
+_COMPACT = re.compile(
+    r"(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,12}(?:\.\d{1,9})?)s)?", re.ASCII
+)
 _ISO_8601 = re.compile(
     r"P(?:(\d{1,9}(?:[.,]\d{1,9})?)Y)?(?:(\d{1,9}(?:[.,]\d{1,9})?)W)?(?:(\d{1,9}(?:[.,]\d{1,9})?)D)?"
     r"(?:T(?:(\d{1,9}(?:[.,]\d{1,9})?)H)?(?:(\d{1,9}(?:[.,]\d{1,9})?)M)?(?:(\d{1,12}(?:[.,]\d{1,9})?)S)?)?",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
-_CLOCK = re.compile(r"(?:(\d{1,9}) days?, )?(\d{1,2}):(\d{2})(?::(\d{2}(?:\.\d{1,6})?))?")
+_CLOCK = re.compile(r"(?:(\d{1,9}) days?, )?(\d{1,2}):(\d{2})(?::(\d{2}(?:\.\d{1,6})?))?", re.ASCII)
 DURATION_EXAMPLES = "such as 90s, 4m, 1h30m, 2d or PT10M (ISO 8601), or a number of seconds"
 
 
@@ -208,13 +212,14 @@ def planner_policy(values: Mapping[str, Any]) -> Policy:
 # ---- teams ------------------------------------------------------------------------------------
 
 TEAM_FIELDS = ("namespace", "submitters", "gpuQuota", "weight")
-NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1123 label
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)  # a DNS-1123 label
 # A submitter: an IAM role or user ARN (the stack resolves it to its unique id), or the
 # unique id itself (AROA... for a role, AIDA... for a user), what SQS reports as SenderId.
 IAM_PRINCIPAL_ARN = re.compile(
-    r"^arn:aws(-[a-z]+)*:iam::(?P<account>\d{12}):(?P<kind>role|user)/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,128})$"
+    r"^arn:aws(-[a-z]+)*:iam::(?P<account>\d{12}):(?P<kind>role|user)/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,128})$",
+    re.ASCII,
 )
-IAM_UNIQUE_ID = re.compile(r"^(AROA|AIDA)[A-Z0-9]{12,124}$")
+IAM_UNIQUE_ID = re.compile(r"^(AROA|AIDA)[A-Z0-9]{12,124}$", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,7 @@ def _path(loc: Sequence[str | int]) -> str:
 
 
 _AFTER_VALIDATION = re.compile(r" after validation")
-_INSTANCE_OF = re.compile(r" or instance of \w+")
+_INSTANCE_OF = re.compile(r" or instance of \w+", re.ASCII)
 
 
 def validation_issues(exc: ValidationError) -> list[Issue]:

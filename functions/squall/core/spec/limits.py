@@ -1,6 +1,10 @@
-"""The job spec's grammar and bounds: every pattern and limit in one place.
+r"""The job spec's grammar and bounds: every pattern and limit in one place.
 
 Every pattern is used with fullmatch: "$" would let a trailing newline through.
+Every pattern that means ASCII says so (re.ASCII, and [0-9] for digits): `\d` and `\w`
+alone take any script's digits and letters ("us-west-\u0662", "\u0661h"), which
+Kubernetes and AWS refuse. S3_URI's `\S` is meant as Unicode: a key may hold any
+non-space character, and Unicode spaces stay refused.
 """
 
 from __future__ import annotations
@@ -8,13 +12,13 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
-DURATION = re.compile(r"(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,12})s)?")
+DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?", re.ASCII)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", re.ASCII)
+REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]", re.ASCII)
+DURATION = re.compile(r"(?:([0-9]{1,9})d)?(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,12})s)?", re.ASCII)
 S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?")
-TRIAL_SUFFIX = re.compile(r"-t\d+\Z")
+TRIAL_SUFFIX = re.compile(r"-t[0-9]+\Z", re.ASCII)
 
 # Image references by the OCI distribution reference grammar
 # (github.com/distribution/reference): [domain[:port]/]path[:tag][@digest].

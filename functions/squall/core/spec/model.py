@@ -37,6 +37,7 @@ from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes
 
 # A code archive (squall submit --code): its name is the sha256 of its bytes, which the
 # worker's entrypoint checks before it unpacks anything.
+# Its folders may hold any non-space character (\s stays Unicode-aware on purpose).
 CODE_URI = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(?:[^\s/]+/)*[0-9a-f]{64}\.tar\.gz")
 
 
