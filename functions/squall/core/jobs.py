@@ -56,7 +56,9 @@ class Reason(StrEnum):
     STARTED = "Started"
     COMPLETED = "Completed"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-    DEADLINE_EXCEEDED = "DeadlineExceeded"  # Kubernetes' own (activeDeadlineSeconds), passed through by kubestatus
+    DEADLINE_EXCEEDED = (
+        "DeadlineExceeded"  # Kubernetes' own (activeDeadlineSeconds), passed through by kubestatus
+    )
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
     APPLICATION_ERROR = "ApplicationError"
     NODE_LOST = "NodeLost"
@@ -158,22 +160,35 @@ def new_job(
 
 
 def transition(
-    job: Job, *, to: JobStatus, reason: str, at: datetime, message: str = "", **changes: Any
+    job: Job,
+    *,
+    to: JobStatus,
+    reason: str,
+    at: datetime,
+    message: str = "",
+    happened_at: datetime | None = None,
+    **changes: Any,
 ) -> tuple[Job, JobEvent]:
-    """Move a job to `to`, or raise InvalidTransitionError naming both states."""
+    """Move a job to `to`, or raise InvalidTransitionError naming both states.
+
+    `at`: when it is recorded (the record's ``updated_at``); `happened_at`: when the
+    change really happened, if earlier (a job's run starting or ending, as Kubernetes
+    recorded it): the event's time, and the job's ``started_at`` or ``finished_at``.
+    """
     if to not in ALLOWED[job.status]:
         raise InvalidTransitionError(f"job {job.id}: {job.status} -> {to} is not allowed")
+    when = at if happened_at is None else happened_at
     updates: dict[str, Any] = {"status": to, "reason": reason, "updated_at": at, "version": job.version + 1}
     if to is JobStatus.RUNNING and job.started_at is None:
-        updates["started_at"] = at
+        updates["started_at"] = when
     if to in TERMINAL:
-        updates["finished_at"] = at
+        updates["finished_at"] = when
     updates.update(changes)
     updated = dataclasses.replace(job, **updates)
     event = JobEvent(
         job_id=job.id,
         version=updated.version,
-        at=at,
+        at=when,
         status=to,
         previous=job.status,
         reason=reason,

@@ -2,12 +2,24 @@
 
 The reconcile function lists Jobs and pods once, groups them by job id, and asks
 `observe` for each job; the answer is turned into a state transition.
+
+It also says when the job's run really began and ended, as Kubernetes recorded
+them, for the record, its events and the metrics (a reconcile run notices a change
+up to a minute late). A job runs once every replica runs: its start is the latest
+of its replicas' starts, each replica's the earliest start of its pods' containers
+(`state.running.startedAt`, `state.terminated.startedAt`, `lastState.terminated.startedAt`),
+or, for a replica Job that completed with no pod left, the Job's `status.startTime`.
+Not the Job's startTime first: Squall's Jobs are created suspended, and a resumed
+Job's startTime is when it was let go, before its pod is bound and its image pulled.
+Its end: the deciding Job's `status.completionTime` (or its Complete condition's
+lastTransitionTime), or its Failed condition's lastTransitionTime.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from squall.conventions import JOB_ID_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
@@ -25,6 +37,10 @@ class Observation:
     message: str = ""
     retries_used: int = 0
     running_replicas: int = 0
+    # When the run began (every replica running) and ended, as Kubernetes recorded them;
+    # None: it has not (or the objects do not say).
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
 
 
 def job_id_of(obj: dict[str, Any]) -> str | None:
@@ -101,10 +117,19 @@ def observe(
                 reason=reason,
                 message=f"{k8s_job['metadata']['name']}: {failed.get('message', '')}".strip(),
                 retries_used=retries_used,
+                started_at=run_started(k8s_jobs, pods),
+                finished_at=parse_time(failed.get("lastTransitionTime")),
             )
     primary = [j for j in k8s_jobs if _is_primary(j, has_chief=has_chief)]
-    if primary and "Complete" in _conditions(primary[0]):
-        return Observation(status=JobStatus.SUCCEEDED, reason=Reason.COMPLETED, retries_used=retries_used)
+    if primary and (complete := _conditions(primary[0]).get("Complete")):
+        return Observation(
+            status=JobStatus.SUCCEEDED,
+            reason=Reason.COMPLETED,
+            retries_used=retries_used,
+            started_at=run_started(k8s_jobs, pods),
+            finished_at=parse_time((primary[0].get("status") or _NONE).get("completionTime"))
+            or parse_time(complete.get("lastTransitionTime")),
+        )
 
     for pod in pods:
         waiting = _waiting_reason(pod)
@@ -129,7 +154,11 @@ def observe(
         )
     if running >= expected_replicas:
         return Observation(
-            status=JobStatus.RUNNING, reason=Reason.STARTED, retries_used=retries_used, running_replicas=running
+            status=JobStatus.RUNNING,
+            reason=Reason.STARTED,
+            retries_used=retries_used,
+            running_replicas=running,
+            started_at=run_started(k8s_jobs, pods),
         )
     return Observation(
         status=JobStatus.QUEUED,
@@ -137,3 +166,64 @@ def observe(
         retries_used=retries_used,
         running_replicas=running,
     )
+
+
+# ---- when the run began and ended ------------------------------------------------------------
+
+_NONE: Mapping[str, Any] = {}
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time as the API server writes it (``2026-05-01T09:30:00Z``); None for anything else."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _replica_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    labels = (obj.get("metadata") or _NONE).get("labels") or _NONE
+    kind, index = labels.get(REPLICA_TYPE_LABEL), labels.get(REPLICA_INDEX_LABEL)
+    return (str(kind), str(index)) if kind is not None and index is not None else None
+
+
+def _container_starts(pod: Mapping[str, Any]) -> Iterable[datetime]:
+    for entry in (pod.get("status") or _NONE).get("containerStatuses") or ():
+        if not isinstance(entry, Mapping):
+            continue
+        for state in (entry.get("state"), entry.get("lastState")):
+            if not isinstance(state, Mapping):
+                continue
+            for kind in ("running", "terminated"):
+                found = state.get(kind)
+                if isinstance(found, Mapping) and (at := parse_time(found.get("startedAt"))) is not None:
+                    yield at
+
+
+def run_started(k8s_jobs: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]]) -> datetime | None:
+    """When every replica had started (the latest replica's first container start); None: one has not.
+
+    A replica Job that completed with no pod left to say when it ran counts from its
+    ``status.startTime``.
+    """
+    first: dict[tuple[str, str], datetime] = {}
+    for pod in pods:
+        replica = _replica_of(pod)
+        if replica is None:
+            continue
+        for at in _container_starts(pod):
+            if replica not in first or at < first[replica]:
+                first[replica] = at
+    starts: list[datetime] = []
+    for k8s_job in k8s_jobs:
+        replica = _replica_of(k8s_job)
+        start = first.get(replica) if replica is not None else None
+        if start is None and "Complete" in _conditions(k8s_job):
+            start = parse_time((k8s_job.get("status") or _NONE).get("startTime"))
+        if start is None:
+            return None
+        starts.append(start)
+    return max(starts, default=None)

@@ -265,6 +265,7 @@ class Reconciler:
                 message="a pod was lost with its node; Kubernetes runs it again",
                 report=report,
                 retries_used=seen.retries_used,
+                happened_at=self._started(job, seen) if seen.status is JobStatus.RUNNING else None,
             )
             self.metrics.add(Metric.JOB_RETRIES, seen.retries_used - job.retries_used)
             report.retries += seen.retries_used - job.retries_used
@@ -285,6 +286,21 @@ class Reconciler:
         if seen.status != job.status or (
             seen.status is JobStatus.QUEUED and job.reason == Reason.IMAGE_PULL_BACK_OFF
         ):
+            started = self._started(job, seen)
+            if is_terminal(seen.status) and job.status is JobStatus.QUEUED and started is not None:
+                # It ran and ended between two runs: its start goes on its history first, at
+                # the time it happened, however short the run (the record is RUNNING between).
+                running = self._record(
+                    job,
+                    to=JobStatus.RUNNING,
+                    reason=Reason.STARTED,
+                    message="",
+                    report=report,
+                    happened_at=started,
+                )
+                if running is None or is_terminal(running.status):
+                    return _ACTED
+                job = running
             self._record(
                 job,
                 to=seen.status,
@@ -292,9 +308,26 @@ class Reconciler:
                 message=seen.message,
                 report=report,
                 retries_used=max(seen.retries_used, job.retries_used),
+                happened_at=self._finished(job, seen) if is_terminal(seen.status) else started,
             )
             return _ACTED
         return None
+
+    def _started(self, job: Job, seen: Observation) -> datetime | None:
+        """When the job's run began, as Kubernetes recorded it, kept between its submission and now."""
+        return self._recorded_time(seen.started_at, not_before=job.submitted_at)
+
+    def _finished(self, job: Job, seen: Observation) -> datetime | None:
+        """When the job's run ended, as Kubernetes recorded it, kept between its start and now."""
+        start = job.started_at or self._started(job, seen) or job.submitted_at
+        return self._recorded_time(seen.finished_at, not_before=start)
+
+    def _recorded_time(self, at: datetime | None, *, not_before: datetime) -> datetime | None:
+        """`at` no earlier than `not_before` and no later than now (the cluster's clock and
+        ours differ; its times are to the second); None: the objects did not say, now it is."""
+        if at is None:
+            return None
+        return min(max(at, not_before), self.clock.now())
 
     def _recreate(self, job: Job, seen: Observation, report: ReconcileReport) -> None:
         """Objects went missing (deleted by hand, or a crash before creation): make them again."""
@@ -335,21 +368,33 @@ class Reconciler:
         )
 
     def _record(
-        self, job: Job, *, to: JobStatus, reason: str, message: str, report: ReconcileReport, **changes: Any
-    ) -> None:
+        self,
+        job: Job,
+        *,
+        to: JobStatus,
+        reason: str,
+        message: str,
+        report: ReconcileReport,
+        happened_at: datetime | None = None,
+        **changes: Any,
+    ) -> Job | None:
+        """Record the transition (at `happened_at`, when Kubernetes says it happened earlier); the
+        stored job, or None when there was nothing to record."""
         now = self.clock.now()
 
         def change(current: Job) -> tuple[Job, Any] | None:
             if current.version != job.version and is_terminal(current.status):
                 return None
-            return transition(current, to=to, reason=reason, at=now, message=message, **changes)
+            return transition(
+                current, to=to, reason=reason, at=now, message=message, happened_at=happened_at, **changes
+            )
 
         try:
             updated = update_job(self.store, job, change)
         except InvalidTransitionError:
-            return
+            return None
         if updated is None:
-            return
+            return None
         report.transitions[to.value] += 1
         if to is JobStatus.RUNNING and job.started_at is None and updated.started_at is not None:
             wait = (updated.started_at - updated.submitted_at).total_seconds()
@@ -357,6 +402,7 @@ class Reconciler:
             self.metrics.add(Metric.JOBS_STARTED, 1)
         if is_terminal(to):
             self._finish(updated, report)
+        return updated
 
     def _finish(self, job: Job, report: ReconcileReport) -> None:
         if job.started_at is not None and job.finished_at is not None:
@@ -374,14 +420,28 @@ class Reconciler:
 
     def _sweep(self, parent: Job, report: ReconcileReport) -> None:
         trials = [t for t in (self.store.get(tid) for tid in parent.trial_ids) if t is not None]
+        # A sweep runs from its first trial's start, however short that trial's run was.
+        first = min((t.started_at for t in trials if t.started_at is not None), default=None)
+        if parent.status is JobStatus.QUEUED and first is not None:
+            started = self._record(
+                parent,
+                to=JobStatus.RUNNING,
+                reason=Reason.STARTED,
+                message="",
+                report=report,
+                happened_at=self._recorded_time(first, not_before=parent.submitted_at),
+            )
+            parent = started or parent
         if trials and all(is_terminal(t.status) for t in trials):
             succeeded = sum(1 for t in trials if t.status is JobStatus.SUCCEEDED)
+            last = max((t.finished_at for t in trials if t.finished_at is not None), default=None)
             self._record(
                 parent,
                 to=JobStatus.SUCCEEDED if succeeded else JobStatus.FAILED,
                 reason=Reason.TRIALS_FINISHED,
                 message=f"{succeeded}/{len(trials)} trials succeeded",
                 report=report,
+                happened_at=self._recorded_time(last, not_before=parent.started_at or parent.submitted_at),
             )
             return
         spec = load_spec(parent.spec)
@@ -396,8 +456,6 @@ class Reconciler:
             # A trial that cannot start fails alone; its slot goes to the next one.
             if waiting and self._isolated(trial, report, functools.partial(self._start_trial, trial)):
                 active += 1
-        if parent.status is JobStatus.QUEUED and any(t.status is JobStatus.RUNNING for t in trials):
-            self._record(parent, to=JobStatus.RUNNING, reason=Reason.STARTED, message="", report=report)
 
     def _start_trial(self, trial: Job) -> None:
         self.intake.create_objects(

@@ -16,6 +16,11 @@ pod; the kubelet starts it again after its back-off (containers.py), counting
 in CrashLoopBackOff meanwhile. Such a pod, simulated, keeps running unless its model
 service's behaviour says it exits.
 
+Times, as the kubelet reports them: the pod's `status.startTime` when the kubelet
+first takes it (before its images are pulled), each container's
+`state.running.startedAt` when it starts, kept as `state.terminated.startedAt` when it
+ends; the reconcile function reads a job's real start from them.
+
 Readiness: a pod is Ready once its containers run, except a real pod with a
 readinessProbe whose runner has a `ready(pod)` method: that pod is Ready only while
 the runner says so (asked on every advance).
@@ -481,7 +486,9 @@ class PodLifecycle:
         return started
 
     def _terminate_containers(self, pod: StoredPod, *, exit_code: int, at: datetime) -> None:
-        started = pod.obj["status"].get("startTime")
+        # The container's own start, as the kubelet reports it: later than the pod's
+        # startTime when the image took a while or a real pod's runner could not start it yet.
+        started = _running_since(pod.obj["status"])
         terminated = {
             "exitCode": exit_code,
             "reason": "Completed" if exit_code == 0 else "Error",
