@@ -84,7 +84,7 @@ def test_every_error_is_reported_with_its_field_path() -> None:
     assert "DNS-1123" in found["name"]
     assert "marketing" in found["team"] and "research" in found["team"]
     assert "allowed registry" in found["image"]
-    assert "greater than or equal to 0" in found["resources.gpu"]
+    assert "must be from 0 to 16" in found["resources.gpu"]
     assert "resources.memory" in found
     assert "between 0 and 64" in found["replicas"]
     assert "unknown field" in found["privileged"]

@@ -94,12 +94,64 @@ def _path(loc: Sequence[str | int]) -> str:
 
 _AFTER_VALIDATION = re.compile(r" after validation")
 _INSTANCE_OF = re.compile(r" or instance of \w+", re.ASCII)
+# Whatever pydantic still says in its own words ("Input should be ...", "String should
+# have ..."): said as the spec reference says it.
+_PYDANTIC_SHOULD = re.compile(
+    r"^(?:Input|String|List|Dictionary|Tuple|Set|Value|Object|Data) should ", re.ASCII
+)
+
+# What is allowed, by pydantic's error type: the spec's own words, from the error's context.
+_KINDS = {
+    "int_type": "must be a whole number such as 4",
+    "int_parsing": "must be a whole number such as 4",
+    "int_from_float": "must be a whole number such as 4",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "none_required": "must be null",
+}
+
+
+def _entries(count: object) -> str:
+    return f"{count} {'entry' if count == 1 else 'entries'}"
+
+
+def _in_our_words(kind: str, ctx: Mapping[str, Any], message: str) -> str:
+    """Pydantic's message for an error of `kind`, said as Squall says what is allowed."""
+    if kind in _KINDS:
+        return _KINDS[kind]
+    if kind in ("literal_error", "enum"):
+        return f"must be one of {ctx.get('expected', '')}".rstrip()
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    if kind == "string_too_short":
+        return f"must be at least {ctx.get('min_length')} characters"
+    if kind == "too_long":
+        return f"must have at most {_entries(ctx.get('max_length'))}, got {ctx.get('actual_length')}"
+    if kind == "too_short":
+        return f"must have at least {_entries(ctx.get('min_length'))}, got {ctx.get('actual_length')}"
+    bounds = {
+        "greater_than_equal": ("at least", "ge"),
+        "less_than_equal": ("at most", "le"),
+        "greater_than": ("more than", "gt"),
+        "less_than": ("less than", "lt"),
+    }
+    if kind in bounds:
+        words, key = bounds[kind]
+        return f"must be {words} {ctx.get(key)}"
+    return _PYDANTIC_SHOULD.sub("must ", message)
 
 
 def validation_issues(exc: ValidationError) -> list[Issue]:
     """Issues at the user's field paths, in the user's words (no pydantic internals)."""
     issues = []
-    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    errors = exc.errors(include_url=False, include_input=False, include_context=True)
     for error in errors[:ISSUES_CONSIDERED]:
         loc = error["loc"]
         message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
@@ -108,6 +160,8 @@ def validation_issues(exc: ValidationError) -> list[Issue]:
             message = "unknown field; check the spelling against the job spec reference"
         elif error["type"] == "missing":
             message = "is required"
+        elif error["type"] not in ("value_error", "assertion_error"):
+            message = _in_our_words(error["type"], error.get("ctx") or {}, message)
         if "[key]" in loc:
             message = f"not an allowed key: {message}"
             loc = tuple(item for item in loc if item != "[key]")

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from squall.core import serving
 from squall.core.spec import limits
-from squall.core.spec.model import ReplicaResources, _dns_label, _field_error, _Model
+from squall.core.spec.model import ReplicaResources, _dns_label, _field_error, _Model, between
 
 MAX_SERVING_REPLICAS = 20
 MAX_SERVING_GPUS = 8  # per replica
@@ -27,7 +27,7 @@ class ServeResources(ReplicaResources):
     """What one serving replica asks for: the job spec's quantities and bounds, fewer GPUs."""
 
     memory: str = "2Gi"
-    gpu: Annotated[StrictInt, Field(ge=0, le=MAX_SERVING_GPUS)] = 0
+    gpu: Annotated[int, between(0, MAX_SERVING_GPUS)] = 0
 
 
 def service_name(value: str, *, what: str = "name") -> str:
@@ -52,8 +52,8 @@ class ServeCommand(_Model):
     action: Literal["serve"]
     job: str
     name: str = ""
-    model_version: Annotated[StrictInt, Field(ge=1, le=MAX_MODEL_VERSION)] = 1
-    replicas: Annotated[StrictInt, Field(ge=1, le=MAX_SERVING_REPLICAS)] = 1
+    model_version: Annotated[int, between(1, MAX_MODEL_VERSION)] = 1
+    replicas: Annotated[int, between(1, MAX_SERVING_REPLICAS)] = 1
     resources: ServeResources = Field(default_factory=ServeResources)
 
     @model_validator(mode="before")

@@ -87,6 +87,25 @@ def _dns_label(value: str, *, what: str, max_length: int) -> str:
     return value
 
 
+def between(low: int, high: int) -> PlainValidator:
+    """A whole number from `low` to `high`, refused in the spec's words naming both bounds.
+
+    Used as ``Annotated[int, between(0, 100)]``: strict (no booleans, strings or floats),
+    as StrictInt with Field(ge, le) was, whose errors named one bound in pydantic's words.
+    """
+
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be a whole number from {low} to {high}")
+        if not low <= value <= high:
+            # A huge int is not printed: str() of one is slow, and refused past 4,300 digits.
+            shown = str(value) if value.bit_length() <= 64 else "a number beyond that"
+            raise ValueError(f"must be from {low} to {high}, got {shown}")
+        return value
+
+    return PlainValidator(check)
+
+
 class _CpuAndMemory(Protocol):
     @property
     def cpu(self) -> str: ...
@@ -115,7 +134,7 @@ class ReplicaResources(_Model, QuantityViews):
 
     cpu: str = "1"
     memory: str = "4Gi"
-    gpu: Annotated[StrictInt, Field(ge=0, le=limits.MAX_GPUS)] = 0
+    gpu: Annotated[int, between(0, limits.MAX_GPUS)] = 0
 
     @field_validator("cpu", mode="before")
     @classmethod
@@ -143,6 +162,10 @@ def _quantity_text(value: Any) -> str:
         raise ValueError("must be a Kubernetes quantity such as '500m', '8' or '60Gi'")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("must be a finite number")
+    if isinstance(value, int) and value.bit_length() > 256:  # str() of a huge int is refused
+        raise ValueError(
+            "must be a Kubernetes quantity such as '500m', '8' or '60Gi' (at most 64 characters)"
+        )
     text = str(value)
     if len(text) > 64:
         raise ValueError(
@@ -230,9 +253,9 @@ class Sweep(_Model):
         str, Annotated[list[SweepValue], Field(min_length=1, max_length=limits.MAX_SWEEP_VALUES)]
     ] = Field(min_length=1, max_length=limits.MAX_SWEEP_PARAMETERS)
     strategy: Literal["grid", "random"] = "grid"
-    max_trials: Annotated[StrictInt, Field(ge=1, le=limits.MAX_SWEEP_TRIALS)] = 16
-    parallelism: Annotated[StrictInt, Field(ge=1, le=limits.MAX_SWEEP_TRIALS)] = 4
-    seed: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] = 0
+    max_trials: Annotated[int, between(1, limits.MAX_SWEEP_TRIALS)] = 16
+    parallelism: Annotated[int, between(1, limits.MAX_SWEEP_TRIALS)] = 4
+    seed: Annotated[int, between(-(2**63), 2**63 - 1)] = 0
 
     @field_validator("parameters")
     @classmethod
@@ -310,9 +333,9 @@ class JobSpec(_Model):
     resources: ReplicaResources = Field(default_factory=ReplicaResources)
     replicas: dict[ReplicaType, ReplicaGroup] | None = None
     placement: Placement = Field(default_factory=Placement)
-    priority: Annotated[StrictInt, Field(ge=0, le=100)] = 50
+    priority: Annotated[int, between(0, 100)] = 50
     max_runtime: str = "24h"
-    retries: Annotated[StrictInt, Field(ge=0, le=10)] = 2
+    retries: Annotated[int, between(0, 10)] = 2
     checkpoint_uri: str | None = None
     output_uri: str | None = None
     code_uri: str | None = None
@@ -392,7 +415,8 @@ class JobSpec(_Model):
         for kind, group in value.items():
             limit = limits.MAX_REPLICAS[kind.value]
             if not 0 <= group.count <= limit:
-                raise ValueError(f"{kind.value} count must be between 0 and {limit}, got {group.count}")
+                shown = group.count if group.count.bit_length() <= 64 else "a number beyond that"
+                raise ValueError(f"{kind.value} count must be between 0 and {limit}, got {shown}")
         if sum(group.count for group in value.values()) == 0:
             raise ValueError("at least one replica is needed")
         if not (_count(value.get(ReplicaType.WORKER)) or _count(value.get(ReplicaType.CHIEF))):
