@@ -56,6 +56,8 @@ ASSET_EXCLUDES = (
     # a laptop, never in Lambda.
     "squall/cli",
     "squall/cli/**",
+    # The source tree's own bytecode, of whatever Python the developer runs: the asset's
+    # is compiled for the runtime at bundling (packaging.compile_command).
     "**/__pycache__",
     "**/*.pyc",
     "*.egg-info",
@@ -67,6 +69,9 @@ RUNTIME_PROVIDED_DISTRIBUTIONS = frozenset({"boto3", "botocore", "s3transfer"})
 # arm64 (Graviton) costs less per GB-second; every dependency ships aarch64 wheels.
 PIP_PLATFORM = "manylinux2014_aarch64"
 PYTHON_VERSION = "3.12"
+# Names the interpreter of PYTHON_VERSION that compiles the asset's bytecode, when it is
+# neither the one running the CDK app nor python3.12 on PATH nor a pyenv version.
+BUNDLING_PYTHON_VARIABLE = "SQUALL_BUNDLING_PYTHON"
 
 # -- table ----------------------------------------------------------------------------
 

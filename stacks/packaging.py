@@ -8,6 +8,15 @@ version, whatever machine runs ``cdk deploy``. No container is started; the
 Docker image named in the bundling options is a required placeholder that CDK
 only uses if local bundling declines, which it never does (it raises instead).
 
+The asset ships bytecode: ``/var/task`` is read-only, so without it every cold
+start compiles the package from source (seconds before the first AWS call).
+``compile_bytecode`` compiles it with an interpreter of exactly the runtime's
+Python version (the builder's own may differ: ``bytecode_python`` finds one) as
+unchecked-hash .pyc: CDK zips the asset with fixed timestamps, so a timestamp
+.pyc would never match its source, and the asset never changes once deployed.
+The source tree's own ``__pycache__`` (of whatever Python the developer runs) is
+left out, as ASSET_EXCLUDES says.
+
 When the ``aws:cdk:bundling-stacks`` context is ``[]`` (tests, ``python app.py``)
 CDK skips bundling and stages the source directory as it is.
 """
@@ -15,6 +24,7 @@ CDK skips bundling and stages the source directory as it is.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -35,7 +45,7 @@ Runner = Callable[[Sequence[str]], None]
 
 
 class BundlingError(RuntimeError):
-    """pip could not install the functions' dependencies for the Lambda platform."""
+    """pip could not install the functions' dependencies, or their bytecode could not be compiled."""
 
 
 def runtime_requirements(pyproject: Path = constants.PYPROJECT) -> list[str]:
@@ -79,10 +89,83 @@ def pip_command(*, target: str, requirements: Sequence[str]) -> list[str]:
 def _run(command: Sequence[str]) -> None:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise BundlingError(
-            "pip could not install the Lambda dependencies "
-            f"(exit {result.returncode}):\n{result.stderr.strip()}"
+        what = (
+            "compile the asset's bytecode" if "compileall" in command else "install the Lambda dependencies"
         )
+        output = (result.stderr or result.stdout).strip()
+        raise BundlingError(f"could not {what} (exit {result.returncode}):\n{output}")
+
+
+def cache_tag(version: str = constants.PYTHON_VERSION) -> str:
+    """The tag of the runtime's .pyc names (``cpython-312``): Python ignores .pyc of another."""
+    return "cpython-" + version.replace(".", "")
+
+
+def _interpreter_tag(python: str) -> str | None:
+    """The cache tag of the interpreter at `python`, or None when it does not run."""
+    try:
+        result = subprocess.run(
+            [python, "-c", "import sys; print(sys.implementation.cache_tag)"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def python_candidates(version: str = constants.PYTHON_VERSION) -> list[str]:
+    """Where an interpreter of `version` may be: SQUALL_BUNDLING_PYTHON, this one, PATH, pyenv."""
+    named = os.environ.get(constants.BUNDLING_PYTHON_VARIABLE)
+    if named:
+        return [named]  # named on purpose: no other is tried in its place
+    candidates = [sys.executable]
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        candidates.append(on_path)
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates += [str(p) for p in sorted(pyenv_root.glob(f"versions/{version}.*/bin/python{version}"))]
+    return list(dict.fromkeys(candidates))
+
+
+def bytecode_python(
+    version: str = constants.PYTHON_VERSION, *, candidates: Sequence[str] | None = None
+) -> str:
+    """An interpreter of exactly the runtime's Python version, to compile the asset with.
+
+    Raises BundlingError when there is none: .pyc of another version would ship
+    dead weight that the runtime ignores, and every cold start would compile again.
+    """
+    tried = python_candidates(version) if candidates is None else list(candidates)
+    wanted = cache_tag(version)
+    found = {python: _interpreter_tag(python) for python in tried}
+    for python, tag in found.items():
+        if tag == wanted:
+            return python
+    seen = ", ".join(f"{python} ({tag or 'does not run'})" for python, tag in found.items()) or "none"
+    raise BundlingError(
+        f"the Lambda runtime is Python {version}: its bytecode must be compiled by CPython {version}, "
+        f"and none was found (tried: {seen}). Install Python {version} (for example "
+        f"`pyenv install {version}`) or name it in {constants.BUNDLING_PYTHON_VARIABLE}."
+    )
+
+
+def compile_command(*, python: str, target: str) -> list[str]:
+    return [
+        python,
+        "-m",
+        "compileall",
+        "-q",
+        "-j",
+        "0",
+        # The asset never changes once deployed, and CDK zips it with fixed timestamps,
+        # which a timestamp .pyc would never match.
+        "--invalidation-mode",
+        "unchecked-hash",
+        target,
+    ]
 
 
 def remove_runtime_provided(output: Path) -> None:
@@ -126,16 +209,21 @@ class PipBundling:
         source: Path,
         requirements: Sequence[str],
         run: Runner = _run,
+        python: Callable[[], str] = bytecode_python,
     ) -> None:
         self._source = source
         self._requirements = list(requirements)
         self._run = run
+        self._python = python
 
     def try_bundle(self, output_dir: str, options: Any) -> bool:
         output = Path(output_dir)
+        # First, so that a machine without the runtime's Python fails before pip's minutes.
+        python = self._python()
         self._run(pip_command(target=output_dir, requirements=self._requirements))
         remove_runtime_provided(output)
         copy_sources(self._source, output)
+        _run(compile_command(python=python, target=output_dir))
         return True
 
 
@@ -166,16 +254,19 @@ def lambda_code(
     source: Path = constants.FUNCTIONS_DIR,
     requirements: Sequence[str] | None = None,
     run: Runner = _run,
+    python: Callable[[], str] = bytecode_python,
 ) -> lambda_.Code:
     """One asset for every function (same hash, bundled once per synthesis)."""
     requirements = runtime_requirements() if requirements is None else requirements
     return lambda_.Code.from_asset(
         str(source),
+        # What the source holds that the asset must not (the excludes apply to the
+        # source, never to the bundled output and its compiled .pyc).
         exclude=list(constants.ASSET_EXCLUDES),
         bundling=cdk.BundlingOptions(
             image=cdk.DockerImage.from_registry("scratch"),
             # jsii calls try_bundle(output_dir, options) with the options as one
             # object, not as the keyword arguments its type stub declares.
-            local=PipBundling(source=source, requirements=requirements, run=run),  # type: ignore[arg-type]
+            local=PipBundling(source=source, requirements=requirements, run=run, python=python),  # type: ignore[arg-type]
         ),
     )
