@@ -7,8 +7,10 @@ run shorter than a minute still has its Started event.
 
 from __future__ import annotations
 
+import io
 from datetime import datetime, timedelta
 
+from squall.cli.follow.watch import RichView, watch_job
 from squall.core.jobs import JobStatus, Reason
 from squall.core.kubestatus import parse_time
 from tests.integration.conftest import World
@@ -119,3 +121,34 @@ def test_a_sweep_whose_trials_ran_between_two_runs_starts_when_its_first_trial_d
     assert parent.finished_at == t0 + timedelta(seconds=30)
     for trial_id in parent.trial_ids:
         assert Reason.STARTED in reasons(world, trial_id)
+
+
+class _Stepping:
+    """A FollowClock on the world's virtual time (watch reads a final job once: no sleep is taken)."""
+
+    def __init__(self, world: World) -> None:
+        self._clock = world.clock
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.advance(timedelta(seconds=seconds))
+
+
+def test_watchs_final_panel_shows_the_wait_and_the_run_of_a_job_never_seen_running(world: World) -> None:
+    world.add_gpu_nodes(1)
+    submit(world, "short-2")
+    world.cluster.set_behaviour("short-2", run_for=timedelta(seconds=64))
+    world.clock.advance(timedelta(seconds=40))  # it waits 40 s for admission
+    world.admit()
+    step(world, 0)  # its container starts at once
+    step(world, 70)
+    world.reconciler.run()
+    world.clock.advance(timedelta(minutes=3))  # watched a while after it finished
+    out = io.StringIO()
+    status = watch_job("short-2", store=world.store, clock=_Stepping(world), out=out, view=RichView(out))
+    assert status is JobStatus.SUCCEEDED
+    text = out.getvalue()
+    assert "waited 0:00:40, ran 0:01:04" in text
+    assert "Started" in text

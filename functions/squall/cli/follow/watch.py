@@ -83,6 +83,25 @@ class PlainView:
         pass
 
 
+def run_times(job: Job, *, now: datetime) -> str:
+    """How long it waited (submitted to started) and ran (started to finished), as far as it got.
+
+    A job that finished without starting waited until it finished, and never ran.
+    """
+    end = job.finished_at or now
+    if job.started_at is None:
+        waited = _clock((end - job.submitted_at).total_seconds())
+        return f"waited {waited}, never ran" if job.finished_at else f"waiting {waited}"
+    waited = _clock((job.started_at - job.submitted_at).total_seconds())
+    ran = _clock((end - job.started_at).total_seconds())
+    return f"waited {waited}, {'ran' if job.finished_at else 'running'} {ran}"
+
+
+def _clock(seconds: float) -> str:
+    whole = max(int(seconds), 0)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
 class RichView:
     """A rich Live panel, redrawn on each change."""
 
@@ -115,11 +134,7 @@ class RichView:
         head.append("  ")
         head.append(job.status.value, style=f"bold {colour}")
         head.append(f"  {job.reason}")
-        since = job.started_at or job.submitted_at
-        elapsed = max(int(((job.finished_at or now) - since).total_seconds()), 0)
-        clock = f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"
-        what = "ran" if job.finished_at and job.started_at else ("running" if job.started_at else "waiting")
-        detail = Text(f"{_summary(job)}; {what} {clock}", style="dim")
+        detail = Text(f"{_summary(job)}; {run_times(job, now=now)}", style="dim")
         table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
         for column in ("at", "state", "reason", "message"):
             table.add_column(column, overflow="fold")
