@@ -199,7 +199,13 @@ class ObjectSource(Protocol):
 
     def list(self, bucket: str, prefix: str, *, limit: int) -> Iterable[StoredObject]: ...
 
-    def download(self, bucket: str, key: str, target: Path, *, offset: int = 0) -> int: ...
+    def download(self, bucket: str, key: str, target: Path, *, offset: int = 0, end: int) -> int:
+        """Write bytes `offset` to `end` (exclusive: the listed size) into `target`; returns how many.
+
+        Never more than `end - offset`, whatever the object holds by now: fewer when it
+        shrank. A range past its end (offset >= its size now) writes nothing.
+        """
+        ...
 
 
 class ModelServiceStore(Protocol):

@@ -92,7 +92,7 @@ def test_once_copies_event_files_that_tensorboards_reader_sees(
     assert found["loss/generator"] == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
     assert "loss/discriminator" in found
     assert accumulator.SummaryMetadata("samples").plugin_data.plugin_name == "images"
-    assert "1 TensorBoard files" in capsys.readouterr().out
+    assert ": 1 TensorBoard file\n" in capsys.readouterr().out
 
     # when the trainer writes on and pushes again, a second pass appends the new records
     # in place, so a reader that has the file open already sees them

@@ -33,7 +33,11 @@ METHODS: dict[str, tuple[str, str, Callable[[Any, Path], Any]]] = {
         lambda c, _: CloudWatchLogReader(c, GROUP).read("s", start=None, token=None),
     ),
     "s3.list": ("s3", "list_objects_v2", lambda c, _: list(S3ObjectReader(c).list("b", "p/", limit=10))),
-    "s3.download": ("s3", "get_object", lambda c, tmp: S3ObjectReader(c).download("b", "k", tmp / "f")),
+    "s3.download": (
+        "s3",
+        "get_object",
+        lambda c, tmp: S3ObjectReader(c).download("b", "k", tmp / "f", end=10),
+    ),
 }
 
 

@@ -35,9 +35,9 @@ class FakeObjects:
         ]
         return found[:limit]
 
-    def download(self, bucket: str, key: str, target: Path, *, offset: int = 0) -> int:
+    def download(self, bucket: str, key: str, target: Path, *, offset: int = 0, end: int) -> int:
         self.calls.append((bucket, key, offset))
-        target.write_bytes(self.objects[(bucket, key)][offset:])
+        target.write_bytes(self.objects[(bucket, key)][offset:end])
         return target.stat().st_size
 
 

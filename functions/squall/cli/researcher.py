@@ -153,6 +153,10 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         SyncReport,
         job_sources,
         keep_in_step,
+        mirrored,
+        nothing_yet,
+        progress,
+        warnings,
     )
 
     store = job_store()
@@ -171,33 +175,20 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
     mirror = EventFileMirror(S3ObjectReader(aws_client("s3")), dest, sources)
 
     def report(result: SyncReport) -> None:
-        for key in result.skipped[:5]:
-            print(f"squall: skipped {key}: its key would leave the directory", file=sys.stderr)
-        for uri in result.truncated:
-            print(
-                f"squall: {uri} holds more objects than one pass lists; the rest were not looked at",
-                file=sys.stderr,
-            )
-        if result.copied or result.appended:
-            print(
-                f"{dest}: {result.copied} copied, {result.appended} grown, {result.unchanged} unchanged "
-                f"({result.bytes} bytes)",
-                flush=True,
-            )
+        for line in warnings(result):
+            print(f"squall: {line}", file=sys.stderr)
+        copied = progress(result, dest)
+        if copied is not None:
+            print(copied, flush=True)
 
     try:
         if args.once:
             result = mirror.sync()
             report(result)
             if not result.files:
-                where = ", ".join(s.uri for s in sources)
-                print(
-                    f"squall: no TensorBoard files under {where} yet (Squall's trainer writes them under "
-                    "<checkpointUri>/<job id>/logs/)",
-                    file=sys.stderr,
-                )
+                print(f"squall: {nothing_yet(sources)}", file=sys.stderr)
             else:
-                print(f"{dest}: {result.files} TensorBoard files")
+                print(mirrored(result, dest))
             return EXIT_OK
         from squall.cli.follow.tensorboard import start_tensorboard
 

@@ -10,6 +10,11 @@ rules as to any message. `predict` talks to the model service's own endpoints
 
 Exit codes as the rest of `squall`: 0 ok, 1 not found or failed (a service that
 FAILED, a server's error), 2 bad input (a request refused before anything was sent).
+
+What a record holds (a reason, an error, an endpoint, a job's or team's name) came
+from a request, a pod or another team: every line shows it through `printable`, so
+a terminal prints its control characters instead of obeying them (`--json` escapes
+them as JSON does).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from squall.cli.prediction import (
     rest_base,
     rest_predict,
 )
+from squall.cli.text import printable
 from squall.core.errors import PermanentError
 from squall.core.jobs import Job
 from squall.core.serving import LIVE, ModelService, ServiceEvent, ServiceReason, ServiceStatus
@@ -75,8 +81,13 @@ def _refused(source: str, exc: Any) -> CommandError:
     """A SpecError as the CLI shows a refused spec: every issue, field first."""
     total = getattr(exc, "total", len(exc.issues))
     lines = [f"{source}: refused ({total} error{'s' if total != 1 else ''})"]
-    lines += [f"  {issue.field}: {issue.message}" for issue in exc.issues]
+    lines += [f"  {_shown(issue.field)}: {_shown(issue.message)}" for issue in exc.issues]
     return CommandError("\n".join(lines))
+
+
+def _shown(value: object) -> str:
+    """A value of a record (or a request) as one line shows it: control characters escaped."""
+    return printable(str(value), newlines=False)
 
 
 # ---- records as shown ----
@@ -113,14 +124,14 @@ def event_dict(event: ServiceEvent) -> dict[str, Any]:
 
 
 def event_line(event: ServiceEvent) -> str:
-    message = f": {event.message}" if event.message else ""
-    return f"{event.at.isoformat()}  {event.status.value:<10} {event.reason}{message}"
+    message = f": {_shown(event.message)}" if event.message else ""
+    return f"{event.at.isoformat()}  {event.status.value:<10} {_shown(event.reason)}{message}"
 
 
 def _endpoints(service: ModelService) -> str:
     if service.rest_url is None and service.grpc_target is None:
         return "no endpoints yet"
-    return f"REST {service.rest_url or '-'}, gRPC {service.grpc_target or '-'}"
+    return f"REST {_shown(service.rest_url or '-')}, gRPC {_shown(service.grpc_target or '-')}"
 
 
 def model_service_history(name: str) -> tuple[ModelService, list[ServiceEvent]] | None:
@@ -141,19 +152,21 @@ def history_dict(service: ModelService, events: Sequence[ServiceEvent]) -> dict[
 
 
 def print_history(service: ModelService, events: Sequence[ServiceEvent], *, out: TextIO) -> None:
-    print(f"model service {service.name}  {service.status.value}  ({service.reason})", file=out)
     print(
-        f"  job {service.job_id}, team {service.team}, namespace {service.namespace}, "
-        f"model {service.model_uri} as version {service.model_version}",
+        f"model service {_shown(service.name)}  {service.status.value}  ({_shown(service.reason)})", file=out
+    )
+    print(
+        f"  job {_shown(service.job_id)}, team {_shown(service.team)}, namespace {_shown(service.namespace)}, "
+        f"model {_shown(service.model_uri)} as version {service.model_version}",
         file=out,
     )
     print(
         f"  {service.ready_replicas}/{service.replicas} replicas ready, each {service.gpus} GPUs, "
-        f"cpu {service.cpu}, memory {service.memory}; {_endpoints(service)}",
+        f"cpu {_shown(service.cpu)}, memory {_shown(service.memory)}; {_endpoints(service)}",
         file=out,
     )
     for error in service.errors:
-        print(f"  error {error.get('field', '')}: {error.get('message', '')}", file=out)
+        print(f"  error {_shown(error.get('field', ''))}: {_shown(error.get('message', ''))}", file=out)
     for event in events:
         print(f"  {event_line(event)}", file=out)
 
@@ -222,7 +235,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise _refused(f"serve {command.job}", exc) from exc
     for problem in unchecked:
         print(
-            f"squall: could not check for the SavedModel ({problem}); the submit function checks it",
+            f"squall: could not check for the SavedModel ({_shown(problem)}); the submit function checks it",
             file=sys.stderr,
         )
     message_id = deployment.send_to_jobs_queue(body)
@@ -294,9 +307,12 @@ def follow_service(
             refusal = patient(rejected, clock=clock, wait=poll) if rejected is not None else None
             if refusal is not None:
                 raise CommandError(
-                    f"the submit function refused the serve request for {name} ({refusal.reason}, recorded "
-                    f"as {refusal.id}):\n"
-                    + "\n".join(f"  {e.get('field', '')}: {e.get('message', '')}" for e in refusal.errors),
+                    f"the submit function refused the serve request for {name} ({_shown(refusal.reason)}, "
+                    f"recorded as {_shown(refusal.id)}):\n"
+                    + "\n".join(
+                        f"  {_shown(e.get('field', ''))}: {_shown(e.get('message', ''))}"
+                        for e in refusal.errors
+                    ),
                     code=EXIT_FAILED,
                 )
             if waited >= wait_for_record:
@@ -341,10 +357,10 @@ def follow_service(
 def _outcome(service: ModelService) -> str:
     if service.status is ServiceStatus.SERVING:
         return (
-            f"{service.name} SERVING ({service.ready_replicas}/{service.replicas} ready): "
-            f"{_endpoints(service)}\n  squall predict {service.name} --input FILE.json"
+            f"{_shown(service.name)} SERVING ({service.ready_replicas}/{service.replicas} ready): "
+            f"{_endpoints(service)}\n  squall predict {_shown(service.name)} --input FILE.json"
         )
-    return f"{service.name} {service.status.value} ({service.reason})"
+    return f"{_shown(service.name)} {service.status.value} ({_shown(service.reason)})"
 
 
 # ---- squall services ----
@@ -368,13 +384,13 @@ def cmd_services(args: argparse.Namespace) -> int:
     header = ["NAME", "STATUS", "REASON", "JOB", "READY", "REST", "GRPC"]
     table = [header] + [
         [
-            s.name,
+            _shown(s.name),
             s.status.value,
-            s.reason,
-            s.job_id,
+            _shown(s.reason),
+            _shown(s.job_id),
             f"{s.ready_replicas}/{s.replicas}",
-            s.rest_url or "-",
-            s.grpc_target or "-",
+            _shown(s.rest_url or "-"),
+            _shown(s.grpc_target or "-"),
         ]
         for s in services
     ]
@@ -399,7 +415,7 @@ def cmd_unserve(args: argparse.Namespace) -> int:
         raise _refused("unserve request", exc) from exc
     service = _service(deployment.service_store(), name)
     if service.status is ServiceStatus.STOPPED:
-        print(f"model service {name} is already STOPPED ({service.reason})")
+        print(f"model service {name} is already STOPPED ({_shown(service.reason)})")
         return EXIT_OK
     deployment.send_to_jobs_queue(body)
     print(f"unserve requested for {name} ({service.status.value})")
@@ -419,7 +435,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         endpoint = service.grpc_target if args.grpc else service.rest_url
         if service.status is not ServiceStatus.SERVING or not endpoint:
             raise CommandError(
-                f"model service {name} is {service.status.value} ({service.reason}): no endpoint to send to "
+                f"model service {name} is {service.status.value} ({_shown(service.reason)}): no endpoint to send to "
                 f"(squall describe {name}; --url sends to an address of your own)",
                 code=EXIT_FAILED,
             )

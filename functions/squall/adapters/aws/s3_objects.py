@@ -6,10 +6,11 @@ Used by `squall tensorboard` to mirror event files; errors leave as Squall's
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from squall.adapters.aws import errors
 from squall.core.job_outputs import StoredObject
@@ -44,17 +45,35 @@ class S3ObjectReader:
                 count += 1
                 yield StoredObject(key=key, size=int(item.get("Size", 0)), etag=str(item.get("ETag", "")))
 
-    def download(self, bucket: str, key: str, target: Path, *, offset: int = 0) -> int:
-        """Write the object's bytes from `offset` on into `target` (created or replaced); returns how many."""
-        params: dict[str, Any] = {"Bucket": bucket, "Key": key}
-        if offset:
-            params["Range"] = f"bytes={offset}-"
+    def download(self, bucket: str, key: str, target: Path, *, offset: int = 0, end: int) -> int:
+        """Write the object's bytes `offset`..`end - 1` into `target` (created or replaced); returns how many.
+
+        Asked for by range (`Range: bytes=offset-(end-1)`) and read no further than that
+        whatever S3 (or a server standing in for it) sends: `end` is the size the
+        listing gave, and an object written since cannot bring more than was planned for.
+        A range the object no longer reaches (it shrank) writes nothing.
+        """
+        target.write_bytes(b"")
+        wanted = end - offset
+        if wanted <= 0:
+            return 0
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": f"bytes={offset}-{end - 1}"}
         doing = f"downloading s3://{bucket}/{key}"
         with errors.translated(doing, rules=[_MISSING]):
-            body = self._client.get_object(**params)["Body"]
+            try:
+                body = self._client.get_object(**params)["Body"]
+            except ClientError as exc:
+                if errors.error_code(exc) == "InvalidRange":  # 416: it no longer reaches `offset`
+                    return 0
+                raise
             try:
                 with target.open("wb") as handle:
-                    shutil.copyfileobj(body, handle, _CHUNK)
+                    while wanted > 0:
+                        chunk = body.read(min(_CHUNK, wanted))
+                        if not chunk:
+                            break
+                        handle.write(chunk)
+                        wanted -= len(chunk)
             finally:
                 body.close()
         return target.stat().st_size

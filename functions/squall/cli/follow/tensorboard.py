@@ -16,7 +16,14 @@ files open and reads on from where it was, and would never see a file replaced u
 it. Anything else that changed is downloaded whole beside the old one and renamed over
 it. A pass is planned before anything is copied and refused whole when it would pass
 the bounds (files, bytes), so nothing is half-done; a key that would land outside the
-directory (`..`, empty parts) is skipped and reported.
+directory (`..`, empty parts) is skipped and reported. Each object is read by byte range
+up to the size the listing gave, never further: an object that grows after the listing
+(a pod still writing) cannot carry the pass past its bounds; its new tail is copied by
+the next pass.
+
+Key names and URIs come from the job's record and its pods: the lines this module writes
+for `squall tensorboard` (`warnings`, `progress`, `mirrored`, `nothing_yet`) show them
+through `printable`.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from squall.cli.follow.clock import patient
+from squall.cli.text import printable
 from squall.core.job_outputs import StoredObject, split_s3_uri
 from squall.core.jobs import Job, JobStatus, is_terminal
 
@@ -198,13 +206,13 @@ class EventFileMirror:
         report.files = len(wanted)
         if len(wanted) > self._max_files:
             raise MirrorError(
-                f"{len(wanted)} TensorBoard files under {', '.join(s.uri for s in self.sources)}: "
+                f"{_files(len(wanted))} under {_uris(self.sources)}: "
                 f"more than the {self._max_files} a mirror takes"
             )
         total = sum(item.size for item in wanted.values())
         if total > self._max_bytes:
             raise MirrorError(
-                f"the TensorBoard files take {total} bytes: more than the {self._max_bytes} a mirror takes"
+                f"the TensorBoard files take {_bytes(total)}: more than the {self._max_bytes} a mirror takes"
             )
         return [s for s in steps if s.offset >= 0]
 
@@ -244,7 +252,9 @@ class EventFileMirror:
         temporary = partial / uuid.uuid4().hex
         key = step.relative.as_posix()
         if step.offset:
-            got = self._objects.download(step.source.bucket, step.item.key, temporary, offset=step.offset)
+            got = self._objects.download(
+                step.source.bucket, step.item.key, temporary, offset=step.offset, end=step.item.size
+            )
             if got == step.item.size - step.offset:
                 with temporary.open("rb") as tail, target.open("ab") as handle:
                     shutil.copyfileobj(tail, handle)
@@ -253,12 +263,63 @@ class EventFileMirror:
                 report.bytes += got
                 return
             # The object changed between the listing and the read: take it whole.
-        got = self._objects.download(step.source.bucket, step.item.key, temporary)
+        got = self._objects.download(step.source.bucket, step.item.key, temporary, end=step.item.size)
         os.replace(temporary, target)
         # A size other than the listed one means it changed meanwhile: the next pass compares again.
         self._manifest[key] = {"size": got, "etag": step.item.etag if got == step.item.size else ""}
         report.copied += 1
         report.bytes += got
+
+
+# ---- what `squall tensorboard` prints of a pass ----
+
+
+def _files(count: int) -> str:
+    return f"{count} TensorBoard file{'' if count == 1 else 's'}"
+
+
+def _bytes(count: int) -> str:
+    return f"{count} byte{'' if count == 1 else 's'}"
+
+
+def _uris(sources: Iterable[Source]) -> str:
+    return ", ".join(printable(s.uri, newlines=False) for s in sources)
+
+
+def warnings(report: SyncReport, *, shown: int = 5) -> list[str]:
+    """The pass's skipped keys (the first `shown`) and the prefixes it could not list whole, one line each."""
+    lines = [
+        f"skipped {printable(key, newlines=False)}: its key would leave the directory"
+        for key in report.skipped[:shown]
+    ]
+    if len(report.skipped) > shown:
+        lines.append(f"skipped {len(report.skipped) - shown} more such keys")
+    lines += [
+        f"{printable(uri, newlines=False)} holds more objects than one pass lists; the rest were not looked at"
+        for uri in report.truncated
+    ]
+    return lines
+
+
+def progress(report: SyncReport, dest: Path) -> str | None:
+    """What the pass copied, or None when it copied nothing."""
+    if not (report.copied or report.appended):
+        return None
+    return (
+        f"{printable(str(dest), newlines=False)}: {report.copied} copied, {report.appended} grown, "
+        f"{report.unchanged} unchanged ({_bytes(report.bytes)})"
+    )
+
+
+def mirrored(report: SyncReport, dest: Path) -> str:
+    return f"{printable(str(dest), newlines=False)}: {_files(report.files)}"
+
+
+def nothing_yet(sources: Iterable[Source]) -> str:
+    return (
+        f"no TensorBoard files under {_uris(sources)} yet (Squall's trainer writes them under "
+        "<checkpointUri>/<job id>/logs/)"
+    )
 
 
 def keep_in_step(
