@@ -5,6 +5,11 @@ region and pending GPUs, with the latest events under them. Anywhere else (a pip
 a log file, CI, tests) the same information comes as plain lines, written only
 when something changed, so a log stays readable and diffable.
 
+Both show a region falling back (`Fallbacks`): the launches a group could not make
+(the fleet's failed scaling activities, e.g. insufficient capacity) and the scale
+check that bought the capacity in another region instead (its `RegionFallback`
+codes, with the groups it scaled up there and gave back in the region that failed).
+
 Both read the simulation without touching the Kubernetes API (no port calls), so
 a fault armed on the cluster is spent by Squall's functions, not by the view.
 """
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
@@ -36,6 +41,7 @@ class RegionRow:
     nodes: int = 0
     booting: int = 0
     gpus: int = 0
+    failed: int = 0  # launches that failed there so far (the fallback's cause)
 
 
 @dataclass(frozen=True)
@@ -61,19 +67,29 @@ class Frame:
     cost: float
 
     @classmethod
-    def capture(cls, local: LocalRuntime, recorder: Recorder, *, queue_rows: int = 8) -> Frame:
+    def capture(
+        cls,
+        local: LocalRuntime,
+        recorder: Recorder,
+        *,
+        queue_rows: int = 8,
+        failed: Mapping[str, int] | None = None,
+    ) -> Frame:
+        """`failed`: region -> launches that failed there so far (a FallbackWatch counts them)."""
         now = local.clock.now()
         jobs = local.jobs()
         queued = sorted(
             (j for j in jobs if j.status is JobStatus.QUEUED and not j.is_sweep), key=lambda j: j.submitted_at
         )
         regions: dict[str, dict[str, int]] = {
-            g.region: {"nodes": 0, "booting": 0, "gpus": 0} for g in recorder.groups
+            g.region: {"nodes": 0, "booting": 0, "gpus": 0, "failed": 0} for g in recorder.groups
         }
+        for region, count in (failed or {}).items():
+            regions.setdefault(region, {"nodes": 0, "booting": 0, "gpus": 0, "failed": 0})["failed"] = count
         gpus_per_node = {(g.region, g.asg_name or g.name): g.allocatable.gpu for g in recorder.groups}
         if local.fleet is not None:
             for instance in instances(local.fleet):
-                row = regions.setdefault(instance.region, {"nodes": 0, "booting": 0, "gpus": 0})
+                row = regions.setdefault(instance.region, {"nodes": 0, "booting": 0, "gpus": 0, "failed": 0})
                 if instance.node is not None:
                     row["nodes"] += 1
                     row["gpus"] += gpus_per_node.get((instance.region, instance.group), 0)
@@ -100,6 +116,61 @@ class Frame:
         return " ".join(f"{state} {self.jobs[state]}" for state in STATE_ORDER if self.jobs.get(state))
 
 
+@dataclass
+class FallbackWatch:
+    """What a region's fallback looks like as it happens, read from what the simulation keeps.
+
+    The fleet's failed launches (its scaling activities, in time order) and the scale
+    checks' answers (with their `RegionFallback:<from>-><to>` codes and what they did)
+    are read from where the last call stopped, so a long replay costs what is new.
+    """
+
+    failed: dict[str, int] = field(default_factory=dict)  # region -> failed launches so far
+    _activities: int = 0
+    _checks: int = 0
+
+    def new_lines(self, local: LocalRuntime, recorder: Recorder) -> list[tuple[str, str]]:
+        """(`launch failed` or `fallback`, what happened) for each change since the last call."""
+        names = {(g.region, g.asg_name or g.name): g.name for g in recorder.groups}
+        regions = {g.name: g.region for g in recorder.groups}
+        lines: list[tuple[str, str]] = []
+        if local.fleet is not None:
+            activities = local.fleet.failures
+            failed: Counter[tuple[str, str, str]] = Counter()
+            for activity in activities[self._activities :]:
+                if activity.status_code != "Failed":
+                    continue
+                why = activity.description.rpartition("Status Reason: ")[2] or activity.status_message
+                failed[
+                    names.get((activity.region, activity.group), activity.group), activity.region, why
+                ] += 1
+            self._activities = len(activities)
+            for (group, region, why), count in failed.items():
+                self.failed[region] = self.failed.get(region, 0) + count
+                launches = "launch" if count == 1 else "launches"
+                lines.append(("launch failed", f"{group} ({region}): {count} {launches} failed, {why}"))
+        results = local.scale_results
+        for result in results[self._checks :]:
+            for code in dict.fromkeys(result.get("fallbacks") or ()):
+                origin, _, target = str(code).partition(":")[2].partition("->")
+                done = result.get("done") or {}
+                moved = [
+                    f"{change['group']} scaled up to {change['to']}"
+                    for change in done.get("scaledUp") or ()
+                    if regions.get(change.get("group")) == target
+                ] + [
+                    f"{change['group']} given back to {change['to']}"
+                    for change in done.get("givenBack") or ()
+                    if regions.get(change.get("group")) == origin
+                ]
+                bought = f": {', '.join(moved)}" if moved else ""
+                lines.append(
+                    ("fallback", f"{origin} -> {target}, capacity bought in {target} instead{bought}")
+                )
+        self._checks = len(results)
+        return lines
+
+
 def latest(local: LocalRuntime, name: str) -> int:
     """The last value the functions emitted for a metric (what the dashboard would show now)."""
     for point in reversed(local.metrics.points):
@@ -121,6 +192,7 @@ class PlainLiveView:
     _seen: dict[str, str] = field(default_factory=dict)
     _nodes_line: str = ""
     _next_status: timedelta = timedelta(0)
+    _fallbacks: FallbackWatch = field(default_factory=FallbackWatch)
 
     def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -133,9 +205,11 @@ class PlainLiveView:
                 if self._seen.get(job.id) != label:
                     self._seen[job.id] = label
                     self.say(f"  {now}  {job.id:<24} {label}")
+        for kind, text in self._fallbacks.new_lines(local, recorder):
+            self.say(f"  {now}  {f'[{kind}]':<24} {text}")
         frame: Frame | None = None
         if self.follow_jobs or (self.status_every is not None and local.clock.elapsed >= self._next_status):
-            frame = Frame.capture(local, recorder)
+            frame = Frame.capture(local, recorder, failed=self._fallbacks.failed)
         if frame is None:
             return
         line = frame.nodes_line()
@@ -153,7 +227,7 @@ class PlainLiveView:
         self.say(f"  {stamp(at)}  {'[event]':<24} {text}")
 
     def close(self, local: LocalRuntime, recorder: Recorder) -> None:
-        frame = Frame.capture(local, recorder)
+        frame = Frame.capture(local, recorder, failed=self._fallbacks.failed)
         self.say(
             f"  {stamp(frame.elapsed)}  {'[end]':<24} jobs {frame.jobs_line() or 'none'}; {frame.nodes_line()}"
         )
@@ -175,6 +249,7 @@ class RichLiveView:
         self.notes: deque[str] = deque(maxlen=6)
         self.events: deque[str] = deque(maxlen=10)
         self._seen: dict[str, str] = {}
+        self._fallbacks = FallbackWatch()
         self._interval = 1.0 / fps
         self._drawn = 0.0
         self._live = Live(console=console, auto_refresh=False, transient=False)
@@ -192,17 +267,21 @@ class RichLiveView:
                         or job.reason != "Submitted"
                     ):
                         self.events.append(f"{stamp(local.clock.elapsed)}  {job.id}  {label}")
+        for kind, text in self._fallbacks.new_lines(local, recorder):
+            from rich.markup import escape
+
+            self.notes.append(f"{stamp(local.clock.elapsed)}  [bold yellow]{kind}[/] {escape(text)}")
         clock = time.monotonic()
         if clock - self._drawn < self._interval:
             return
         self._drawn = clock
-        self._draw(Frame.capture(local, recorder))
+        self._draw(Frame.capture(local, recorder, failed=self._fallbacks.failed))
 
     def note(self, at: timedelta, text: str) -> None:
         self.notes.append(f"{stamp(at)}  [bold red]{text}[/]")
 
     def close(self, local: LocalRuntime, recorder: Recorder) -> None:
-        self._draw(Frame.capture(local, recorder))
+        self._draw(Frame.capture(local, recorder, failed=self._fallbacks.failed))
         self._live.stop()
 
     def _draw(self, frame: Frame) -> None:
@@ -225,10 +304,10 @@ def render_frame(frame: Frame, *, title: str, events: list[str]) -> Any:
 
     nodes = Table(title="Nodes per region", expand=True)
     nodes.add_column("region", no_wrap=True, min_width=12)
-    for column in ("nodes", "booting", "GPUs"):
+    for column in ("nodes", "booting", "GPUs", "failed launches"):
         nodes.add_column(column, justify="right", no_wrap=True)
     for region, row in frame.regions.items():
-        nodes.add_row(region, str(row.nodes), str(row.booting), str(row.gpus))
+        nodes.add_row(region, str(row.nodes), str(row.booting), str(row.gpus), str(row.failed))
 
     queue = Table(title=f"Queue ({frame.queued} waiting)", expand=True)
     for column in ("job", "GPUs", "waiting", "reason"):
