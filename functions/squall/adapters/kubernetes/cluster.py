@@ -6,6 +6,12 @@ client's model round trip (deserialize, then ``sanitize_for_serialization``)
 would drop fields newer than the client, and deserializing thousands of pods
 into models is the slowest part of a list on a large cluster.
 
+Requests go through the ``ApiClient`` as raw REST calls (`_RawApi`), not through
+the generated ``BatchV1Api``/``CoreV1Api`` classes: those import the model classes of
+every operation they declare (hundreds of pydantic modules, most of a cold start)
+to describe responses this adapter never deserializes. Only a create validates its
+manifest against the API's schema, and imports that one kind's model on first use.
+
 Every call carries a (connect, read) timeout, so a hung API server costs a
 Lambda seconds, not its whole time budget; every third-party exception leaves
 as a `squall.core.errors` type, chained, with a message naming what was being done.
@@ -17,23 +23,13 @@ import http.client
 import json
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
+from importlib import import_module
 from typing import TYPE_CHECKING, Any, Final
 
 import pydantic
 import urllib3
-from kubernetes.client import (
-    ApiClient,
-    AppsV1Api,
-    BatchV1Api,
-    CoreV1Api,
-    PolicyV1Api,
-    V1Deployment,
-    V1Eviction,
-    V1Job,
-    V1ObjectMeta,
-    V1PodDisruptionBudget,
-    V1Service,
-)
+from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException, OpenApiException
 
 from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL, MODEL_SERVICE_LABEL
@@ -71,10 +67,8 @@ class KubernetesCluster:
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
-        self._batch = BatchV1Api(api_client)
-        self._core = CoreV1Api(api_client)
-        self._apps = AppsV1Api(api_client)
-        self._policy = PolicyV1Api(api_client)
+        # One raw client under the generated APIs' names: each call still says which API it goes to.
+        self._batch = self._core = self._apps = self._policy = _RawApi(api_client)
         self._timeout = request_timeout
         self._page_size = page_size
 
@@ -88,12 +82,12 @@ class KubernetesCluster:
         if not namespace or not name:
             raise PermanentError(f"{doing}: metadata.name and metadata.namespace are required")
         creators: dict[tuple[object, object], tuple[Callable[..., Any], Any]] = {
-            ("batch/v1", "Job"): (self._batch.create_namespaced_job, V1Job),
-            ("v1", "Service"): (self._core.create_namespaced_service, V1Service),
-            ("apps/v1", "Deployment"): (self._apps.create_namespaced_deployment, V1Deployment),
+            ("batch/v1", "Job"): (self._batch.create_namespaced_job, "V1Job"),
+            ("v1", "Service"): (self._core.create_namespaced_service, "V1Service"),
+            ("apps/v1", "Deployment"): (self._apps.create_namespaced_deployment, "V1Deployment"),
             ("policy/v1", "PodDisruptionBudget"): (
                 self._policy.create_namespaced_pod_disruption_budget,
-                V1PodDisruptionBudget,
+                "V1PodDisruptionBudget",
             ),
         }
         found = creators.get((manifest.get("apiVersion"), kind))
@@ -104,7 +98,7 @@ class KubernetesCluster:
             )
         create, model = found
         with _translated(doing):
-            body: Any = model.model_validate(manifest)
+            body: Any = _model(model).model_validate(manifest)
         status, _ = self._call(
             doing, create, tolerate={409}, namespace=namespace, body=body, _headers=_json_body()
         )
@@ -214,11 +208,11 @@ class KubernetesCluster:
         return _with_type(job, api_version="batch/v1", kind="Job")
 
     def evict(self, *, namespace: str, name: str) -> bool:
-        eviction = V1Eviction(
-            api_version="policy/v1",
-            kind="Eviction",
-            metadata=V1ObjectMeta(name=name, namespace=namespace),
-        )
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
         status, _ = self._call(
             f"evict Pod {namespace}/{name}",
             self._core.create_namespaced_pod_eviction,
@@ -349,6 +343,110 @@ class KubernetesCluster:
             finally:
                 response.release_conn()
             return response.status, json.loads(data) if data else None
+
+
+# The operations this adapter issues, by the generated client's names: (HTTP method, path).
+_OPERATIONS: Final[dict[str, tuple[str, str]]] = {
+    "create_namespaced_job": ("POST", "/apis/batch/v1/namespaces/{namespace}/jobs"),
+    "list_namespaced_job": ("GET", "/apis/batch/v1/namespaces/{namespace}/jobs"),
+    "list_job_for_all_namespaces": ("GET", "/apis/batch/v1/jobs"),
+    "patch_namespaced_job": ("PATCH", "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"),
+    "delete_namespaced_job": ("DELETE", "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"),
+    "create_namespaced_service": ("POST", "/api/v1/namespaces/{namespace}/services"),
+    "list_namespaced_service": ("GET", "/api/v1/namespaces/{namespace}/services"),
+    "read_namespaced_service": ("GET", "/api/v1/namespaces/{namespace}/services/{name}"),
+    "delete_namespaced_service": ("DELETE", "/api/v1/namespaces/{namespace}/services/{name}"),
+    "list_namespaced_pod": ("GET", "/api/v1/namespaces/{namespace}/pods"),
+    "list_pod_for_all_namespaces": ("GET", "/api/v1/pods"),
+    "create_namespaced_pod_eviction": ("POST", "/api/v1/namespaces/{namespace}/pods/{name}/eviction"),
+    "list_node": ("GET", "/api/v1/nodes"),
+    "read_node": ("GET", "/api/v1/nodes/{name}"),
+    "patch_node": ("PATCH", "/api/v1/nodes/{name}"),
+    "create_namespaced_deployment": ("POST", "/apis/apps/v1/namespaces/{namespace}/deployments"),
+    "list_namespaced_deployment": ("GET", "/apis/apps/v1/namespaces/{namespace}/deployments"),
+    "list_deployment_for_all_namespaces": ("GET", "/apis/apps/v1/deployments"),
+    "delete_namespaced_deployment": ("DELETE", "/apis/apps/v1/namespaces/{namespace}/deployments/{name}"),
+    "create_namespaced_pod_disruption_budget": (
+        "POST",
+        "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
+    ),
+    "list_namespaced_pod_disruption_budget": (
+        "GET",
+        "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
+    ),
+    "delete_namespaced_pod_disruption_budget": (
+        "DELETE",
+        "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}",
+    ),
+}
+# Query parameters by the generated client's argument names.
+_QUERY: Final = {
+    "label_selector": "labelSelector",
+    "field_selector": "fieldSelector",
+    "limit": "limit",
+    "_continue": "continue",
+    "propagation_policy": "propagationPolicy",
+}
+
+
+class _RawApi:
+    """The generated client's operations as raw requests through the ApiClient.
+
+    Called as the generated methods are with ``_preload_content=False``: the
+    urllib3 response comes back unread, and a status outside 2xx raises the
+    client's own ApiException, with the server's body.
+    """
+
+    def __init__(self, api_client: ApiClient) -> None:
+        self._client = api_client
+
+    def __getattr__(self, operation: str) -> Callable[..., Any]:
+        if operation not in _OPERATIONS:
+            raise AttributeError(f"no Kubernetes operation {operation!r}")
+        return partial(self._request, *_OPERATIONS[operation])
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        /,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        body: Any = None,
+        _headers: Mapping[str, str] | None = None,
+        _content_type: str | None = None,
+        _request_timeout: Any = None,
+        _preload_content: bool = False,
+        **query: Any,
+    ) -> Any:
+        headers = {"Accept": "application/json", **(_headers or {})}
+        if _content_type is not None:
+            headers["Content-Type"] = _content_type
+        elif body is not None:
+            headers.setdefault("Content-Type", "application/json")
+        path_params = {
+            key: value for key, value in (("namespace", namespace), ("name", name)) if value is not None
+        }
+        request = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            path_params=path_params,
+            query_params=[(_QUERY[key], value) for key, value in query.items() if value is not None],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._client.call_api(*request, _request_timeout=_request_timeout)
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+
+
+def _model(name: str) -> Any:
+    """The client's model class `name`, imported on first use (its module and the models it nests)."""
+    return getattr(import_module("kubernetes.client.models"), name)
 
 
 @contextmanager
