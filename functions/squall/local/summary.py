@@ -3,8 +3,9 @@
 `squall local run` and `squall simulate` end with one JSON object built here:
 
 - ``jobs``: job records by the state they ended in (trials and rejected specs included).
-- ``queueWaitSeconds``: ``p50``/``p90``/``max`` of submitted-to-running over the job
-  records that started (nearest-rank percentiles; sweep parents left out), and
+- ``queueWaitSeconds``: ``p50``/``p90``/``max`` of submitted-to-started over the job
+  records that started (the record's ``started_at``: when its containers really
+  started, not when reconcile noticed; nearest-rank percentiles; sweep parents left out), and
   ``byTeam``: the same three per team, for each team with a record that started.
 - ``gpuHours``: ``busy`` is the integral over virtual time of the GPUs pods hold,
   ``idle`` of the GPUs allocatable on nodes but held by no pod.
@@ -423,8 +424,8 @@ class JobRow:
     gpus: int  # the job's total, every replica together; 0 for a sweep parent
     replicas: int
     submitted_s: float
-    started_s: float | None  # when it was first RUNNING
-    finished_s: float | None  # when it reached a final state
+    started_s: float | None  # when its run began (its containers started), however short the run
+    finished_s: float | None  # when it reached a final state (a run: when its Job completed or failed)
     state: str
     reason: str
 
