@@ -64,7 +64,7 @@ def test_watch_follows_the_job_live_until_it_is_final(aws: LocalAws) -> None:
         "gan-00000001 QUEUED (Submitted): team research, namespace team-research, 3 replicas"
     )
     assert "(chief-0, worker-0, worker-1)" in lines[0]
-    assert [line.split()[1:3] for line in lines[1:-1]] == [
+    assert [line.split()[3:5] for line in lines[1:-1]] == [
         ["QUEUED", "Submitted"],
         ["QUEUED", "Queued:"],
         ["RUNNING", "Started"],
@@ -124,7 +124,7 @@ def test_a_long_history_shows_its_latest_events(aws: LocalAws) -> None:
     assert status is JobStatus.FAILED
     lines = out.getvalue().splitlines()
     assert lines[1] == "  (19 earlier events: squall describe busy-00000001)"
-    assert [line.split()[2] for line in lines[2:5]] == ["Queued:", "Queued:", "ApplicationError"]
+    assert [line.split()[4] for line in lines[2:5]] == ["Queued:", "Queued:", "ApplicationError"]
 
 
 def test_the_rich_view_draws_the_state_and_the_latest_events(aws: LocalAws) -> None:

@@ -80,7 +80,9 @@ def test_replica_must_be_one_of_the_jobs() -> None:
 def test_event_lines_carry_the_replica_and_optionally_the_time() -> None:
     event = LogEvent(timestamp_ms=int(NOW.timestamp() * 1000), message='{"log":"a\\nb\\n","stream":"stderr"}')
     assert format_event(event, label="chief-0", timestamps=False) == ["[chief-0] a", "[chief-0] b"]
-    assert format_event(event, label="chief-0", timestamps=True)[0] == "2026-01-05T09:00:00.000Z [chief-0] a"
+    assert (
+        format_event(event, label="chief-0", timestamps=True)[0] == "2026-01-05 09:00:00.000 UTC [chief-0] a"
+    )
     # not the agent's envelope: the message as it is
     assert message_lines('{"msg": "structured"}') == ['{"msg": "structured"}']
     assert message_lines("{not json") == ["{not json"]

@@ -22,10 +22,13 @@ from typing import TYPE_CHECKING, Any
 from squall.cli import deployment
 from squall.cli.argtypes import whole_number
 from squall.cli.errors import EXIT_FAILED, EXIT_OK, CommandError, reported
+from squall.cli.human import age, job_needs, moment, moment_text, spec_needs
+from squall.cli.text import printable
 from squall.core import documents
 from squall.core.errors import SquallError
 from squall.core.jobs import JobStatus, Reason
 from squall.planner.inputs import InputError, read_policy
+from squall.planner.text import counted
 
 if TYPE_CHECKING:
     from squall.core.spec import JobSpec
@@ -180,7 +183,7 @@ def check_spec(data: Any, *, source: str) -> JobSpec:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     spec, _ = load_spec(args.file)
-    print(f"{args.file}: valid ({len(spec.replica_list())} replicas, {spec.total_gpus()} GPUs)")
+    print(f"{args.file}: valid ({counted(len(spec.replica_list()), 'replica')}, {spec_needs(spec)})")
     return EXIT_OK
 
 
@@ -365,9 +368,26 @@ def _get(job_id: str) -> Any:
     return job
 
 
+def _shown(value: object) -> str:
+    """A value from a record in one line of a table or a sentence, control characters escaped."""
+    return printable(str(value), newlines=False)
+
+
+def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Columns padded to their widest cell; the last one, free text, runs on."""
+    table = [list(header), *(list(row) for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
+    for *cells, last in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)), last, sep="  ")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     job = _get(args.id)
-    print(json.dumps(_job_dict(job)) if args.json else f"{job.id} {job.status.value} {job.reason}")
+    print(
+        json.dumps(_job_dict(job))
+        if args.json
+        else f"{_shown(job.id)} {job.status.value} {_shown(job.reason)}"
+    )
     return EXIT_OK
 
 
@@ -377,9 +397,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     jobs = [j for s in statuses for j in store.list_by_status(s, limit=args.limit)]
     if args.json:
         print(json.dumps([_job_dict(j) for j in jobs]))
-    else:
-        for job in jobs:
-            print(f"{job.id:<50} {job.status.value:<10} {job.reason}")
+        return EXIT_OK
+    if not jobs:
+        print(f"no {args.status} job" if args.status else "no job")
+        return EXIT_OK
+    now = datetime.now(UTC)
+    rows = [
+        [_shown(j.id), _shown(j.team), j.status.value, age(now - j.submitted_at), _shown(j.reason)]
+        for j in jobs
+    ]
+    # AGE: since it was submitted.
+    _print_table(["ID", "TEAM", "STATUS", "AGE", "REASON"], rows)
     return EXIT_OK
 
 
@@ -410,22 +438,24 @@ def cmd_describe(args: argparse.Namespace) -> int:
         }
         print(json.dumps(body))
         return EXIT_OK
-    print(f"{job.id}  {job.status.value}  ({job.reason})")
+    print(f"{_shown(job.id)}  {job.status.value}  ({_shown(job.reason)})")
     print(
-        f"  team {job.team}, namespace {job.namespace or '-'}, {job.gpus} GPUs, retries {job.retries_used}/{job.max_retries}"
+        f"  team {_shown(job.team)}, namespace {_shown(job.namespace or '-')}, {job_needs(job)}, "
+        f"retries {job.retries_used}/{job.max_retries}"
     )
     for error in job.errors:
-        print(f"  error {error['field']}: {error['message']}")
+        print(f"  error {_shown(error.get('field'))}: {_shown(error.get('message'))}")
     for event in events:
-        message = f"  {event.message}" if event.message else ""
-        print(f"  {event.at.isoformat()}  {event.status.value:<10} {event.reason}{message}")
+        message = f"  {_shown(event.message)}" if event.message else ""
+        print(f"  {moment(event.at)}  {event.status.value:<10} {_shown(event.reason)}{message}")
     if place is not None:
-        where = f"position {place['position']}" if place["position"] else "held by its team's quota"
+        where = f"position {_shown(place['position'])}" if place["position"] else "held by its team's quota"
         print(
-            f"  queue ({where}, scale check at {place['decidedAt']}): {place['reason']}: {place['message']}"
+            f"  queue ({where}, scale check at {moment_text(place['decidedAt'])}): "
+            f"{_shown(place['reason'])}: {_shown(place['message'])}"
         )
     elif unread:
-        print(f"  queue: {unread}")
+        print(f"  queue: {_shown(unread)}")
     if served is not None:
         print_history(*served, out=sys.stdout)
     return EXIT_OK
@@ -498,7 +528,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
     admission = _admission(decision)
     if admission is None:
         raise CommandError(
-            f"the latest scale-check decision ({decision.get('at')}) recorded no queue "
+            f"the latest scale-check decision ({moment_text(decision.get('at'))}) recorded no queue "
             "(written by a Squall without admission)",
             code=EXIT_FAILED,
         )
@@ -544,27 +574,24 @@ def cmd_queue(args: argparse.Namespace) -> int:
     dry = ", dry run: nothing was admitted" if decision.get("dryRun") else ""
     whose = f" ({args.team}: {len(rows)} listed)" if args.team is not None else ""
     print(
-        f"queue at {decision.get('at')} (scale check, {decision.get('trigger')}{dry}): {total} waiting{whose}"
+        f"queue at {moment_text(decision.get('at'))} (scale check, {_shown(decision.get('trigger'))}{dry}): "
+        f"{total} waiting{whose}"
     )
     in_use = admission.get("inUse", {})
     if isinstance(in_use, dict) and in_use:
-        print("GPUs admitted: " + ", ".join(f"{team} {gpus}" for team, gpus in in_use.items()))
+        print(
+            "GPUs admitted: " + ", ".join(f"{_shown(team)} {_shown(gpus)}" for team, gpus in in_use.items())
+        )
     for entry in admitted:
-        job, team, gpus, region = (entry.get(key) for key in ("job", "team", "gpus", "region"))
+        job, team, gpus, region = (_shown(entry.get(key)) for key in ("job", "team", "gpus", "region"))
         print(f"admitted in that check: {job} ({team}, {gpus} GPUs) in {region}")
     if rows:
-        header = ["POS", "TEAM-POS", "JOB", "TEAM", "PRIORITY", "GPUS", "REASON", "MESSAGE"]
         keys = ("teamPosition", "job", "team", "priority", "gpus", "reason", "message")
         # position 0: held back by the team's quota, not in the admission order
-        table = [header] + [[str(r["position"] or "-"), *(str(r[key]) for key in keys)] for r in rows]
-        # Columns padded to their widest cell; the message, last, runs on.
-        widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
-        for *cells, message in table:
-            print(
-                "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)),
-                message,
-                sep="  ",
-            )
+        _print_table(
+            ["POS", "TEAM-POS", "JOB", "TEAM", "PRIORITY", "GPUS", "REASON", "MESSAGE"],
+            [[_shown(r["position"] or "-"), *(_shown(r[key]) for key in keys)] for r in rows],
+        )
     elif args.team is not None:
         print(
             f"no job of team {args.team} among the first {len(listed)}"

@@ -20,6 +20,8 @@ from typing import Any
 from squall.cli.argtypes import port, seconds
 from squall.cli.deployment import aws_client, cluster_name, job_store
 from squall.cli.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CommandError, reported
+from squall.cli.human import moment
+from squall.cli.text import printable
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobStatus
 
@@ -46,7 +48,9 @@ def _job(store: Any, job_id: str) -> Job:
 
 
 def _sweep_refused(job: Job, what: str) -> CommandError:
-    shown = ", ".join(job.trial_ids[:5]) + (", ..." if len(job.trial_ids) > 5 else "")
+    shown = printable(", ".join(job.trial_ids[:5]), newlines=False) + (
+        ", ..." if len(job.trial_ids) > 5 else ""
+    )
     return CommandError(
         f"job {job.id} is a sweep: each of its {len(job.trial_ids)} trials has {what} of its own "
         f"(squall {what.split()[0]} <trial id>; trials: {shown})",
@@ -55,6 +59,11 @@ def _sweep_refused(job: Job, what: str) -> CommandError:
 
 
 # ---- squall logs ----
+
+
+def say(text: str) -> None:
+    """A line about the output, not of it: on stderr, marked, escaped (it may quote a record or a stream's name)."""
+    print(f"squall: {printable(text, newlines=False)}", file=sys.stderr, flush=True)
 
 
 @reported
@@ -77,7 +86,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise _sweep_refused(job, "logs")
     if not job.namespace:
         raise CommandError(
-            f"job {job.id} is {job.status.value} ({job.reason}): it never ran, so it has no logs",
+            f"job {job.id} is {job.status.value} ({printable(job.reason, newlines=False)}): it never ran, "
+            "so it has no logs",
             code=EXIT_FAILED,
         )
     replicas = replica_names(job)
@@ -95,11 +105,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
         replicas=replicas,
         replica=replica,
         since=since,
-        on_warning=lambda text: print(f"squall: {text}", file=sys.stderr),
+        on_warning=say,
     )
     try:
         printed = print_logs(
-            follower, out=sys.stdout, timestamps=args.timestamps, follow=args.follow, store=store, clock=clock
+            follower,
+            out=sys.stdout,
+            timestamps=args.timestamps,
+            follow=args.follow,
+            store=store,
+            clock=clock,
+            on_status=say,
         )
     except NotFoundError as exc:
         raise CommandError(
@@ -121,7 +137,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     elif printed == 0 and since is not None:
-        print(f"squall: no lines since {since.isoformat()}", file=sys.stderr)
+        print(f"squall: no lines since {moment(since)}", file=sys.stderr)
     return EXIT_OK
 
 

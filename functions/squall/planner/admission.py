@@ -53,6 +53,7 @@ from squall.planner.packing import Packer, RoomKind
 from squall.planner.planning import rooms_on_nodes_up
 from squall.planner.queue_order import in_admission_order, ordinal
 from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamShare
+from squall.planner.text import amounts
 
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
 MAX_LISTED = 250
@@ -256,6 +257,9 @@ class Waiting:
     never_fits: bool = False  # larger than what the node groups could hold at their max sizes
     in_use: int = 0  # with a quota: the team's GPUs in use or ahead of it
     quota: int | None = None
+    # All replicas together: a job without GPUs is described by what it does ask for.
+    cpu_millis: int = 0
+    memory_bytes: int = 0
     _entry: dict[str, object] | None = field(default=None, compare=False, repr=False)
 
     def entry(self) -> dict[str, object]:
@@ -277,10 +281,11 @@ class Waiting:
 
     @property
     def message(self) -> str:
+        asks = amounts(gpus=self.gpus, cpu_millis=self.cpu_millis, memory_bytes=self.memory_bytes)
         needs = (
-            f"needs {self.gpus} GPUs over {self.replicas} replicas in one region"
+            f"needs {asks} over {self.replicas} replicas in one region"
             if self.replicas > 1
-            else f"needs {self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+            else f"needs {asks}"
         )
         if self.held_by_quota:
             return f"{self.in_use}/{self.quota} GPUs of {self.team} in use or ahead of it; {needs}"
@@ -552,6 +557,8 @@ def admit(
                         priority=job.priority,
                         gpus=job.gpus,
                         replicas=len(job.replicas),
+                        cpu_millis=_cpu_millis(job),
+                        memory_bytes=_memory_bytes(job),
                         position=position,
                         team_position=team_rank[job.team],
                         reason="Queued",
@@ -591,6 +598,14 @@ def _least_request(shapes: Iterable[PodShape]) -> Vector | None:
     )
 
 
+def _cpu_millis(job: QueuedJob) -> int:
+    return sum(replica.pod.requests.cpu for replica in job.replicas)
+
+
+def _memory_bytes(job: QueuedJob) -> int:
+    return sum(replica.pod.requests.memory for replica in job.replicas)
+
+
 def _held(job: QueuedJob, *, used: int, quota: int | None, team_position: int) -> Waiting:
     return Waiting(
         job_id=job.job_id,
@@ -598,6 +613,8 @@ def _held(job: QueuedJob, *, used: int, quota: int | None, team_position: int) -
         priority=job.priority,
         gpus=job.gpus,
         replicas=len(job.replicas),
+        cpu_millis=_cpu_millis(job),
+        memory_bytes=_memory_bytes(job),
         position=0,
         team_position=team_position,
         reason=f"QuotaExceeded:{used}/{quota} GPUs",

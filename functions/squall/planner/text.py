@@ -1,4 +1,5 @@
-"""How an error message names a value it refuses: its kind, and the value cut short.
+"""How an error message names a value it refuses: its kind, and the value cut short; and how
+a message counts things (`1 node`, `3 nodes`) and says what a job asks for.
 
 In the planner (the lowest layer) because the planner's readers need it; the file
 reader (core/documents.py) uses the same words.
@@ -44,3 +45,22 @@ def shown(value: object, limit: int = SHOWN_LENGTH) -> str:
     # YAML reads an unquoted 2024-01-01 as a date (and with a time, a datetime): as written.
     text = str(value) if isinstance(value, date) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def counted(count: int, thing: str, things: str | None = None) -> str:
+    """`1 node`, `3 nodes`, `0 GPUs`: a count with its noun, plural unless the count is one.
+
+    `things` for a plural that is not the noun and an s (`1 replica Job`, `2 replica Jobs`
+    need none; `1 copy`, `2 copies` do).
+    """
+    return f"{count} {thing if count == 1 else (things or thing + 's')}"
+
+
+def amounts(*, gpus: int, cpu_millis: int, memory_bytes: int) -> str:
+    """What a job asks for, in the terms it asks in: `8 GPUs`, or for a job without GPUs `4 CPUs and 16Gi of memory`."""
+    if gpus:
+        return counted(gpus, "GPU")
+    from squall.planner.quantity import format_cpu, format_memory  # quantity imports this module
+
+    cpus = counted(cpu_millis // 1000, "CPU") if cpu_millis % 1000 == 0 else f"{format_cpu(cpu_millis)} CPU"
+    return f"{cpus} and {format_memory(memory_bytes)} of memory"

@@ -22,13 +22,15 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
 from squall.cli.follow.clock import patient
+from squall.cli.human import moment
+from squall.cli.text import printable
 from squall.core.job_outputs import LogEvent, LogStreamInfo
-from squall.core.jobs import Job, is_terminal
+from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
 from squall.core.logstreams import ContainerStream, parse_stream
 from squall.core.manifests import CONTAINER
 
 if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
-    from squall.ports import FollowClock, JobReader, LogSource
+    from squall.ports import FollowClock, JobHistory, LogSource
 
 # Kubernetes' generateName: at most 63 - 5 characters of prefix, then 5 random ones.
 GENERATE_PREFIX_LIMIT = 58
@@ -175,11 +177,28 @@ def message_lines(message: str) -> list[str]:
 
 
 def format_event(event: LogEvent, *, label: str, timestamps: bool) -> list[str]:
-    prefix = f"[{label}] "
+    """The event's lines as printed: `[chief-0] text`, control characters escaped.
+
+    A container's output is not the terminal's to obey: an escape sequence in it would set
+    the window title, clear the screen, write the clipboard (OSC 52) or hide a link.
+    """
+    prefix = f"[{printable(label, newlines=False)}] "
     if timestamps:
         at = datetime.fromtimestamp(event.timestamp_ms / 1000, tz=UTC)
-        prefix = at.isoformat(timespec="milliseconds").replace("+00:00", "Z") + " " + prefix
-    return [prefix + line for line in message_lines(event.message)]
+        prefix = moment(at, milliseconds=True) + " " + prefix
+    return [prefix + printable(line, newlines=False) for line in message_lines(event.message)]
+
+
+def waiting_line(job: Job, events: Sequence[JobEvent]) -> str:
+    """Why a followed job has no lines yet: `job gan-1 is QUEUED (Queued: 2nd in research, ...)`, escaped."""
+    latest = events[-1] if events else None
+    message = (
+        f": {latest.message}" if latest is not None and latest.message and latest.reason == job.reason else ""
+    )
+    return printable(
+        f"job {job.id} is {job.status.value} ({job.reason}{message}): its lines follow once it runs",
+        newlines=False,
+    )
 
 
 # ---- reading ----
@@ -273,22 +292,42 @@ def print_logs(
     out: TextIO,
     timestamps: bool = False,
     follow: bool = False,
-    store: JobReader | None = None,
+    store: JobHistory | None = None,
     clock: FollowClock | None = None,
     settings: FollowSettings = FollowSettings(),
+    on_status: Callable[[str], None] = lambda text: None,
 ) -> int:
-    """Print the job's lines (and with `follow`, new ones until the job is final and drained); returns how many."""
+    """Print the job's lines (and with `follow`, new ones until the job is final and drained); returns how many.
+
+    While a followed job waits in the queue, `on_status` hears why, once per change of
+    its state or reason, and once more when it leaves the queue.
+    """
     follower.refresh()
     printed = _emit(follower, out=out, timestamps=timestamps)
     if not follow:
         return printed
     if store is None or clock is None:
         raise ValueError("following needs the job store and a clock")
-    state: dict[str, Any] = {"last_refresh": clock.now(), "final_at": None, "printed": printed}
+    state: dict[str, Any] = {"last_refresh": clock.now(), "final_at": None, "printed": printed, "said": None}
+
+    def tell_status(job: Job) -> None:
+        """A queued job's reason, once per change; the state it leaves the queue for, once."""
+        said_status, said_version, said_line = state["said"] or (None, None, None)
+        if job.status is JobStatus.QUEUED:
+            if job.version != said_version:
+                line = waiting_line(job, store.events(job.id))
+                if line != said_line:
+                    on_status(line)
+                state["said"] = (job.status, job.version, line)
+        elif said_status is JobStatus.QUEUED:
+            on_status(printable(f"job {job.id} is {job.status.value} ({job.reason})", newlines=False))
+            state["said"] = (job.status, job.version, "")
 
     def poll() -> bool:
         """One round: True when the job is final and its streams are drained."""
         job = store.get(follower.job_id)
+        if job is not None:
+            tell_status(job)
         now = clock.now()
         just_final = state["final_at"] is None and (job is None or is_terminal(job.status))
         if just_final:

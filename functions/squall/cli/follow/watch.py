@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from squall.cli.follow.clock import patient
 from squall.cli.follow.logs import replica_names
+from squall.cli.human import job_needs, moment
+from squall.cli.text import printable
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
+from squall.planner.text import counted
 
 if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
     from squall.ports import FollowClock, JobHistory
@@ -32,23 +35,29 @@ class View(Protocol):
 
 
 def event_line(event: JobEvent) -> str:
-    message = f": {event.message}" if event.message else ""
-    return f"{event.at.isoformat()} {event.status.value:<10} {event.reason}{message}"
+    """`2026-12-02 08:13:21 UTC QUEUED     Queued: 1st in research, ...`, the reason and message escaped."""
+    message = f": {printable(event.message, newlines=False)}" if event.message else ""
+    return f"{moment(event.at)} {event.status.value:<10} {printable(event.reason, newlines=False)}{message}"
+
+
+def reason_of(job: Job) -> str:
+    """The record's reason, escaped: a pod's termination reason can carry a container's text."""
+    return printable(job.reason, newlines=False)
 
 
 def _summary(job: Job) -> str:
     replicas = replica_names(job)
     names = f" ({', '.join(replicas[:8])}{', ...' if len(replicas) > 8 else ''})" if replicas else ""
     count = job.replicas or len(replicas)
-    parts = [f"team {job.team}"]
+    parts = [f"team {printable(job.team, newlines=False)}"]
     if job.namespace:
-        parts.append(f"namespace {job.namespace}")
-    parts.append(f"{count} replica{'s' if count != 1 else ''}{names}")
-    parts.append(f"{job.gpus} GPUs")
+        parts.append(f"namespace {printable(job.namespace, newlines=False)}")
+    parts.append(f"{counted(count, 'replica')}{names}")
+    parts.append(job_needs(job))
     if job.max_retries:
         parts.append(f"retries {job.retries_used}/{job.max_retries}")
     if job.is_sweep:
-        parts.append(f"{len(job.trial_ids)} trials")
+        parts.append(counted(len(job.trial_ids), "trial"))
     return ", ".join(parts)
 
 
@@ -65,7 +74,7 @@ class PlainView:
         lines: list[str] = []
         if not self._started:
             self._started = True
-            lines.append(f"{job.id} {job.status.value} ({job.reason}): {_summary(job)}")
+            lines.append(f"{job.id} {job.status.value} ({reason_of(job)}): {_summary(job)}")
             if len(events) > self._events_shown:
                 hidden = len(events) - self._events_shown
                 lines.append(f"  ({hidden} earlier events: squall describe {job.id})")
@@ -74,7 +83,7 @@ class PlainView:
         if events:
             self._seen = max(self._seen, max(e.version for e in events))
         if is_terminal(job.status):
-            lines.append(f"{job.id} {job.status.value} ({job.reason})")
+            lines.append(f"{job.id} {job.status.value} ({reason_of(job)})")
         if lines:
             self._out.write("\n".join(lines) + "\n")
             self._out.flush()
@@ -133,17 +142,18 @@ class RichView:
         head.append(job.id, style="bold")
         head.append("  ")
         head.append(job.status.value, style=f"bold {colour}")
-        head.append(f"  {job.reason}")
+        head.append(f"  {reason_of(job)}")
         detail = Text(f"{_summary(job)}; {run_times(job, now=now)}", style="dim")
         table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
         for column in ("at", "state", "reason", "message"):
             table.add_column(column, overflow="fold")
+        # Text cells: rich reads markup (`[link=...]`, `[bold]`) in plain strings, never in Text.
         for event in list(events)[-self._events_shown :]:
             table.add_row(
-                event.at.strftime("%H:%M:%S"),
-                event.status.value,
-                Text(event.reason),
-                Text(event.message),
+                Text(moment(event.at)),
+                Text(event.status.value),
+                Text(printable(event.reason, newlines=False)),
+                Text(printable(event.message, newlines=False)),
             )
         return Group(head, detail, table)
 
