@@ -52,7 +52,9 @@ class Local:
 
 
 @pytest.fixture
-def local_dir(tmp_path: Path) -> Iterator[Local]:
+def local_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Local]:
+    # Each `up` has credentials of its own; boto3's default session keeps the first it read.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     local = Local(tmp_path / "state", free_port())
     try:
         yield local
@@ -86,11 +88,12 @@ def test_up_status_down(local_dir: Local, capsys: pytest.CaptureFixture[str]) ->
     assert f"port {local_dir.port}" in capsys.readouterr().out
 
     # The resources the CLI's other commands use are there.
+    # (With the session's credentials that `up` printed: the endpoint takes no others.)
     s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-west-2",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+                      aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     assert "squall-artifacts" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
     logs = boto3.client("logs", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-west-2",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+                        aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     groups = [g["logGroupName"] for g in logs.describe_log_groups()["logGroups"]]
     assert "/aws/containerinsights/squall/application" in groups
 

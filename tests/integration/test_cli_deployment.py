@@ -93,8 +93,8 @@ def test_the_command_names_an_unset_queue_and_exits_2(
 ) -> None:
     monkeypatch.delenv(deployment.QUEUE_ENV, raising=False)
     assert main(["submit", str(EXAMPLE)]) == EXIT_USAGE
-    assert capsys.readouterr().err == (
-        f"squall: {deployment.QUEUE_ENV} is not set: point it at the deployment's jobs queue\n"
+    assert capsys.readouterr().err.startswith(
+        f"squall: {deployment.QUEUE_ENV} is not set: point it at the deployment's jobs queue; "
     )
 
 

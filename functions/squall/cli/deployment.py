@@ -1,41 +1,97 @@
 """The deployment a `squall` command talks to: its jobs table, jobs queue and buckets, named
-by the environment (the CDK app's outputs; `squall local up` prints them), reached through
-the AWS adapters with boto3's default chain. Nothing here imports boto3 itself.
+by the environment (the CDK app's outputs; `squall local up` prints them, `squall local env`
+again), reached through the AWS adapters with boto3's default chain. Nothing here imports
+boto3 itself.
+
+A name that is not set, or a local endpoint (AWS_ENDPOINT_URL on loopback) where nothing
+listens any more, is said with what to do about it: which command prints the
+environment of the local runtime that runs, or starts one.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import socket
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-from squall.cli.errors import CommandError
+from squall.cli.errors import EXIT_FAILED, CommandError
 
 TABLE_ENV = "SQUALL_TABLE_NAME"
 QUEUE_ENV = "SQUALL_JOBS_QUEUE_URL"
 ARTIFACTS_ENV = "SQUALL_ARTIFACTS_BUCKET"
 CLUSTER_ENV = "SQUALL_CLUSTER_NAME"
 DEFAULT_CLUSTER = "squall"
+ENDPOINT_ENV = "AWS_ENDPOINT_URL"
+LOCAL_ENV_COMMAND = 'eval "$(squall local env)"'
+LOCAL_UP_COMMAND = 'eval "$(squall local up)"'
 
 
 def aws_client(service: str) -> Any:
     from squall.adapters.aws.clients import aws_client as make
 
+    if (stopped := stopped_local_endpoint()) is not None:
+        raise CommandError(stopped, code=EXIT_FAILED)
     return make(service)
+
+
+def local_hint() -> str:
+    """What points this shell at a local runtime: the one that runs, or how to start one."""
+    from squall.local import control
+
+    try:
+        state = control.running(control.state_dir(None))
+    except OSError:
+        state = None
+    if state is not None:
+        return f"a local runtime is running ({state.get('endpoint')}): `{LOCAL_ENV_COMMAND}` points this shell at it"
+    return f"for a local runtime, `{LOCAL_UP_COMMAND}`"
+
+
+def stopped_local_endpoint() -> str | None:
+    """What to say when AWS_ENDPOINT_URL is a loopback endpoint that nothing answers on; else None."""
+    endpoint = os.environ.get(ENDPOINT_ENV, "").strip()
+    try:
+        parts = urlsplit(endpoint)
+        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    if not host or not _is_loopback(host):
+        return None
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return None
+    except OSError:
+        pass
+    return (
+        f"nothing answers on {endpoint} ({ENDPOINT_ENV}): the local runtime there is stopped "
+        f"(`squall local down` stops it and discards its jobs); {local_hint()}"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def table_name() -> str:
     table = os.environ.get(TABLE_ENV)
     if not table:
-        raise CommandError(f"{TABLE_ENV} is not set: point it at the deployment's jobs table")
+        raise CommandError(f"{TABLE_ENV} is not set: point it at the deployment's jobs table; {local_hint()}")
     return table
 
 
 def jobs_queue_url() -> str:
     queue = os.environ.get(QUEUE_ENV)
     if not queue:
-        raise CommandError(f"{QUEUE_ENV} is not set: point it at the deployment's jobs queue")
+        raise CommandError(f"{QUEUE_ENV} is not set: point it at the deployment's jobs queue; {local_hint()}")
     return queue
 
 
@@ -45,7 +101,7 @@ def artifacts_bucket() -> str:
     if not bucket:
         raise CommandError(
             f"{ARTIFACTS_ENV} is not set: point it at the deployment's artifacts bucket "
-            "(the CDK app's output; `squall local up` prints it) to submit with --code"
+            f"(the CDK app's output) to submit with --code; {local_hint()}"
         )
     return bucket
 

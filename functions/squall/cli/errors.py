@@ -30,7 +30,8 @@ def reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     """Errors as one `squall: ...` line on stderr and an exit code (the CLI's convention).
 
     A SquallError is the deployment's table, queue or bucket failing us, already
-    translated by its adapter: exit 1.
+    translated by its adapter: exit 1 (and, when the local runtime it talked to has
+    stopped, a line that says so and how to start one).
     """
 
     @functools.wraps(command)
@@ -42,6 +43,10 @@ def reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
             return exc.code
         except SquallError as exc:
             print(f"squall: {exc}", file=sys.stderr)
+            from squall.cli.deployment import stopped_local_endpoint  # it raises CommandError
+
+            if (stopped := stopped_local_endpoint()) is not None:  # the local runtime went away
+                print(f"squall: {stopped}", file=sys.stderr)
             return EXIT_FAILED
         except KeyboardInterrupt:
             print("squall: interrupted", file=sys.stderr)

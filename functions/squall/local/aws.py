@@ -8,6 +8,13 @@ kept on the virtual clock by the local queues (squall/local/queues.py): moto's
 own never run out. Beside them: the artifacts bucket (code archives, checkpoints,
 event files) and the log group the cluster's log agent writes container output to
 (core/logstreams.py), which the local runtime's real pods write to.
+
+The endpoint is not open to whatever can reach 127.0.0.1: each `local_endpoint`
+makes credentials of its own (`LocalCredentials.generate`: a random access key and
+secret), and its gate (local/endpoint_guard.py) refuses every request not signed
+with them, every request from a web page (an `Origin` header) or through a name that
+is not loopback (DNS rebinding), and moto's `/moto-api/`. moto's global CORS is off.
+The runtime, its real pods and `squall local up`'s exports carry those credentials.
 """
 
 from __future__ import annotations
@@ -15,18 +22,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
+import string
 import threading
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+from moto.moto_server import werkzeug_app
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
 from squall.core import logstreams, resources
+from squall.local.endpoint_guard import EndpointGuard
 from squall.local.queues import MOTO_VISIBILITY_TIMEOUT_SECONDS
 
 PREFIX = "squall"  # cdk.json's default prefix
@@ -41,13 +51,56 @@ ARTIFACTS_BUCKET = f"{PREFIX}-artifacts"
 CLUSTER_NAME = "squall"  # what the CLI assumes when SQUALL_CLUSTER_NAME is not set
 LOG_GROUP = logstreams.log_group(CLUSTER_NAME)
 
-FAKE_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-}
+CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+)
+
+
+@dataclass(frozen=True)
+class LocalCredentials:
+    """One local endpoint's credentials: only requests signed with them reach moto.
+
+    The session token is not checked; it is set so that a token already in the
+    shell's environment is not sent along with these keys.
+    """
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    session_token: str = field(repr=False)
+    region: str = REGION
+
+    @classmethod
+    def generate(cls) -> LocalCredentials:
+        alphabet = string.ascii_uppercase + string.digits
+        return cls(
+            access_key_id="SQUALL" + "".join(secrets.choice(alphabet) for _ in range(14)),
+            secret_access_key=secrets.token_urlsafe(30),
+            session_token=secrets.token_urlsafe(30),
+        )
+
+    def environment(self) -> dict[str, str]:
+        """What boto3's default chain reads them from."""
+        return dict(
+            zip(
+                CREDENTIAL_VARIABLES,
+                (self.access_key_id, self.secret_access_key, self.session_token, self.region, self.region),
+                strict=True,
+            )
+        )
+
+
+_credentials: dict[str, LocalCredentials] = {}  # by endpoint, while it runs
+_credentials_lock = threading.Lock()
+
+
+def endpoint_credentials(endpoint: str) -> LocalCredentials | None:
+    """The credentials of the local endpoint at `endpoint` in this process; None for another."""
+    with _credentials_lock:
+        return _credentials.get(endpoint)
 
 
 @dataclass(frozen=True)
@@ -68,35 +121,48 @@ class EndpointError(RuntimeError):
 
 @contextmanager
 def local_endpoint(*, port: int = 0) -> Iterator[str]:
-    """Run moto's server on 127.0.0.1 and point boto3 at it for the duration.
+    """Run moto's server on 127.0.0.1, behind its gate, and point boto3 at it for the duration.
 
-    `port` 0 takes a free one; another must be free, else EndpointError says so.
+    `port` 0 takes a free one; another must be free, else EndpointError says so. The
+    endpoint's credentials (new ones each time) are in this process's environment
+    while it runs, and `endpoint_credentials(endpoint)` returns them.
     """
     if not 0 <= port <= 65535:
         raise EndpointError(f"port must be 0..65535, got {port}")
     # werkzeug logs every request to stderr: noise in a demo, and slow in a replay.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    # moto answers every CORS preflight with the caller's Origin unless this is set
+    # (read as each service's app is made); the gate refuses any Origin besides.
+    werkzeug_app.DISABLE_GLOBAL_CORS = True
+    credentials = LocalCredentials.generate()
+    app = EndpointGuard(
+        DomainDispatcherApplication(create_backend_app),
+        access_key=credentials.access_key_id,
+        secret_key=credentials.secret_access_key,
+    )
     # What moto's ThreadedMotoServer does, with the socket bound here: a port that is
     # taken fails this call (werkzeug exits its thread instead, and start() would hang).
     try:
-        server = make_server(
-            "127.0.0.1",
-            port,
-            DomainDispatcherApplication(create_backend_app),
-            threaded=True,
-            request_handler=MotoRequestHandler,
-        )
+        server = make_server("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
     except (OSError, SystemExit) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "address already in use"
         raise EndpointError(f"cannot listen on 127.0.0.1:{port}: {reason}") from None
+    # moto keeps its state per process, not per server: start from nothing. (In this
+    # process: the gate closes /moto-api/reset to HTTP.)
+    from moto.moto_api._internal.models import moto_api_backend
+
+    moto_api_backend.reset()
     thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
     thread.start()
     endpoint = f"http://127.0.0.1:{server.server_port}"
-    # moto keeps its state per process, not per server: start from nothing.
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10)
-    saved = {k: os.environ.get(k) for k in [*FAKE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
-    os.environ.update(FAKE_CREDENTIALS)
+    with _credentials_lock:
+        _credentials[endpoint] = credentials
+    saved = {k: os.environ.get(k) for k in [*CREDENTIAL_VARIABLES, "AWS_ENDPOINT_URL"]}
+    os.environ.update(credentials.environment())
     os.environ["AWS_ENDPOINT_URL"] = endpoint
+    # boto3's default session keeps the credentials it read first (another endpoint's,
+    # in a process that runs several): boto3.client() reads these from a new one.
+    boto3.DEFAULT_SESSION = None
     try:
         yield endpoint
     finally:
@@ -105,13 +171,24 @@ def local_endpoint(*, port: int = 0) -> Iterator[str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        boto3.DEFAULT_SESSION = None
         server.shutdown()
         thread.join()
         server.server_close()
+        with _credentials_lock:
+            _credentials.pop(endpoint, None)
 
 
 def client(service: str, endpoint: str, *, region: str = REGION) -> Any:
-    return boto3.session.Session().client(service, endpoint_url=endpoint, region_name=region)
+    """A boto3 client for the local endpoint, signing with its credentials when it runs in this process."""
+    credentials = endpoint_credentials(endpoint)
+    if credentials is None:
+        return boto3.session.Session().client(service, endpoint_url=endpoint, region_name=region)
+    return boto3.session.Session(
+        aws_access_key_id=credentials.access_key_id,
+        aws_secret_access_key=credentials.secret_access_key,
+        aws_session_token=credentials.session_token,
+    ).client(service, endpoint_url=endpoint, region_name=region)
 
 
 def create_resources(endpoint: str) -> LocalResources:
@@ -184,10 +261,8 @@ def create_groups(endpoint: str, groups: Any) -> None:
     `groups` are planner NodeGroups; the group is created empty in its region.
     """
     for group in groups:
-        ec2 = boto3.session.Session().client("ec2", endpoint_url=endpoint, region_name=group.region)
-        autoscaling = boto3.session.Session().client(
-            "autoscaling", endpoint_url=endpoint, region_name=group.region
-        )
+        ec2 = client("ec2", endpoint, region=group.region)
+        autoscaling = client("autoscaling", endpoint, region=group.region)
         template_name = f"{group.asg_name or group.name}-lt"
         ec2.create_launch_template(
             LaunchTemplateName=template_name,

@@ -2,7 +2,9 @@
 
 `local run` and `simulate`: scenarios and trace replays. `local up` starts the
 embedded default as a long-running process (local/server.py) and prints the
-environment that points the CLI at it; `local down` stops it; `local status` shows it.
+environment that points the CLI at it (with the session's credentials: the local
+endpoint accepts no others); `local env` prints it again, for another shell;
+`local down` stops it, and its state goes with it; `local status` shows it.
 
 Exit codes as the rest of `squall`: 0 when the run reached its end with every
 invariant holding, 1 when it did not, 2 for a scenario, trace or groups file that
@@ -55,7 +57,15 @@ def add_local_commands(subparsers: Any) -> None:
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for it to be ready")
     up.set_defaults(run=cmd_local_up)
 
-    down = local_commands.add_parser("down", help="stop what `squall local up` started")
+    env = local_commands.add_parser(
+        "env", help="print the environment of the running `squall local up` again (for another shell)"
+    )
+    _state_dir_option(env)
+    env.set_defaults(run=cmd_local_env)
+
+    down = local_commands.add_parser(
+        "down", help="stop what `squall local up` started; its jobs, queues and logs are discarded"
+    )
     _state_dir_option(down)
     down.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait after SIGTERM before SIGKILL"
@@ -222,8 +232,8 @@ def _state_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
         metavar="DIR",
-        help="where its pid, port and environment are kept "
-        "(default $SQUALL_STATE_DIR, else $XDG_STATE_HOME/squall, else ~/.local/state/squall)",
+        help="where its pid, port and environment (with the session's credentials) are kept, made "
+        "private (0700) (default $SQUALL_STATE_DIR, else $XDG_STATE_HOME/squall, else ~/.local/state/squall)",
     )
 
 
@@ -253,9 +263,21 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     print(control.exports(state["env"]))
     print(
         f"# squall local: up on {state['endpoint']} (pid {state['pid']}); state in {state['stateDir']}; "
-        "stop it with `squall local down`",
+        f"another shell: `{control.ENV_COMMAND}`; stop it with `squall local down`",
         file=sys.stderr,
     )
+    return EXIT_OK
+
+
+def cmd_local_env(args: argparse.Namespace) -> int:
+    from squall.local import control
+
+    try:
+        env = control.environment(state_dir=control.state_dir(args.state_dir))
+    except control.ControlError as exc:
+        print(f"squall: {exc}", file=sys.stderr)
+        return exc.code
+    print(control.exports(env))
     return EXIT_OK
 
 

@@ -6,7 +6,13 @@ port is taken, starts the server in a session of its own with its output in
 endpoint answers (or says why it did not come up, with the log's last lines).
 `down` sends SIGTERM, waits, then SIGKILLs the server's process group and its real
 pods' groups, and removes the state files; with nothing running it says so and
-succeeds. `status` reads the state and status files.
+succeeds. `status` reads the state and status files; `environment` the exports
+of the one running, for another shell.
+
+A server is the one in the state file only while its pid AND the start time the
+server recorded for itself match a live process: a pid that a stranger's program
+has been given since, or one whose command line merely looks like ours, is never
+signalled.
 
 Imports nothing heavy: `squall local status` is quick.
 """
@@ -29,12 +35,33 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from squall.local.server import DEFAULT_PORT, LOG_FILE, STATE_FILE, STATUS_FILE, default_state_dir
+from squall.local.server import (
+    DEFAULT_PORT,
+    LOG_FILE,
+    STATE_FILE,
+    STATUS_FILE,
+    default_state_dir,
+    private_dir,
+    process_start,
+)
 
-__all__ = ["DEFAULT_PORT", "ControlError", "describe", "down", "exports", "state_dir", "status", "up"]
+__all__ = [
+    "DEFAULT_PORT",
+    "ControlError",
+    "describe",
+    "down",
+    "environment",
+    "exports",
+    "running",
+    "state_dir",
+    "status",
+    "up",
+]
 
 SERVER_MODULE = "squall.local.server"
 LOG_TAIL_LINES = 20
+ENV_COMMAND = 'eval "$(squall local env)"'
+UP_COMMAND = 'eval "$(squall local up)"'
 
 
 class ControlError(Exception):
@@ -56,6 +83,27 @@ def read_state(directory: Path) -> dict[str, Any] | None:
     return _read_json(directory / STATE_FILE)
 
 
+def running(directory: Path) -> dict[str, Any] | None:
+    """The state of the server running for `directory`; None when none runs."""
+    state = read_state(directory)
+    return state if state is not None and _alive(state) else None
+
+
+def environment(*, state_dir: Path) -> dict[str, str]:
+    """The running server's environment (what `up` printed), for another shell."""
+    state = running(state_dir)
+    if state is None:
+        raise ControlError(
+            f"squall local is not running (state dir {state_dir}): start it with `{UP_COMMAND}`"
+        )
+    env = state.get("env")
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ControlError(
+            f"{state_dir / STATE_FILE}: it holds no environment; restart with `squall local down`"
+        )
+    return {str(k): v for k, v in env.items()}
+
+
 def up(
     *,
     state_dir: Path,
@@ -67,15 +115,18 @@ def up(
 ) -> dict[str, Any]:
     """Start the server; its state (pid, port, endpoint, env) once it is ready."""
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)
     except OSError as exc:
-        raise ControlError(f"--state-dir {state_dir}: cannot create it: {exc.strerror}", code=2) from exc
+        raise ControlError(
+            f"--state-dir {state_dir}: cannot make it a private (0700) directory: {exc.strerror}", code=2
+        ) from exc
     existing = read_state(state_dir)
     if existing is not None:
-        if _alive(existing.get("pid")):
+        if _alive(existing):
             raise ControlError(
                 f"squall local is already running (pid {existing['pid']}, {existing.get('endpoint')}); "
-                f"state in {state_dir}. Stop it with `squall local down`, or use another --state-dir and --port"
+                f"state in {state_dir}. `{ENV_COMMAND}` points this shell at it; stop it with "
+                "`squall local down`, or use another --state-dir and --port"
             )
         _remove_state(state_dir)  # stale: its process is gone
     _check_port(port)
@@ -86,7 +137,7 @@ def up(
     for image in images:
         command += ["--real-image", image]
     log_path = state_dir / LOG_FILE
-    with open(log_path, "ab") as log:
+    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -95,6 +146,7 @@ def up(
             start_new_session=True,  # not stopped by the shell's Ctrl-C or hang-up
             close_fds=True,
         )
+    child = {"pid": process.pid, "processStart": process_start(process.pid)}
     deadline = time.monotonic() + timeout
     while True:
         code = process.poll()
@@ -104,7 +156,7 @@ def up(
         if state is not None and state.get("pid") == process.pid and _answers(str(state.get("endpoint"))):
             return state
         if time.monotonic() > deadline:
-            _stop_process(process.pid, timeout=10.0, groups=())
+            _stop_process(child, timeout=10.0, groups=())
             raise ControlError(
                 f"squall local was not ready within {timeout:g} s; stopped it:\n{_tail(log_path)}"
             )
@@ -117,21 +169,24 @@ def down(*, state_dir: Path, timeout: float = 30.0) -> str:
     if state is None:
         return "squall local is not running"
     pid = state.get("pid")
-    if not isinstance(pid, int) or not _alive(pid):
+    if not isinstance(pid, int) or not _alive(state):
         _remove_state(state_dir)
         return f"squall local is not running (removed the state of pid {pid}, which is gone)"
     status = _read_json(state_dir / STATUS_FILE) or {}
     groups = [
         p["pid"] for p in status.get("processes", []) if isinstance(p, dict) and isinstance(p.get("pid"), int)
     ]
-    killed = _stop_process(pid, timeout=timeout, groups=groups)
+    killed = _stop_process(state, timeout=timeout, groups=groups)
     _remove_state(state_dir)
-    return f"squall local stopped (pid {pid}{', killed after the timeout' if killed else ''})"
+    return (
+        f"squall local stopped (pid {pid}{', killed after the timeout' if killed else ''}); "
+        "its jobs, queues and logs are gone"
+    )
 
 
 def status(*, state_dir: Path) -> dict[str, Any]:
     state = read_state(state_dir)
-    if state is None or not _alive(state.get("pid")):
+    if state is None or not _alive(state):
         return {"running": False, "stateDir": str(state_dir)}
     shown: dict[str, Any] = {
         "running": True,
@@ -211,7 +266,7 @@ def _check_port(port: int) -> None:
 def _answers(endpoint: str) -> bool:
     """The endpoint answers HTTP (any status)."""
     try:
-        with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
+        with urllib.request.urlopen(f"{endpoint}/", timeout=2):  # unsigned: the gate answers 403
             return True
     except urllib.error.HTTPError:
         return True
@@ -219,45 +274,40 @@ def _answers(endpoint: str) -> bool:
         return False
 
 
-def _alive(pid: Any) -> bool:
-    """Whether `pid` is a running squall local server (not a zombie, not another program)."""
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+def _alive(state: Mapping[str, Any]) -> bool:
+    """Whether the process `state` names runs: its pid, started when the server recorded (not a zombie)."""
+    pid, started = state.get("pid"), state.get("processStart")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not isinstance(started, str):
         return False
     with contextlib.suppress(ChildProcessError, OSError):
         reaped, _ = os.waitpid(pid, os.WNOHANG)  # our own child (tests): reap it if it has exited
         if reaped == pid:
             return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    proc = Path(f"/proc/{pid}")
-    if proc.exists():
-        try:
-            if proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
-            return SERVER_MODULE.encode() in proc.joinpath("cmdline").read_bytes()
-        except (OSError, IndexError):
-            return True
+    if process_start(pid) != started:
+        return False  # gone, or another process since
+    with contextlib.suppress(OSError, IndexError):
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
     return True
 
 
-def _stop_process(pid: int, *, timeout: float, groups: Sequence[int]) -> bool:
+def _stop_process(state: Mapping[str, Any], *, timeout: float, groups: Sequence[int]) -> bool:
     """SIGTERM, wait up to `timeout`, then SIGKILL its group and `groups`; True if it came to that."""
+    pid = int(state["pid"])
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not _alive(state):
             return False
         time.sleep(0.1)
+    if not _alive(state):
+        return False
     for group in (pid, *groups):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
     for _ in range(50):
-        if not _alive(pid):
+        if not _alive(state):
             break
         time.sleep(0.1)
     return True

@@ -11,7 +11,7 @@ unpacks the code first), with:
   environment sets it; `image_env` replaces it), under the environment Squall
   rendered in its pod spec (`env` values win, as a container's env wins over its
   image's; `valueFrom` has nothing to read here and is left out), plus the local
-  endpoint's AWS settings and dummy credentials (the job's own identity on AWS),
+  endpoint's AWS settings and its session's credentials (the job's own identity on AWS),
   HOSTNAME the pod's name,
   and the worker image's `trainer` package on PYTHONPATH; `python`/`python3` at
   the head of the command is this interpreter (the one with the trainer's
@@ -84,7 +84,7 @@ from typing import IO, Any
 from squall.conventions import JOB_ID_LABEL, MODEL_SERVICE_LABEL
 from squall.core.logstreams import ContainerStream
 from squall.core.serving_manifests import FETCH_CONTAINER, SERVING_CONTAINER
-from squall.local.aws import FAKE_CREDENTIALS
+from squall.local.aws import REGION, endpoint_credentials
 from squall.ports import KubeObject
 
 logger = logging.getLogger("squall.local.processes")
@@ -302,8 +302,9 @@ class ProcessRunner:
         trainer_path: Path | None = TRAINER_PATH,
         max_processes: int = MAX_PROCESSES,
         python: str = sys.executable,
-        region: str = FAKE_CREDENTIALS["AWS_REGION"],
+        region: str = REGION,
         image_env: Mapping[str, str] | None = None,
+        credentials: Mapping[str, str] | None = None,
     ) -> None:
         if max_processes < 1:
             raise ValueError("max_processes must be at least 1")
@@ -316,6 +317,10 @@ class ProcessRunner:
         self.python = python
         self.region = region
         self.image_env = dict(image_env) if image_env is not None else default_image_env(os.environ)
+        if credentials is None:  # the endpoint's own, when it runs in this process
+            known = endpoint_credentials(endpoint)
+            credentials = known.environment() if known is not None else {}
+        self.credentials = dict(credentials)
         self._logs = logs_client
         self._lock = threading.Lock()
         self._running: dict[str, _Process] = {}  # by pod uid
@@ -602,7 +607,7 @@ class ProcessRunner:
         env["PYTHONUNBUFFERED"] = "1"
         paths = (str(SQUALL_PATH), env.get("PYTHONPATH"), self.trainer_path and str(self.trainer_path))
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        env.update(FAKE_CREDENTIALS)
+        env.update(self.credentials)
         env["AWS_DEFAULT_REGION"] = env["AWS_REGION"] = self.region
         env["AWS_ENDPOINT_URL"] = self.endpoint
         return env
@@ -627,7 +632,7 @@ class ProcessRunner:
         if paths:
             env["PYTHONPATH"] = os.pathsep.join(paths)
         env["SQUALL_CODE_DIR"] = str(directory)
-        env.update(FAKE_CREDENTIALS)
+        env.update(self.credentials)
         env["AWS_DEFAULT_REGION"] = env["AWS_REGION"] = self.region
         env["AWS_ENDPOINT_URL"] = self.endpoint
         return env

@@ -12,15 +12,21 @@ default here), the worker image's pods run as local processes
 
 The state directory holds:
 
-- `local.json`: pid, port, endpoint, start time, speed and the environment that
-  points the CLI at it (what `up` prints); written once everything is up, removed
-  when the process stops;
+- `local.json`: pid, the process's start time as the system counts it (what
+  `down` and `status` recognise the process by: a pid alone may be reused by
+  another program), port, endpoint, start time, speed and the environment that
+  points the CLI at it (what `up` and `local env` print, this session's credentials
+  among it); written once everything is up, removed when the process stops;
 - `status.json`: rewritten every `STATUS_SECONDS`: the clock, jobs by state,
   nodes, pods and the real pods' processes (what `status` shows);
 - `server.log`: the process's own output.
 
 SIGTERM or SIGINT stops it: the real pods get SIGTERM (then SIGKILL), moto stops,
-the state files go.
+the state files go, and with them the local state: jobs, queues and logs live only
+in this process's memory.
+
+The directory is made 0700 and the files in it 0600: `local.json` holds the
+credentials of the session, which are all that the local endpoint accepts.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -64,12 +71,15 @@ def default_state_dir() -> Path:
 
 
 def cli_environment(resources: Any, *, teams: Mapping[str, str], registries: list[str]) -> dict[str, str]:
-    """What points `squall submit/status/...` (and boto3) at the local endpoint."""
-    from squall.local.aws import FAKE_CREDENTIALS
+    """What points `squall submit/status/...` (and boto3) at the local endpoint, with its credentials."""
+    from squall.local.aws import endpoint_credentials
 
+    credentials = endpoint_credentials(resources.endpoint)
+    if credentials is None:
+        raise ValueError(f"{resources.endpoint} is not a local endpoint running in this process")
     return {
         "AWS_ENDPOINT_URL": resources.endpoint,
-        **FAKE_CREDENTIALS,
+        **credentials.environment(),
         "SQUALL_TABLE_NAME": resources.table_name,
         "SQUALL_JOBS_QUEUE_URL": resources.jobs_queue_url,
         "SQUALL_ARTIFACTS_BUCKET": resources.artifacts_bucket,
@@ -81,10 +91,42 @@ def cli_environment(resources: Any, *, teams: Mapping[str, str], registries: lis
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Atomically: a reader sees the old file or the new one, never half of one."""
+    """Atomically, readable by the owner only: a reader sees the old file or the new one."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    temporary.unlink(missing_ok=True)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(temporary, path)
+
+
+def private_dir(path: Path) -> None:
+    """Make `path` (and its parents) if needed, and leave it 0700: it will hold credentials."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+
+
+def process_start(pid: int) -> str | None:
+    """When process `pid` started, as the system counts it; None when there is no such process.
+
+    Another program that is later given the same pid has another start time, so a
+    pid and its start time name one process.
+    """
+    try:  # Linux: field 22 of /proc/<pid>/stat, clock ticks since boot
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+    except (OSError, IndexError):
+        return None
+    try:  # macOS and other systems without /proc
+        shown = subprocess.run(
+            ["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True, text=True, timeout=5, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return shown or None
 
 
 @dataclass(frozen=True)
@@ -110,7 +152,7 @@ def serve(options: ServerOptions, *, stop: threading.Event | None = None) -> int
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
     state_dir = options.state_dir
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(state_dir)
     clock = WallClock(speed=options.speed)
     groups = node_groups()
     capacity = {
@@ -147,6 +189,7 @@ def serve(options: ServerOptions, *, stop: threading.Event | None = None) -> int
             )
             state = {
                 "pid": os.getpid(),
+                "processStart": process_start(os.getpid()),
                 "port": int(local.resources.endpoint.rsplit(":", 1)[1]),
                 "endpoint": local.resources.endpoint,
                 "startedAt": started.isoformat(),
