@@ -199,3 +199,18 @@ def test_logs_follow_says_why_a_queued_job_has_no_lines_once_per_change() -> Non
         "job gan-1 is QUEUED (Admitted:us-west-2: admitted whole in us-west-2): its lines follow once it runs",
         "job gan-1 is RUNNING (Started)",
     ]
+
+
+def test_watch_counts_the_events_it_leaves_out_with_their_noun() -> None:
+    store = InMemoryJobStore()
+    job, event = new_job(job_id="gan-1", name="gan", team="research", namespace="team-research", at=START)
+    store.create(job, event)
+    for reason in ("Queued", "CancelRequested"):
+        to = JobStatus.CANCELLED if reason == "CancelRequested" else JobStatus.QUEUED
+        job, event = transition(job, to=to, reason=reason, at=START)
+        store.save(job, event)
+    shown = io.StringIO()
+
+    watch_job("gan-1", store=store, clock=SteppingClock(), out=shown, live=False, events_shown=2)
+
+    assert shown.getvalue().splitlines()[1] == "  (1 earlier event: squall describe gan-1)"

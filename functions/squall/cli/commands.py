@@ -323,7 +323,7 @@ def _with_code(
             else "already there, not uploaded again"
         )
         print(
-            f"code sha256 {packed.sha256}: {what} ({stored.uri}; {packed.files} files, "
+            f"code sha256 {packed.sha256}: {what} ({stored.uri}; {counted(packed.files, 'file')}, "
             f"{packed.archive_bytes:,} bytes packed, {packed.ignored} ignored)"
         )
     summary = {
@@ -583,8 +583,10 @@ def cmd_queue(args: argparse.Namespace) -> int:
             "GPUs admitted: " + ", ".join(f"{_shown(team)} {_shown(gpus)}" for team, gpus in in_use.items())
         )
     for entry in admitted:
-        job, team, gpus, region = (_shown(entry.get(key)) for key in ("job", "team", "gpus", "region"))
-        print(f"admitted in that check: {job} ({team}, {gpus} GPUs) in {region}")
+        job, team, region = (_shown(entry.get(key)) for key in ("job", "team", "region"))
+        gpus = entry.get("gpus")
+        asks = counted(gpus, "GPU") if isinstance(gpus, int) else f"{_shown(gpus)} GPUs"
+        print(f"admitted in that check: {job} ({team}, {asks}) in {region}")
     if rows:
         keys = ("teamPosition", "job", "team", "priority", "gpus", "reason", "message")
         # position 0: held back by the team's quota, not in the admission order

@@ -28,6 +28,7 @@ from squall.core.job_outputs import LogEvent, LogStreamInfo
 from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
 from squall.core.logstreams import ContainerStream, parse_stream
 from squall.core.manifests import CONTAINER
+from squall.planner.text import counted
 
 if TYPE_CHECKING:  # for annotations only: ports.py imports pydantic, which `squall plan` does without
     from squall.ports import FollowClock, JobHistory, LogSource
@@ -171,7 +172,7 @@ def message_lines(message: str) -> list[str]:
     if len(lines) > MAX_MESSAGE_LINES:
         lines = [
             *lines[:MAX_MESSAGE_LINES],
-            f"... ({len(lines) - MAX_MESSAGE_LINES} more lines in this event)",
+            f"... ({counted(len(lines) - MAX_MESSAGE_LINES, 'more line')} in this event)",
         ]
     return [line.rstrip("\r") for line in lines]
 

@@ -77,7 +77,7 @@ class PlainView:
             lines.append(f"{job.id} {job.status.value} ({reason_of(job)}): {_summary(job)}")
             if len(events) > self._events_shown:
                 hidden = len(events) - self._events_shown
-                lines.append(f"  ({hidden} earlier events: squall describe {job.id})")
+                lines.append(f"  ({counted(hidden, 'earlier event')}: squall describe {job.id})")
                 self._seen = events[hidden - 1].version
         lines.extend(f"  {event_line(e)}" for e in events if e.version > self._seen)
         if events:
