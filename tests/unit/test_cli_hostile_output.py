@@ -273,3 +273,38 @@ def test_logs_follow_escapes_lines_that_arrive_later_and_says_why_a_job_waits() 
     assert said[0].endswith("its lines follow once it runs")
     for char in RAW:
         assert char not in "".join(said)
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["logs", "logs --follow"])
+def test_the_logs_command_escapes_lines_and_its_own_notes(
+    follow: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given the command's job store, log group and clock in memory, a queued job whose reason is hostile
+    import squall.adapters.aws.logs as cloudwatch
+    import squall.cli.follow.clock as clocks
+    import squall.cli.researcher as researcher
+
+    store = InMemoryJobStore()
+    hostile_job(store)
+    source = Streams() if follow else hostile_logs()
+
+    def start() -> None:
+        source.lines.update(hostile_logs().lines)
+        finish(store, "gan-1", at=START + timedelta(minutes=1))
+
+    monkeypatch.setattr(researcher, "job_store", lambda: store)
+    monkeypatch.setattr(researcher, "aws_client", lambda service: None)
+    monkeypatch.setattr(cloudwatch, "CloudWatchLogReader", lambda client, group: source)
+    monkeypatch.setattr(clocks, "RealClock", lambda: SteppingClock(steps=[start]))
+
+    # when
+    assert main(["logs", "gan-1", *(["--follow"] if follow else [])]) == 0
+
+    # then: the lines on stdout, why it waited on stderr, escaped both
+    captured = capsys.readouterr()
+    assert_escaped(captured.out)
+    assert captured.out.count("[chief-0]") == 2
+    for char in RAW:
+        assert char not in captured.err
+    if follow:
+        assert captured.err.startswith("squall: job gan-1 is QUEUED (\\x1b]0;pwned")
