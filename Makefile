@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench synth clean
+.PHONY: demo test test-fast lint bench synth clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,16 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/squall demo
 
+# Every test, spread over the machine's cores (pytest-xdist; worksteal evens out the
+# long ones), with the 25 slowest named.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal --durations=25
+
+# The inner loop: the pure unit tests and the quick integration ones, with Hypothesis's
+# small profile. The slow tier (TensorFlow, CDK synthesis, the local runtime end to end)
+# is marked `slow` by folder in tests/conftest.py, or by the test itself.
+test-fast: $(STAMP)
+	SQUALL_TEST_TIER=fast $(BIN)/python -m pytest -n auto --dist worksteal -m "not slow" --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check functions stacks tests benchmarks worker_images app.py

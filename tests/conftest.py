@@ -7,8 +7,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+from tests.properties import FAST, FAST_EXAMPLES
 
 EVENTS = Path(__file__).parent / "events"
+
+
+settings.register_profile("fast", max_examples=FAST_EXAMPLES)
+if FAST:
+    settings.load_profile("fast")
+
+# The slow tier, by where a test lives: TensorFlow training (worker/), CDK synthesis
+# (infrastructure/), the local runtime end to end (e2e/). Elsewhere a test says it is slow
+# with @pytest.mark.slow. `make test-fast` runs everything else.
+SLOW_FOLDERS = ("worker", "infrastructure", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    for item in items:
+        path = Path(str(item.path))
+        if path.is_relative_to(tests) and path.relative_to(tests).parts[0] in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
 
 
 def load_event(name: str) -> dict[str, Any]:

@@ -294,6 +294,7 @@ def test_the_python_of_the_command_is_this_interpreter(tmp_path: Path) -> None:
         runner.close(wait=1)
 
 
+@pytest.mark.slow  # trains TensorFlow in two real processes
 @pytest.mark.timeout(600)
 def test_a_two_worker_trainer_job_trains_for_real_from_squalls_tf_config(
     harness: Harness, tmp_path: Path

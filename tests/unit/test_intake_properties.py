@@ -35,8 +35,9 @@ from squall.local.cluster import SimulatedCluster
 from squall.local.memory import InMemoryJobStore
 from squall.services.intake import Intake, IntakeConfig, IntakeOutcome, MalformedMessage
 from squall.services.reconcile import Reconciler
+from tests.properties import examples
 
-EXAMPLES = 10_000
+EXAMPLES = examples(10_000)
 # A guard against a pathological body (one whose cost grows without bound), not a speed
 # test: bodies take milliseconds, and a cold first one under tracemalloc on two busy
 # cores took 2.7 s once (a 2 s bound failed a fresh clone's run), so the bound is far above.
@@ -44,7 +45,9 @@ TIME_PER_BODY_S = 30.0
 MEMORY_PER_BODY = 50 * 1024**2
 TEAMS = {"research": "team-research", "vision": "team-vision"}
 REGISTRY = "registry.example.com/squall"
-SUBMITTERS = {"vision": frozenset({"AIDAVISION"})}
+# Once one team names submitters every team must (a team left out takes nobody): research
+# takes every sender the strategy draws but none, vision one of them.
+SUBMITTERS = {"vision": frozenset({"AIDAVISION"}), "research": frozenset({"AIDAVISION", "AIDAOTHER", "AROAX"})}
 # Names pydantic puts into error locations that are no field of the user's
 INTERNAL_PARTS = frozenset({"int", "float", "str", "bool", "ReplicaGroup", "Resources", "Sweep", "[key]"})
 INTERNAL_PREFIXES = ("function-", "constrained-", "json-or-python", "lax-", "strict-")

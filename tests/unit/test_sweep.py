@@ -18,6 +18,7 @@ from squall.core.spec import (
     grid_point,
     parse_spec,
 )
+from tests.properties import examples
 
 TEAMS = ["research"]
 REGISTRIES = ["registry.example.com/squall"]
@@ -126,7 +127,7 @@ sweeps = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(sweep=sweeps)
 def test_no_valid_spec_expands_to_more_trials_than_max_trials(sweep: dict[str, Any]) -> None:
     sweep["parallelism"] = 1

@@ -27,6 +27,8 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
+# It imports TensorFlow and saves models: the slow tier.
+pytestmark = pytest.mark.slow
 
 from tensorflow_serving.apis import (  # noqa: E402 - after the skip
     get_model_metadata_pb2,
