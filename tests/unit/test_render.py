@@ -184,6 +184,7 @@ def test_lambda_and_sqs_metrics_fill_the_aws_graphs(board: spec.Dashboard) -> No
     }
 
 
+@pytest.mark.slow  # matplotlib draws every widget to a PNG
 def test_png_and_html_show_every_widget(board: spec.Dashboard, tmp_path: Path) -> None:
     points = [point(m, "PendingGpus", m * 2) for m in range(10)] + [
         point(m, "DesiredCapacity", 3, Group="p3-usw2", Region="us-west-2") for m in range(10)

@@ -277,6 +277,7 @@ def named(message: str, path: tuple[str | int, ...]) -> bool:
     return bool(keys) and (keys[-1] in message or (len(keys) > 1 and keys[-2] in message))
 
 
+@pytest.mark.slow  # every field of every document, each mutated several ways: minutes, like a property run
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("document", ["nodes", "pods", "groups"])
 def test_every_field_of_the_wrong_type_is_refused_by_name_or_ignored(tmp_path: Path, document: str) -> None:
