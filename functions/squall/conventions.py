@@ -17,6 +17,10 @@ MODEL_SERVICE_LABEL = "squall.io/model-service"
 NODE_GROUP_LABEL = "squall.io/node-group"
 CAPACITY_TYPE_LABEL = "squall.io/capacity-type"
 REGION_LABEL = "topology.kubernetes.io/region"
+# Whose an object is: Squall keeps an object it finds under a name it was about to
+# create (HTTP 409) only when every one of these agrees with what it would have made
+# (core/manifests.py `owned_alike`); otherwise the name is taken, and it says so.
+OWNER_LABELS = (MANAGED_BY_LABEL, JOB_ID_LABEL, REPLICA_TYPE_LABEL, REPLICA_INDEX_LABEL, MODEL_SERVICE_LABEL)
 GPU_RESOURCE = "nvidia.com/gpu"
 
 # Set when Squall cordons a node; Squall uncordons only nodes that carry it.

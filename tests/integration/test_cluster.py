@@ -98,7 +98,11 @@ def test_creating_an_existing_object_is_success_without_a_second_object(
     # given
     job = manifests("mnist")[0]
     assert cluster.create(job) is True
-    changed = {**job, "metadata": {**job["metadata"], "labels": {"changed": "yes"}}}
+    # another spec of the same job and replica: its owner labels agree, other labels may not
+    changed = {
+        **job,
+        "metadata": {**job["metadata"], "labels": {**job["metadata"]["labels"], "changed": "yes"}},
+    }
 
     # when
     again = cluster.create(changed)

@@ -84,7 +84,7 @@ def test_a_clusterip_service_is_served_at_its_in_cluster_name(aws_credentials: N
         world.reconciler().run()
         service = world.services.get("mnist")
         assert service.status is ServiceStatus.SERVING
-        assert service.rest_url == "http://model-mnist.team-research.svc:8501"
+        assert service.rest_url == "http://mnist-model.team-research.svc:8501"
 
 
 def test_nothing_is_serving_while_a_load_balancer_has_no_address(stand_in: ServingWorld) -> None:
@@ -94,7 +94,7 @@ def test_nothing_is_serving_while_a_load_balancer_has_no_address(stand_in: Servi
     service = stand_in.services.get("mnist")
     assert (service.status, service.ready_replicas, service.rest_url) == (ServiceStatus.DEPLOYING, 1, None)
     # once the load balancer has its address
-    kube_service = stand_in.cluster.objects[("Service", "team-research", "model-mnist")]
+    kube_service = stand_in.cluster.objects[("Service", "team-research", "mnist-model")]
     kube_service["status"] = {"loadBalancer": {"ingress": [{"hostname": "lb.example.com"}]}}
     stand_in.reconciler().run()
     service = stand_in.services.get("mnist")
@@ -116,8 +116,8 @@ def test_reconcile_re_creates_a_deleted_deployment(world: ServingWorld) -> None:
     # then they are made again, and the service is followed to SERVING again
     assert report.recreated == ["mnist"]
     assert world.services.get("mnist").reason == ServiceReason.OBJECTS_RECREATED
-    assert [d["metadata"]["name"] for d in world.cluster.list_deployments()] == ["model-mnist"]
-    assert world.cluster.get_service(namespace="team-research", name="model-mnist") is not None
+    assert [d["metadata"]["name"] for d in world.cluster.list_deployments()] == ["mnist-model"]
+    assert world.cluster.get_service(namespace="team-research", name="mnist-model") is not None
     settle(world)
     assert world.services.get("mnist").status is ServiceStatus.SERVING
     reasons = [e.reason for e in world.services.events("mnist")]
@@ -137,7 +137,7 @@ def test_a_service_just_recorded_is_given_time_to_get_its_objects(stand_in: Serv
 
 def test_a_deleted_service_object_is_made_again(stand_in: ServingWorld) -> None:
     served(stand_in)
-    del stand_in.cluster.objects[("Service", "team-research", "model-mnist")]
+    del stand_in.cluster.objects[("Service", "team-research", "mnist-model")]
     report = stand_in.reconciler().run()
     assert report.recreated == ["mnist"]
     assert stand_in.cluster.of("mnist") == ["Deployment", "PodDisruptionBudget", "Service"]
@@ -226,8 +226,8 @@ def test_orphaned_objects_are_deleted_and_live_ones_kept(world: ServingWorld) ->
     assert sorted(report.cleaned) == ["ghost", "kept", "stopped"]
     assert [
         (d["metadata"]["namespace"], d["metadata"]["name"]) for d in world.cluster.list_deployments()
-    ] == [("team-research", "model-kept")]
-    assert world.cluster.get_service(namespace="team-vision", name="model-ghost") is None
+    ] == [("team-research", "kept-model")]
+    assert world.cluster.get_service(namespace="team-vision", name="ghost-model") is None
     assert world.services.get("kept").status is ServiceStatus.DEPLOYING
 
 

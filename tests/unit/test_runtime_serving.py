@@ -56,11 +56,11 @@ def test_the_functions_see_model_services_in_the_team_namespaces_only() -> None:
             cluster.create(manifest)
     assert len(cluster.list_deployments()) == 2
     view = NamespacedCluster(cluster, ["team-research"])
-    assert [d["metadata"]["name"] for d in view.list_deployments()] == ["model-mine"]
+    assert [d["metadata"]["name"] for d in view.list_deployments()] == ["mine-model"]
     assert view.list_deployments(namespace="team-vision") == []
     assert view.list_deployments(model_service="theirs") == []
-    assert view.get_service(namespace="team-research", name="model-mine") is not None
-    assert view.get_service(namespace="team-vision", name="model-theirs") is None
+    assert view.get_service(namespace="team-research", name="mine-model") is not None
+    assert view.get_service(namespace="team-vision", name="theirs-model") is None
     assert view.list_model_service_pods(namespace="team-vision", model_service="theirs") == []
     assert view.delete_model_service_objects(namespace="team-research", model_service="mine") == 3
     assert view.list_deployments() == []

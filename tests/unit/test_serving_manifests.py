@@ -68,7 +68,7 @@ def test_the_three_manifests_validate_against_the_upstream_schemas(
     ]
     for obj in objects:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-        assert obj["metadata"]["name"] == "model-" + fields.get("name", "mnist")
+        assert obj["metadata"]["name"] == fields.get("name", "mnist") + "-model"
         assert len(obj["metadata"]["name"]) <= 63
         assert obj["metadata"]["namespace"] == "team-vision"
         assert obj["metadata"]["labels"] == {
@@ -270,8 +270,8 @@ def test_the_first_ingress_is_the_one() -> None:
 
 def test_a_cluster_ip_service_answers_at_its_dns_name() -> None:
     assert service_endpoints(rendered("ClusterIP")) == (
-        "http://model-mnist.team-vision.svc:8501",
-        "model-mnist.team-vision.svc:8500",
+        "http://mnist-model.team-vision.svc:8501",
+        "mnist-model.team-vision.svc:8500",
     )
 
 

@@ -2,7 +2,12 @@
 
 One batch/v1 Job per replica, named ``<job-id>-<type>-<index>``, and for distributed
 jobs one headless Service per replica with the same name, so each replica is
-reachable at ``<name>.<namespace>.svc:2222`` as TF_CONFIG says.
+reachable at ``<name>.<namespace>.svc:2222`` as TF_CONFIG says. Such a name always
+ends in a digit; a model service's objects (``<name>-model``, core/serving.py) never
+do, so the two families cannot meet in a team namespace. An object found under a
+name Squall is creating is kept only when its labels say it is that very job's
+(`owned_alike`); otherwise creating fails with `name_taken`'s words, and the object
+is neither adopted nor deleted (deletes go by label, never by name).
 
 Every Job is created suspended (``spec.suspend: true``): no pod exists until the scale
 check admits the whole job (planner/admission.py), writes its region into the pod
@@ -24,6 +29,7 @@ trainer`` when the spec names none).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,7 +39,9 @@ from squall.conventions import (
     GPU_RESOURCE,
     JOB_ID_LABEL,
     MANAGED_BY_LABEL,
+    MODEL_SERVICE_LABEL,
     NODE_GROUP_LABEL,
+    OWNER_LABELS,
     PRIORITY_ANNOTATION,
     REGION_LABEL,
     REPLICA_INDEX_LABEL,
@@ -69,6 +77,49 @@ def job_labels(job_id: str) -> dict[str, str]:
 def job_selector(job_id: str) -> str:
     """Label selector for every object of one job."""
     return f"{MANAGED_BY_LABEL}=squall,{JOB_ID_LABEL}={job_id}"
+
+
+def owned_alike(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> bool:
+    """Is the object `found` under a name the very one Squall meant to create as `wanted`?
+
+    Both are manifests (or objects as the API server returns them); their owner labels
+    (conventions.OWNER_LABELS: managed-by, the job id and replica, the model service)
+    must all agree, a label absent on one being absent on the other.
+    """
+    wanted_labels = _labels(wanted)
+    found_labels = _labels(found)
+    return all(wanted_labels.get(key) == found_labels.get(key) for key in OWNER_LABELS)
+
+
+def name_taken(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> str:
+    """Why creating `wanted` failed: `found` holds its name and is not that job's or service's."""
+    metadata = found.get("metadata") or wanted.get("metadata") or {}
+    where = f"{metadata.get('namespace')}/{metadata.get('name')}"
+    return (
+        f"{found.get('kind') or wanted.get('kind')} {where} exists already and belongs to "
+        f"{_owner(found)}, not to {_owner(wanted)}: "
+        "Squall neither adopts nor deletes it; remove it, or submit under another name"
+    )
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _owner(obj: Mapping[str, Any]) -> str:
+    labels = _labels(obj)
+
+    def shown(key: str) -> str:
+        return repr(str(labels[key])[:80])
+
+    if labels.get(MANAGED_BY_LABEL) == "squall" and JOB_ID_LABEL in labels:
+        replica = f" ({labels.get(REPLICA_TYPE_LABEL)}-{labels.get(REPLICA_INDEX_LABEL)})"
+        return f"job {shown(JOB_ID_LABEL)}{replica if REPLICA_TYPE_LABEL in labels else ''}"
+    if labels.get(MANAGED_BY_LABEL) == "squall" and MODEL_SERVICE_LABEL in labels:
+        return f"model service {shown(MODEL_SERVICE_LABEL)}"
+    return "no Squall job or model service"
 
 
 def admission_patch(job: dict[str, Any], *, region: str) -> dict[str, Any]:

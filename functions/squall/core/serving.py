@@ -14,7 +14,7 @@ States::
 
 A name is one service across the whole installation (`squall predict NAME` needs
 nothing else); it is a DNS label, and names the Kubernetes Deployment, Service and
-PodDisruptionBudget in the job's team namespace.
+PodDisruptionBudget in the job's team namespace: ``<name>-model`` (`object_name`).
 """
 
 from __future__ import annotations
@@ -158,8 +158,15 @@ def transition_service(
 
 
 def object_name(name: str) -> str:
-    """The name of a model service's Deployment, Service and PodDisruptionBudget."""
-    return f"{OBJECT_PREFIX}{name}"
+    """The name of a model service's Deployment, Service and PodDisruptionBudget: ``<name>-model``.
+
+    A job's objects share the team namespace, named ``<job-id>-<type>-<index>``: they
+    always end in a digit, these never do, so no job and model service can ever name
+    the same Service (``model-<name>``, the name before, could: job ``model-x``'s
+    worker 0 and service ``x-worker-0``). Objects made under that older name are still
+    found, and removed, by their labels.
+    """
+    return f"{name}{OBJECT_SUFFIX}"
 
 
 def model_path(*, name: str, model_version: int) -> str:
@@ -171,7 +178,10 @@ def model_path(*, name: str, model_version: int) -> str:
 CLEARED_OBSERVATIONS: Mapping[str, Any] = MappingProxyType(
     {"ready_replicas": 0, "rest_url": None, "grpc_target": None}
 )
-OBJECT_PREFIX = "model-"
+OBJECT_SUFFIX = "-model"  # ends in a letter: never the end of a job's object name
+# The objects' names before OBJECT_SUFFIX (``model-<name>``): a service made then keeps
+# them until something of it is made again (services/serving.py), found by its labels.
+LEGACY_OBJECT_PREFIX = "model-"
 MAX_NAME_LENGTH = 40  # object_name and the pods' generated names stay within Kubernetes' 63
 MODEL_BASE_PATH = "/models"
 REST_PORT = 8501

@@ -1,7 +1,7 @@
 """ModelService -> Kubernetes manifests, and where a rendered Service answers. Pure.
 
 A model service is three objects in its job's team namespace, all named
-``model-<name>`` (`serving.object_name`): an apps/v1 Deployment running TensorFlow
+``<name>-model`` (`serving.object_name`: a name no job's object can have): an apps/v1 Deployment running TensorFlow
 Serving, a v1 Service exposing its REST (8501) and gRPC (8500) ports, and a
 policy/v1 PodDisruptionBudget that lets a drain take one replica at a time.
 

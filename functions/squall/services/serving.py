@@ -6,11 +6,18 @@ reconcile function runs every minute:
 
 - every DEPLOYING or SERVING record is compared with its Deployment, pods and Service:
   the Deployment (or Service) gone → the objects are created again (``ObjectsRecreated``);
+  a Service under the Deployment's name that is not the service's (its labels say
+  whose it is) → FAILED (``ClusterRefused``), that Service neither adopted nor deleted;
   a failure seen on the pods → FAILED with its reason, objects deleted; every replica
   ready and the endpoints known → SERVING (``Ready:<r>/<n>``); a SERVING service with
   fewer ready → DEPLOYING (``Unready:<r>/<n>``). A record is written only when it changes;
 - a managed Deployment whose record is not live (or is missing, or names another
   namespace) loses its objects.
+
+Objects are found by their labels, never by the name they would be given now: a service
+made before its objects were named ``<name>-model`` keeps its ``model-<name>`` objects,
+read under the Deployment's own name, until something of it must be made again; then
+the old objects go first, so one service never has two Deployments or budgets.
 
 Work per run is bounded by construction: one list of Deployments, the live records, and
 for at most MAX_SERVICES_PER_RUN services (taken in turn by name, so every one is
@@ -32,8 +39,10 @@ from aws_lambda_powertools import Logger
 
 from squall.conventions import MODEL_SERVICE_LABEL
 from squall.core.errors import MAX_ERROR_TEXT, ConflictError, PermanentError, RetryableError
+from squall.core.manifests import name_taken, owned_alike
 from squall.core.serving import (
     CLEARED_OBSERVATIONS,
+    LEGACY_OBJECT_PREFIX,
     LIVE,
     ModelService,
     ServiceEvent,
@@ -263,9 +272,18 @@ class ServingReconciler:
                 report.cleaned.append(service.name)
                 logger.info("model service failed", model_service=service.name, reason=reason)
             return
-        kube_service = cluster.get_service(namespace=service.namespace, name=object_name(service.name))
+        # The Service has the Deployment's name, whichever naming made them.
+        name = (deployment.get("metadata") or {}).get("name") or object_name(service.name)
+        kube_service = cluster.get_service(namespace=service.namespace, name=name)
         if kube_service is None:
-            self._recreate(service, report, missing="Service")
+            self._recreate(service, report, missing="Service", deployment=deployment)
+            return
+        if not owned_alike(deployment, kube_service):
+            # Another's Service under this name (a job's, from before the names could not meet).
+            message = name_taken({"kind": "Service", "metadata": deployment.get("metadata")}, kube_service)
+            if self.serving.fail(service, reason=ServiceReason.CLUSTER_REFUSED, message=message, at=now):
+                report.transitions[ServiceStatus.FAILED.value] += 1
+                report.cleaned.append(service.name)
             return
         ready, wanted = seen.ready, service.replicas
         endpoints = service_endpoints(kube_service) if ready >= wanted else None
@@ -296,8 +314,19 @@ class ServingReconciler:
         ):
             report.transitions[to.value] += 1
 
-    def _recreate(self, service: ModelService, report: ServingReport, *, missing: str) -> None:
+    def _recreate(
+        self,
+        service: ModelService,
+        report: ServingReport,
+        *,
+        missing: str,
+        deployment: KubeObject | None = None,
+    ) -> None:
         now = self.clock.now()
+        if self._has_legacy_objects(service, deployment):
+            # Made under the old names: they go (by label) before the new ones come, or the
+            # service would have two Deployments, or two budgets, over the same pods.
+            self.serving.delete_objects(service)
         try:
             created = self.serving.create_objects(service)
         except PermanentError as exc:
@@ -318,6 +347,14 @@ class ServingReconciler:
             ready_replicas=0,
         ):
             report.transitions[ServiceStatus.DEPLOYING.value] += 1
+
+    def _has_legacy_objects(self, service: ModelService, deployment: KubeObject | None) -> bool:
+        """Does the service keep objects under the names before ``<name>-model``?"""
+        legacy = f"{LEGACY_OBJECT_PREFIX}{service.name}"
+        if deployment is not None:
+            return (deployment.get("metadata") or {}).get("name") == legacy
+        found = self.serving.cluster.get_service(namespace=service.namespace, name=legacy)
+        return found is not None and (_service_key(found) == (service.namespace, service.name))
 
 
 def _service_key(obj: Mapping[str, Any]) -> tuple[str, str] | None:

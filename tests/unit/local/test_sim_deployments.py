@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(120)
 SETTINGS = ServingSettings(
     image="registry.example.com/tensorflow/serving:2.16.1", fetch_image="registry.example.com/squall/worker:1"
 )
-POD_NAME = re.compile(r"^model-mnist-[bcdfghjklmnpqrstvwxz2456789]{10}-[bcdfghjklmnpqrstvwxz2456789]{5}$")
+POD_NAME = re.compile(r"^mnist-model-[bcdfghjklmnpqrstvwxz2456789]{10}-[bcdfghjklmnpqrstvwxz2456789]{5}$")
 
 
 def rendered(name: str = "mnist", *, replicas: int = 2, gpus: int = 0) -> list[KubeObject]:
@@ -123,11 +123,11 @@ def test_a_deployment_runs_its_replicas_named_after_its_replica_set() -> None:
     assert len(pods) == 2 and all(POD_NAME.match(p["metadata"]["name"]) for p in pods)
     template_hash = pods[0]["metadata"]["labels"]["pod-template-hash"]
     assert {p["metadata"]["labels"]["pod-template-hash"] for p in pods} == {template_hash}
-    assert pods[0]["metadata"]["name"].startswith(f"model-mnist-{template_hash}-")
+    assert pods[0]["metadata"]["name"].startswith(f"mnist-model-{template_hash}-")
     (owner,) = pods[0]["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["controller"]) == (
         "ReplicaSet",
-        f"model-mnist-{template_hash}",
+        f"mnist-model-{template_hash}",
         True,
     )
     for pod in pods:
@@ -495,13 +495,13 @@ def test_a_load_balancer_gets_the_spec_ports_without_a_runner() -> None:
     cluster, _ = one_node_cluster()
     serve(cluster)
 
-    service = cluster.get_service(namespace=NS, name="model-mnist")
+    service = cluster.get_service(namespace=NS, name="mnist-model")
 
     assert service is not None
     assert service["status"]["loadBalancer"]["ingress"] == [
         {"ip": "127.0.0.1", "ports": [{"port": 8501, "protocol": "TCP"}, {"port": 8500, "protocol": "TCP"}]}
     ]
-    assert cluster.get_service(namespace=NS, name="model-other") is None
+    assert cluster.get_service(namespace=NS, name="other-model") is None
 
 
 def test_a_load_balancer_points_at_the_ports_the_first_ready_pod_really_listens_on() -> None:
@@ -518,7 +518,7 @@ def test_a_load_balancer_points_at_the_ports_the_first_ready_pod_really_listens_
     runner.listening = {first: {8501: 41001, 8500: 41000}, second: {8501: 42001, 8500: 42000}}
 
     def ingress_ports() -> list[int]:
-        service = cluster.get_service(namespace=NS, name="model-mnist")
+        service = cluster.get_service(namespace=NS, name="mnist-model")
         assert service is not None
         return [p["port"] for p in service["status"]["loadBalancer"]["ingress"][0]["ports"]]
 
@@ -541,7 +541,7 @@ def test_a_cluster_ip_service_has_no_load_balancer() -> None:
     service["spec"]["type"] = "ClusterIP"
     cluster.create(service)
 
-    found = cluster.get_service(namespace=NS, name="model-mnist")
+    found = cluster.get_service(namespace=NS, name="mnist-model")
 
     assert found is not None and found["status"] == {"loadBalancer": {}}
 
@@ -557,8 +557,8 @@ def test_list_deployments_lists_squall_model_services_only() -> None:
     theirs["metadata"]["labels"] = {"squall.io/model-service": "theirs"}
     cluster.create(theirs)
 
-    assert sorted(d["metadata"]["name"] for d in cluster.list_deployments()) == ["model-cifar", "model-mnist"]
-    assert [d["metadata"]["name"] for d in cluster.list_deployments(model_service="cifar")] == ["model-cifar"]
+    assert sorted(d["metadata"]["name"] for d in cluster.list_deployments()) == ["cifar-model", "mnist-model"]
+    assert [d["metadata"]["name"] for d in cluster.list_deployments(model_service="cifar")] == ["cifar-model"]
     assert cluster.list_deployments(namespace="team-b") == []
     assert cluster.list_deployments(model_service="theirs") == []
 
@@ -578,9 +578,9 @@ def test_delete_model_service_objects_removes_the_three_objects_and_the_pods() -
     assert deleted == 3
     assert pods_of(cluster, "mnist") == [] and len(pods_of(cluster, "cifar")) == 1
     assert sorted(runner.stops) == running  # the real pods were stopped
-    assert cluster.get_service(namespace=NS, name="model-mnist") is None
-    assert [b["metadata"]["name"] for b in cluster.list_pdbs()] == ["model-cifar"]
-    assert [d["metadata"]["name"] for d in cluster.list_deployments()] == ["model-cifar"]
+    assert cluster.get_service(namespace=NS, name="mnist-model") is None
+    assert [b["metadata"]["name"] for b in cluster.list_pdbs()] == ["cifar-model"]
+    assert [d["metadata"]["name"] for d in cluster.list_deployments()] == ["cifar-model"]
     assert cluster.delete_model_service_objects(namespace=NS, model_service="mnist") == 0
     assert cluster.delete_model_service_objects(namespace="team-b", model_service="cifar") == 0
 

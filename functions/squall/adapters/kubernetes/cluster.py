@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException, OpenApiException
 
 from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL, MODEL_SERVICE_LABEL
 from squall.core.errors import NotFoundError, PermanentError, RetryableError, SquallError
-from squall.core.manifests import job_selector
+from squall.core.manifests import job_selector, name_taken, owned_alike
 from squall.ports import Cluster, KubeObject, ServingCluster
 
 DEFAULT_REQUEST_TIMEOUT: Final = (3.0, 15.0)  # seconds: (connect, read)
@@ -81,13 +81,26 @@ class KubernetesCluster:
         doing = f"create {kind} {namespace}/{name}"
         if not namespace or not name:
             raise PermanentError(f"{doing}: metadata.name and metadata.namespace are required")
-        creators: dict[tuple[object, object], tuple[Callable[..., Any], Any]] = {
-            ("batch/v1", "Job"): (self._batch.create_namespaced_job, "V1Job"),
-            ("v1", "Service"): (self._core.create_namespaced_service, "V1Service"),
-            ("apps/v1", "Deployment"): (self._apps.create_namespaced_deployment, "V1Deployment"),
+        creators: dict[tuple[object, object], tuple[Callable[..., Any], Any, Callable[..., Any]]] = {
+            ("batch/v1", "Job"): (
+                self._batch.create_namespaced_job,
+                "V1Job",
+                self._batch.read_namespaced_job,
+            ),
+            ("v1", "Service"): (
+                self._core.create_namespaced_service,
+                "V1Service",
+                self._core.read_namespaced_service,
+            ),
+            ("apps/v1", "Deployment"): (
+                self._apps.create_namespaced_deployment,
+                "V1Deployment",
+                self._apps.read_namespaced_deployment,
+            ),
             ("policy/v1", "PodDisruptionBudget"): (
                 self._policy.create_namespaced_pod_disruption_budget,
                 "V1PodDisruptionBudget",
+                self._policy.read_namespaced_pod_disruption_budget,
             ),
         }
         found = creators.get((manifest.get("apiVersion"), kind))
@@ -96,13 +109,24 @@ class KubernetesCluster:
                 f"{doing}: only batch/v1 Jobs and v1 Services (and for model services apps/v1 "
                 "Deployments and policy/v1 PodDisruptionBudgets) are created"
             )
-        create, model = found
+        create, model, read = found
         with _translated(doing):
             body: Any = _model(model).model_validate(manifest)
         status, _ = self._call(
             doing, create, tolerate={409}, namespace=namespace, body=body, _headers=_json_body()
         )
-        return status != 409
+        if status != 409:
+            return True
+        # AlreadyExists: kept only when its labels say it is that very job's or service's;
+        # anyone else's object under the name is neither adopted nor deleted.
+        status, existing = self._call(
+            f"read {kind} {namespace}/{name}", read, tolerate={404}, namespace=namespace, name=name
+        )
+        if status == 404 or not isinstance(existing, dict):
+            raise RetryableError(f"{doing}: it existed, then was gone when read; creating it again may work")
+        if not owned_alike(manifest, existing):
+            raise PermanentError(f"{doing}: {name_taken(manifest, existing)}")
+        return False
 
     def delete_job_objects(self, *, namespace: str, job_id: str) -> int:
         selector = job_selector(job_id)
@@ -355,6 +379,12 @@ _OPERATIONS: Final[dict[str, tuple[str, str]]] = {
     "create_namespaced_service": ("POST", "/api/v1/namespaces/{namespace}/services"),
     "list_namespaced_service": ("GET", "/api/v1/namespaces/{namespace}/services"),
     "read_namespaced_service": ("GET", "/api/v1/namespaces/{namespace}/services/{name}"),
+    "read_namespaced_job": ("GET", "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"),
+    "read_namespaced_deployment": ("GET", "/apis/apps/v1/namespaces/{namespace}/deployments/{name}"),
+    "read_namespaced_pod_disruption_budget": (
+        "GET",
+        "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}",
+    ),
     "delete_namespaced_service": ("DELETE", "/api/v1/namespaces/{namespace}/services/{name}"),
     "list_namespaced_pod": ("GET", "/api/v1/namespaces/{namespace}/pods"),
     "list_pod_for_all_namespaces": ("GET", "/api/v1/pods"),

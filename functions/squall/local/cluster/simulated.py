@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL, MODEL_SERVICE_LABEL
 from squall.core.errors import NotFoundError, PermanentError
+from squall.core.manifests import name_taken, owned_alike
 from squall.local.cluster import service_objects
 from squall.local.cluster.deployments import DeploymentController
 from squall.local.cluster.faults import Behaviours, PortFaults
@@ -70,6 +71,7 @@ from squall.local.cluster.state import (
     Key,
     Owner,
     Pdb,
+    Stored,
     StoredDeployment,
     StoredJob,
     StoredPod,
@@ -159,7 +161,9 @@ class SimulatedCluster:
         key = (namespace, name)
         state = self._state
         # (apiVersion, kind) -> the objects of that kind by key, and how one is created.
-        creators: dict[tuple[Any, Any], tuple[Container[Key], Callable[[Key, Mapping[str, Any]], object]]] = {
+        creators: dict[
+            tuple[Any, Any], tuple[Mapping[Key, Any], Callable[[Key, Mapping[str, Any]], object]]
+        ] = {
             ("batch/v1", "Job"): (state.jobs, self._jobs.create),
             ("v1", "Service"): (state.services, self._create_service),
             ("apps/v1", "Deployment"): (state.deployments, self._deployments.create),
@@ -169,7 +173,13 @@ class SimulatedCluster:
         if creator is None:
             raise PermanentError(f"the simulated cluster cannot create {api_version}/{kind}")
         existing, create = creator
-        if key in existing:
+        found = existing.get(key)
+        if found is not None:
+            # As the API server answers 409 AlreadyExists, and the adapter reads the object:
+            # kept when it is that very job's or service's, else the name is taken.
+            obj = found.obj if isinstance(found, Stored) else found
+            if not owned_alike(body, obj):
+                raise PermanentError(f"create {kind} {namespace}/{name}: {name_taken(body, obj)}")
             return False
         create(key, body)
         return True
