@@ -32,6 +32,7 @@ from squall.planner.admission import (
 )
 from squall.planner.inventory import Inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, pod_cache, replica_job_cache
+from squall.planner.text import amounts, counted
 from squall.ports import Cluster, JobStore, MetricsSink
 from squall.services.intake import note_job
 
@@ -178,8 +179,8 @@ class Admitter:
                     self._note(
                         admitted.job_id,
                         reason_code(Reason.ADMITTED, admitted.region),
-                        f"admitted whole in {admitted.region}: {admitted.gpus} GPUs over "
-                        f"{len(admitted.jobs)} replica Job(s); its run time counts from now",
+                        f"admitted whole in {admitted.region}: {_asks(admitted)} over "
+                        f"{counted(len(admitted.jobs), 'replica Job')}; its run time counts from now",
                         now=now,
                         outcome=outcome,
                     )
@@ -277,6 +278,15 @@ class Admitter:
             if share is not None and share.quota is not None:
                 self.metrics.add(Metric.GPU_QUOTA, share.quota, dimensions=dims)
         self.metrics.add(Metric.JOBS_ADMITTED, sum(1 for a in admission.admitted if not a.resumed))
+
+
+def _asks(admitted: Admitted) -> str:
+    """What an admitted job asks for: its GPUs, or a job without GPUs its CPUs and memory."""
+    return amounts(
+        gpus=admitted.gpus,
+        cpu_millis=sum(job.pod.requests.cpu for job in admitted.jobs),
+        memory_bytes=sum(job.pod.requests.memory for job in admitted.jobs),
+    )
 
 
 def queue_message(waiting: Waiting, *, scaling: str = "") -> str:
