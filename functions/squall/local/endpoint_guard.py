@@ -106,7 +106,7 @@ class EndpointGuard:
         raw = urlsplit(environ.get("RAW_URI") or _path(environ))
         url = f"http://{environ.get('HTTP_HOST', '')}{raw.path}" + (f"?{raw.query}" if raw.query else "")
         body = b""
-        if "X-Amz-Content-SHA256" not in headers:  # the payload's hash is the body's: read it
+        if "X-Amz-Content-SHA256" not in headers:  # (any case) else the body's hash: read it
             body = _read_body(environ)
         request = AWSRequest(method=environ.get("REQUEST_METHOD", "GET"), url=url, headers=headers, data=body)
         request.context["timestamp"] = timestamp
@@ -181,8 +181,6 @@ def _headers(environ: dict[str, Any]) -> HTTPHeaders:
             continue
         if isinstance(value, str):
             headers[name.lower()] = value
-    if "X-Amz-Content-SHA256" in headers:  # botocore looks it up in this spelling
-        headers.replace_header("X-Amz-Content-SHA256", headers["X-Amz-Content-SHA256"])
     return headers
 
 
