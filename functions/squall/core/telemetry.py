@@ -28,6 +28,8 @@ class Metric(StrEnum):
     JOBS_SUCCEEDED = "JobsSucceeded"
     JOBS_FAILED = "JobsFailed"
     JOB_RETRIES = "JobRetries"
+    # Kubernetes' times, not the reconcile run's: submitted to the run's start (every
+    # replica's containers started), and that start to its Job's end (core/kubestatus.py)
     QUEUE_WAIT_SECONDS = "QueueWaitSeconds"
     RUN_SECONDS = "RunSeconds"
     JOBS_IN_STATE = "JobsInState"  # dimension: State
