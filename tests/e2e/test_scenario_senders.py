@@ -3,7 +3,7 @@
 The scenario hands its team -> submitters mapping to the local runtime and each
 arrival's sender to the jobs queue, which reports it as the SenderId; the submit
 function accepts a spec only from a submitter of its team (a team without submitters
-is open to every sender).
+takes nobody's once another team names its own).
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ SCENARIO: dict[str, Any] = {
         {"at": 0, "spec": SPEC | {"id": "anonymous"}, "expect": "rejected"},
         {
             "at": "1m",
-            "spec": SPEC | {"id": "open-team", "team": "vision"},
-            "sender": "AROAEXAMPLESTRANGER:mallory",
+            "spec": SPEC | {"id": "other-team", "team": "vision"},
+            "sender": "AROAEXAMPLERESEARCH:alice",
+            "expect": "rejected",
         },
     ],
 }
@@ -67,17 +68,18 @@ def test_a_submitter_of_the_team_gets_its_job_run(outcome: tuple[SimulationResul
     assert result.ok, result.summary
     assert jobs["by-research"].status is JobStatus.SUCCEEDED
     assert jobs["by-research"].submitted_by == "AROAEXAMPLERESEARCH:alice"
-    # a team without submitters takes jobs from anyone
-    assert jobs["open-team"].status is JobStatus.SUCCEEDED
+    # a team without submitters takes nobody's, research's submitter's neither
+    assert "other-team" not in jobs
 
 
 @pytest.mark.timeout(300)
 def test_anyone_else_is_refused_with_the_reason(outcome: tuple[SimulationResult, dict[str, Any]]) -> None:
     _, jobs = outcome
     rejected = [job for job in jobs.values() if job.status is JobStatus.REJECTED]
-    assert len(rejected) == 2
+    assert len(rejected) == 3
     messages = sorted(error["message"] for job in rejected for error in job.errors)
     assert any("AROAEXAMPLESTRANGER may not submit for team 'research'" in m for m in messages), messages
     # without a sender, the queue reports the runtime's own principal, which is no submitter either
-    assert all("may not submit for team 'research'" in m for m in messages), messages
+    assert sum("may not submit for team 'research'" in m for m in messages) == 2, messages
+    assert any("AROAEXAMPLERESEARCH may not submit for team 'vision'" in m for m in messages), messages
     assert "AROAEXAMPLESTRANGER:mallory" in {job.submitted_by for job in rejected}

@@ -24,10 +24,11 @@ def job(job_id: str, team: str = "research") -> dict[str, Any]:
 def test_a_teams_submitters_may_submit_and_cancel_and_no_one_else(backend: str) -> None:
     with LocalRuntime.start(backend=backend, submitters={"research": [TRAINER]}) as local:
         # given jobs for the research team from its submitter (a session of its role)
-        # and from another role, and one for vision, a team that names no submitters
+        # and from another role, and for vision, a team that names no submitters
         local.send(job("mine"), sender=f"{TRAINER}:alice")
         intruding = local.send(job("theirs"), sender=f"{INTRUDER}:mallory")
-        local.send(job("open", team="vision"), sender=f"{INTRUDER}:mallory")
+        local.send(job("closed", team="vision"), sender=f"{INTRUDER}:mallory")
+        local.send(job("borrowed", team="vision"), sender=f"{TRAINER}:alice")
         # when the submit function takes them
         local.step(ZERO)
         # then the submitter's job is queued, and who sent it is kept
@@ -42,9 +43,15 @@ def test_a_teams_submitters_may_submit_and_cancel_and_no_one_else(backend: str) 
         assert INTRUDER in event.message and "research" in event.message
         assert local.dead_letters() == [] and local.queue.next_visible_at() is None
         assert local.cluster.list_jobs(job_id="theirs") == []
-        # a team with no submitters takes any sender
-        opened = local.store.get("open")
-        assert opened is not None and opened.status is JobStatus.QUEUED
+        # a team with no submitters takes nobody's once research names its own, research's
+        # submitter's neither: it would run in team-vision with vision's role
+        assert local.store.get("closed") is None and local.store.get("borrowed") is None
+        assert local.cluster.list_jobs(job_id="borrowed") == []
+        assert {j.submitted_by for j in local.jobs() if j.team == "vision"} == {
+            f"{INTRUDER}:mallory",
+            f"{TRAINER}:alice",
+        }
+        assert all(j.status is JobStatus.REJECTED for j in local.jobs() if j.team == "vision")
         # and a cancel of the submitter's job from the other sender changes nothing
         local.send({"action": "cancel", "id": "mine"}, sender=f"{INTRUDER}:mallory")
         local.step(ZERO)

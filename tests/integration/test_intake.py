@@ -201,9 +201,7 @@ def test_a_sender_the_team_does_not_list_is_rejected_with_the_reason(
     assert world.store.get("t-1") is None and world.cluster.list_jobs() == []
 
 
-def test_a_team_without_submitters_is_open_to_every_sender(world: World) -> None:
-    result = guarded(world).handle(body=spec(id="v-1", team="vision"), message_id="m-1", sender_id=MALLORY)
-    assert result.outcome is IntakeOutcome.CREATED
+# A team that names no submitters while another does takes nobody: test_submitters_every_team.py
 
 
 def test_a_cancel_from_a_sender_the_team_does_not_list_is_refused(world: World) -> None:

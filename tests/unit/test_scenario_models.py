@@ -303,14 +303,15 @@ def test_teams_may_name_their_submitters_and_arrivals_their_sender() -> None:
                     "sender": "AROAEXAMPLESTRANGER",
                     "expect": "rejected",
                 },
-                {"at": 0, "spec": SPEC | {"id": "seen", "team": "vision"}},
+                # vision names no submitters while research does: it takes nobody's jobs
+                {"at": 0, "spec": SPEC | {"id": "seen", "team": "vision"}, "expect": "rejected"},
             ],
         )
     )
     assert plan.teams == {"research": "team-research", "vision": "team-vision"}
     assert plan.submitters == {"research": ("AROAEXAMPLERESEARCH",)}
     assert [s.sender for s in plan.submissions] == ["AROAEXAMPLERESEARCH:alice", "AROAEXAMPLESTRANGER", None]
-    assert [s.job_id for s in plan.submissions] == ["resnet", None, "seen"]
+    assert [s.job_id for s in plan.submissions] == ["resnet", None, None]
 
 
 def test_an_arrival_squall_will_refuse_for_its_sender_must_be_expected_rejected() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -155,6 +156,33 @@ def image_problem(image: str, *, registries: list[str]) -> str | None:
     return None
 
 
+# ---- who may submit for a team ----------------------------------------------------------------
+# Once one team names its submitters, the jobs queue lets only the named principals send
+# (stacks/queues.py), and a message's body names its team: a team that named nobody, if
+# it were open, would take specs, cancels and serve requests from every other team's
+# submitters and run them in its namespace with its role. So a team is open only while
+# no team names submitters; after that it takes its own submitters and nobody else, and a
+# team that names none takes nobody. The submit function (deployed and local) and the
+# scenario reader decide by this one rule; the jobs queue's policy denies every sender
+# that no team names, which agrees with it.
+
+
+def may_submit(submitters: Mapping[str, Collection[str]], *, team: str, principal: str | None) -> bool:
+    """Whether a principal (its unique id) may submit, cancel, serve or unserve for a team.
+
+    `submitters` maps the teams that name submitters to them. Empty: yes, whoever the
+    jobs queue lets send. Otherwise only a submitter the team names.
+    """
+    if not submitters:
+        return True
+    return principal is not None and principal in submitters.get(team, ())
+
+
+def names_no_submitters(submitters: Mapping[str, Collection[str]], *, team: str) -> bool:
+    """Whether a team is closed because it names no submitters while another team names some."""
+    return bool(submitters) and team not in submitters
+
+
 class SettingsFileError(ValueError):
     """The settings file named by SQUALL_SETTINGS_FILE is missing or not a settings object."""
 
@@ -224,7 +252,8 @@ class Settings(BaseSettings):
     teams: dict[str, str] = Field(default_factory=lambda: {"research": "team-research"})
     # team -> the IAM principals that may submit for it: role or user ARNs, which
     # runtime.py resolves to unique ids at cold start, or unique ids (AROA..., AIDA...).
-    # A team not listed here takes jobs from any sender.
+    # Empty: every team takes jobs from any sender the queue lets in; otherwise a team
+    # not listed here takes nobody's (may_submit).
     submitters: dict[str, list[str]] = Field(default_factory=dict)
     # team -> its GPU quota (None: no limit) and weight in the scale check's admission
     # ({gpuQuota, weight}, as in cdk.json). A team not listed has no quota and weight 1.

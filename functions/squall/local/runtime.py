@@ -286,7 +286,8 @@ class LocalRuntime:
 
         `submitters`: team -> unique ids of the principals that may submit for it
         (what SQS reports as a message's SenderId, before any ':'), handed to the
-        intake as they are; a team left out takes jobs from any sender.
+        intake as they are; a team left out takes jobs from any sender while no team
+        is listed, and from nobody once one is (core/settings.py may_submit).
         `quotas`: team -> its GPU quota and weight in admission (the functions'
         `quotas` setting, `planner.inputs.team_shares` of a configuration's teams);
         a team left out has no quota and weight 1.

@@ -40,6 +40,7 @@ from squall.core.serving import (
     transition_service,
 )
 from squall.core.serving_requests import ServeAction, plan_serve, serve_record
+from squall.core.settings import may_submit, names_no_submitters
 from squall.core.spec import (
     DEFAULT_MAX_RUNTIME_LIMIT,
     DNS_LABEL,
@@ -105,7 +106,8 @@ class IntakeConfig:
     ttl_after_finished: timedelta = manifests.DEFAULT_TTL_AFTER_FINISHED
     max_runtime_limit: timedelta = DEFAULT_MAX_RUNTIME_LIMIT
     # team -> unique ids of the principals (SQS SenderId, before any ':') that may
-    # submit or cancel for it; a team not listed here is open to every sender.
+    # submit, cancel, serve or unserve for it. Empty: every team is open to every
+    # sender; otherwise a team not listed here takes nobody (core/settings.py may_submit).
     submitters: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
@@ -170,14 +172,23 @@ class Intake:
         return self._submit(message, message_id=message_id, body=body, data=data, sender_id=sender_id)
 
     def may_send(self, *, team: str, sender_id: str | None) -> bool:
-        """Whether a sender may submit or cancel for a team: listed, or the team lists nobody."""
-        allowed = self.config.submitters.get(team)
-        return allowed is None or principal_of(sender_id) in allowed
+        """Whether a sender may submit, cancel, serve or unserve for a team: no team names
+        submitters, or this one names the sender."""
+        return may_submit(self.config.submitters, team=team, principal=principal_of(sender_id))
 
     def _sender_refused(self, *, team: str, sender_id: str | None, what: str) -> SpecError | None:
         if self.may_send(team=team, sender_id=sender_id):
             return None
-        return SpecError([Issue("team", _not_allowed(team=team, sender_id=sender_id, what=what))])
+        return SpecError([Issue("team", self._not_allowed(team=team, sender_id=sender_id, what=what))])
+
+    def _not_allowed(self, *, team: str, sender_id: str | None, what: str) -> str:
+        sender = principal_of(sender_id) or "(no SenderId)"
+        if names_no_submitters(self.config.submitters, team=team):
+            # Open, it would take every other team's submitters: the queue lets only them send.
+            why = "the team names no submitters while other teams do, so it accepts no sender"
+        else:
+            why = "it is not one of the team's submitters"
+        return f"sender {sender[:128]} may not {what} for team {team!r}: {why}"
 
     # ---- submit --------------------------------------------------------
 
@@ -367,7 +378,7 @@ class Intake:
                 job_id=job_id,
                 team=job.team,
                 sender_id=sender_id,
-                reason=_not_allowed(team=job.team, sender_id=sender_id, what="cancel"),
+                reason=self._not_allowed(team=job.team, sender_id=sender_id, what="cancel"),
             )
             return IntakeResult(outcome=IntakeOutcome.FORBIDDEN, job_id=job_id)
         return self._cancel(job, reason=reason)
@@ -502,7 +513,7 @@ class Intake:
                 "unserve refused",
                 model_service=name,
                 team=record.team,
-                reason=_not_allowed(team=record.team, sender_id=sender_id, what="unserve"),
+                reason=self._not_allowed(team=record.team, sender_id=sender_id, what="unserve"),
             )
             return IntakeResult(outcome=IntakeOutcome.FORBIDDEN, job_id=record.job_id, name=name)
         now = self.clock.now()
@@ -533,11 +544,6 @@ class Intake:
 def principal_of(sender_id: str | None) -> str | None:
     """The principal's unique id in an SQS SenderId ("AROA...:session" for a role)."""
     return sender_id.split(":", 1)[0] if sender_id else None
-
-
-def _not_allowed(*, team: str, sender_id: str | None, what: str) -> str:
-    sender = principal_of(sender_id) or "(no SenderId)"
-    return f"sender {sender[:128]} may not {what} for team {team!r}: it is not one of the team's submitters"
 
 
 def _has_saved_model(serving: ModelServing, uri: str) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from squall.core import documents
-from squall.core.settings import PolicySettings
+from squall.core.settings import PolicySettings, may_submit
 from squall.core.spec import JobSpec, SpecError, parse_spec
 from squall.local.clock import EPOCH
 from squall.local.fleet import RegionCapacity
@@ -75,7 +75,8 @@ class ScenarioPlan:
     start: datetime = EPOCH
     default_run_time: timedelta = timedelta(minutes=3)
     description: str = ""
-    # team -> unique ids of the principals that may submit for it; a team left out is open to all.
+    # team -> unique ids of the principals that may submit for it; a team left out is open to
+    # all while no team names submitters, closed once one does (core/settings.py may_submit).
     submitters: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # team -> its GPU quota and weight in admission; a team left out has no quota and weight 1.
     quotas: dict[str, TeamShare] = field(default_factory=dict)
@@ -173,8 +174,7 @@ class _Rules:
     quotas: dict[str, TeamShare] = field(default_factory=dict)
 
     def may_send(self, team: str, sender: str | None) -> bool:
-        allowed = self.submitters.get(team)
-        return allowed is None or (sender is not None and sender.split(":", 1)[0] in allowed)
+        return may_submit(self.submitters, team=team, principal=sender.split(":", 1)[0] if sender else None)
 
 
 def _node_groups(
@@ -320,7 +320,8 @@ def _check_spec(
             sender = arrival.sender or "an arrival without a sender (the runtime's default principal)"
             errors.append(
                 f"{where}.sender: {sender} may not submit for team {spec.team} (its submitters: "
-                f"{', '.join(rules.submitters[spec.team]) or 'none'}); Squall will reject it (expect: rejected?)"
+                f"{', '.join(rules.submitters.get(spec.team, ())) or 'none, while other teams name theirs'}); "
+                "Squall will reject it (expect: rejected?)"
             )
         return None
     if expect == "rejected":
