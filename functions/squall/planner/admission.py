@@ -58,6 +58,9 @@ from squall.planner.text import amounts
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
 MAX_LISTED = 250
 NEVER_FITS = "; no region can ever hold it: it is larger than the node groups at max size"
+# A job held to regions where no group is says so, not that it is too large.
+NO_GROUP_IN = "; no region can ever hold it: no node group is in {asked} (the groups are in {served})"
+MAX_REGIONS_NAMED = 8
 
 
 # Shapes of pods kept between calls at most; past it the memo starts afresh.
@@ -255,6 +258,9 @@ class Waiting:
     reason: str  # "Queued", or "QuotaExceeded:8/8 GPUs" (held back by the team's quota)
     reserved_region: str | None = None  # where it keeps the room it can use now
     never_fits: bool = False  # larger than what the node groups could hold at their max sizes
+    # With never_fits: the regions it is held to, when no node group is in any of them.
+    unserved_regions: tuple[str, ...] = ()
+    served_regions: tuple[str, ...] = ()
     in_use: int = 0  # with a quota: the team's GPUs in use or ahead of it
     quota: int | None = None
     # All replicas together: a job without GPUs is described by what it does ask for.
@@ -290,6 +296,10 @@ class Waiting:
         if self.held_by_quota:
             return f"{self.in_use}/{self.quota} GPUs of {self.team} in use or ahead of it; {needs}"
         place = f"{ordinal(self.team_position)} in {self.team}, {ordinal(self.position)} overall"
+        if self.never_fits and self.unserved_regions:
+            return f"{place}; {needs}" + NO_GROUP_IN.format(
+                asked=_listed(self.unserved_regions), served=_listed(self.served_regions) or "no region"
+            )
         return f"{place}; {needs}" + (NEVER_FITS if self.never_fits else "")
 
     @property
@@ -497,6 +507,8 @@ def admit(
     failed: set[tuple[tuple[int, int], ...]] = set()
     every_key = gathered.keys
     ever_fits: dict[tuple[tuple[int, int], ...], bool] = {}
+    unserved: dict[tuple[tuple[int, int], ...], tuple[str, ...]] = {}  # of the never-fitting keys
+    served = tuple(sorted({group.region for group in groups}))
     demand: list[Pod] = [*not_created]
     budget = DemandBudget(capacity, free=free_by_group(inventory), keys=every_key)
     position = 0
@@ -539,6 +551,8 @@ def admit(
                 [(shape, len(pods)) for shape, pods in by_shape.items()]
             )
             budget.learn(key, by_shape, ever=ever)
+        if not ever and key not in unserved:
+            unserved[key] = _regions_no_group_is_in(by_shape, served=served)
         if ever:
             if first_miss:
                 reserved = packer.hold_room(Gang(job_id=job.job_id, pods_by_shape=by_shape))
@@ -564,6 +578,8 @@ def admit(
                         reason="Queued",
                         reserved_region=reserved,
                         never_fits=not ever,
+                        unserved_regions=() if ever else unserved.get(key, ()),
+                        served_regions=() if ever else served,
                     ),
                 )
             places[place] = known
@@ -596,6 +612,46 @@ def _least_request(shapes: Iterable[PodShape]) -> Vector | None:
         min(r[2] for r in requests),
         min(r[3] for r in requests),
     )
+
+
+def _regions_no_group_is_in(
+    by_shape: Mapping[PodShape, Sequence[Pod]], *, served: Sequence[str]
+) -> tuple[str, ...]:
+    """The regions a job's pods are held to, when some pod of it may go to no region a group is in.
+
+    Empty when every pod may go to some group's region (the job is then too large, or
+    asks for what no group has, not held elsewhere).
+    """
+    for shape in by_shape:
+        asked = _regions_of(shape)
+        if asked is not None and not asked & set(served):
+            return tuple(sorted(asked))
+    return ()
+
+
+def _regions_of(shape: PodShape) -> set[str] | None:
+    """The regions a pod of the shape may run in by its node selector and affinity; None: any."""
+    allowed: set[str] | None = None
+    for key, value in shape.node_selector:
+        if key == REGION_LABEL:
+            allowed = {value}
+    if shape.affinity:
+        by_term: set[str] = set()
+        for term in shape.affinity:
+            regions = [
+                set(r.values) for r in term.match_expressions if r.key == REGION_LABEL and r.operator == "In"
+            ]
+            if not regions:
+                return allowed  # a term open to every region
+            by_term |= set.intersection(*regions)
+        allowed = by_term if allowed is None else allowed & by_term
+    return allowed
+
+
+def _listed(regions: Sequence[str]) -> str:
+    shown = [region[:40] for region in regions[:MAX_REGIONS_NAMED]]
+    more = len(regions) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
 def _cpu_millis(job: QueuedJob) -> int:
