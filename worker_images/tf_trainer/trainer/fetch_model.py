@@ -8,8 +8,9 @@ it. TensorFlow Serving cannot read S3 itself (that left core TensorFlow).
 
 Only the SavedModel's parts are copied: ``saved_model.pb``, ``fingerprint.pb`` and
 everything under ``variables/``, ``assets/`` and ``assets.extra/``; a key that would
-land outside the target (``..``) is never written. The copy goes to ``<target>.partial``
-and is renamed into place once whole, so the server never sees half a model.
+land outside the target (``..``, see trainer.storage.key_path) is never written. The
+copy goes to ``<target>.partial`` and is renamed into place once whole, so the server
+never sees half a model.
 
 Exit codes (the serving contract): 0 copied; 2 no ``saved_model.pb`` under the source
 (reconcile reports ModelNotFound); 1 anything else (bad flags, S3 refused, more than
@@ -33,7 +34,7 @@ from typing import Any, NoReturn
 
 from trainer import exits
 from trainer.logs import configure, get_logger
-from trainer.storage import S3Location, StorageError, _wrap, is_s3, s3_client
+from trainer.storage import S3Location, StorageError, _wrap, is_s3, key_path, s3_client
 
 log = get_logger("trainer.fetch_model")
 
@@ -52,15 +53,14 @@ class NoSavedModelError(StorageError):
 
 
 def saved_model_part(relative: str) -> PurePosixPath | None:
-    """The path below the source of a key that is part of a SavedModel, else None."""
-    if not relative or relative.endswith("/"):
-        return None  # the prefix itself, or a console "folder" marker
-    parts = relative.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        return None  # never written outside the target
-    if len(parts) == 1:
-        return PurePosixPath(relative) if relative in SAVED_MODEL_FILES else None
-    return PurePosixPath(*parts) if parts[0] in SAVED_MODEL_DIRS else None
+    """The path below the source of a key that is part of a SavedModel, else None
+    (never one that storage.key_path refuses: it would land outside the target)."""
+    path = key_path(relative)
+    if path is None:
+        return None
+    if len(path.parts) == 1:
+        return path if path.name in SAVED_MODEL_FILES else None
+    return path if path.parts[0] in SAVED_MODEL_DIRS else None
 
 
 def fetch_model(

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from trainer.logs import get_logger
@@ -33,6 +33,31 @@ class StorageError(RuntimeError):
 
 def is_s3(uri: str) -> bool:
     return uri.startswith("s3://")
+
+
+NAME_MAX_BYTES = 255  # the most a local file system takes for one name
+
+
+def key_path(relative: str) -> PurePosixPath | None:
+    """The local path, below the directory a download goes to, of an S3 key less the
+    prefix it was listed under; None for one that must not become a local path.
+
+    Every download that turns keys into local paths goes through here (the checkpoint
+    pull, a data prefix, trainer.fetch_model's SavedModel): a key is anyone's text,
+    and a prefix is only a string, so ``ckpt/../../code/sitecustomize.py`` lists under
+    ``ckpt/``. Refused: the prefix itself and folder markers (empty, ending in "/"),
+    "." and "..", empty names (an absolute path, "//"), a backslash (a separator
+    elsewhere), NUL, a name longer than a file system takes.
+    """
+    if not relative or relative.endswith("/") or "\\" in relative or "\x00" in relative:
+        return None
+    parts = relative.split("/")
+    if any(
+        part in ("", ".", "..") or len(part.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES
+        for part in parts
+    ):
+        return None
+    return PurePosixPath(*parts)
 
 
 @dataclass(frozen=True)
@@ -100,17 +125,29 @@ class S3Mirror:
             self.client = s3_client()
 
     def pull(self) -> None:
+        """Download every key under the prefix that is a safe path below `local`
+        (`key_path`); any other is skipped, with a warning naming it."""
         self.local.mkdir(parents=True, exist_ok=True)
-        count = 0
+        count = skipped = 0
         for key in self._remote_keys():
-            relative = self._relative(key)
-            target = self.local / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with _wrap("download", f"s3://{self.location.bucket}/{key}"):
-                self.client.download_file(self.location.bucket, key, str(target))
-            self._synced[relative] = _stamp(target)
+            relative = key_path(self._relative(key))
+            if relative is None:
+                log.warning(
+                    "skipped a key that is not a path below the prefix", uri=str(self.location), key=key
+                )
+                skipped += 1
+                continue
+            target = self.local.joinpath(*relative.parts)
+            uri = f"s3://{self.location.bucket}/{key}"
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with _wrap("download", uri):
+                    self.client.download_file(self.location.bucket, key, str(target))
+            except OSError as exc:  # a key that is both a file and a prefix, a full disk
+                raise StorageError(f"download {uri} to {target} failed: {exc}") from exc
+            self._synced[relative.as_posix()] = _stamp(target)
             count += 1
-        log.info("pulled", uri=str(self.location), files=count, local=str(self.local))
+        log.info("pulled", uri=str(self.location), files=count, skipped=skipped, local=str(self.local))
 
     def push(self) -> None:
         local_files = {p.relative_to(self.local).as_posix(): p for p in _files(self.local)}
@@ -170,8 +207,11 @@ def fetch(uri: str, *, staging: Path) -> Path:
             raise StorageError(f"data not found: {uri}")
         return path
     location = S3Location.parse(uri)
+    name = key_path(location.prefix.rpartition("/")[2] or location.bucket)
+    if name is None:
+        raise StorageError(f"{uri}: its last name cannot be a local file name")
     client = s3_client()
-    target = staging / (Path(location.prefix).name or location.bucket)
+    target = staging / name
     if _is_object(client, location):
         staging.mkdir(parents=True, exist_ok=True)
         with _wrap("download", uri):
