@@ -31,3 +31,24 @@ def test_tab_newline_and_plain_unicode_stay() -> None:
 
 def test_a_field_escapes_its_line_breaks() -> None:
     assert printable("two\nlines\r", newlines=False) == "two\\x0alines\\x0d"
+
+
+def test_a_command_error_carrying_outside_text_is_printed_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from squall.cli.errors import CommandError, reported
+    from squall.core.errors import PermanentError
+
+    @reported
+    def refused(_args: argparse.Namespace) -> int:
+        raise CommandError("no job named '\x1b]0;pwned\x07'")
+
+    @reported
+    def failed(_args: argparse.Namespace) -> int:
+        raise PermanentError("the server said \x1b[2J")
+
+    assert refused(argparse.Namespace()) == 2
+    assert failed(argparse.Namespace()) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert "no job named '\\x1b]0;pwned\\x07'" in err and "the server said \\x1b[2J" in err

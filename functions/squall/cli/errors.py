@@ -11,6 +11,7 @@ import functools
 import sys
 from collections.abc import Callable
 
+from squall.cli.text import printable
 from squall.core.errors import SquallError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -31,7 +32,8 @@ def reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
     A SquallError is the deployment's table, queue or bucket failing us, already
     translated by its adapter: exit 1 (and, when the local runtime it talked to has
-    stopped, a line that says so and how to start one).
+    stopped, a line that says so and how to start one). Both can carry text from outside
+    (a job's id or reason, a server's error text), so the line is printed escaped.
     """
 
     @functools.wraps(command)
@@ -39,10 +41,10 @@ def reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         try:
             return command(args)
         except CommandError as exc:
-            print(f"squall: {exc}", file=sys.stderr)
+            print(f"squall: {printable(str(exc))}", file=sys.stderr)
             return exc.code
         except SquallError as exc:
-            print(f"squall: {exc}", file=sys.stderr)
+            print(f"squall: {printable(str(exc))}", file=sys.stderr)
             from squall.cli.deployment import stopped_local_endpoint  # it raises CommandError
 
             if (stopped := stopped_local_endpoint()) is not None:  # the local runtime went away
