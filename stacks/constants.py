@@ -63,6 +63,9 @@ ASSET_EXCLUDES = (
     "*.egg-info",
     "*.egg-info/**",
 )
+# The alias every trigger invokes: the function's current published version, which
+# SnapStart restores new environments of (stacks/functions.py).
+LIVE_ALIAS = "live"
 # Provided by the Lambda Python runtime: bundling it would add ~100 MB unzipped
 # and slow every cold start for nothing.
 RUNTIME_PROVIDED_DISTRIBUTIONS = frozenset({"boto3", "botocore", "s3transfer"})

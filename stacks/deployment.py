@@ -92,7 +92,7 @@ class ControlPlaneStack(cdk.Stack):
         Triggers(
             self,
             "Triggers",
-            functions=self.functions.by_handler,
+            functions=self.functions.live,
             queues=self.queues,
             group_names=[g.asg_name for g in config.node_groups],
             failed_events=self.event_failures,

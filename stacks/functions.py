@@ -8,6 +8,14 @@ configuration; the environment names the file and carries what is only known at
 deploy time (the table's name, the drain queue's URL). Without a configured
 certificate the functions read the cluster's with eks:DescribeCluster.
 
+Every function starts from a SnapStart snapshot: Lambda initialises a published
+version once (imports, no clients: runtime.py builds those on the first call, with
+the restored environment's credentials) and resumes new environments from it. A
+snapshot is only taken of a published version, so what invokes a function (the
+triggers) invokes its ``live`` alias, which carries the asynchronous invocation
+settings too; ``by_handler`` stays the unqualified function, for its role and
+properties.
+
 Each role grants what its function's code calls, on the one table, queue, bus,
 group or cluster it is for: per-function DynamoDB actions, PutEvents for
 Squall's own event source only, Auto Scaling changes only on groups tagged as
@@ -105,6 +113,11 @@ class SquallFunctions(Construct):
 
         self.by_handler: dict[str, lambda_.Function] = {
             handler: self._function(handler, spec) for handler, spec in constants.FUNCTIONS.items()
+        }
+        # What the triggers invoke: the published version behind the alias, whose snapshot
+        # new environments resume from ($LATEST would start every one cold).
+        self.live: dict[str, lambda_.Alias] = {
+            handler: self._live_alias(handler, spec) for handler, spec in constants.FUNCTIONS.items()
         }
         submit, scale, lifecycle, drain = (
             self.by_handler[h]
@@ -223,15 +236,6 @@ class SquallFunctions(Construct):
             removal_policy=cdk.RemovalPolicy.DESTROY,
         )
         log_group.grant_write(role)
-        max_event_age = spec.max_event_age_seconds
-        on_failure = None
-        if handler == constants.LIFECYCLE:
-            # Past its hook's timeout Auto Scaling has answered the action itself: no
-            # point retrying longer. What still fails lands in a queue with an alarm.
-            low, high = _EVENT_AGE_RANGE
-            max_event_age = min(max(self._hooks.longest_timeout_seconds, low), high)
-            if self._lifecycle_failures is not None:
-                on_failure = destinations.SqsDestination(self._lifecycle_failures)
         function = lambda_.Function(
             self,
             construct_id,
@@ -244,9 +248,10 @@ class SquallFunctions(Construct):
             memory_size=spec.memory_mb,
             timeout=cdk.Duration.seconds(spec.timeout_seconds),
             reserved_concurrent_executions=spec.reserved_concurrency,
-            max_event_age=_seconds(max_event_age),
-            retry_attempts=spec.async_retries,
-            on_failure=on_failure,
+            # Versions are published for SnapStart; one replaced by a newer is deleted,
+            # so that no outdated snapshot stays cached (and billed).
+            snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS,
+            current_version_options=lambda_.VersionOptions(removal_policy=cdk.RemovalPolicy.DESTROY),
             role=role,
             environment=self._environments[handler],
             log_group=log_group,
@@ -271,6 +276,28 @@ class SquallFunctions(Construct):
             ],
         )
         return function
+
+    def _live_alias(self, handler: str, spec: constants.FunctionSpec) -> lambda_.Alias:
+        """The alias the triggers invoke, on the function's current published version."""
+        max_event_age = spec.max_event_age_seconds
+        on_failure = None
+        if handler == constants.LIFECYCLE:
+            # Past its hook's timeout Auto Scaling has answered the action itself: no
+            # point retrying longer. What still fails lands in a queue with an alarm.
+            low, high = _EVENT_AGE_RANGE
+            max_event_age = min(max(self._hooks.longest_timeout_seconds, low), high)
+            if self._lifecycle_failures is not None:
+                on_failure = destinations.SqsDestination(self._lifecycle_failures)
+        return lambda_.Alias(
+            self,
+            f"{handler.capitalize()}Live",
+            alias_name=constants.LIVE_ALIAS,
+            version=self.by_handler[handler].current_version,
+            # Asynchronous invocations of the alias (EventBridge's) follow its own settings.
+            max_event_age=_seconds(max_event_age),
+            retry_attempts=spec.async_retries,
+            on_failure=on_failure,
+        )
 
     def _allow(
         self,

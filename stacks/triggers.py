@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_events as events
@@ -31,7 +31,7 @@ class Triggers(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        functions: dict[str, lambda_.Function],
+        functions: Mapping[str, lambda_.IFunction],
         queues: JobQueues,
         group_names: Sequence[str],
         failed_events: sqs.IQueue,

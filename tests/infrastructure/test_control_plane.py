@@ -47,6 +47,17 @@ def fns(full: Synthesis) -> dict[str, Any]:
     return full.stacks.control_plane.functions.by_handler
 
 
+@pytest.fixture(scope="module")
+def live(full: Synthesis) -> dict[str, Any]:
+    """What the triggers invoke: each function's `live` alias (SnapStart needs a published version)."""
+    return full.stacks.control_plane.functions.live
+
+
+def _invoked(alias: Any, attribute: str = "function_arn") -> Any:
+    """How a template names what a trigger invokes (an alias ARN, or function name and qualifier)."""
+    return alias.stack.resolve(getattr(alias, attribute))
+
+
 def _ref(construct: Any) -> dict[str, str]:
     return {"Ref": logical_id(construct)}
 
@@ -261,7 +272,10 @@ def test_each_function_reads_its_own_settings_file_from_the_asset(
             assert [g["asgName"] for g in settings.node_groups] == GROUP_NAMES
             assert "submitters" not in content
         if handler in ("lifecycle", "drain"):
-            assert (settings.launch_hook_name, settings.terminate_hook_name) == ("squall-launch", "squall-terminate")
+            assert (settings.launch_hook_name, settings.terminate_hook_name) == (
+                "squall-launch",
+                "squall-terminate",
+            )
             assert "teams" not in content and "quotas" not in content
         if handler == "scale":
             assert settings.dry_run is False
@@ -330,14 +344,14 @@ def test_functions_run_in_the_configured_private_subnets(
 
 
 def test_sqs_event_sources_report_partial_batch_failures(
-    full: Synthesis, template: Template, fns: dict[str, Any]
+    full: Synthesis, template: Template, live: dict[str, Any]
 ) -> None:
     queues = full.stacks.control_plane.queues
     template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping",
         {
             "EventSourceArn": _arn(queues.jobs),
-            "FunctionName": _ref(fns["submit"]),
+            "FunctionName": _invoked(live["submit"], "function_name"),
             "BatchSize": 10,
             "FunctionResponseTypes": ["ReportBatchItemFailures"],
             "ScalingConfig": {"MaximumConcurrency": constants.SUBMIT_MAX_CONCURRENCY},
@@ -347,7 +361,7 @@ def test_sqs_event_sources_report_partial_batch_failures(
         "AWS::Lambda::EventSourceMapping",
         {
             "EventSourceArn": _arn(queues.drain),
-            "FunctionName": _ref(fns["drain"]),
+            "FunctionName": _invoked(live["drain"], "function_name"),
             "FunctionResponseTypes": ["ReportBatchItemFailures"],
         },
     )
@@ -355,7 +369,7 @@ def test_sqs_event_sources_report_partial_batch_failures(
 
 
 def _rules_targeting(raw: dict[str, Any], function: Any) -> list[dict[str, Any]]:
-    target = _arn(function)
+    target = _invoked(function)
     return [
         rule["Properties"]
         for rule in resources(raw, "AWS::Events::Rule").values()
@@ -364,9 +378,9 @@ def _rules_targeting(raw: dict[str, Any], function: Any) -> list[dict[str, Any]]
 
 
 def test_scale_runs_every_minute_on_request_and_on_launch_failures(
-    raw: dict[str, Any], fns: dict[str, Any]
+    raw: dict[str, Any], live: dict[str, Any]
 ) -> None:
-    rules = _rules_targeting(raw, fns["scale"])
+    rules = _rules_targeting(raw, live["scale"])
     schedules = [r["ScheduleExpression"] for r in rules if "ScheduleExpression" in r]
     patterns = [r["EventPattern"] for r in rules if "EventPattern" in r]
     assert schedules == ["rate(1 minute)"]
@@ -387,9 +401,9 @@ def test_scale_check_event_names_match_the_sender() -> None:
 
 
 def test_lifecycle_actions_of_managed_groups_reach_the_lifecycle_function(
-    raw: dict[str, Any], fns: dict[str, Any]
+    raw: dict[str, Any], live: dict[str, Any]
 ) -> None:
-    (rule,) = _rules_targeting(raw, fns["lifecycle"])
+    (rule,) = _rules_targeting(raw, live["lifecycle"])
     assert rule["EventPattern"] == {
         "source": ["aws.autoscaling"],
         "detail-type": [
@@ -401,8 +415,8 @@ def test_lifecycle_actions_of_managed_groups_reach_the_lifecycle_function(
     assert "EventBusName" not in rule  # the default bus, where Auto Scaling publishes
 
 
-def test_reconcile_runs_every_minute(raw: dict[str, Any], fns: dict[str, Any]) -> None:
-    rules = _rules_targeting(raw, fns["reconcile"])
+def test_reconcile_runs_every_minute(raw: dict[str, Any], live: dict[str, Any]) -> None:
+    rules = _rules_targeting(raw, live["reconcile"])
     assert [r.get("ScheduleExpression") for r in rules] == ["rate(1 minute)"]
 
 
@@ -459,18 +473,30 @@ def test_table_access_is_what_each_functions_code_calls(
     table = full.stacks.control_plane.table
     expected = {
         "submit": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-        "scale": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:DeleteItem"},
+        "scale": {
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:Query",
+            "dynamodb:DeleteItem",
+        },
         "lifecycle": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
         "drain": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
         "reconcile": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
     }
     for handler, fn in fns.items():
-        statements = [s for s in function_statements(raw, fn) if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))]
+        statements = [
+            s
+            for s in function_statements(raw, fn)
+            if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))
+        ]
         (statement,) = statements
         assert set(as_list(statement["Action"])) == expected[handler], handler
         # only reconcile queries the status index
         index = {"Fn::Join": ["", [_arn(table), "/index/*"]]}
-        assert as_list(statement["Resource"]) == ([_arn(table), index] if handler == "reconcile" else [_arn(table)])
+        assert as_list(statement["Resource"]) == (
+            [_arn(table), index] if handler == "reconcile" else [_arn(table)]
+        )
     assert not {"dynamodb:Scan", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"} & actions_of(
         function_statements(raw, fns["submit"])
     )
@@ -530,7 +556,13 @@ def test_submit_consumes_jobs_and_asks_for_scale_checks_as_squall_only(
     assert put["Resource"] == {
         "Fn::Join": [
             "",
-            ["arn:", {"Ref": "AWS::Partition"}, ":events:us-west-2:", {"Ref": "AWS::AccountId"}, ":event-bus/default"],
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":events:us-west-2:",
+                {"Ref": "AWS::AccountId"},
+                ":event-bus/default",
+            ],
         ]
     }
     assert put["Condition"] == {"StringEquals": {"events:source": ["squall.core.jobs"]}}
@@ -597,7 +629,13 @@ def test_without_a_configured_certificate_every_function_may_describe_the_cluste
     cluster_arn = {
         "Fn::Join": [
             "",
-            ["arn:", {"Ref": "AWS::Partition"}, ":eks:us-west-2:", {"Ref": "AWS::AccountId"}, ":cluster/gpu-training"],
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":eks:us-west-2:",
+                {"Ref": "AWS::AccountId"},
+                ":cluster/gpu-training",
+            ],
         ]
     }
     describing = {
@@ -611,13 +649,15 @@ def test_without_a_configured_certificate_every_function_may_describe_the_cluste
     assert len(describing) == len(HANDLERS)
 
 
-def test_with_a_configured_certificate_no_function_describes_the_cluster(raw: dict[str, Any], fns: dict[str, Any]) -> None:
+def test_with_a_configured_certificate_no_function_describes_the_cluster(
+    raw: dict[str, Any], fns: dict[str, Any]
+) -> None:
     for fn in fns.values():
         assert "eks:DescribeCluster" not in actions_of(function_statements(raw, fn))
 
 
 def test_failed_lifecycle_events_land_in_a_queue_and_stop_when_the_hook_has_expired(
-    full: Synthesis, template: Template, fns: dict[str, Any]
+    full: Synthesis, template: Template, fns: dict[str, Any], live: dict[str, Any]
 ) -> None:
     plane = full.stacks.control_plane
     # the lifecycle function's failed invocations go to its on-failure destination,
@@ -632,13 +672,17 @@ def test_failed_lifecycle_events_land_in_a_queue_and_stop_when_the_hook_has_expi
     )
     template.has_resource_properties(
         "AWS::SQS::Queue",
-        {"QueueName": "squall-lifecycle-failures", "SqsManagedSseEnabled": True, "MessageRetentionPeriod": 14 * 86400},
+        {
+            "QueueName": "squall-lifecycle-failures",
+            "SqsManagedSseEnabled": True,
+            "MessageRetentionPeriod": 14 * 86400,
+        },
     )
     # the Auto Scaling rules' targets retry a bounded number of times, while the
     # event still matters, then keep the event in the failed-events queue
     for pattern, target, age in (
-        ("EC2 Instance-launch Lifecycle Action", fns["lifecycle"], 600),
-        ("EC2 Instance Launch Unsuccessful", fns["scale"], 120),
+        ("EC2 Instance-launch Lifecycle Action", live["lifecycle"], 600),
+        ("EC2 Instance Launch Unsuccessful", live["scale"], 120),
     ):
         template.has_resource_properties(
             "AWS::Events::Rule",
@@ -647,7 +691,7 @@ def test_failed_lifecycle_events_land_in_a_queue_and_stop_when_the_hook_has_expi
                 "Targets": [
                     Match.object_like(
                         {
-                            "Arn": _arn(target),
+                            "Arn": _invoked(target),
                             "DeadLetterConfig": {"Arn": _arn(plane.event_failures)},
                             "RetryPolicy": {"MaximumEventAgeInSeconds": age, "MaximumRetryAttempts": 8},
                         }
