@@ -398,7 +398,10 @@ def test_too_many_bytes_are_refused_before_they_are_written(
 
 
 def test_a_decompression_bomb_stops_at_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A PAX header is read whole into memory by tarfile: the stream itself must be bounded.
+    # A PAX header is read whole into memory by tarfile: the stream itself must be bounded,
+    # a backstop behind the header limits (test_launch_limits.py), lifted here to reach it.
+    for limit in ("MAX_EXTENDED_HEADER_BYTES", "MAX_GLOBAL_HEADER_BYTES", "_MAX_HEADER_READ"):
+        monkeypatch.setattr(launch, limit, 10**9)
     monkeypatch.setattr(launch, "MAX_UNPACKED_BYTES", 1000)
     monkeypatch.setattr(launch, "MAX_FILES", 1)
     refused(tmp_path, [member("a", b"x")], "unpacks to more than", pax={"comment": "z" * 4_000_000})

@@ -8,10 +8,15 @@ spec naming ``codeUri``), before the command runs:
 2. check its sha256 against its name, ``<sha256>.tar.gz``: an archive changed after it
    was packed is refused (exit `CODE_REFUSED`) and nothing of it is unpacked;
 3. unpack it into a fresh working directory, refusing absolute names, ``..``, links that
-   lead out, hard links, devices, and more than the packer's limits allow;
+   lead out, hard links, devices, and more than the packer's limits allow: files,
+   bytes, directories (those a name implies counted), names deeper than `MAX_DEPTH`
+   or longer than a file system takes, oversized tar headers (refused before they
+   are read). Every check holds against the bytes read, not what a header claims,
+   and time and memory grow no faster than the archive;
 4. ``pip install -r requirements.txt`` when the code has one, into a directory of its
-   own put on PYTHONPATH (what the image has already is not installed again);
-   ``SQUALL_SKIP_REQUIREMENTS=1`` skips it;
+   own put on PYTHONPATH (what the image has already is not installed again), its
+   output shown less the "Requirement already satisfied" lines, then one summary
+   line; ``SQUALL_SKIP_REQUIREMENTS=1`` skips it;
 5. replace this process with the command (os.execvpe), in that directory: it keeps the
    pid, so SIGTERM from Kubernetes reaches it, and its exit code is the pod's.
 
@@ -25,13 +30,15 @@ the image's own ``trainer`` package, so that code shipping its own ``trainer`` r
 one, and code without one still has ``python -m trainer``.
 
 Exit codes (see trainer.exits): 2 a malformed SQUALL_CODE_URI or working directory,
-3 (`CODE_REFUSED`) an archive that fails its checks, 1 one that cannot be fetched or
+3 (`CODE_REFUSED`) an archive that fails its checks (any of them: a limit, an unsafe
+name, a name the file system refuses), 1 one that cannot be fetched or
 requirements that do not install, 127 a command that does not exist, 143 SIGTERM
 before the command started (nothing lost: a re-run starts over).
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import os
@@ -44,7 +51,7 @@ import tarfile
 import tempfile
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO
@@ -74,6 +81,34 @@ MAX_ARCHIVE_BYTES = 100 * MiB
 MAX_UNPACKED_BYTES = 512 * MiB
 MAX_FILE_BYTES = MAX_UNPACKED_BYTES
 MAX_FILES = 20_000  # files and links; as many directories again
+# Counted as they are made, the parents a name implies included ("a/b/c/f" makes three).
+MAX_DIRECTORIES = MAX_FILES
+MAX_ENTRIES = MAX_FILES + MAX_DIRECTORIES  # members of any kind, a directory named twice included
+# What a file system takes, held against the bytes of each name (UTF-8).
+MAX_NAME_BYTES = 255  # one name (NAME_MAX)
+MAX_PATH_BYTES = 1024  # a member's path, a link's target
+MAX_DEPTH = 64  # names in one path
+MAX_LINK_HOPS = 40  # links followed to resolve one; the kernel's own limit (MAXSYMLINKS)
+# tarfile reads an extended header (PAX, GNU long name or link) whole into memory.
+MAX_EXTENDED_HEADER_BYTES = 64 * 1024  # one of them; a PAX name is at most MAX_PATH_BYTES
+MAX_GLOBAL_HEADER_BYTES = 4 * 1024  # global PAX headers together: tarfile applies them to every member
+_MAX_EXTENDED_IN_A_ROW = 4  # tarfile parses each with one more level of recursion
+# What tarfile may read for one member's headers: the extended ones, the member's own,
+# the previous member's padding, and its read-ahead of a record or two.
+_MAX_HEADER_READ = _MAX_EXTENDED_IN_A_ROW * (MAX_EXTENDED_HEADER_BYTES + 1024) + 4 * tarfile.RECORDSIZE
+_EXTENDED_HEADERS = frozenset(
+    {
+        tarfile.XHDTYPE,
+        tarfile.XGLTYPE,
+        tarfile.SOLARIS_XHDTYPE,
+        tarfile.GNUTYPE_LONGNAME,
+        tarfile.GNUTYPE_LONGLINK,
+    }
+)
+# OSErrors that say what the archive holds, not that the disk failed: refused, not retried.
+_REFUSED_BY_THE_FILE_SYSTEM = frozenset(
+    {errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ELOOP}
+)
 # Tar headers and padding on top of the data: at most 16 blocks of 512 bytes a member
 # (a header, a PAX header for a long name, the padding of the last block).
 _MEMBER_OVERHEAD = 16 * 512
@@ -151,8 +186,11 @@ def fetch(uri: str, *, staging: Path) -> Fetched:
 
 def _fetch_s3(uri: str, *, staging: Path) -> Fetched:
     location = storage.S3Location.parse(uri)
+    name = storage.key_path(location.prefix.rpartition("/")[2])
+    if name is None:
+        raise LaunchError(f"{CODE_URI_ENV}={uri!r} does not end in a file name", exits.USAGE)
     staging.mkdir(parents=True, exist_ok=True)
-    target = staging / Path(location.prefix).name
+    target = staging / name
     digest = hashlib.sha256()
     client = storage.s3_client()
     with storage._wrap("download", uri):
@@ -199,139 +237,325 @@ def verify(fetched: Fetched, *, expected: str, uri: str) -> None:
 class Unpacked:
     files: int
     links: int
-    directories: int
+    directories: int  # every one made, the parents a name implies included
     bytes: int
 
 
 class _BoundedReader:
-    """The decompressed stream, refused once it is longer than any valid archive can be."""
+    """The decompressed stream, refused once it is longer than any valid archive can be.
+
+    While tarfile reads the headers of one member (`reading_headers`), at most
+    `_MAX_HEADER_READ` bytes: whatever tarfile does between two members (an extended
+    header, a sparse map, a run of headers) reads a bounded amount, never an
+    archive-sized one into memory.
+    """
 
     def __init__(self, raw: BinaryIO, limit: int) -> None:
         self._raw = raw
         self._limit = limit
         self._count = 0
+        self._headers_from: int | None = None
+
+    def reading_headers(self) -> None:
+        self._headers_from = self._count
+
+    def reading_data(self) -> None:
+        self._headers_from = None
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
             size = self._limit - self._count + 1
+        if self._headers_from is not None:
+            size = min(size, self._headers_from + _MAX_HEADER_READ - self._count + 1)
         data = self._raw.read(size)
         self._count += len(data)
         if self._count > self._limit:
             raise CodeRefused(f"the code archive unpacks to more than {self._limit:,} bytes")
+        if self._headers_from is not None and self._count - self._headers_from > _MAX_HEADER_READ:
+            raise CodeRefused(
+                f"the code archive has more than {_MAX_HEADER_READ:,} bytes of headers for one entry"
+            )
         return data
+
+
+class _HeaderRules:
+    """Checked on each 512-byte header as tarfile parses it, before it reads what follows."""
+
+    def __init__(self) -> None:
+        self.entries = 0
+        self.extended_in_a_row = 0
+        self.global_bytes = 0
+
+    def check(self, info: tarfile.TarInfo) -> None:
+        if info.type == tarfile.GNUTYPE_SPARSE:  # tarfile reads its map block by block, with no end
+            raise CodeRefused(f"the code archive holds a sparse file, {info.name!r}: not allowed")
+        if info.type not in _EXTENDED_HEADERS:
+            self.extended_in_a_row = 0
+            self.entries += 1
+            if self.entries > MAX_ENTRIES:
+                raise CodeRefused(f"the code archive has more than {MAX_ENTRIES:,} entries")
+            return
+        # tarfile reads an extended header whole, and the header after it from within
+        # (one level of recursion each): both are bounded here, before the read.
+        self.extended_in_a_row += 1
+        if self.extended_in_a_row > _MAX_EXTENDED_IN_A_ROW:
+            raise CodeRefused(
+                f"the code archive has more than {_MAX_EXTENDED_IN_A_ROW} extended headers in a row"
+            )
+        if info.size > MAX_EXTENDED_HEADER_BYTES:
+            raise CodeRefused(
+                f"the code archive has an extended header of {info.size:,} bytes, "
+                f"over the {MAX_EXTENDED_HEADER_BYTES:,} allowed"
+            )
+        if info.type == tarfile.XGLTYPE:  # tarfile applies them to every member after
+            self.global_bytes += info.size
+            if self.global_bytes > MAX_GLOBAL_HEADER_BYTES:
+                raise CodeRefused(
+                    f"the code archive's global headers are over the {MAX_GLOBAL_HEADER_BYTES:,} bytes allowed"
+                )
+
+
+def _checked_tarinfo(rules: _HeaderRules) -> type[tarfile.TarInfo]:
+    """A TarInfo whose every header goes through `rules` (frombuf is tarfile's one way in)."""
+
+    class CheckedTarInfo(tarfile.TarInfo):
+        __slots__ = ()
+
+        @classmethod
+        def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> CheckedTarInfo:
+            info = super().frombuf(buf, encoding, errors)
+            rules.check(info)
+            return info
+
+    return CheckedTarInfo
+
+
+def _next(tar: tarfile.TarFile, stream: _BoundedReader) -> tarfile.TarInfo | None:
+    stream.reading_headers()
+    member = tar.next()
+    stream.reading_data()
+    # A streamed archive is read once: drop what tarfile keeps for getmembers(), so
+    # memory holds one member, not all of them with their extended headers.
+    tar.members.clear()  # type: ignore[attr-defined]
+    return member
 
 
 def unpack(archive: Path, dest: Path) -> Unpacked:
     """Unpack into `dest` (created; must be empty): regular files, directories and links
-    that stay inside, nothing else, within the packer's limits."""
+    that stay inside, nothing else, within the limits (the packer's, and names a file
+    system takes). Time and memory grow with the archive's size, never faster."""
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
         raise LaunchError(f"{dest} is not empty: the code is unpacked into a fresh directory", exits.USAGE)
-    root = Path(os.path.realpath(dest))
-    files = links = directories = total = 0
-    seen: set[str] = set()
-    extracted_links: list[Path] = []
+    tree = _Tree(Path(os.path.realpath(dest)))
+    files = links = total = 0
     stream_limit = MAX_UNPACKED_BYTES + 2 * (MAX_FILES + 1) * _MEMBER_OVERHEAD
     try:
-        with (
-            gzip.open(archive, "rb") as gz,
-            tarfile.open(fileobj=_BoundedReader(gz, stream_limit), mode="r|") as tar,
-        ):
-            for member in tar:
-                name = _member_name(member.name)
-                if member.isdir():
-                    directories += 1
-                    if directories > MAX_FILES:
-                        raise CodeRefused(f"the code archive has more than {MAX_FILES:,} directories")
-                    _make_dirs(root, name)
-                    continue
-                if name == ".":
-                    raise CodeRefused(f"the code archive holds a {_kind(member)} named {member.name!r}")
-                if name in seen:
-                    raise CodeRefused(f"the code archive holds {name!r} twice")
-                seen.add(name)
-                if files + links >= MAX_FILES:
-                    raise CodeRefused(f"the code archive holds more than {MAX_FILES:,} files")
-                parent = _make_dirs(root, str(Path(name).parent)) if "/" in name else root
-                target = parent / Path(name).name
-                if member.issym():
-                    _check_link(root, name, member.linkname)
-                    os.symlink(member.linkname, target)
-                    extracted_links.append(target)
-                    links += 1
-                elif member.isreg():
+        with gzip.open(archive, "rb") as gz:
+            stream = _BoundedReader(gz, stream_limit)
+            stream.reading_headers()  # tarfile.open reads the first one
+            with tarfile.open(fileobj=stream, mode="r|", tarinfo=_checked_tarinfo(_HeaderRules())) as tar:
+                while (member := _next(tar, stream)) is not None:
+                    parts = _member_parts(member.name)
+                    if member.isdir():
+                        tree.directory(parts)
+                        continue
+                    name = "/".join(parts)
+                    if not parts:
+                        raise CodeRefused(f"the code archive holds a {_kind(member)} named {member.name!r}")
+                    if member.islnk():
+                        raise CodeRefused(f"the code archive holds a hard link, {name!r}: not allowed")
+                    if not (member.issym() or member.isreg()):
+                        raise CodeRefused(
+                            f"the code archive holds {name!r}, which is not a file, a directory or a link"
+                        )
+                    if files + links >= MAX_FILES:
+                        raise CodeRefused(f"the code archive holds more than {MAX_FILES:,} files")
+                    if member.issym():
+                        _check_link(name, member.linkname)
+                        os.symlink(member.linkname, tree.add(parts, link=member.linkname))
+                        links += 1
+                        continue
                     if member.size > MAX_FILE_BYTES or total + member.size > MAX_UNPACKED_BYTES:
                         raise CodeRefused(
                             f"the code archive unpacks to more than {MAX_UNPACKED_BYTES:,} bytes (at {name!r})"
                         )
                     total += member.size
-                    _write(tar, member, target)
+                    _write(tar, member, tree.add(parts))
                     files += 1
-                elif member.islnk():
-                    raise CodeRefused(f"the code archive holds a hard link, {name!r}: not allowed")
-                else:
-                    raise CodeRefused(
-                        f"the code archive holds {name!r}, which is not a file, a directory or a link"
-                    )
     except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise CodeRefused(f"the code archive is not a valid .tar.gz: {exc}") from exc
-    except FileExistsError as exc:
-        raise CodeRefused(f"the code archive holds {exc.filename} twice") from exc
-    # Each link was checked as it came; the whole set once more, now that every link it
-    # may lead through exists: none may resolve outside.
-    for link in extracted_links:
-        resolved = Path(os.path.realpath(link))
-        if not _within(resolved, root):
-            raise CodeRefused(f"the code archive's link {link.relative_to(root)} leads outside it")
-    return Unpacked(files=files, links=links, directories=directories, bytes=total)
+    except OSError as exc:
+        if exc.errno in _REFUSED_BY_THE_FILE_SYSTEM:  # a backstop: the checks above come first
+            raise CodeRefused(f"the code archive holds {exc.filename}: {exc.strerror}") from exc
+        raise
+    # Each link was checked lexically as it came; now that every link it may lead
+    # through exists, where each one really leads: none may resolve outside.
+    tree.check_links()
+    return Unpacked(files=files, links=links, directories=tree.directories, bytes=total)
 
 
 def _kind(member: tarfile.TarInfo) -> str:
     return "link" if member.issym() or member.islnk() else "file" if member.isreg() else "special file"
 
 
-def _member_name(raw: str) -> str:
+def _member_parts(raw: str) -> list[str]:
+    """The names along a member's path; [] for the top directory. Refused: an absolute
+    path, '..', a path or a name longer than a file system takes, one too deep."""
     if raw.startswith("/") or "\x00" in raw:
-        raise CodeRefused(f"the code archive holds an absolute name, {raw!r}: not allowed")
+        raise CodeRefused(f"the code archive holds an absolute name, {raw[:200]!r}: not allowed")
+    try:
+        size = len(os.fsencode(raw))
+    except UnicodeError:
+        raise CodeRefused(f"the code archive holds a name that is not valid, {raw[:200]!r}") from None
     parts = [part for part in raw.split("/") if part not in ("", ".")]
     if ".." in parts:
-        raise CodeRefused(f"the code archive holds a name with '..', {raw!r}: not allowed")
-    if not parts:
-        return "."
-    return "/".join(parts)
-
-
-def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-def _make_dirs(root: Path, name: str) -> Path:
-    """root/name as real directories, never through a link."""
-    current = root
-    if name in ("", "."):
-        return current
-    for part in name.split("/"):
-        current = current / part
-        if current.is_symlink():
-            raise CodeRefused(f"the code archive writes through its own link {current.relative_to(root)}")
-        if not current.exists():
-            current.mkdir(mode=0o755)
-        elif not current.is_dir():
+        raise CodeRefused(f"the code archive holds a name with '..', {raw[:200]!r}: not allowed")
+    if len(parts) > MAX_DEPTH:
+        raise CodeRefused(
+            f"the code archive holds a path {len(parts)} names deep, over the {MAX_DEPTH} allowed"
+        )
+    if size > MAX_PATH_BYTES:
+        raise CodeRefused(
+            f"the code archive holds a path of {size:,} bytes, over the {MAX_PATH_BYTES:,} allowed: {raw[:200]!r}..."
+        )
+    for part in parts:
+        if (length := len(os.fsencode(part))) > MAX_NAME_BYTES:
             raise CodeRefused(
-                f"the code archive holds {current.relative_to(root)} both as a file and a directory"
+                f"the code archive holds a name of {length} bytes, over the "
+                f"{MAX_NAME_BYTES} a file system takes: {part[:60]!r}..."
             )
-    return current
+    return parts
 
 
-def _check_link(root: Path, name: str, target: str) -> None:
+def _check_link(name: str, target: str) -> None:
+    """What a link's own text shows: relative, short enough, not out of the archive by its '..'."""
     if not target or target.startswith("/") or "\x00" in target:
         raise CodeRefused(
-            f"the code archive's link {name!r} points at {target!r}: only relative links inside"
+            f"the code archive's link {name!r} points at {target[:200]!r}: only relative links inside"
+        )
+    try:
+        size = len(os.fsencode(target))
+    except UnicodeError:
+        raise CodeRefused(f"the code archive's link {name!r} points at a name that is not valid") from None
+    if size > MAX_PATH_BYTES:
+        raise CodeRefused(
+            f"the code archive's link {name!r} points at a path over the {MAX_PATH_BYTES:,} bytes allowed"
         )
     lexical = os.path.normpath(os.path.join(os.path.dirname(name), target))
-    resolved = Path(os.path.realpath(root / os.path.dirname(name) / target))
-    if lexical == ".." or lexical.startswith("../") or not _within(resolved, root):
+    if lexical == ".." or lexical.startswith("../"):
         raise CodeRefused(f"the code archive's link {name!r} points at {target!r}, outside it")
+
+
+class _Outside(Exception):
+    """A path resolved above the top of the code."""
+
+
+@dataclass(eq=False)
+class _Node:
+    """One entry of the unpacked tree, as the unpacker made it (nothing else writes there)."""
+
+    parent: _Node | None
+    kind: str  # "directory", "file" or "link"
+    name: str = ""  # a link's path, for messages
+    target: str = ""  # a link's target
+    children: dict[str, _Node] = field(default_factory=dict)
+    leads_to: tuple[_Node, int] | None = None  # a link's resolution, once known
+    resolving: bool = False
+
+
+class _Tree:
+    """The unpacked tree in memory: which names exist and what each one is, so that
+    each member costs a walk down its own path (no file system call per parent seen
+    before) and links resolve without the file system (in time linear in their number)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.top = _Node(parent=None, kind="directory")
+        self.directories = 0
+        self._links: list[_Node] = []
+
+    def directory(self, parts: Sequence[str]) -> _Node:
+        """The directory `parts`, made with its missing parents, never through a link."""
+        node = self.top
+        for depth, part in enumerate(parts, start=1):
+            child = node.children.get(part)
+            if child is None:
+                self.directories += 1
+                if self.directories > MAX_DIRECTORIES:
+                    raise CodeRefused(
+                        f"the code archive makes more than {MAX_DIRECTORIES:,} directories "
+                        "(those its names imply included)"
+                    )
+                os.mkdir(self.root.joinpath(*parts[:depth]), 0o755)
+                child = node.children[part] = _Node(parent=node, kind="directory")
+            elif child.kind == "link":
+                raise CodeRefused(f"the code archive writes through its own link {'/'.join(parts[:depth])}")
+            elif child.kind == "file":
+                raise CodeRefused(
+                    f"the code archive holds {'/'.join(parts[:depth])} both as a file and a directory"
+                )
+            node = child
+        return node
+
+    def add(self, parts: Sequence[str], *, link: str | None = None) -> Path:
+        """Claim the name `parts` for a file or a link: the path to create it at."""
+        parent = self.directory(parts[:-1])
+        name = "/".join(parts)
+        existing = parent.children.get(parts[-1])
+        if existing is not None and existing.kind == "directory":
+            raise CodeRefused(f"the code archive holds {name} both as a file and a directory")
+        if existing is not None:
+            raise CodeRefused(f"the code archive holds {name!r} twice")
+        node = _Node(parent=parent, kind="file" if link is None else "link", name=name, target=link or "")
+        parent.children[parts[-1]] = node
+        if link is not None:
+            self._links.append(node)
+        return self.root.joinpath(*parts)
+
+    def check_links(self) -> None:
+        for link in self._links:
+            try:
+                self._resolve(link, hops=0)
+            except _Outside:
+                raise CodeRefused(f"the code archive's link {link.name} leads outside it") from None
+
+    def _resolve(self, link: _Node, *, hops: int) -> tuple[_Node, int]:
+        if link.leads_to is not None:
+            return link.leads_to
+        if link.resolving:
+            raise CodeRefused(f"the code archive's link {link.name} loops")
+        if hops >= MAX_LINK_HOPS:  # the kernel would not follow them either (ELOOP)
+            raise CodeRefused(
+                f"the code archive has more than {MAX_LINK_HOPS} links in a row, at {link.name}"
+            )
+        assert link.parent is not None  # a link is never the top
+        link.resolving = True
+        link.leads_to = self._walk(link.parent, link.target, hops=hops + 1)
+        link.resolving = False
+        return link.leads_to
+
+    def _walk(self, start: _Node, path: str, *, hops: int) -> tuple[_Node, int]:
+        """Where `path` leads from the directory `start`, as the kernel resolves it: the
+        deepest entry that exists, and how many names past it do not (taken lexically)."""
+        node, missing = start, 0
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if missing:
+                    missing -= 1
+                elif node.parent is None:
+                    raise _Outside
+                else:
+                    node = node.parent
+            elif missing or (child := node.children.get(part)) is None:
+                missing += 1
+            elif child.kind == "link":
+                node, missing = self._resolve(child, hops=hops)
+            else:
+                node = child
+        return node, missing
 
 
 def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
@@ -369,14 +593,78 @@ def install_requirements(code: Path, packages: Path, environ: Mapping[str, str])
     command = [
         sys.executable, "-m", "pip", "install",
         "--no-input", "--no-cache-dir", "--disable-pip-version-check", "--no-warn-script-location",
-        "--prefix", str(packages), "-r", REQUIREMENTS,
+        "--progress-bar", "off", "--prefix", str(packages), "-r", REQUIREMENTS,
     ]  # fmt: skip
     log.info("installing requirements", file=REQUIREMENTS, prefix=str(packages))
-    # pip's output goes to the pod's log as it is; stdout carries JSON lines only.
-    result = subprocess.run(command, cwd=code, stdout=2, stderr=2, check=False)
-    if result.returncode != 0:
-        raise LaunchError(f"pip install -r {REQUIREMENTS} failed (exit {result.returncode})", exits.FAILED)
+    pip = run_pip(command, cwd=code)
+    if pip.returncode != 0:
+        raise LaunchError(f"pip install -r {REQUIREMENTS} failed (exit {pip.returncode})", exits.FAILED)
+    log.info(
+        "requirements installed",
+        file=REQUIREMENTS,
+        installed=len(pip.installed),
+        already_satisfied=pip.satisfied,
+        packages=list(pip.installed),
+    )
     return site_directories(packages)
+
+
+@dataclass(frozen=True)
+class PipRun:
+    returncode: int
+    installed: tuple[str, ...]  # "name-version", as pip's "Successfully installed" line says
+    satisfied: int  # requirements (theirs included) the image or the prefix already had
+
+
+_SATISFIED = "Requirement already satisfied"  # one line a package the image has: dropped
+_INSTALLED = "Successfully installed "
+# What pip says before it does anything: shown once it goes on to do something, else not.
+_PREAMBLE = ("Looking in indexes:", "Looking in links:", "Ignoring ")
+
+
+def run_pip(command: Sequence[str], *, cwd: Path) -> PipRun:
+    """Run pip, its lines to stderr as they come (stdout carries JSON lines only), less
+    the "Requirement already satisfied" ones, and less its preamble ("Looking in
+    links...") when it then has nothing to do: what is left is what pip did, or why
+    it failed, and nothing at all when the image had everything."""
+    installed: list[str] = []
+    satisfied = 0
+    held: list[str] | None = []  # the preamble, until pip does something (then None)
+
+    def show(line: str) -> None:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert process.stdout is not None  # stdout=PIPE
+        for raw in process.stdout:
+            line = raw.decode("utf-8", "replace")
+            if line.startswith(_SATISFIED):
+                satisfied += 1
+                continue
+            if line.startswith(_INSTALLED):
+                installed.extend(line[len(_INSTALLED) :].split())
+            if held is not None:
+                if line.startswith(_PREAMBLE):
+                    held.append(line)
+                    continue
+                for earlier in held:
+                    show(earlier)
+                held = None
+            show(line)
+        returncode = process.wait()
+    except BaseException:  # SIGTERM (SystemExit) included: pip goes with the launcher
+        process.kill()
+        process.wait()
+        raise
+    finally:
+        if process.stdout is not None:
+            process.stdout.close()
+    if returncode != 0:
+        for earlier in held or ():
+            show(earlier)
+    return PipRun(returncode=returncode, installed=tuple(installed), satisfied=satisfied)
 
 
 def site_directories(prefix: Path) -> list[Path]:
