@@ -1,7 +1,14 @@
 """Composition root: builds the services once per process from the settings.
 
 Handlers call `services()`; in Lambda the first call reads the environment,
-creates the boto3 clients and the Kubernetes client, and wires the services. The
+creates the boto3 clients and the Kubernetes client, and wires the services.
+
+Importing this module (a handler's init) imports the adapters and boto3 that the
+first call builds from, and builds nothing: with SnapStart, Lambda snapshots the
+initialised process once per published version, so the imports are in the snapshot
+while the settings, credentials, clients and connections are made after a restore,
+by the first call of each environment. Environments resumed from one snapshot share
+its random state; an after-restore hook seeds it again (`_after_restore`). The
 local runtime and the tests hand in their own `Services` with `install()` — the
 same handler code then runs against the local endpoint and the simulated cluster.
 This module and the adapters are the only places that import boto3 or kubernetes.
@@ -10,6 +17,8 @@ This module and the adapters are the only places that import boto3 or kubernetes
 from __future__ import annotations
 
 import functools
+import importlib
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -46,6 +55,21 @@ from squall.services.scale import ParsedObjects, ScaleConfig, Scaler
 from squall.services.serving import ModelServing, ServingMemory, ServingReconciler
 
 logger = Logger(service=SERVICE, child=True)
+
+# What `_from_environment` builds the services from: imported at init (see above).
+_FIRST_CALL_MODULES = (
+    "boto3",
+    "squall.adapters.aws.autoscaling",
+    "squall.adapters.aws.drain_queue",
+    "squall.adapters.aws.drain_store",
+    "squall.adapters.aws.eventbridge",
+    "squall.adapters.aws.job_store",
+    "squall.adapters.aws.model_service_store",
+    "squall.adapters.aws.saved_models",
+    "squall.adapters.aws.scale_state",
+    "squall.adapters.kubernetes.cluster",
+    "squall.adapters.kubernetes.eks_auth",
+)
 
 
 class SystemClock:
@@ -367,6 +391,26 @@ def _from_environment(metrics: Any | None) -> Services:
         model_services=DynamoModelServiceStore(dynamodb, settings.table_name),
         saved_models=S3SavedModels(session.client("s3")),
     )
+
+
+def _after_restore() -> None:
+    """Seed the random state again: every environment resumed from one snapshot shares it
+    (botocore's retry jitter would be in step); ids come from uuid4, which reads the OS."""
+    random.seed()
+
+
+def _prepare_for_init() -> None:
+    for module in _FIRST_CALL_MODULES:
+        importlib.import_module(module)
+    try:
+        # Lambda's managed Python runtimes include it; elsewhere there is no snapshot.
+        from snapshot_restore_py import register_after_restore
+    except ImportError:
+        return
+    register_after_restore(_after_restore)
+
+
+_prepare_for_init()
 
 
 def _described(cluster: ClusterSettings, describe: Callable[[], ClusterEndpoint]) -> ClusterSettings:
