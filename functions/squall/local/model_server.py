@@ -18,10 +18,14 @@ does what TensorFlow Serving does in a model service's pod, on the SavedModel in
   or version, or before the model is loaded) and its gRPC API
   (`PredictionService/Predict`, `PredictionService/GetModelMetadata`,
   `ModelService/GetModelStatus`; INVALID_ARGUMENT for bad inputs, NOT_FOUND as 404).
-- bounded: request bodies and gRPC messages at most `MAX_BODY_BYTES`, at most
-  `REST_THREADS` REST requests and `GRPC_THREADS` RPCs at once (more wait their
-  turn: the REST accept loop waits, gRPC refuses beyond `GRPC_MAX_CONCURRENT`), a
-  connection that sends nothing for `SOCKET_TIMEOUT_SECONDS` is closed.
+- bounded: request bodies and gRPC messages at most `MAX_BODY_BYTES`; a request's
+  tensors are checked against the signature's shape and `MAX_TENSOR_BYTES` before any
+  is decoded (a few bytes may declare gigabytes); at most `REST_THREADS` REST requests
+  and `GRPC_THREADS` RPCs run at once (more wait their turn; gRPC refuses beyond
+  `GRPC_MAX_CONCURRENT`). Each REST connection has a thread of its own, at most
+  `MAX_CONNECTIONS` (more are closed at once), so idle keep-alive connections hold no
+  request's turn; a connection that sends nothing for `SOCKET_TIMEOUT_SECONDS` is
+  closed, and a request's body must arrive within `REQUEST_SECONDS`.
 - SIGTERM (or SIGINT) stops it: both servers shut down, exit 0.
 
 The model and the REST formats are in `local/servable.py`.
@@ -39,6 +43,7 @@ import signal
 import socketserver
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -46,11 +51,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from squall.cli.prediction import TensorError, decode_tensor, tensor_shape
 from squall.local.servable import (
     DEFAULT_SIGNATURE,
     BadRequest,
     NotFound,
     Servable,
+    check_names,
+    check_shape,
     first_line,
     format_predict,
     parse_predict,
@@ -58,10 +66,14 @@ from squall.local.servable import (
 
 HOST = "127.0.0.1"
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_TENSOR_BYTES = 4 * MAX_BODY_BYTES  # what one request's tensors may decode to
 REST_THREADS = 8
+MAX_CONNECTIONS = 64
 GRPC_THREADS = 8
 GRPC_MAX_CONCURRENT = 32
 SOCKET_TIMEOUT_SECONDS = 30.0
+REQUEST_SECONDS = 60.0
+_READ_CHUNK = 64 * 1024
 GRPC_GRACE_SECONDS = 5.0
 
 NO_SAVED_MODEL_EXIT = 2
@@ -137,33 +149,43 @@ _PATH = re.compile(
 
 
 class _HTTPServer(socketserver.ThreadingMixIn, HTTPServer):
-    """A threaded HTTP server with at most `REST_THREADS` requests at once."""
+    """A thread per connection, at most `connections` of them.
+
+    A connection's thread mostly waits on its socket (a keep-alive client between
+    requests, a slow one sending its body): the handler takes one of the model's turns
+    (`_handler`'s `slots`) only while it answers a request, so idle connections cannot
+    starve the others.
+    """
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler: Any, *, threads: int) -> None:
-        self.slots = threading.BoundedSemaphore(threads)
+    def __init__(self, address: tuple[str, int], handler: Any, *, connections: int) -> None:
+        self.connections = threading.BoundedSemaphore(connections)
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        self.slots.acquire()  # the accept loop waits for a free slot: bounded threads
+        if not self.connections.acquire(blocking=False):
+            self.shutdown_request(request)  # too many open: this one is closed, the others go on
+            return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self.connections.release()
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self.connections.release()
 
 
-def _handler(model: ModelState, *, max_body_bytes: int) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    model: ModelState, *, max_body_bytes: int, slots: threading.BoundedSemaphore
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        timeout = SOCKET_TIMEOUT_SECONDS
+        timeout = SOCKET_TIMEOUT_SECONDS  # each read: the request line, a header, a piece of the body
         server_version = "squall-model-server"
 
         def log_message(self, format: str, *args: Any) -> None:
@@ -211,12 +233,13 @@ def _handler(model: ModelState, *, max_body_bytes: int) -> type[BaseHTTPRequestH
                 raise NotFound(f"Malformed request: {self.command} {self.path[:200]}")
             servable = model.servable(name, version)
             body = self._body()
-            signature, arrays, rows = parse_predict(body, servable)
-            batch = None
-            if rows:
-                batch = next(iter(arrays.values())).shape[0] if arrays else 0
-            outputs = servable.run(signature, arrays)
-            return 200, format_predict(outputs, rows=rows, batch=batch)
+            with slots:  # the model's work: at most `threads` requests at once
+                signature, arrays, rows = parse_predict(body, servable)
+                batch = None
+                if rows:
+                    batch = next(iter(arrays.values())).shape[0] if arrays else 0
+                outputs = servable.run(signature, arrays)
+                return 200, format_predict(outputs, rows=rows, batch=batch)
 
         def _body(self) -> Any:
             if self.headers.get("Transfer-Encoding"):
@@ -230,14 +253,40 @@ def _handler(model: ModelState, *, max_body_bytes: int) -> type[BaseHTTPRequestH
             if length < 0 or length > max_body_bytes:
                 self.close_connection = True  # the unread body must not be taken for a request
                 raise BadRequest(f"the request body is {length} bytes; at most {max_body_bytes} are accepted")
-            raw = self.rfile.read(length)
-            if len(raw) != length:
-                self.close_connection = True
-                raise BadRequest("the request body ended before its Content-Length")
+            raw = self._read(length)
             try:
                 return json.loads(raw)
             except (ValueError, RecursionError) as exc:
                 raise BadRequest(f"the request body is not valid JSON: {first_line(exc)}") from exc
+
+        def _read(self, length: int) -> bytes:
+            """The body, piece by piece, within REQUEST_SECONDS of its start (each read within `timeout`)."""
+            deadline = time.monotonic() + REQUEST_SECONDS
+            pieces: list[bytes] = []
+            left = length
+            try:
+                while left > 0:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError
+                    self.connection.settimeout(min(self.timeout, remaining))
+                    piece = self.rfile.read1(min(left, _READ_CHUNK))
+                    if not piece:
+                        break
+                    pieces.append(piece)
+                    left -= len(piece)
+            except TimeoutError:
+                self.close_connection = True
+                raise BadRequest(
+                    f"the request body did not arrive within {REQUEST_SECONDS:g} s "
+                    f"(or paused for {self.timeout:g} s)"
+                ) from None
+            finally:
+                self.connection.settimeout(self.timeout)
+            if left:
+                self.close_connection = True
+                raise BadRequest("the request body ended before its Content-Length")
+            return b"".join(pieces)
 
         def _answer(self, route: Callable[[], tuple[int, Any]]) -> None:
             try:
@@ -262,6 +311,15 @@ def _handler(model: ModelState, *, max_body_bytes: int) -> type[BaseHTTPRequestH
                 self.close_connection = True  # the client went away
 
     return Handler
+
+
+def _dtype_name(tf: Any, dtype: int) -> str:
+    if not dtype:
+        return "no dtype"
+    try:
+        return str(tf.dtypes.as_dtype(dtype).name)
+    except TypeError:
+        return f"DataType {dtype}"
 
 
 def _grpc_servicers(model: ModelState) -> tuple[Any, Any]:
@@ -300,17 +358,25 @@ def _grpc_servicers(model: ModelState) -> tuple[Any, Any]:
                 version = version_of(request.model_spec)
                 servable = model.servable(request.model_spec.name, version)
                 signature = servable.signature(request.model_spec.signature_name or DEFAULT_SIGNATURE)
+                check_names(signature, request.inputs)
                 arrays = {}
+                budget = MAX_TENSOR_BYTES
                 for name in sorted(request.inputs):
                     proto = request.inputs[name]
-                    spec = signature.inputs.get(name)
-                    if spec is not None and proto.dtype != spec.dtype.as_datatype_enum:
-                        got = tf.dtypes.as_dtype(proto.dtype).name if proto.dtype else "no dtype"
+                    spec = signature.inputs[name]
+                    if proto.dtype != spec.dtype.as_datatype_enum:
+                        got = _dtype_name(tf, proto.dtype)
                         raise BadRequest(f"input {name!r}: expected {spec.dtype.name}, got {got}")
+                    # The shape it declares, checked before anything is decoded or allocated.
                     try:
-                        arrays[name] = tf.make_ndarray(proto)
-                    except (TypeError, ValueError) as exc:
-                        raise BadRequest(f"input {name!r}: not a valid tensor: {first_line(exc)}") from exc
+                        check_shape(name, tensor_shape(proto), spec)
+                        arrays[name] = decode_tensor(proto, budget=budget)
+                    except TensorError as exc:
+                        raise BadRequest(
+                            f"input {name!r}: not a tensor this server takes: {exc} "
+                            f"(a request's tensors take at most {MAX_TENSOR_BYTES} bytes in all)"
+                        ) from None
+                    budget -= int(arrays[name].nbytes)
                 outputs = servable.run(signature, arrays, output_filter=list(request.output_filter))
                 response = predict_pb2.PredictResponse()
                 response.model_spec.name = model.name
@@ -363,6 +429,7 @@ class ModelServer:
         max_body_bytes: int = MAX_BODY_BYTES,
         rest_threads: int = REST_THREADS,
         grpc_threads: int = GRPC_THREADS,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.model = ModelState(name=name, version=version)
         self._rest_port = rest_port
@@ -370,6 +437,7 @@ class ModelServer:
         self._max_body_bytes = max_body_bytes
         self._rest_threads = rest_threads
         self._grpc_threads = grpc_threads
+        self._max_connections = max_connections
         self._http: _HTTPServer | None = None
         self._http_thread: threading.Thread | None = None
         self._grpc: Any = None
@@ -380,8 +448,9 @@ class ModelServer:
         """Bind both ports (0: a free one) and answer; OSError when a port is taken."""
         import grpc
 
-        handler = _handler(self.model, max_body_bytes=self._max_body_bytes)
-        self._http = _HTTPServer((HOST, self._rest_port), handler, threads=self._rest_threads)
+        slots = threading.BoundedSemaphore(self._rest_threads)
+        handler = _handler(self.model, max_body_bytes=self._max_body_bytes, slots=slots)
+        self._http = _HTTPServer((HOST, self._rest_port), handler, connections=self._max_connections)
         self.rest_port = int(self._http.server_address[1])
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self._grpc_threads, thread_name_prefix="grpc"),

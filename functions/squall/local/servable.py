@@ -11,15 +11,12 @@ strings). The pod's `fetch-model` init container (the worker image's
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from squall.cli.prediction import DEFAULT_SIGNATURE
-
-MAX_RANK = 32
-
+from squall.cli.prediction import DEFAULT_SIGNATURE, MAX_RANK
 
 # ---- the model ----
 
@@ -74,14 +71,7 @@ class Servable:
         self, signature: Signature, arrays: Mapping[str, Any], *, output_filter: Sequence[str] = ()
     ) -> dict[str, Any]:
         tf = self._tf
-        unknown = sorted(set(arrays) - set(signature.inputs))
-        if unknown:
-            raise BadRequest(
-                f"input {unknown[0]!r} is not an input of signature {signature.name!r}; {_takes(signature)}"
-            )
-        missing = sorted(set(signature.inputs) - set(arrays))
-        if missing:
-            raise BadRequest(f"input {missing[0]!r} is missing; {_takes(signature)}")
+        check_names(signature, arrays)
         for name in output_filter:
             if name not in signature.outputs:
                 raise BadRequest(
@@ -91,7 +81,7 @@ class Servable:
         tensors = {}
         for name, array in arrays.items():
             spec = signature.inputs[name]
-            _check_shape(name, array.shape, spec)
+            check_shape(name, array.shape, spec)
             tensors[name] = tf.constant(array, dtype=spec.dtype)
         try:
             outputs = signature.function(**tensors)
@@ -99,6 +89,19 @@ class Servable:
             raise BadRequest(f"signature {signature.name!r} refused the inputs: {first_line(exc)}") from exc
         wanted = output_filter or signature.outputs
         return {name: outputs[name].numpy() for name in wanted}
+
+
+def check_names(signature: Signature, names: Iterable[str]) -> None:
+    """BadRequest naming the first input the signature does not take, or the first it misses."""
+    given = set(names)
+    unknown = sorted(given - set(signature.inputs))
+    if unknown:
+        raise BadRequest(
+            f"input {unknown[0]!r} is not an input of signature {signature.name!r}; {_takes(signature)}"
+        )
+    missing = sorted(set(signature.inputs) - given)
+    if missing:
+        raise BadRequest(f"input {missing[0]!r} is missing; {_takes(signature)}")
 
 
 def _takes(signature: Signature) -> str:
@@ -114,7 +117,8 @@ def _describe(spec: Any) -> str:
     return f"{spec.dtype.name}, shape {shape}"
 
 
-def _check_shape(name: str, shape: Sequence[int], spec: Any) -> None:
+def check_shape(name: str, shape: Sequence[int], spec: Any) -> None:
+    """BadRequest when `shape` is not one the signature's input `name` (`spec`) takes."""
     if spec.shape.rank is None:
         return
     expected = spec.shape.as_list()
