@@ -260,6 +260,14 @@ def test_what_tarfile_reads_between_two_members_is_bounded(tmp_path: Path) -> No
     assert peak < 8 * MiB
 
 
+def test_a_header_field_tarfile_cannot_read_is_refused_not_a_traceback(tmp_path: Path) -> None:
+    record = b"24 GNU.sparse.map=a,b,c\n"  # tarfile's int() of each number raised ValueError
+    pax = info("././@PaxHeader", kind=tarfile.XHDTYPE)
+    pax.size = len(record)
+    raw = header(pax) + padded(record) + header(info("f")) + b"\0" * 1024
+    refused(named(tmp_path, raw), tmp_path / "d", "a header that is not valid")
+
+
 # ---- links ----
 
 

@@ -385,6 +385,8 @@ def unpack(archive: Path, dest: Path) -> Unpacked:
                     files += 1
     except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise CodeRefused(f"the code archive is not a valid .tar.gz: {exc}") from exc
+    except ValueError as exc:  # what tarfile's parsing of a field lets through (a sparse map's numbers)
+        raise CodeRefused(f"the code archive has a header that is not valid: {exc}") from exc
     except OSError as exc:
         if exc.errno in _REFUSED_BY_THE_FILE_SYSTEM:  # a backstop: the checks above come first
             raise CodeRefused(f"the code archive holds {exc.filename}: {exc.strerror}") from exc
