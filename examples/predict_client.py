@@ -4,7 +4,7 @@
     python examples/predict_client.py HOST:8500 gan-local --grpc           # gRPC
 
 `squall services` prints the endpoints (REST and gRPC); `kubectl port-forward
-svc/model-<name> 8501 8500 -n <team namespace>` reaches them from outside the VPC. The
+svc/<name>-model 8501 8500 -n <team namespace>` reaches them from outside the VPC. The
 model here is the example trainer's generator: `serving_default` takes `noise`
 (batch, latent_dim) float32 and answers `images`. The REST half needs only the
 standard library; the gRPC half needs `tensorflow-serving-api` (and TensorFlow).
