@@ -9,11 +9,13 @@ holds a character outside ASCII, except where a pattern is meant to take Unicode
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from squall.core.spec import SpecError, bounds, limits, model, parse_duration, parse_spec
 from squall.planner import inputs
@@ -108,3 +110,32 @@ def test_a_node_group_region_with_another_scripts_digit_is_refused() -> None:
     with pytest.raises(inputs.InputError) as refused:
         inputs.read_node_groups([group])
     assert any("region" in error for error in refused.value.errors)
+
+
+def _schema_patterns(node: object) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern" and isinstance(value, str):
+                yield value
+            yield from _schema_patterns(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _schema_patterns(value)
+
+
+def test_pydantic_patterns_name_ascii_classes() -> None:
+    # pydantic's `pattern=` runs on Rust's regex, where `\d`, `\w`, `\s` and `\b` are
+    # Unicode too: a pattern that means ASCII writes its classes out ([0-9], [A-Za-z]).
+    from squall.core import asg_events, settings
+    from squall.core.spec import commands
+    from squall.local.scenario import models as scenario
+
+    patterns = {
+        pattern
+        for module in (asg_events, settings, commands, model, scenario)
+        for value in vars(module).values()
+        if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__
+        for pattern in _schema_patterns(value.model_json_schema())
+    }
+    assert patterns  # the walk reaches them (asg_events' instance ids, the scenario's senders)
+    assert [p for p in patterns if UNICODE_CLASS.search(p)] == []
