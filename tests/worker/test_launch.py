@@ -100,6 +100,9 @@ def test_the_launcher_holds_archives_to_the_packers_limits() -> None:
     assert launch.MAX_UNPACKED_BYTES == codepack.MAX_UNPACKED_BYTES
     assert launch.MAX_FILE_BYTES == codepack.MAX_FILE_BYTES
     assert launch.MAX_FILES == codepack.MAX_FILES
+    assert launch.MAX_NAME_BYTES == codepack.MAX_NAME_BYTES
+    assert launch.MAX_PATH_BYTES == codepack.MAX_PATH_BYTES
+    assert launch.MAX_DEPTH == codepack.MAX_DEPTH
 
 
 @pytest.mark.parametrize(

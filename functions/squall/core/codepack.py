@@ -49,6 +49,11 @@ MAX_SCANNED = 200_000  # directory entries examined, ignored ones included
 MAX_IGNORE_FILE_BYTES = 64 * 1024
 MAX_IGNORE_PATTERNS = 1_000
 MAX_PATTERN_LENGTH = 1_024
+# The shape the worker's unpacker accepts (trainer/launch.py): refused here, at submit,
+# rather than with exit 3 when the job starts.
+MAX_NAME_BYTES = 255  # one name (NAME_MAX)
+MAX_PATH_BYTES = 1_024  # a packed path, a link's target
+MAX_DEPTH = 64  # names in one path
 
 IGNORE_FILE = ".squallignore"
 ARCHIVE_SUFFIX = ".tar.gz"
@@ -495,6 +500,11 @@ class _Walk:
     def _link_target(self, child: os.DirEntry[str], name: str) -> str:
         """The link's target relative to its own directory; refused when it leaves the root."""
         target = os.readlink(child.path)
+        if len(target.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+            raise PackError(
+                f"{child.path}: a symbolic link whose target is over {MAX_PATH_BYTES:,} bytes; "
+                f"list it in {IGNORE_FILE}"
+            )
         parent = (self.root / name).parent
         resolved = Path(os.path.realpath(parent / target))
         if not _within(resolved, self.root):
@@ -516,11 +526,27 @@ def _within(path: Path, root: Path) -> bool:
 
 def _check_name(name: str, root: Path) -> None:
     try:
-        name.encode("utf-8")
+        encoded = name.encode("utf-8")
     except UnicodeEncodeError:
         raise PackError(
             f"{root}: the name {name!r} is not valid UTF-8; rename it or list it in {IGNORE_FILE}"
         ) from None
+    parts = name.split("/")
+    if len(parts) > MAX_DEPTH:
+        raise PackError(
+            f"{root}: {name[:200]!r}... is {len(parts)} names deep; a code archive holds paths at most "
+            f"{MAX_DEPTH} deep (list the folder in {IGNORE_FILE})"
+        )
+    if len(encoded) > MAX_PATH_BYTES:
+        raise PackError(
+            f"{root}: a path of {len(encoded):,} bytes ({name[:200]!r}...); a code archive holds paths of "
+            f"at most {MAX_PATH_BYTES:,} bytes (list it in {IGNORE_FILE})"
+        )
+    longest = max(parts, key=lambda part: len(part.encode("utf-8")))
+    if len(longest.encode("utf-8")) > MAX_NAME_BYTES:
+        raise PackError(
+            f"{root}: the name {longest[:200]!r}... is over {MAX_NAME_BYTES} bytes (list it in {IGNORE_FILE})"
+        )
 
 
 def _size(count: int) -> str:
