@@ -23,6 +23,7 @@ start-up notes to stderr.
 from __future__ import annotations
 
 import base64
+import functools
 import importlib.util
 import json
 import math
@@ -155,23 +156,37 @@ def _shown(text: str) -> str:
 
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_ONE_KIND = bytes.maketrans(b"{}", b"[]")
+_STRIDE = 16  # brackets measured at once: 2**16 kinds of stride, each measured once
 
 
 def nested_deeper(raw: bytes, limit: int) -> bool:
     """True when the JSON text `raw` nests arrays and objects more than `limit` deep.
 
-    Without parsing it (a parser recurses once a level): strings out, then only the
-    brackets kept, and the innermost pairs taken away one level a pass; a text still
-    holding brackets after `limit` passes that each took some away is deeper. A text
-    whose brackets do not pair up is left to the parser to refuse.
+    Without parsing it (a parser recurses once a level): strings out, only the brackets
+    kept (objects' as arrays'), then their running depth followed `_STRIDE` brackets at
+    a time, each stride's rise and peak looked up once measured. Linear in the text's
+    length, whatever its shape. A text whose brackets do not pair up is left to the
+    parser to refuse.
     """
-    brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
-    for _ in range(limit):
-        inner = brackets.replace(b"[]", b"").replace(b"{}", b"")
-        if not inner or inner == brackets:
-            return False
-        brackets = inner
-    return bool(brackets) and brackets.replace(b"[]", b"").replace(b"{}", b"") != brackets
+    brackets = _JSON_STRING.sub(b"", raw).translate(_ONE_KIND, _NOT_BRACKETS)
+    depth = 0
+    for start in range(0, len(brackets), _STRIDE):
+        peak, rise = _measured(brackets[start : start + _STRIDE])
+        if depth + peak > limit:
+            return True
+        depth += rise
+    return False
+
+
+@functools.cache
+def _measured(stride: bytes) -> tuple[int, int]:
+    """The highest depth a run of brackets reaches from where it starts, and where it ends."""
+    depth = peak = 0
+    for byte in stride:
+        depth += 1 if byte == ord("[") else -1
+        peak = max(peak, depth)
+    return peak, depth
 
 
 def parse_answer(raw: bytes, *, source: str) -> Any:
