@@ -52,6 +52,8 @@ def proto(dtype: int, shape: list[int], **fields: Any) -> Any:
         (b"[" * MAX_ANSWER_DEPTH + b"]" * MAX_ANSWER_DEPTH, False),
         (b'{"predictions": [[1.0, 2.0], [3.0, 4.0]]}', False),
         (b'{"outputs": ["' + b"[" * 10_000 + b'", "\\"[[["]}', False),  # brackets inside strings
+        (b"".join([b"[" + b"[[]]" * 3] * 70) + b"]" * 70, True),  # deep, never two openers in a row
+        (b"[" + b"[[[]]]," * 10_000 + b"]", False),  # wide and shallow
         (b"[[[", False),  # not JSON: the parser says so
         (b"", False),
     ],
