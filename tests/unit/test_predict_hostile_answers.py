@@ -91,6 +91,14 @@ def test_rest_predict_refuses_a_deep_answer_and_escapes_the_servers_error(
         body = io.BytesIO(json.dumps({"error": f"bad input{HOSTILE}\nsquall: all is well"}).encode())
         raise urllib.error.HTTPError(request.full_url, 400, "Bad Request", None, body)  # type: ignore[arg-type]
 
+    def refuse_deeply(request: Any, timeout: float) -> Any:
+        body = io.BytesIO(b"[" * 60_000)  # an error body nested past the interpreter's recursion limit
+        raise urllib.error.HTTPError(request.full_url, 500, "Oops", None, body)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse_deeply)
+    with pytest.raises(CommandError, match=r"HTTP 500: \[\[\[\["):
+        rest_predict("http://lb:8501", name="gan", version=None, body={"instances": [1]}, timeout=5)
+
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
     with pytest.raises(CommandError) as raised:
         rest_predict("http://lb:8501", name="gan", version=None, body={"instances": [1]}, timeout=5)

@@ -208,10 +208,12 @@ def _server_error(exc: Any) -> str:
         raw = exc.read(64 * 1024)
     except OSError:
         return str(exc.reason)
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
+    body = None
+    if not nested_deeper(raw, MAX_ANSWER_DEPTH):
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):  # RecursionError: brackets that do not pair up, nested deep
+            body = None
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         return str(body["error"])
     text = raw.decode("utf-8", "replace").strip()
