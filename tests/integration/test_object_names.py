@@ -273,3 +273,26 @@ def test_an_old_service_whose_service_name_a_job_holds_fails_and_leaves_the_jobs
     kept = cluster.get_service(namespace=TEAM_NS, name="model-x-worker-0")
     assert kept is not None and kept["metadata"]["labels"][JOB_ID_LABEL] == "model-x"
     assert cluster.list_deployments() == [] and cluster.list_pdbs() == []
+
+
+def test_a_sweep_whose_later_trial_finds_its_name_taken_leaves_no_trial_to_run(world: ServingWorld) -> None:
+    # given someone else's Service under the name of trial 1's worker 0
+    cluster: SimulatedCluster = world.cluster
+    squatter = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "sw-t001-worker-0", "namespace": TEAM_NS, "labels": {"app": "someone-elses"}},
+        "spec": {"ports": [{"port": 80}]},
+    }
+    assert cluster.create(squatter) is True
+
+    # when a sweep of three distributed trials is submitted (trial 0's objects are made first)
+    body = job_body("sw", "research", gpu=0, workers=2) | {"sweep": {"parameters": {"lr": [1, 2, 3]}}}
+    assert world.handle(body, message_id="m-sw").outcome.value == "failed"
+
+    # then the sweep and every recorded trial failed, and no trial's Job is left to be admitted
+    for job_id in ("sw", "sw-t000", "sw-t001"):
+        job = world.jobs.get(job_id)
+        assert job is not None and (job.status, job.reason) == (JobStatus.FAILED, Reason.CLUSTER_REFUSED)
+    assert cluster.list_jobs() == []
+    assert names(cluster.list_services(namespace=TEAM_NS)) == ["sw-t001-worker-0"]  # left as it was

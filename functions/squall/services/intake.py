@@ -248,6 +248,17 @@ class Intake:
     def _fail_unstartable(self, job: Job, exc: PermanentError) -> None:
         logger.warning("cluster refused job objects", job_id=job.id, error=str(exc))
         self.cluster.delete_job_objects(namespace=job.namespace, job_id=job.id)
+        # A sweep refused at a later trial (its name taken) made the earlier trials' objects:
+        # they go with it, and their records fail too, or they would run for a FAILED sweep.
+        for trial_id in job.trial_ids:
+            self.cluster.delete_job_objects(namespace=job.namespace, job_id=trial_id)
+            trial = self.store.get(trial_id)
+            if trial is not None:
+                self._fail_record(trial, exc)
+        self._fail_record(job, exc)
+        self.metrics.add(Metric.JOBS_FAILED, 1)
+
+    def _fail_record(self, job: Job, exc: PermanentError) -> None:
         update_job(
             self.store,
             job,
@@ -263,7 +274,6 @@ class Intake:
                 )
             ),
         )
-        self.metrics.add(Metric.JOBS_FAILED, 1)
 
     def _start(self, job: Job, *, spec: JobSpec, trials: list[tuple[str, JobSpec]]) -> None:
         if not trials:
