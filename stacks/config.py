@@ -84,7 +84,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SERVICE_TYPES = ("LoadBalancer", "ClusterIP")
 LOAD_BALANCER_SCHEMES = ("internal", "internet-facing")
 # Tags that move: an image under them is not the image that was reviewed and tested.
-_FLOATING_TAG = re.compile(r"^latest([-_.].*)?$", re.IGNORECASE)
+_FLOATING_TAG = re.compile(r"latest([-_.].*)?", re.IGNORECASE | re.ASCII)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 # Node groups, teams and policy are read by squall/planner/inputs.py, as every other
 # reader reads them; this module adds what only a deployment needs (regions, capacity).
@@ -379,7 +379,7 @@ class _Reader:
         for key in unknown:
             self.problem(key, f"unknown setting (known: {', '.join(SETTINGS)})")
         prefix = self.get("prefix", str, "squall")
-        if not _NAME.match(prefix):
+        if not _NAME.fullmatch(prefix):
             self.problem("prefix", "lower-case letters, digits and dashes, at most 31 characters")
         home_region = self.region("homeRegion", self.ctx.get("homeRegion"))
         regions = tuple(self.region(f"regions[{i}]", r) for i, r in enumerate(self.get("regions", list, [])))
@@ -450,7 +450,7 @@ class _Reader:
             self.problems.extend(exc.errors)
             return {}
         for name in teams:
-            if not _TEAM_NAME.match(name):
+            if not _TEAM_NAME.fullmatch(name):
                 self.problem(
                     f"teams.{name}",
                     "a team name is an S3 prefix and part of IAM names: 1-63 letters, digits, "
@@ -513,7 +513,7 @@ class _Reader:
                 "artifacts.noncurrentVersionDays", f"at least 1, got {config.noncurrent_version_days}"
             )
         for i, bucket in enumerate(config.buckets):
-            if not _BUCKET_NAME.match(bucket) or ".." in bucket:
+            if not _BUCKET_NAME.fullmatch(bucket) or ".." in bucket:
                 self.problem(
                     f"artifacts.buckets[{i}]",
                     f"{json.dumps(bucket)} is not an S3 bucket name (a name, not an ARN or s3:// URI)",
@@ -559,7 +559,7 @@ class _Reader:
             self.problem(path, f"{json.dumps(value)} must come from one of allowedRegistries: {allowed}")
             return None
         tag, digest = match["tag"], match["digest"]
-        if digest is None and (tag is None or _FLOATING_TAG.match(tag)):
+        if digest is None and (tag is None or _FLOATING_TAG.fullmatch(tag)):
             self.problem(
                 path,
                 f"{json.dumps(value)} must be pinned: an exact version tag (such as :2.21.0) or a digest "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,4 +28,24 @@ def test_an_account_id_of_another_scripts_digits_is_refused(context: dict[str, A
 def test_a_kubernetes_version_of_another_scripts_digits_is_refused(context: dict[str, Any]) -> None:
     context["cluster"] = {**context.get("cluster", {}), "kubernetesVersion": "1.\u0663\u0661"}
     with pytest.raises(ConfigError, match="kubernetesVersion"):
+        SquallConfig.from_context(context)
+
+
+@pytest.mark.parametrize(
+    ("setting", "change"),
+    [
+        ("prefix", lambda c: c.__setitem__("prefix", "squall\n")),
+        ("teams.research", lambda c: c.__setitem__("teams", {"research\n": "team-research"})),
+        (
+            "artifacts.buckets",
+            lambda c: c.setdefault("artifacts", {}).__setitem__("buckets", ["my-bucket\n"]),
+        ),
+    ],
+)
+def test_a_name_with_a_trailing_newline_is_refused(
+    context: dict[str, Any], setting: str, change: Callable[[dict[str, Any]], None]
+) -> None:
+    # `$` with match() takes a final newline: the names must be matched whole
+    change(context)
+    with pytest.raises(ConfigError, match=re.escape(setting)):
         SquallConfig.from_context(context)
