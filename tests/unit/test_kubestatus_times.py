@@ -116,3 +116,10 @@ def test_times_that_do_not_parse_say_nothing() -> None:
     broken["status"]["phase"] = "Running"
     seen = observe(expected_replicas=1, k8s_jobs=[k8s_job("worker", 0)], pods=[broken])
     assert seen.status is JobStatus.RUNNING and seen.started_at is None
+
+
+def test_a_time_with_another_offset_is_read_in_utc() -> None:
+    # it goes on the record (started_at, the Started event) beside times kept in UTC
+    read = parse_time("2026-03-01T15:30:00+05:30")
+    assert read == at(0) and read is not None and read.utcoffset() == UTC.utcoffset(None)
+    assert read.isoformat() == "2026-03-01T10:00:00+00:00"

@@ -174,14 +174,17 @@ _NONE: Mapping[str, Any] = {}
 
 
 def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 time as the API server writes it (``2026-05-01T09:30:00Z``); None for anything else."""
+    """An RFC 3339 time as the API server writes it (``2026-05-01T09:30:00Z``), in UTC; None for anything else.
+
+    Another offset is turned to UTC: the time goes on the record beside times kept in UTC.
+    """
     if not isinstance(value, str) or not value:
         return None
     try:
         at = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _replica_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
