@@ -10,16 +10,20 @@ they were; the same request signed with the session's credentials goes through.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
 import pytest
-from botocore.auth import SigV4Auth
+from botocore.auth import S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from werkzeug.test import Client
@@ -282,3 +286,81 @@ def test_moto_answers_no_cors_preflight_in_this_process(endpoint: Endpoint) -> N
 )
 def test_loopback_hosts(host: str, loopback: bool) -> None:
     assert is_loopback_host(host) is loopback
+
+
+# ---- what a signature binds: the body, the time, a Host that can be read ----
+
+
+def test_a_signed_request_s_body_cannot_be_swapped_under_an_added_payload_hash(
+    empty_queue: Endpoint,
+) -> None:
+    # SQS signs no X-Amz-Content-SHA256; one added with the signed body's hash must still
+    # bind the body that is sent.
+    body, headers = send_message_request(
+        empty_queue, key=empty_queue.access_key, secret=empty_queue.secret_key
+    )
+    tampered = body.replace(b'"job"', b'"evil"')
+    added = {**headers, "X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()}
+    assert_refused(send(empty_queue, body=tampered, headers=added), "X-Amz-Content-SHA256")
+    assert queued(empty_queue) == []
+
+
+def test_an_s3_put_s_body_is_the_one_it_signed_and_boto3_uploads_still_work(
+    endpoint: Endpoint, tmp_path: Path
+) -> None:
+    bucket, host = endpoint.resources.artifacts_bucket, f"127.0.0.1:{endpoint.port}"
+    request = AWSRequest(method="PUT", url=f"{endpoint.url}/{bucket}/k", data=b"mine", headers={"Host": host})
+    S3SigV4Auth(Credentials(endpoint.access_key, endpoint.secret_key), "s3", "us-west-2").add_auth(request)
+    signed = dict(request.headers.items())
+    assert send(endpoint, method="PUT", path=f"/{bucket}/k", body=b"mine", headers=signed).status == 200
+    replayed = send(endpoint, method="PUT", path=f"/{bucket}/k", body=b"EVIL", headers=signed)
+    assert_refused(replayed, "X-Amz-Content-SHA256")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint.url,
+        region_name="us-west-2",
+        aws_access_key_id=endpoint.access_key,
+        aws_secret_access_key=endpoint.secret_key,
+    )
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"mine"
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(9 << 20))  # over boto3's multipart threshold
+    s3.upload_file(str(big), bucket, "big")
+    s3.put_object(Bucket=bucket, Key="small", Body=b"x" * 1000)
+    assert s3.head_object(Bucket=bucket, Key="big")["ContentLength"] == 9 << 20
+
+
+def test_a_signature_from_long_ago_is_refused(empty_queue: Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    import botocore.auth
+
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: datetime(2026, 1, 1))
+    body, headers = send_message_request(
+        empty_queue, key=empty_queue.access_key, secret=empty_queue.secret_key
+    )
+    monkeypatch.undo()
+    assert_refused(send(empty_queue, body=body, headers=headers), "15 minutes")
+    assert queued(empty_queue) == []
+
+
+def test_the_access_key_alone_buys_no_unbounded_read(
+    endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from squall.local import endpoint_guard
+
+    monkeypatch.setattr(endpoint_guard, "MAX_HASHED_BODY", 1 << 20)
+    body, headers = send_message_request(endpoint, key=endpoint.access_key, secret="guessed")
+    answer = send(endpoint, body=body + b" " * (2 << 20), headers=headers)  # read to 1 MiB, no further
+    assert_refused(answer, "over 1 MiB")
+
+
+def test_a_host_that_cannot_be_read_is_refused_not_an_error(endpoint: Endpoint) -> None:
+    for host in ("localhost:x[", "[::1]evil"):  # signed for that Host: the gate reads it to check
+        body, headers = send_message_request(
+            endpoint, key=endpoint.access_key, secret=endpoint.secret_key, host=host
+        )
+        assert_refused(send(endpoint, body=body, headers=headers, host=host), "loopback")
+
+
+@pytest.mark.parametrize("host", ["[::1]evil", "[::1]:x", "localhost:x[", "127.0.0.1:80a", "[::1"])
+def test_a_loopback_name_with_more_after_it_is_not_loopback(host: str) -> None:
+    assert is_loopback_host(host) is False

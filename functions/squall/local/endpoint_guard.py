@@ -15,17 +15,22 @@ wraps moto's WSGI application and refuses, with 403 and before moto sees it:
 
 The signature is recomputed with botocore's signer over what the request carries:
 its method, the path and query as sent, the headers it names as signed, and its
-payload's SHA-256 (the `X-Amz-Content-SHA256` header where it sends one, else the
-body). Presigned URLs (query authentication) are refused: nothing local uses them.
+payload's SHA-256 (the `X-Amz-Content-SHA256` header where it sends one, and then the
+body must have that hash, else the body's, read up to 64 MiB). As AWS, a signature
+dated over 15 minutes from this machine's clock is refused. Presigned URLs (query
+authentication) are refused: nothing local uses them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import io
 import ipaddress
 import json
+import re
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
@@ -36,6 +41,9 @@ from botocore.credentials import Credentials
 
 SIGV4 = "AWS4-HMAC-SHA256"
 LOOPBACK_NAMES = frozenset({"localhost"})
+MAX_SKEW = timedelta(minutes=15)  # as AWS: a signature older (or newer) than this is refused
+MAX_HASHED_BODY = 64 << 20  # read to check a signature before it holds: no local API sends more
+HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)
 # What a refused client is told: enough to find the right credentials again.
 HINT = 'the credentials `squall local up` printed for this session (`eval "$(squall local env)"` sets them)'
 
@@ -93,11 +101,25 @@ class EndpointGuard:
         timestamp = environ.get("HTTP_X_AMZ_DATE", "")
         if "host" not in signed or not timestamp.startswith(date):
             raise Refused(f"the request's signature does not cover its host and date: sign it with {HINT}")
-        expected = self._signature(
-            environ, signed=signed, timestamp=timestamp, region=region, service=service
-        )
+        try:
+            skew = abs(datetime.now(UTC) - datetime.strptime(timestamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC))
+            expected = self._signature(
+                environ, signed=signed, timestamp=timestamp, region=region, service=service
+            )
+        except ValueError as exc:  # a date or URL that cannot be read
+            raise Refused(
+                f"the request cannot be signed as sent ({str(exc)[:80]}): sign it with {HINT}"
+            ) from None
+        if skew > MAX_SKEW:
+            raise Refused(f"the request was signed at {timestamp}, over 15 minutes from this machine's clock")
         if not hmac.compare_digest(expected.encode(), signature.encode()):
             raise Refused(f"the request's signature does not match this session's secret key: use {HINT}")
+        declared = _headers(environ).get("X-Amz-Content-SHA256", "")
+        if (
+            HEX_DIGEST.fullmatch(declared)
+            and hashlib.sha256(_read_body(environ)).hexdigest() != declared.lower()
+        ):
+            raise Refused("the request's body is not the one its X-Amz-Content-SHA256 header names")
 
     def _signature(
         self, environ: dict[str, Any], *, signed: list[str], timestamp: str, region: str, service: str
@@ -107,7 +129,7 @@ class EndpointGuard:
         url = f"http://{environ.get('HTTP_HOST', '')}{raw.path}" + (f"?{raw.query}" if raw.query else "")
         body = b""
         if "X-Amz-Content-SHA256" not in headers:  # (any case) else the body's hash: read it
-            body = _read_body(environ)
+            body = _read_body(environ, limit=MAX_HASHED_BODY)
         request = AWSRequest(method=environ.get("REQUEST_METHOD", "GET"), url=url, headers=headers, data=body)
         request.context["timestamp"] = timestamp
         to_sign = HTTPHeaders()
@@ -121,11 +143,16 @@ class EndpointGuard:
 
 def is_loopback_host(host: str) -> bool:
     """`host` (a Host header: name or address, maybe a port) names this machine's loopback."""
-    name = host.strip()
+    name, port = host.strip(), ""
     if name.startswith("["):  # [::1]:4580
-        name = name[1 : name.find("]")] if "]" in name else ""
+        name, bracket, port = name[1:].partition("]")
+        if not bracket or port[:1] not in ("", ":"):
+            return False
+        port = port[1:]
     elif name.count(":") == 1:
-        name = name.rsplit(":", 1)[0]
+        name, _, port = name.partition(":")
+    if port and not (port.isascii() and port.isdigit()):
+        return False
     if name.lower() in LOOPBACK_NAMES:
         return True
     try:
@@ -184,17 +211,19 @@ def _headers(environ: dict[str, Any]) -> HTTPHeaders:
     return headers
 
 
-def _read_body(environ: dict[str, Any]) -> bytes:
-    """The whole body, put back for moto to read again."""
+def _read_body(environ: dict[str, Any], *, limit: int | None = None) -> bytes:
+    """The whole body, put back for moto to read again; Refused when it is over `limit` bytes."""
     stream = environ["wsgi.input"]
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
     if environ.get("wsgi.input_terminated"):
-        body = stream.read()
+        body = stream.read(-1 if limit is None else limit + 1)
     else:
-        body = stream.read(length) if length > 0 else b""
+        body = stream.read(length if limit is None else min(length, limit + 1)) if length > 0 else b""
+    if limit is not None and len(body) > limit:
+        raise Refused(f"the request's body is over {limit >> 20} MiB, more than any local API takes")
     environ["wsgi.input"] = io.BytesIO(body)
     environ["CONTENT_LENGTH"] = str(len(body))
     return bytes(body)
