@@ -278,7 +278,8 @@ def test_wait_follows_the_record_until_serving_and_prints_the_endpoints() -> Non
     # then
     assert service.status is ServiceStatus.SERVING and serve_exit(service) == 0
     lines = out.getvalue().splitlines()
-    assert [line.split()[1:3] for line in lines[:3]] == [
+    # each line: the time (`2026-12-02 08:13:21 UTC`, three words), the state, the reason
+    assert [line.split()[3:5] for line in lines[:3]] == [
         ["DEPLOYING", "Requested"],
         ["DEPLOYING", "Unready:1/2"],
         ["SERVING", "Ready:2/2"],
@@ -318,7 +319,7 @@ def test_wait_for_a_name_served_again_does_not_take_its_last_end_for_this_reques
     service = follow_service("gan", message_id="mine", store=steps.store, clock=clock, out=out)
     # then only this request's events are shown, and it ended SERVING
     assert service.status is ServiceStatus.SERVING
-    assert [line.split()[2] for line in out.getvalue().splitlines()[:2]] == ["ServedAgain", "Ready:2/2"]
+    assert [line.split()[4] for line in out.getvalue().splitlines()[:2]] == ["ServedAgain", "Ready:2/2"]
 
 
 def test_wait_gives_up_when_no_record_takes_the_request_and_when_it_never_gets_ready() -> None:

@@ -147,3 +147,16 @@ def test_serve_wait_prints_a_refusal_escaped(store: InMemoryModelServiceStore) -
             rejected=lambda: refused,
         )
     assert_escaped(str(raised.value))
+
+
+def test_describe_of_a_model_service_writes_its_event_times_as_every_command_does(
+    store: InMemoryModelServiceStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # README: times are written one way for people (cli/human.py moment), ISO 8601 only in --json
+    from squall.cli.human import moment
+
+    hostile_service(store, status=ServiceStatus.SERVING)
+    assert main(["describe", "gan"]) == 0
+    out = capsys.readouterr().out
+    assert f"  {moment(START)}  DEPLOYING" in out
+    assert START.isoformat() not in out

@@ -29,6 +29,7 @@ from squall.cli import deployment
 from squall.cli.argtypes import seconds, whole_number
 from squall.cli.errors import EXIT_FAILED, EXIT_OK, CommandError, reported
 from squall.cli.follow.clock import patient
+from squall.cli.human import moment
 from squall.cli.prediction import (
     DEFAULT_SIGNATURE,
     grpc_predict,
@@ -125,7 +126,7 @@ def event_dict(event: ServiceEvent) -> dict[str, Any]:
 
 def event_line(event: ServiceEvent) -> str:
     message = f": {_shown(event.message)}" if event.message else ""
-    return f"{event.at.isoformat()}  {event.status.value:<10} {_shown(event.reason)}{message}"
+    return f"{moment(event.at)}  {event.status.value:<10} {_shown(event.reason)}{message}"
 
 
 def _endpoints(service: ModelService) -> str:
