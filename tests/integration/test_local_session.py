@@ -117,6 +117,13 @@ def test_the_state_directory_and_its_files_are_private(tmp_path: Path) -> None:
     assert stat.S_IMODE((fresh / STATE_FILE).stat().st_mode) == 0o600
 
 
+def test_up_says_why_it_cannot_write_its_log(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (state_dir / "server.log").mkdir()  # as a directory of another user's would refuse it
+    assert main(["local", "up", "--state-dir", str(state_dir), "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "server.log" in err and "Traceback" not in err
+
+
 # ---- squall local env ----
 
 

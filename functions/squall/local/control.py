@@ -137,7 +137,13 @@ def up(
     for image in images:
         command += ["--real-image", image]
     log_path = state_dir / LOG_FILE
-    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+    try:
+        descriptor = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError as exc:  # another user's directory, say
+        raise ControlError(
+            f"--state-dir {state_dir}: cannot write {log_path}: {exc.strerror}", code=2
+        ) from exc
+    with open(descriptor, "ab") as log:
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
