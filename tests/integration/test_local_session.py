@@ -124,6 +124,20 @@ def test_up_says_why_it_cannot_write_its_log(state_dir: Path, capsys: pytest.Cap
     assert "cannot write" in err and "server.log" in err and "Traceback" not in err
 
 
+def test_up_prints_the_servers_log_tail_escaped(
+    state_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the tail of server.log (what the server logged) is text the command did not write
+    def fails(**_: object) -> None:
+        raise control.ControlError("squall local did not start (exit 1):\n  \x1b]0;owned\x07\x9b2J\u202e")
+
+    monkeypatch.setattr(control, "up", fails)
+    assert main(["local", "up", "--state-dir", str(state_dir)]) == 1
+    err = capsys.readouterr().err
+    assert "\\x1b]0;owned\\x07\\x9b2J\\u202e" in err
+    assert not any(raw in err for raw in ("\x1b", "\x07", "\x9b", "\u202e"))
+
+
 # ---- squall local env ----
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from squall.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from squall.cli.text import printable
 
 
 def add_local_commands(subparsers: Any) -> None:
@@ -258,7 +259,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
             timeout=args.timeout,
         )
     except control.ControlError as exc:
-        print(f"squall: {exc}", file=sys.stderr)
+        print(f"squall: {printable(str(exc))}", file=sys.stderr)
         return exc.code
     print(control.exports(state["env"]))
     print(
@@ -275,7 +276,7 @@ def cmd_local_env(args: argparse.Namespace) -> int:
     try:
         env = control.environment(state_dir=control.state_dir(args.state_dir))
     except control.ControlError as exc:
-        print(f"squall: {exc}", file=sys.stderr)
+        print(f"squall: {printable(str(exc))}", file=sys.stderr)
         return exc.code
     print(control.exports(env))
     return EXIT_OK
@@ -287,7 +288,7 @@ def cmd_local_down(args: argparse.Namespace) -> int:
     try:
         said = control.down(state_dir=control.state_dir(args.state_dir), timeout=args.timeout)
     except control.ControlError as exc:
-        print(f"squall: {exc}", file=sys.stderr)
+        print(f"squall: {printable(str(exc))}", file=sys.stderr)
         return exc.code
     print(said, file=sys.stderr)
     return EXIT_OK
