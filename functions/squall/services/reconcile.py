@@ -349,7 +349,7 @@ class Reconciler:
             )
         except PermanentError as exc:
             self._record(
-                job, to=JobStatus.FAILED, reason=Reason.OBJECTS_MISSING, message=str(exc), report=report
+                job, to=JobStatus.FAILED, reason=Reason.CLUSTER_REFUSED, message=str(exc), report=report
             )
             return
         report.recreated.append(job.id)
@@ -454,16 +454,25 @@ class Reconciler:
                 break
             waiting = trial.status is JobStatus.QUEUED and trial.reason == Reason.WAITING_FOR_TRIAL_SLOT
             # A trial that cannot start fails alone; its slot goes to the next one.
-            if waiting and self._isolated(trial, report, functools.partial(self._start_trial, trial)):
+            if waiting and self._isolated(trial, report, functools.partial(self._start_trial, trial, report)):
                 active += 1
 
-    def _start_trial(self, trial: Job) -> None:
-        self.intake.create_objects(
-            job_id=trial.id,
-            spec=load_spec(trial.spec),
-            namespace=trial.namespace,
-            submitted_at=trial.submitted_at,
-        )
+    def _start_trial(self, trial: Job, report: ReconcileReport) -> None:
+        try:
+            self.intake.create_objects(
+                job_id=trial.id,
+                spec=load_spec(trial.spec),
+                namespace=trial.namespace,
+                submitted_at=trial.submitted_at,
+            )
+        except PermanentError as exc:
+            # The cluster refused an object (its name taken by another's): not a defect of
+            # reconcile's; the trial fails alone, as intake fails such a job (its objects go).
+            message = str(exc)[:MAX_ERROR_TEXT]
+            self._record(
+                trial, to=JobStatus.FAILED, reason=Reason.CLUSTER_REFUSED, message=message, report=report
+            )
+            return
         self._note(trial, reason=Reason.SUBMITTED, message="a trial slot opened")
 
     def _note(self, job: Job, *, reason: str, message: str) -> None:
