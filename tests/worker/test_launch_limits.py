@@ -232,6 +232,30 @@ def test_a_sparse_file_is_refused_before_its_map_is_read(tmp_path: Path) -> None
     refused(named(tmp_path, raw), tmp_path / "d", "a sparse file, 's'")
 
 
+@pytest.mark.parametrize(
+    "pax",
+    [
+        {"GNU.sparse.map": "0,0", "GNU.sparse.realsize": str(64 * MiB)},  # GNU sparse 0.1
+        {"GNU.sparse.size": str(64 * MiB), "GNU.sparse.numblocks": "0"},  # GNU sparse 0.0
+    ],
+)
+def test_a_pax_sparse_file_is_refused_not_written_out_in_zeros(tmp_path: Path, pax: dict[str, str]) -> None:
+    # ~170 bytes of archive wrote its declared size in zeros (up to 512 MiB a file)
+    member = info("s")
+    member.pax_headers = pax
+    error = refused(archive(tmp_path, [member]), tmp_path / "d", "a sparse file, 's'")
+    assert error.code == 3
+    assert made(tmp_path / "d") == []
+
+
+def test_a_negative_size_is_refused(tmp_path: Path) -> None:
+    # PAX size -1..-511 keeps tarfile's offsets in step and took bytes off the unpacked total
+    member = info("n")
+    member.pax_headers = {"size": "-511"}
+    raw = archive(tmp_path, [member, info("ok", b"abc")], data={"ok": b"abc"})
+    refused(raw, tmp_path / "d", "'n' with a negative size")
+
+
 def test_what_tarfile_reads_between_two_members_is_bounded(tmp_path: Path) -> None:
     # A PAX "GNU sparse 1.0" member: tarfile reads its map from the data, as many
     # numbers as its first line says, before handing the member over.

@@ -376,6 +376,12 @@ def unpack(archive: Path, dest: Path) -> Unpacked:
                         os.symlink(member.linkname, tree.add(parts, link=member.linkname))
                         links += 1
                         continue
+                    # PAX's GNU sparse maps: a few bytes declare the file's size, written out in zeros
+                    if member.sparse is not None:
+                        raise CodeRefused(f"the code archive holds a sparse file, {name!r}: not allowed")
+                    # A PAX size of -1..-511 keeps tarfile's offsets in step, and lowered `total`
+                    if member.size < 0:
+                        raise CodeRefused(f"the code archive holds {name!r} with a negative size")
                     if member.size > MAX_FILE_BYTES or total + member.size > MAX_UNPACKED_BYTES:
                         raise CodeRefused(
                             f"the code archive unpacks to more than {MAX_UNPACKED_BYTES:,} bytes (at {name!r})"
