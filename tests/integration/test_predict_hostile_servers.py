@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Answers:
-    """What the gRPC stand-in answers Predict with: 'twice' (the input doubled), 'giant', or 'error'."""
+    """What the gRPC stand-in answers Predict with: 'twice' (the input doubled), 'giant', or 'error';
+    'corrupt metadata' spoils GetModelMetadata's answer."""
 
     mode = "twice"
 
@@ -46,6 +47,12 @@ def grpc_target() -> Iterator[str]:
 
     class Service(protos.prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
         def GetModelMetadata(self, request: Any, context: Any) -> Any:
+            if Answers.mode == "corrupt metadata":  # the SignatureDefMap's type, bytes that are not one
+                corrupt = protos.get_model_metadata_pb2.GetModelMetadataResponse()
+                packed = corrupt.metadata["signature_def"]
+                packed.type_url = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
+                packed.value = b"\xff\xff\xff\xff"
+                return corrupt
             signatures = protos.get_model_metadata_pb2.SignatureDefMap()
             signature = signatures.signature_def["serving_default"]
             signature.method_name = "tensorflow/serving/predict"
@@ -127,6 +134,20 @@ def test_a_grpc_answer_declaring_a_giant_tensor_is_a_clear_error(
     err = capsys.readouterr().err
     assert code == 1
     assert f"squall: {grpc_target}: output 'twice' of the answer: shape [49, 1048576] of float32" in err
+    assert "Traceback" not in err
+
+
+def test_grpc_metadata_that_does_not_decode_is_a_clear_error(
+    grpc_target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Answers.mode = "corrupt metadata"
+    try:
+        code = main(["predict", "gan", "--grpc", "--url", grpc_target, "--input", request_file(tmp_path)])
+    finally:
+        Answers.mode = "twice"
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"squall: {grpc_target}: model gan's metadata holds no readable signature_def" in err
     assert "Traceback" not in err
 
 

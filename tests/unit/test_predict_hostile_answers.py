@@ -62,6 +62,26 @@ def test_nesting_is_measured_without_parsing(raw: bytes, deeper: bool) -> None:
     assert nested_deeper(raw, MAX_ANSWER_DEPTH) is deeper
 
 
+@pytest.mark.parametrize(
+    ("raw", "deeper"),
+    [
+        (b'["\\\\"' + b"[" * 70 + b"]" * 70 + b"]", True),  # an escaped backslash ends the string
+        (b'["\\"' + b"[" * 70 + b'"]', False),  # an escaped quote does not
+        (b"[" * 70 + b'"' + b"\\]" * 10, True),  # an unterminated string: only its own text is left out
+    ],
+)
+def test_escapes_are_read_as_json_reads_them(raw: bytes, deeper: bool) -> None:
+    assert nested_deeper(raw, MAX_ANSWER_DEPTH) is deeper
+
+
+@pytest.mark.timeout(20)
+def test_an_unterminated_string_of_escaped_quotes_is_measured_in_linear_time() -> None:
+    # 2 MiB: each quote inside it started a search to the end of the text (hours at 64 MiB)
+    assert nested_deeper(b'"' + b'\\"' * 2**20, MAX_ANSWER_DEPTH) is False
+    with pytest.raises(CommandError, match="not JSON"):
+        parse_answer(b'["' + b'\\"' * 2**20, source="http://x")
+
+
 def test_an_answer_nested_100k_deep_is_a_clear_error_not_a_recursion_error() -> None:
     with pytest.raises(CommandError) as raised:
         parse_answer(DEEP, source="http://x")
