@@ -105,10 +105,20 @@ def is_tensorboard_file(relative: PurePosixPath) -> bool:
     return ".tfevents." in name or "plugins" in relative.parts[:-1] or name == "projector_config.pbtxt"
 
 
+NAME_MAX_BYTES = 255  # one name, as a local file system takes it
+
+
 def safe_relative(text: str) -> PurePosixPath | None:
-    """`text` as a path inside the mirror, or None when it would leave it (or clash with its state)."""
+    """`text` as a path inside the mirror, or None when it would leave it (or clash with its state,
+    or has a name longer than a file system takes: its ENAMETOOLONG stopped every pass)."""
     parts = text.split("/")
-    if any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+    if any(
+        p in ("", ".", "..")
+        or "\\" in p
+        or "\0" in p
+        or len(p.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES
+        for p in parts
+    ):
         return None
     if parts[0] == STATE_DIR:
         return None
