@@ -15,19 +15,18 @@ Every botocore error leaves as Squall's own, through squall.adapters.aws.errors.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from squall.adapters.aws.errors import not_found, translated
 from squall.core.errors import NotFoundError, PermanentError, RetryableError
+from squall.planner.inputs import IAM_PRINCIPAL_ARN, IAM_UNIQUE_ID
 
-# arn:<partition>:iam::<account>:role/<path/>name (or user/...); IAM's Get calls take the name.
-PRINCIPAL_ARN = re.compile(
-    r"^arn:aws(?:-[a-z]+)*:iam::(?P<account>\d{12}):(?P<kind>role|user)/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,128})$"
-)
-UNIQUE_ID = re.compile(r"^(AROA|AIDA)[A-Z0-9]{12,124}$")
+# The one grammar of a submitter (planner/inputs.py): ASCII, and matched whole here, so a
+# trailing newline or another script's digits name no principal.
+PRINCIPAL_ARN = IAM_PRINCIPAL_ARN
+UNIQUE_ID = IAM_UNIQUE_ID
 _NOT_FOUND = (not_found("NoSuchEntity", "ResourceNotFoundException"),)
 
 
@@ -39,9 +38,9 @@ class IamPrincipals:
 
     def unique_id(self, principal: str) -> str:
         """The unique id SQS reports for ``principal`` (an ARN, or a unique id already)."""
-        if UNIQUE_ID.match(principal):
+        if UNIQUE_ID.fullmatch(principal):
             return principal
-        match = PRINCIPAL_ARN.match(principal)
+        match = PRINCIPAL_ARN.fullmatch(principal)
         if match is None:
             raise PermanentError(
                 f"{principal!r} is not an IAM role or user ARN, nor a unique id (AROA..., AIDA...)"
