@@ -218,3 +218,55 @@ def test_a_rest_servers_error_is_printed_escaped(
         assert "\\x1b]0;owned\\x07" in err and "\nsquall: all is well" not in err
         for raw in RAW:
             assert raw not in err
+
+
+@pytest.fixture
+def raw_server() -> Iterator[tuple[str, list[bytes]]]:
+    """A TCP server that answers one request with the bytes queued, a piece at a time (0.3 s apart)."""
+    import socket
+    import time
+
+    pieces: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            for piece in pieces:
+                connection.sendall(piece)
+                time.sleep(0.3)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", pieces
+    finally:
+        listener.close()
+
+
+def test_a_rest_answer_sent_a_byte_at_a_time_is_cut_at_the_timeout(
+    raw_server: tuple[str, list[bytes]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    url, pieces = raw_server
+    answer = b'{"predictions": [1, 2, 3, 4, 5, 6, 7, 8, 9]}'
+    pieces.append(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer))
+    pieces.extend(answer[i : i + 1] for i in range(len(answer)))  # each byte within the socket timeout
+    started = time.monotonic()
+    code = main(["predict", "gan", "--url", url, "--input", request_file(tmp_path), "--timeout", "2"])
+    took = time.monotonic() - started
+    assert code == 1
+    assert "no whole answer within 2 s" in capsys.readouterr().err
+    assert took < 4  # was ~13 s: each byte came within the timeout of the one before
+
+
+def test_a_rest_answer_that_is_not_http_is_a_clear_error(
+    raw_server: tuple[str, list[bytes]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, pieces = raw_server
+    pieces.append(b"HELLO\x1b]0;owned\x07\r\n\r\n")
+    assert main(["predict", "gan", "--url", url, "--input", request_file(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "the answer is not HTTP: BadStatusLine" in err
+    assert "Traceback" not in err and "\x1b" not in err

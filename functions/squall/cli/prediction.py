@@ -124,7 +124,12 @@ def _model_path(name: str, version: int | None) -> str:
 def rest_predict(
     base: str, *, name: str, version: int | None, body: Mapping[str, Any], timeout: float
 ) -> Any:
-    """POST <base>/v1/models/<name>[/versions/N]:predict; the answer's JSON, or CommandError (exit 1)."""
+    """POST <base>/v1/models/<name>[/versions/N]:predict; the answer's JSON, or CommandError (exit 1).
+
+    `timeout` bounds each read of the socket and the whole exchange: a server that sends
+    a byte now and then cannot hold the command past it (the exchange's thread is left).
+    """
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -132,16 +137,37 @@ def rest_predict(
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
     )
+    outcome: list[Any] = []  # (None, the answer) or (an HTTP error's code, its text), or what was raised
+
+    def exchange() -> None:
+        try:
+            try:
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    outcome.append((None, response.read(MAX_ANSWER_BYTES + 1)))
+            except urllib.error.HTTPError as exc:
+                outcome.append((exc.code, _server_error(exc)))
+        except BaseException as exc:  # raised again in the command's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=exchange, name="predict", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise CommandError(f"{_shown(url)}: no whole answer within {timeout:g} s", code=EXIT_FAILED)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw = response.read(MAX_ANSWER_BYTES + 1)
-    except urllib.error.HTTPError as exc:
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+    except http.client.HTTPException as exc:  # a status line, headers or chunks that are not HTTP's
         raise CommandError(
-            f"{_shown(url)}: HTTP {exc.code}: {_shown(_server_error(exc))}", code=EXIT_FAILED
+            f"{_shown(url)}: the answer is not HTTP: {type(exc).__name__}: {_shown(str(exc)[:200])}",
+            code=EXIT_FAILED,
         ) from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise CommandError(f"cannot reach {_shown(url)}: {_shown(str(reason))}", code=EXIT_FAILED) from exc
+    status, raw = outcome[0]
+    if status is not None:
+        raise CommandError(f"{_shown(url)}: HTTP {status}: {_shown(raw)}", code=EXIT_FAILED)
     if len(raw) > MAX_ANSWER_BYTES:
         raise CommandError(
             f"{_shown(url)}: the answer is over {MAX_ANSWER_BYTES // 2**20} MiB", code=EXIT_FAILED
@@ -208,9 +234,11 @@ def parse_answer(raw: bytes, *, source: str) -> Any:
 
 def _server_error(exc: Any) -> str:
     """TensorFlow Serving's {"error": "..."}, else the start of whatever the server said."""
+    import http.client
+
     try:
         raw = exc.read(64 * 1024)
-    except OSError:
+    except (OSError, http.client.HTTPException):  # cut short, or chunks that are not HTTP's
         return str(exc.reason)
     body = None
     if not nested_deeper(raw, MAX_ANSWER_DEPTH):
