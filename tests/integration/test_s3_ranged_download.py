@@ -66,3 +66,36 @@ def test_a_server_that_ignores_the_range_is_read_no_further(tmp_path: Path) -> N
         got = S3ObjectReader(client).download(BUCKET, KEY, tmp_path / "f", end=1024)
     # then: the range was asked for, and no more than it was written
     assert got == 1024 and (tmp_path / "f").read_bytes() == b"a" * 1024
+
+
+def test_a_tail_from_a_server_that_ignores_the_range_is_not_appended(tmp_path: Path) -> None:
+    # given: asked for the tail from byte 5, a server answers the object from its start
+    client = boto3.client(
+        "s3", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    stub = Stubber(client)
+    body = b"0123456789"
+    stub.add_response(
+        "get_object",
+        {"Body": StreamingBody(io.BytesIO(body), len(body)), "ContentLength": len(body)},
+        expected_params={"Bucket": BUCKET, "Key": KEY, "Range": "bytes=5-9"},
+    )
+    # when
+    with stub:
+        got = S3ObjectReader(client).download(BUCKET, KEY, tmp_path / "tail", offset=5, end=10)
+    # then: nothing is written rather than the head standing in for the tail
+    assert got == 0 and (tmp_path / "tail").read_bytes() == b""
+
+
+def test_a_listing_cannot_declare_a_negative_size() -> None:
+    client = boto3.client(
+        "s3", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    stub = Stubber(client)
+    stub.add_response(
+        "list_objects_v2",
+        {"Contents": [{"Key": "p/big", "Size": 10**12}, {"Key": "p/neg", "Size": -(10**12)}], "KeyCount": 2},
+    )
+    with stub:
+        sizes = {o.key: o.size for o in S3ObjectReader(client).list(BUCKET, "p/", limit=10)}
+    assert sizes == {"p/big": 10**12, "p/neg": 0}

@@ -43,6 +43,10 @@ MAX_INPUT_BYTES = 16 * 2**20  # a predict request's file
 MAX_ANSWER_BYTES = 64 * 2**20  # a predict answer read back, and what its tensors may decode to
 MAX_ANSWER_DEPTH = 64  # JSON nesting of an answer (a tensor's rank is at most MAX_RANK)
 MAX_RANK = 32  # dimensions of a tensor, sent or read back
+# Elements of an answer's tensors in all: each becomes a Python number and its JSON text
+# when printed (tens of bytes), whatever its dtype's size, so a byte budget alone would let
+# a bool tensor of 60M elements through at a gigabyte and more.
+MAX_ANSWER_ELEMENTS = MAX_ANSWER_BYTES // 16
 REQUEST_KEYS = frozenset({"instances", "inputs", "signature_name"})
 
 
@@ -358,18 +362,20 @@ def grpc_predict(
             details = exc.details() if hasattr(exc, "details") else str(exc)
             shown = code.name if code is not None else "error"
             raise CommandError(f"{target}: {shown}: {_shown(str(details))}", code=EXIT_FAILED) from exc
-    budget = MAX_ANSWER_BYTES
+    budget, elements = MAX_ANSWER_BYTES, MAX_ANSWER_ELEMENTS
     outputs: dict[str, Any] = {}
     for key in sorted(response.outputs):
         try:
-            array = decode_tensor(response.outputs[key], budget=budget)
+            array = decode_tensor(response.outputs[key], budget=budget, elements=elements)
         except TensorError as exc:
             raise CommandError(
                 f"{target}: output {_shown(repr(key))} of the answer: {exc}: not a tensor this command reads "
-                f"(an answer's tensors take at most {MAX_ANSWER_BYTES // 2**20} MiB in all)",
+                f"(an answer's tensors take at most {MAX_ANSWER_BYTES // 2**20} MiB and "
+                f"{MAX_ANSWER_ELEMENTS:,} elements in all)",
                 code=EXIT_FAILED,
             ) from None
         budget -= _decoded_bytes(array)
+        elements -= int(array.size)
         outputs[key] = _plain(array.tolist())
     if len(outputs) == 1:
         return {"outputs": next(iter(outputs.values()))}
@@ -523,7 +529,7 @@ def tensor_shape(proto: Any) -> tuple[int, ...]:
     return shape
 
 
-def decode_tensor(proto: Any, *, budget: int = MAX_ANSWER_BYTES) -> Any:
+def decode_tensor(proto: Any, *, budget: int = MAX_ANSWER_BYTES, elements: int = MAX_ANSWER_ELEMENTS) -> Any:
     """A TensorProto as a numpy array, its shape and contents checked before anything is allocated.
 
     `tensor_shape`'s bounds; the elements times the dtype's size (for strings, the bytes
@@ -556,6 +562,8 @@ def decode_tensor(proto: Any, *, budget: int = MAX_ANSWER_BYTES) -> Any:
         raise TensorError(
             f"shape {list(shape)} of {_dtype_name(proto.dtype)} would take {declared} bytes, more than {budget}"
         )
+    if count > elements:
+        raise TensorError(f"shape {list(shape)} has more than {elements} elements")
     if proto.dtype == _STRING:
         items = list(proto.string_val)
         if len(items) < count:

@@ -43,7 +43,9 @@ class S3ObjectReader:
                 if count >= limit:
                     return
                 count += 1
-                yield StoredObject(key=key, size=int(item.get("Size", 0)), etag=str(item.get("ETag", "")))
+                # A listing is the server's to write: a negative size would cancel out another's.
+                size = max(0, int(item.get("Size", 0)))
+                yield StoredObject(key=key, size=size, etag=str(item.get("ETag", "")))
 
     def download(self, bucket: str, key: str, target: Path, *, offset: int = 0, end: int) -> int:
         """Write the object's bytes `offset`..`end - 1` into `target` (created or replaced); returns how many.
@@ -51,7 +53,9 @@ class S3ObjectReader:
         Asked for by range (`Range: bytes=offset-(end-1)`) and read no further than that
         whatever S3 (or a server standing in for it) sends: `end` is the size the
         listing gave, and an object written since cannot bring more than was planned for.
-        A range the object no longer reaches (it shrank) writes nothing.
+        A range the object no longer reaches (it shrank) writes nothing, and so does an
+        answer that is not the range asked for (a server that ignored `Range` sends the
+        object from its start, which must not be appended as its tail).
         """
         target.write_bytes(b"")
         wanted = end - offset
@@ -61,11 +65,15 @@ class S3ObjectReader:
         doing = f"downloading s3://{bucket}/{key}"
         with errors.translated(doing, rules=[_MISSING]):
             try:
-                body = self._client.get_object(**params)["Body"]
+                answer = self._client.get_object(**params)
             except ClientError as exc:
                 if errors.error_code(exc) == "InvalidRange":  # 416: it no longer reaches `offset`
                     return 0
                 raise
+            body = answer["Body"]
+            if offset and not str(answer.get("ContentRange", "")).startswith(f"bytes {offset}-"):
+                body.close()
+                return 0
             try:
                 with target.open("wb") as handle:
                     while wanted > 0:
