@@ -362,7 +362,7 @@ class _Reader:
         ids = self.strings(path, value)
         pattern = re.compile(rf"^{kind}-([0-9a-f]{{8}}|[0-9a-f]{{17}})$")
         for i, value_id in enumerate(ids):
-            if not pattern.match(value_id):
+            if not pattern.fullmatch(value_id):
                 self.problem(f"{path}[{i}]", f"{json.dumps(value_id)} is not a {kind} id")
         return ids
 

@@ -43,7 +43,7 @@ from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, pa
 from squall.planner.text import kind, shown
 
 _INSTANCE_ID = re.compile(r"i-[0-9a-zA-Z]+")
-_FRACTION = re.compile(r"(\.\d{6})\d+")
+_FRACTION = re.compile(r"(\.\d{6})\d+", re.ASCII)
 _Parsed = TypeVar("_Parsed")
 # Times outside these are no time Kubernetes or AWS writes, and arithmetic on them overflows.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
