@@ -12,7 +12,11 @@ of the one running, for another shell.
 A server is the one in the state file only while its pid AND the start time the
 server recorded for itself match a live process: a pid that a stranger's program
 has been given since, or one whose command line merely looks like ours, is never
-signalled.
+signalled. The same holds for the real pods' process groups that `down` SIGKILLs
+after the timeout: each only while its pid has the start time recorded beside it in
+`status.json`. A state file written before the start time was recorded names a pid
+that may still be the server or may be a stranger's: `down` and `up` touch neither
+the process nor the file, and say how to tell and stop it by hand.
 
 Imports nothing heavy: `squall local status` is quick.
 """
@@ -33,7 +37,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from squall.local.server import (
     DEFAULT_PORT,
@@ -122,6 +126,7 @@ def up(
         ) from exc
     existing = read_state(state_dir)
     if existing is not None:
+        _refuse_unrecognisable(existing, state_dir)
         if _alive(existing):
             raise ControlError(
                 f"squall local is already running (pid {existing['pid']}, {existing.get('endpoint')}); "
@@ -174,13 +179,16 @@ def down(*, state_dir: Path, timeout: float = 30.0) -> str:
     state = read_state(state_dir)
     if state is None:
         return "squall local is not running"
+    _refuse_unrecognisable(state, state_dir)
     pid = state.get("pid")
     if not isinstance(pid, int) or not _alive(state):
         _remove_state(state_dir)
         return f"squall local is not running (removed the state of pid {pid}, which is gone)"
     status = _read_json(state_dir / STATUS_FILE) or {}
     groups = [
-        p["pid"] for p in status.get("processes", []) if isinstance(p, dict) and isinstance(p.get("pid"), int)
+        (p["pid"], p["processStart"])
+        for p in status.get("processes", [])
+        if isinstance(p, dict) and _valid_pid(p.get("pid")) and isinstance(p.get("processStart"), str)
     ]
     killed = _stop_process(state, timeout=timeout, groups=groups)
     _remove_state(state_dir)
@@ -280,16 +288,26 @@ def _answers(endpoint: str) -> bool:
         return False
 
 
+def _valid_pid(pid: object) -> TypeGuard[int]:
+    return not isinstance(pid, bool) and isinstance(pid, int) and pid > 0
+
+
 def _alive(state: Mapping[str, Any]) -> bool:
     """Whether the process `state` names runs: its pid, started when the server recorded (not a zombie)."""
     pid, started = state.get("pid"), state.get("processStart")
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not isinstance(started, str):
+    if not _valid_pid(pid) or not isinstance(started, str):
         return False
+    return _started_at(pid, started)
+
+
+def _started_at(pid: int, started: str | None) -> bool:
+    """Process `pid` runs (not a zombie) and, unless `started` is None, started at `started`."""
     with contextlib.suppress(ChildProcessError, OSError):
         reaped, _ = os.waitpid(pid, os.WNOHANG)  # our own child (tests): reap it if it has exited
         if reaped == pid:
             return False
-    if process_start(pid) != started:
+    current = process_start(pid)
+    if current is None or (started is not None and current != started):
         return False  # gone, or another process since
     with contextlib.suppress(OSError, IndexError):
         if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
@@ -297,8 +315,44 @@ def _alive(state: Mapping[str, Any]) -> bool:
     return True
 
 
-def _stop_process(state: Mapping[str, Any], *, timeout: float, groups: Sequence[int]) -> bool:
-    """SIGTERM, wait up to `timeout`, then SIGKILL its group and `groups`; True if it came to that."""
+def _refuse_unrecognisable(state: Mapping[str, Any], directory: Path) -> None:
+    """Raise when `state` records no start time (it predates that record) and its pid runs: it may be
+    the server still.
+
+    Such a pid cannot be told from a stranger's that was given it since: it is neither
+    signalled nor forgotten (the state file holds the session's credentials, and while
+    that server runs its port is taken), and the message says how to settle it by hand.
+    """
+    pid = state.get("pid")
+    if isinstance(state.get("processStart"), str) or not _valid_pid(pid) or not _started_at(pid, None):
+        return
+    path = directory / STATE_FILE
+    why = (
+        "records no start time for its process"
+        if "processStart" in state
+        else "predates the process start time that squall local now records"
+    )
+    endpoint = state.get("endpoint")
+    if isinstance(endpoint, str) and endpoint.startswith("http://127.0.0.1:") and _answers(endpoint):
+        seen = f"its endpoint {endpoint} still answers, so the server most likely still runs"
+    elif isinstance(endpoint, str):
+        seen = f"its endpoint {endpoint} does not answer"
+    else:
+        seen = "it records no endpoint"
+    raise ControlError(
+        f"{path} {why}, so whether pid {pid} is still Squall's server cannot be told: it may be, or "
+        f"another program may have been given that pid since; {seen}. Nothing was signalled or removed. "
+        f"See what it is with `ps -o pid,lstart,args -p {pid}`: if it is `python -m squall.local.server`, "
+        f"stop it with `kill {pid}` (it removes {path} itself as it stops); if it is not, remove {path}"
+    )
+
+
+def _stop_process(state: Mapping[str, Any], *, timeout: float, groups: Sequence[tuple[int, str]]) -> bool:
+    """SIGTERM, wait up to `timeout`, then SIGKILL its group and `groups`; True if it came to that.
+
+    `groups` are (pid, start time) of the real pods' process leaders: a group is
+    killed only while its pid still has that start time, never a stranger's since.
+    """
     pid = int(state["pid"])
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
@@ -309,7 +363,8 @@ def _stop_process(state: Mapping[str, Any], *, timeout: float, groups: Sequence[
         time.sleep(0.1)
     if not _alive(state):
         return False
-    for group in (pid, *groups):
+    ours = [pid] + [group for group, started in groups if _started_at(group, started)]
+    for group in ours:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
     for _ in range(50):

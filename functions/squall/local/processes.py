@@ -85,6 +85,7 @@ from squall.conventions import JOB_ID_LABEL, MODEL_SERVICE_LABEL
 from squall.core.logstreams import ContainerStream
 from squall.core.serving_manifests import FETCH_CONTAINER, SERVING_CONTAINER
 from squall.local.aws import REGION, endpoint_credentials
+from squall.local.server import process_start
 from squall.ports import KubeObject
 
 logger = logging.getLogger("squall.local.processes")
@@ -286,6 +287,7 @@ class _Process:
     flushing: threading.Lock = field(default_factory=threading.Lock)  # one batch at a time, in order
     serving: ServingPod | None = None  # a model service's pod: what it serves
     ports: dict[int, int] = field(default_factory=dict)  # containerPort -> loopback port
+    start_time: str | None = None  # its start time as the system counts it (server.process_start)
 
 
 class ProcessRunner:
@@ -421,6 +423,7 @@ class ProcessRunner:
             lines=queue.Queue(maxsize=BUFFERED_LINES),
             serving=serving,
             ports=listening,
+            start_time=process_start(popen.pid),  # not reaped yet: the pid is still this process's
         )
         for name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             assert pipe is not None
@@ -508,6 +511,7 @@ class ProcessRunner:
                     "pod": p.stream.pod,
                     "namespace": p.stream.namespace,
                     "pid": p.popen.pid,
+                    "processStart": p.start_time,  # what `squall local down` checks before a SIGKILL
                     "stopping": p.kill_at is not None,
                 }
                 for p in [*self._running.values(), *self._stopping]

@@ -18,7 +18,9 @@ The state directory holds:
   points the CLI at it (what `up` and `local env` print, this session's credentials
   among it); written once everything is up, removed when the process stops;
 - `status.json`: rewritten every `STATUS_SECONDS`: the clock, jobs by state,
-  nodes, pods and the real pods' processes (what `status` shows);
+  nodes, pods and the real pods' processes, each with its pid and start time (what
+  `status` shows; `down` kills a pod's process group only while its pid has that
+  start time);
 - `server.log`: the process's own output.
 
 SIGTERM or SIGINT stops it: the real pods get SIGTERM (then SIGKILL), moto stops,
