@@ -76,9 +76,15 @@ def test_down_leaves_alone_a_process_that_only_looks_like_the_server(
 def test_a_state_file_without_a_start_time_names_no_process(
     state_dir: Path, imitation: subprocess.Popen[bytes]
 ) -> None:
+    # A state from before start times were recorded: its pid may still be the server, or
+    # anyone's by now. Nothing is signalled, the state is kept, and down says why.
     record(state_dir, imitation.pid, None)
-    assert "not running" in control.down(state_dir=state_dir, timeout=2)
+    with pytest.raises(
+        control.ControlError, match=f"whether pid {imitation.pid} is still Squall.s server cannot be told"
+    ):
+        control.down(state_dir=state_dir, timeout=2)
     assert imitation.poll() is None
+    assert (state_dir / STATE_FILE).exists()
 
 
 def test_the_process_with_the_recorded_start_time_is_stopped(
