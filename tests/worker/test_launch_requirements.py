@@ -5,11 +5,8 @@ summary event either way."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -17,31 +14,11 @@ import pytest
 from trainer import logs
 from trainer.launch import LaunchError, install_requirements, run_pip
 
+from tests.worker.test_launch import wheel
+
 pytestmark = pytest.mark.timeout(300)
 
 SATISFIED = "Requirement already satisfied"
-
-
-def wheel(directory: Path) -> Path:
-    """A pure-Python wheel built by hand, so that pip installs it with no index and no build."""
-    files = {
-        "demo_pkg/__init__.py": b"VALUE = 42\n",
-        "demo_pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n",
-        "demo_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = [
-        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
-        for name, data in files.items()
-    ]
-    files["demo_pkg-1.0.dist-info/RECORD"] = (
-        "\n".join([*record, "demo_pkg-1.0.dist-info/RECORD,,"]) + "\n"
-    ).encode()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "demo_pkg-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return path
 
 
 def summary(stdout: str) -> dict[str, Any]:
