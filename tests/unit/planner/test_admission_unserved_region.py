@@ -16,17 +16,8 @@ from squall.planner.admission import AdmissionPlan, admit
 from squall.planner.kube import parse_replica_jobs
 from squall.planner.model import NodeGroup
 
-from .builders import NOW, POLICY, group, instance, node_of, resources
-
-
-def gpu_group(name: str, region: str, *, nodes: int = 1, max_size: int = 4) -> NodeGroup:
-    return group(
-        name,
-        region=region,
-        allocatable=resources("95", "1100Gi", 8, 110),
-        instances=[instance(f"i-{name}-{i}") for i in range(nodes)],
-        max_size=max_size,
-    )
+from .builders import NOW, POLICY, node_of
+from .test_admission import p4d
 
 
 def jobs_of(
@@ -58,7 +49,10 @@ def run(jobs: list[dict[str, Any]], groups: list[NodeGroup]) -> AdmissionPlan:
     )
 
 
-GROUPS = [gpu_group("gpu-usw2", "us-west-2"), gpu_group("gpu-use1", "us-east-1")]
+GROUPS = [
+    p4d("gpu-usw2", "us-west-2", nodes=1, max_size=4),
+    p4d("gpu-use1", "us-east-1", nodes=1, max_size=4),
+]
 
 
 def test_a_job_held_to_a_region_no_group_is_in_says_so() -> None:
