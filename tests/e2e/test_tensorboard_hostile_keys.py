@@ -2,33 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.outputs_helpers import LocalAws, local_aws, record_job, spec_record, squall
+from tests.e2e.test_tensorboard_cli import BUCKET, JOB, aws  # noqa: F401  (the fixture: its job and bucket)
+from tests.outputs_helpers import LocalAws, squall
 
-BUCKET = "squall-artifacts"
-JOB = "gan-5e6f7a8b"
 # window title, clipboard write (OSC 52), an 8-bit CSI, a right-to-left override (S3 takes no newline)
 HOSTILE = "\x1b]0;owned\x07\x1b]52;c;cHduZWQ=\x07\x9b2J\u202e"
 
 
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LocalAws]:
-    with local_aws(monkeypatch, tmp_path) as local:
-        with contextlib.suppress(local.s3.exceptions.BucketAlreadyOwnedByYou):
-            local.s3.create_bucket(
-                Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
-            )
-        record_job(local.store, JOB, spec=spec_record(checkpointUri=f"s3://{BUCKET}/checkpoints"))
-        yield local
-
-
 def test_a_hostile_key_is_printed_escaped(
-    aws: LocalAws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    aws: LocalAws,  # noqa: F811  (test_tensorboard_cli's fixture, imported above)
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # given: a key that would leave the directory, named to take over the terminal
     aws.s3.put_object(Bucket=BUCKET, Key=f"checkpoints/{JOB}/logs/a\\{HOSTILE}.tfevents.1", Body=b"x")
