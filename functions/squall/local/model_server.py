@@ -23,9 +23,12 @@ does what TensorFlow Serving does in a model service's pod, on the SavedModel in
   is decoded (a few bytes may declare gigabytes); at most `REST_THREADS` REST requests
   and `GRPC_THREADS` RPCs run at once (more wait their turn; gRPC refuses beyond
   `GRPC_MAX_CONCURRENT`). Each REST connection has a thread of its own, at most
-  `MAX_CONNECTIONS` (more are closed at once), so idle keep-alive connections hold no
-  request's turn; a connection that sends nothing for `SOCKET_TIMEOUT_SECONDS` is
-  closed, and a request's body must arrive within `REQUEST_SECONDS`.
+  `MAX_CONNECTIONS`: a request's first byte must come within `IDLE_SECONDS`, and all of
+  it (request line, headers, body) within `REQUEST_SECONDS` of that, no read waiting
+  more than `SOCKET_TIMEOUT_SECONDS`. A connection takes a request's turn only once its
+  request has arrived; when `MAX_CONNECTIONS` are open, a new one closes the one that
+  has waited longest on its client (idle, or slow to send), and is closed at once only
+  when all are answering. So idle or slow connections cannot starve the others.
 - SIGTERM (or SIGINT) stops it: both servers shut down, exit 0.
 
 The model and the REST formats are in `local/servable.py`.
@@ -37,9 +40,12 @@ version policies and several versions, labels, batching, warm-up, and reloads.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import re
 import signal
+import socket
 import socketserver
 import sys
 import threading
@@ -49,7 +55,7 @@ from concurrent import futures
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from squall.cli.prediction import TensorError, decode_tensor, tensor_shape
 from squall.local.servable import (
@@ -71,8 +77,10 @@ REST_THREADS = 8
 MAX_CONNECTIONS = 64
 GRPC_THREADS = 8
 GRPC_MAX_CONCURRENT = 32
-SOCKET_TIMEOUT_SECONDS = 30.0
-REQUEST_SECONDS = 60.0
+SOCKET_TIMEOUT_SECONDS = 30.0  # the longest one read waits on the client
+IDLE_SECONDS = 5.0  # for a request's first byte, on a new or a kept-alive connection
+REQUEST_SECONDS = 60.0  # for all of a request from its first byte: request line, headers, body
+CLOSING_SECONDS = 1.0  # for the thread of a connection closed to make room to end
 _READ_CHUNK = 64 * 1024
 GRPC_GRACE_SECONDS = 5.0
 
@@ -148,45 +156,148 @@ _PATH = re.compile(
 )
 
 
+class _Connection:
+    """An open REST connection: busy answering its request, or waiting on its client since `since`."""
+
+    __slots__ = ("busy", "closing", "since", "socket")
+
+    def __init__(self, sock: Any) -> None:
+        self.socket = sock
+        self.since = time.monotonic()
+        self.busy = False
+        self.closing = False  # closed to make room for a new one
+
+
 class _HTTPServer(socketserver.ThreadingMixIn, HTTPServer):
     """A thread per connection, at most `connections` of them.
 
-    A connection's thread mostly waits on its socket (a keep-alive client between
-    requests, a slow one sending its body): the handler takes one of the model's turns
-    (`_handler`'s `slots`) only while it answers a request, so idle connections cannot
-    starve the others.
+    A connection's thread mostly waits on its client: for a request (the handler's
+    `idle_seconds`), or for the rest of one (its `request_seconds`). Only once its
+    request has arrived is a connection busy: it takes one of the model's turns
+    (`_handler`'s `slots`) to predict, and is not closed to make room. When all
+    `connections` are open, a new one closes the one that has waited longest on its
+    client, and is refused only when every one is busy: idle or slow connections cannot
+    starve the others. A closed one's thread ends at once (its reads see the end).
     """
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # the kernel's queue of connections not yet taken: a burst waits there
 
     def __init__(self, address: tuple[str, int], handler: Any, *, connections: int) -> None:
-        self.connections = threading.BoundedSemaphore(connections)
+        self.connections = connections
+        self._open: dict[Any, _Connection] = {}
+        self._changed = threading.Condition()
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.connections.acquire(blocking=False):
-            self.shutdown_request(request)  # too many open: this one is closed, the others go on
+        if not self._admit(request):
+            self.shutdown_request(request)  # all busy answering: this one is closed, the others go on
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.connections.release()
+            self._forget(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.connections.release()
+            self._forget(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # the client went away, or its connection was closed to make room
+        super().handle_error(request, client_address)
+
+    def _admit(self, request: Any) -> bool:
+        with self._changed:
+            if len(self._open) >= self.connections:
+                waiting = [c for c in self._open.values() if not c.busy and not c.closing]
+                if waiting:
+                    oldest = min(waiting, key=lambda c: c.since)
+                    oldest.closing = True
+                    with contextlib.suppress(OSError):
+                        oldest.socket.shutdown(socket.SHUT_RDWR)
+                if any(c.closing for c in self._open.values()):
+                    self._changed.wait_for(lambda: len(self._open) < self.connections, CLOSING_SECONDS)
+            if len(self._open) >= self.connections:
+                return False
+            self._open[request] = _Connection(request)
+            return True
+
+    def _forget(self, request: Any) -> None:
+        with self._changed:
+            self._open.pop(request, None)
+            self._changed.notify_all()
+
+    def mark(self, request: Any, *, busy: bool) -> bool:
+        """The connection is busy answering, or waits on its client again; False if it is being closed."""
+        with self._changed:
+            connection = self._open.get(request)
+            if connection is None or connection.closing:
+                return False
+            if connection.busy != busy:
+                connection.busy = busy
+                connection.since = time.monotonic()
+            return True
+
+
+class _Reader(io.RawIOBase):
+    """A connection's socket, each read within the time its handler leaves it."""
+
+    def __init__(self, recv_into: Callable[[Any], int]) -> None:
+        super().__init__()
+        self._recv_into = recv_into
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._recv_into(buffer)
 
 
 def _handler(
     model: ModelState, *, max_body_bytes: int, slots: threading.BoundedSemaphore
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        timeout = SOCKET_TIMEOUT_SECONDS  # each read: the request line, a header, a piece of the body
+        timeout = SOCKET_TIMEOUT_SECONDS  # the longest one read waits on the client
+        idle_seconds = IDLE_SECONDS  # for a request's first byte
+        request_seconds = REQUEST_SECONDS  # for all of it from its first byte: request line, headers, body
         server_version = "squall-model-server"
+        _deadline = 0.0
+        _started = False
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # the request is read through the deadline instead
+            self.rfile = io.BufferedReader(_Reader(self._recv_into))
+
+        def _recv_into(self, buffer: Any) -> int:
+            """One read, within the time left to the request (its deadline never moves)."""
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request's time is up")
+            self.connection.settimeout(left if self.timeout is None else min(self.timeout, left))
+            count = int(self.connection.recv_into(buffer))
+            if count and not self._started:  # its first byte: the request's deadline starts
+                self._started = True
+                self._deadline = time.monotonic() + self.request_seconds
+            return count
+
+        def handle_one_request(self) -> None:
+            self._deadline = time.monotonic() + self.idle_seconds
+            self._started = False
+            super().handle_one_request()
+            if not cast(_HTTPServer, self.server).mark(self.connection, busy=False):
+                self.close_connection = True
+
+        def _arrived(self) -> None:
+            """The request is all here: the connection is busy answering, not to be closed for room."""
+            if not cast(_HTTPServer, self.server).mark(self.connection, busy=True):
+                self.close_connection = True
+                raise BadRequest("the connection was closed to make room for another")
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # one line per request is noise in the pod's log
@@ -207,6 +318,7 @@ def _handler(
             return match["name"], version, match["suffix"]
 
         def _get(self) -> tuple[int, Any]:
+            self._arrived()
             name, version, suffix = self._route()
             if suffix is None:
                 return 200, model.status(name, version)
@@ -254,22 +366,18 @@ def _handler(
                 self.close_connection = True  # the unread body must not be taken for a request
                 raise BadRequest(f"the request body is {length} bytes; at most {max_body_bytes} are accepted")
             raw = self._read(length)
+            self._arrived()
             try:
                 return json.loads(raw)
             except (ValueError, RecursionError) as exc:
                 raise BadRequest(f"the request body is not valid JSON: {first_line(exc)}") from exc
 
         def _read(self, length: int) -> bytes:
-            """The body, piece by piece, within REQUEST_SECONDS of its start (each read within `timeout`)."""
-            deadline = time.monotonic() + REQUEST_SECONDS
+            """The body, piece by piece, within the request's deadline (each read within `timeout`)."""
             pieces: list[bytes] = []
             left = length
             try:
                 while left > 0:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise TimeoutError
-                    self.connection.settimeout(min(self.timeout, remaining))
                     piece = self.rfile.read1(min(left, _READ_CHUNK))
                     if not piece:
                         break
@@ -277,12 +385,10 @@ def _handler(
                     left -= len(piece)
             except TimeoutError:
                 self.close_connection = True
+                paused = f" (or paused for {self.timeout:g} s)" if self.timeout is not None else ""
                 raise BadRequest(
-                    f"the request body did not arrive within {REQUEST_SECONDS:g} s "
-                    f"(or paused for {self.timeout:g} s)"
+                    f"the request did not arrive within {self.request_seconds:g} s{paused}"
                 ) from None
-            finally:
-                self.connection.settimeout(self.timeout)
             if left:
                 self.close_connection = True
                 raise BadRequest("the request body ended before its Content-Length")
@@ -302,6 +408,7 @@ def _handler(
                 code, payload = 500, {"error": f"{type(exc).__name__}: {first_line(exc)}"}
             data = json.dumps(payload).encode()
             try:
+                self.connection.settimeout(self.timeout)  # a read may have left it shorter
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
