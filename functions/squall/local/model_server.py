@@ -244,7 +244,7 @@ class _HTTPServer(socketserver.ThreadingMixIn, HTTPServer):
             return True
 
 
-class _Reader(io.RawIOBase):
+class _DeadlineReader(io.RawIOBase):
     """A connection's socket, each read within the time its handler leaves it."""
 
     def __init__(self, recv_into: Callable[[Any], int]) -> None:
@@ -272,7 +272,7 @@ def _handler(
         def setup(self) -> None:
             super().setup()
             self.rfile.close()  # the request is read through the deadline instead
-            self.rfile = io.BufferedReader(_Reader(self._recv_into))
+            self.rfile = io.BufferedReader(_DeadlineReader(self._recv_into))
 
         def _recv_into(self, buffer: Any) -> int:
             """One read, within the time left to the request (its deadline never moves)."""
