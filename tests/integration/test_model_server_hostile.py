@@ -30,14 +30,26 @@ class Rest:
     """The REST half of the model server on a free loopback port, its model still loading."""
 
     def __init__(
-        self, *, connections: int = model_server.MAX_CONNECTIONS, timeout: float = 30.0, loaded: bool = False
+        self,
+        *,
+        connections: int = model_server.MAX_CONNECTIONS,
+        timeout: float = 30.0,
+        loaded: bool = False,
+        servable: Any = None,
+        **deadlines: float,
     ) -> None:
+        """`servable` is the model it answers with; `deadlines` set the handler's own
+        (request_seconds, idle_seconds)."""
         slots = threading.BoundedSemaphore(REST_THREADS)
         model = ModelState(name=NAME, version=1)
-        if loaded:  # a stand-in: the tests that load one never get as far as running it
+        if servable is not None:
+            model.available(servable)
+        elif loaded:  # a stand-in: the tests that load one never get as far as running it
             model.available(object())  # type: ignore[arg-type]
-        handler = model_server._handler(model, max_body_bytes=1024, slots=slots)
+        handler: Any = model_server._handler(model, max_body_bytes=1024, slots=slots)
         handler.timeout = timeout
+        for name, seconds in deadlines.items():
+            setattr(handler, name, seconds)
         self.server = model_server._HTTPServer((HOST, 0), handler, connections=connections)
         self.port = int(self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from squall.local import model_server
-from squall.local.model_server import HOST, MAX_CONNECTIONS, REST_THREADS, ModelState
+from squall.local.model_server import HOST, MAX_CONNECTIONS
 from squall.local.servable import BadRequest, Signature
 from tests.integration.test_model_server_hostile import NAME
+from tests.integration.test_model_server_hostile import Rest as HostileRest
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -58,25 +58,17 @@ class _Model:
         return {"total": arrays["x"].sum(axis=1)}
 
 
-class Rest:
+class Rest(HostileRest):
     """The REST half of the model server on a free loopback port, serving `_Model`."""
 
     def __init__(self, *, request_seconds: float, idle_seconds: float, timeout: float = LONG) -> None:
-        model = ModelState(name=NAME, version=1)
-        model.available(_Model())  # type: ignore[arg-type]
-        slots = threading.BoundedSemaphore(REST_THREADS)
-        handler: Any = model_server._handler(model, max_body_bytes=1024, slots=slots)
-        handler.timeout = timeout
-        handler.request_seconds = request_seconds
-        handler.idle_seconds = idle_seconds
-        self.server = model_server._HTTPServer((HOST, 0), handler, connections=MAX_CONNECTIONS)
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(
+            connections=MAX_CONNECTIONS,
+            timeout=timeout,
+            servable=_Model(),
+            request_seconds=request_seconds,
+            idle_seconds=idle_seconds,
+        )
 
     def predict(self) -> tuple[int, Any]:
         connection = http.client.HTTPConnection(HOST, self.port, timeout=60)

@@ -123,14 +123,19 @@ def test_predict_grpc_imports_no_tensorflow_and_prints_nothing_of_it(
     assert done.stderr == ""
 
 
+def predict_answered(*, mode: str, target: str, tmp_path: Path) -> int:
+    """`squall predict --grpc` against the stand-in server while it answers in `mode`."""
+    Answers.mode = mode
+    try:
+        return main(["predict", "gan", "--grpc", "--url", target, "--input", request_file(tmp_path)])
+    finally:
+        Answers.mode = "twice"
+
+
 def test_a_grpc_answer_declaring_a_giant_tensor_is_a_clear_error(
     grpc_target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    Answers.mode = "giant"
-    try:
-        code = main(["predict", "gan", "--grpc", "--url", grpc_target, "--input", request_file(tmp_path)])
-    finally:
-        Answers.mode = "twice"
+    code = predict_answered(mode="giant", target=grpc_target, tmp_path=tmp_path)
     err = capsys.readouterr().err
     assert code == 1
     assert f"squall: {grpc_target}: output 'twice' of the answer: shape [49, 1048576] of float32" in err
@@ -140,11 +145,7 @@ def test_a_grpc_answer_declaring_a_giant_tensor_is_a_clear_error(
 def test_grpc_metadata_that_does_not_decode_is_a_clear_error(
     grpc_target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    Answers.mode = "corrupt metadata"
-    try:
-        code = main(["predict", "gan", "--grpc", "--url", grpc_target, "--input", request_file(tmp_path)])
-    finally:
-        Answers.mode = "twice"
+    code = predict_answered(mode="corrupt metadata", target=grpc_target, tmp_path=tmp_path)
     err = capsys.readouterr().err
     assert code == 1
     assert f"squall: {grpc_target}: model gan's metadata holds no readable signature_def" in err
@@ -154,11 +155,7 @@ def test_grpc_metadata_that_does_not_decode_is_a_clear_error(
 def test_a_grpc_servers_error_is_printed_escaped(
     grpc_target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    Answers.mode = "error"
-    try:
-        code = main(["predict", "gan", "--grpc", "--url", grpc_target, "--input", request_file(tmp_path)])
-    finally:
-        Answers.mode = "twice"
+    code = predict_answered(mode="error", target=grpc_target, tmp_path=tmp_path)
     err = capsys.readouterr().err
     assert code == 1
     assert "INVALID_ARGUMENT: bad\\x1b]0;owned\\x07" in err
