@@ -53,6 +53,7 @@ from stacks.packaging import (  # noqa: E402
     PipBundling,
     bytecode_python,
     compile_command,
+    pip_command,
     runtime_requirements,
     staged_source,
 )
@@ -130,27 +131,7 @@ def local_pip(command: Sequence[str]) -> None:
 
 def runtime_provided(target: Path, python: str) -> None:
     """boto3 and botocore, which the Lambda runtime provides, with their bytecode."""
-    local_pip(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-compile",
-            "--platform",
-            "x",
-            "--implementation",
-            "cp",
-            "--python-version",
-            constants.PYTHON_VERSION,
-            "--only-binary=:all:",
-            "--target",
-            str(target),
-            "boto3",
-        ]
-    )
+    local_pip(pip_command(target=str(target), requirements=["boto3"]))
     subprocess.run(compile_command(python=python, target=str(target)), check=True, capture_output=True)
 
 
