@@ -106,6 +106,16 @@ class Job:
     max_retries: int = 0
     # The SQS SenderId of the message that submitted it (the principal's unique id and session).
     submitted_by: str | None = None
+    # Where admission placed it (set together; None while it waits in the queue).
+    cluster: str | None = None
+    region: str | None = None
+    priority: int = 0
+    # Back in the queue after its pods were lost (admission keeps its place and says so).
+    requeued: bool = False
+    # The scheduling part of its replicas, compact JSON (core/queue.py queue_shape); "" for none.
+    queue_shape: str = ""
+    # Admission created its Kubernetes objects in `cluster` (a PLACED entry until then).
+    objects_created: bool = False
 
     @property
     def is_sweep(self) -> bool:

@@ -233,6 +233,12 @@ def job_values(job: Job) -> dict[str, Any]:
         "retriesUsed": job.retries_used,
         "maxRetries": job.max_retries,
         "submittedBy": job.submitted_by,
+        "cluster": job.cluster,
+        "region": job.region,
+        "priority": job.priority,
+        "requeued": job.requeued or None,
+        "queueShape": job.queue_shape or None,
+        "objectsCreated": job.objects_created or None,
     }
 
 
@@ -260,6 +266,12 @@ def job_from_item(item: dict[str, Any]) -> Job:
         retries_used=int(v.get("retriesUsed", 0)),
         max_retries=int(v.get("maxRetries", 0)),
         submitted_by=v.get("submittedBy"),
+        cluster=v.get("cluster"),
+        region=v.get("region"),
+        priority=int(v.get("priority", 0)),
+        requeued=bool(v.get("requeued", False)),
+        queue_shape=v.get("queueShape") or "",
+        objects_created=bool(v.get("objectsCreated", False)),
     )
 
 
@@ -378,14 +390,22 @@ class DynamoJobStore:
 
     def save(self, job: Job, event: JobEvent) -> None:
         """The job (version n) and its event, in one transaction, if the stored job is version n - 1."""
-        attributes = {k: v for k, v in job_to_item(job).items() if k not in ("pk", "sk")}
+        plain = job_values(job)
+        attributes = {k: v for k, v in to_item(plain).items() if k not in ("pk", "sk")}
+        # An attribute the job no longer has is removed, so the item is the job: above all the
+        # queue index's keys (gsi2pk/gsi2sk), which must go when a job leaves the queue.
+        absent = [k for k, v in plain.items() if v is None]
         names = {f"#a{i}": name for i, name in enumerate(attributes)}
+        names |= {f"#r{i}": name for i, name in enumerate(absent)}
         values = {f":v{i}": value for i, value in enumerate(attributes.values())}
+        expression = "SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(attributes)))
+        if absent:
+            expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(absent)))
         update_job = {
             "TableName": self._table,
             "Key": job_key(job.id),
             # SET, not a whole-item put: the item keeps the first event it was created with.
-            "UpdateExpression": "SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(attributes))),
+            "UpdateExpression": expression,
             "ConditionExpression": "#version = :expected",
             "ExpressionAttributeNames": names | {"#version": "version"},
             "ExpressionAttributeValues": values | {":expected": {"N": str(job.version - 1)}},
