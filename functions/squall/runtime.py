@@ -16,6 +16,7 @@ This module and the adapters are the only places that import boto3 or kubernetes
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import random
@@ -82,7 +83,8 @@ class Services:
     settings: Settings
     clock: Clock
     store: JobStore
-    cluster: ServingCluster
+    # cluster name -> its API, in the settings' preference order (one entry for one cluster)
+    clusters: Mapping[str, ServingCluster]
     metrics: MetricsSink
     scale_requests: ScaleRequests
     fleet: Fleet | None = None
@@ -102,14 +104,24 @@ class Services:
         return ModelServing(
             store=self.model_services,
             saved_models=self.saved_models,
-            cluster=self.cluster,
+            clusters=self.clusters,
             settings=self.settings.serving,
         )
 
     @functools.cached_property
     def node_groups(self) -> list[NodeGroup]:
-        """The configured groups, parsed once per process (settings do not change)."""
-        return read_node_groups(self.settings.node_groups)[0]
+        """The configured groups, parsed once per process (settings do not change).
+
+        Each carries its cluster's name when there are several clusters (the planner tells
+        them apart by it); with one cluster, none (the planner's one-cluster case).
+        """
+        groups = read_node_groups(self.settings.node_groups)[0]
+        if len(self.clusters) <= 1:
+            return [dataclasses.replace(group, cluster="") for group in groups]
+        return [
+            dataclasses.replace(group, cluster=self.settings.group_cluster(raw))
+            for group, raw in zip(groups, self.settings.node_groups, strict=True)
+        ]
 
     @functools.cached_property
     def scale_config(self) -> ScaleConfig:
@@ -119,6 +131,7 @@ class Services:
             policy=self.settings.policy.planner_policy(),
             teams=self.settings.team_shares(),
             dry_run=self.settings.dry_run,
+            ttl_after_finished=self.settings.policy.job_ttl_after_finished,
         )
 
     @functools.cached_property
@@ -132,7 +145,7 @@ class Services:
             raise RuntimeError("this runtime has no fleet: the scale function needs one")
         return Scaler(
             state=self.scale_state,
-            cluster=self.cluster,
+            clusters=self.clusters,
             fleet=self.fleet,
             clock=self.clock,
             metrics=self.metrics,
@@ -146,7 +159,7 @@ class Services:
         settings = self.settings
         return Intake(
             store=self.store,
-            cluster=self.cluster,
+            clusters=self.clusters,
             clock=self.clock,
             metrics=self.metrics,
             config=IntakeConfig(
@@ -173,7 +186,7 @@ class Services:
         return LifecycleService(
             drains=self.drain_store,
             queue=self.drain_queue,
-            cluster=self.cluster,
+            clusters=self.clusters,
             fleet=self.fleet,
             jobs=self.store,
             scale_state=self.scale_state,
@@ -199,7 +212,7 @@ class Services:
         intake = self.intake
         return Reconciler(
             store=self.store,
-            cluster=self.cluster,
+            clusters=self.clusters,
             clock=self.clock,
             metrics=self.metrics,
             intake=intake,
@@ -331,7 +344,7 @@ def _from_environment(metrics: Any | None) -> Services:
     from squall.adapters.aws.drain_queue import SqsDrainQueue
     from squall.adapters.aws.drain_store import DynamoDrainStore
     from squall.adapters.aws.eventbridge import EventBridgeScaleRequests
-    from squall.adapters.aws.identity import IamPrincipals, describe_cluster, resolve_submitters
+    from squall.adapters.aws.identity import IamPrincipals, resolve_submitters
     from squall.adapters.aws.job_store import DynamoJobStore
     from squall.adapters.aws.model_service_store import DynamoModelServiceStore
     from squall.adapters.aws.saved_models import S3SavedModels
@@ -351,19 +364,16 @@ def _from_environment(metrics: Any | None) -> Services:
             clients[(service, region)] = session.client(service, region_name=region)
         return clients[(service, region)]
 
-    cluster_settings = settings.cluster
-    if not (cluster_settings.certificate_authority and cluster_settings.endpoint):
-        cluster_settings = _described(
-            cluster_settings,
-            lambda: describe_cluster(
-                regional("eks", cluster_settings.region or session.region_name or ""), cluster_settings.name
-            ),
-        )
-    cluster: ServingCluster = KubernetesCluster(api_client_for(cluster_settings, session=session))
-    if settings.namespaces:
-        cluster = NamespacedCluster(
-            cluster, settings.namespaces, cluster_wide_pods=settings.cluster_wide_pods
-        )
+    clusters: dict[str, ServingCluster] = {}
+    for configured in settings.clusters:
+        if not (configured.certificate_authority and configured.endpoint):
+            configured = _described(configured, _describer(regional, configured, session.region_name))
+        cluster: ServingCluster = KubernetesCluster(api_client_for(configured, session=session))
+        if settings.namespaces:
+            cluster = NamespacedCluster(
+                cluster, settings.namespaces, cluster_wide_pods=settings.cluster_wide_pods
+            )
+        clusters[configured.name] = cluster
     submitters: dict[str, frozenset[str]] = {}
     if settings.submitters:
         resolved = resolve_submitters(settings.submitters, IamPrincipals(session.client("iam")))
@@ -375,7 +385,7 @@ def _from_environment(metrics: Any | None) -> Services:
         settings=settings,
         clock=clock,
         store=DynamoJobStore(dynamodb, settings.table_name),
-        cluster=cluster,
+        clusters=clusters,
         metrics=PowertoolsMetrics(metrics) if metrics is not None else RecordingMetrics(clock),
         scale_requests=EventBridgeScaleRequests(session.client("events"), bus_name=settings.event_bus_name),
         fleet=AutoScalingFleet(
@@ -411,6 +421,15 @@ def _prepare_for_init() -> None:
 
 
 _prepare_for_init()
+
+
+def _describer(
+    regional: Callable[[str, str], Any], cluster: ClusterSettings, default_region: str | None
+) -> Callable[[], ClusterEndpoint]:
+    """DescribeCluster of one configured cluster, in its region."""
+    from squall.adapters.aws.identity import describe_cluster
+
+    return lambda: describe_cluster(regional("eks", cluster.region or default_region or ""), cluster.name)
 
 
 def _described(cluster: ClusterSettings, describe: Callable[[], ClusterEndpoint]) -> ClusterSettings:

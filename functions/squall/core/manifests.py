@@ -9,10 +9,12 @@ name Squall is creating is kept only when its labels say it is that very job's
 (`owned_alike`); otherwise creating fails with `name_taken`'s words, and the object
 is neither adopted nor deleted (deletes go by label, never by name).
 
-Every Job is created suspended (``spec.suspend: true``): no pod exists until the scale
-check admits the whole job (planner/admission.py), writes its region into the pod
-templates and unsuspends every replica. Its priority, submission time and replica
-count ride on the Job as annotations, so the queue is read from the cluster alone.
+A queued job has no objects: its record in DynamoDB is the queue entry. The scale check
+admits the whole job to one cluster and region (planner/admission.py) and creates its
+objects there, let go and pinned to the region (``render(..., region=...)``). Rendered
+without a region the Jobs are suspended: that is the shape the queue entry keeps of the
+job's pods (core/queue.py). Priority, submission time and replica count ride on each Job
+as annotations for people reading the cluster.
 
 Retries: ``backoffLimit`` is the spec's ``retries`` and a pod failure policy fails
 the Job at once on an application error (non-zero exit), so only infrastructure
@@ -170,11 +172,14 @@ def render(
     ttl_after_finished: timedelta = DEFAULT_TTL_AFTER_FINISHED,
     submitted_at: datetime | None = None,
     requeued: bool = False,
+    region: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Every object Squall creates for one job: Jobs first (suspended), then Services.
+    """Every object Squall creates for one job: Jobs first, then Services.
 
-    `submitted_at` orders the job in the queue (the record's time, so that a re-created
-    job keeps its place); `requeued` puts it first within its priority.
+    Without `region` the Jobs are suspended: the shape of a queued job (core/queue.py reads
+    its pods from them). With the `region` admission chose, they are the objects admission
+    creates: let go (not suspended) and pinned to that region (`admission_patch`).
+    `submitted_at` and `requeued` ride along as annotations for people reading the cluster.
     """
     replicas = spec.replica_list()
     distributed = len(replicas) > 1
@@ -195,10 +200,25 @@ def render(
         )
         for replica in replicas
     ]
+    if region is not None:
+        jobs = [_merged(job, admission_patch(job, region=region)) for job in jobs]
     services = (
         [_service(job_id=job_id, namespace=namespace, replica=r) for r in replicas] if distributed else []
     )
     return jobs + services
+
+
+def _merged(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """`target` with a JSON merge patch (RFC 7386) applied: maps merge, anything else replaces, null deletes."""
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = json.loads(json.dumps(value)) if isinstance(value, Mapping | list) else value
+    return merged
 
 
 def _metadata(*, name: str, namespace: str, job_id: str, spec: JobSpec, replica: Replica) -> dict[str, Any]:

@@ -51,7 +51,7 @@ _ASSET_ROOT = Path(__file__).resolve().parents[1]
 
 
 class ClusterSettings(BaseModel):
-    """How the functions reach the Kubernetes API."""
+    """How the functions reach one Kubernetes cluster's API (one entry of ``clusters``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -268,12 +268,54 @@ class Settings(BaseSettings):
     # a node counts for its use), so only its Job lists go namespace by namespace.
     cluster_wide_pods: bool = False
     policy: PolicySettings = Field(default_factory=PolicySettings)
-    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    # Every cluster Squall admits jobs to, in preference order (cdk.json `clusters`); the old
+    # single `cluster` key is read as a list of one. Node groups name theirs (`cluster`).
+    clusters: list[ClusterSettings] = Field(default_factory=list)
+    cluster: ClusterSettings | None = None
     serving: ServingSettings = Field(default_factory=ServingSettings)
     dry_run: bool = False
     # Squall's own lifecycle hooks (names) on the groups it manages
     launch_hook_name: str = "squall-launch"
     terminate_hook_name: str = "squall-terminate"
+
+    @model_validator(mode="after")
+    def _one_cluster_list(self) -> Settings:
+        """`cluster` (the one-cluster form) becomes `clusters`; groups are checked against them."""
+        if self.cluster is not None:
+            if self.clusters:
+                raise ValueError("give either clusters (a list) or cluster (one), not both")
+            self.clusters = [self.cluster]
+            self.cluster = None
+        if not self.clusters:
+            self.clusters = [ClusterSettings()]
+        names = [c.name for c in self.clusters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"clusters: names must differ, got {', '.join(map(repr, names))}")
+        for index, group in enumerate(self.node_groups):
+            named = group.get("cluster") if isinstance(group, Mapping) else None
+            if named is None:
+                if len(self.clusters) > 1:
+                    raise ValueError(
+                        f"nodeGroups[{index}].cluster: required when more than one cluster is configured "
+                        f"(one of {', '.join(names)})"
+                    )
+                continue
+            if named not in names:
+                raise ValueError(
+                    f"nodeGroups[{index}].cluster: {str(named)[:100]!r} is not a configured cluster "
+                    f"(one of {', '.join(map(repr, names))})"
+                )
+        return self
+
+    @property
+    def cluster_names(self) -> list[str]:
+        """The configured clusters' names, in preference order."""
+        return [c.name for c in self.clusters]
+
+    def group_cluster(self, group: Mapping[str, Any]) -> str:
+        """The cluster a configured node group belongs to (the only one when it names none)."""
+        named = group.get("cluster")
+        return str(named) if named is not None else self.clusters[0].name
 
     @model_validator(mode="after")
     def _serving_images(self) -> Settings:

@@ -47,6 +47,8 @@ class Metric(StrEnum):
     SCALE_DOWNS = "ScaleDowns"
     UNSCHEDULABLE_PODS = "UnschedulablePods"
     UNREADABLE_OBJECTS = "UnreadableObjects"  # dimension: Kind (node, pod); left out or counted busy
+    # dimension: Cluster; 1 while a check or run could not reach its API (list calls failed), else 0
+    CLUSTER_UNREACHABLE = "ClusterUnreachable"
     # admission (the scale check): per team (dimension Team) what waits and what is admitted
     QUEUED_JOBS = "QueuedJobs"  # dimension: Team
     QUEUED_GPUS = "QueuedGpus"  # dimension: Team

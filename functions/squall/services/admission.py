@@ -1,24 +1,39 @@
-"""Admission as the scale check does it: read the queue, decide (pure), let jobs run, say why others wait.
+"""Admission as the scale check does it: read the queue, decide (pure), create the admitted jobs' objects.
 
-The queue is the cluster's suspended replica Jobs (core/manifests.py creates every Job
-suspended). The decision is `squall.planner.admission.admit`; acting on it is one merge
-patch per replica Job (its region into the pod template, `suspend: false`), then a
-reason on the job's record. The scale check runs it under its lease, so there is one
-writer; `Admitter.run` runs it alone where there is no fleet (service tests).
+The queue lives in DynamoDB (core/queue.py): a queued job has no Kubernetes objects, only
+its record, whose index entry holds what admission needs. Each check reads the waiting
+entries and the placed ones (admitted to a cluster, objects not all created), and each
+reachable cluster's replica Jobs (what runs counts against the teams' quotas). The decision
+is `squall.planner.admission.admit`, which chooses a site (a cluster and a region) for each
+admitted gang. Acting on it is, per job: the record first (cluster and region, under a
+condition on its version, so a job is placed once and its objects never exist in two
+clusters), then its objects in that cluster (deterministic names: a retry finishes what a
+killed check left), then the record again (objects created). A check creates at most
+MAX_CREATES objects; the rest continue at the next check, first, without losing their place.
+The scale check runs it under its lease, so there is one writer; `Admitter.run` runs it
+alone where there is no fleet (service tests).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from aws_lambda_powertools import Logger
 
-from squall.core.errors import MAX_ERROR_TEXT, NotFoundError, SquallError
-from squall.core.jobs import Reason, reason_code
-from squall.core.manifests import admission_patch
+from squall.core import manifests
+from squall.core.errors import (
+    MAX_ERROR_TEXT,
+    ConflictError,
+    PermanentError,
+    RetryableError,
+    SquallError,
+)
+from squall.core.jobs import Job, JobStatus, Reason, is_terminal, reason_code, transition
+from squall.core.queue import QueueEntry, replica_jobs
+from squall.core.spec import load_spec
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import Node, NodeGroup, Pod, Policy
 from squall.planner.admission import (
@@ -32,15 +47,22 @@ from squall.planner.admission import (
 )
 from squall.planner.inventory import Inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, pod_cache, replica_job_cache
+from squall.planner.sites import site as entry_site
+from squall.planner.sites import split_site
 from squall.planner.text import amounts, counted
 from squall.ports import Cluster, JobStore, MetricsSink
-from squall.services.intake import note_job
+from squall.services.intake import note_job, update_job
 
 logger = Logger(service=SERVICE, child=True)
 
 # Queued jobs whose record gets a new reason per check, head of the queue first: the
 # others follow in the next checks (the decision record holds the queue's first part).
 MAX_QUEUE_NOTES = 100
+# Kubernetes objects one check creates at most (each a create call of about 20-50 ms): the
+# admissions past it keep their place and are finished first by the next check.
+MAX_CREATES = 400
+# An admitted job's objects were created: its record leaves the placed part of the queue.
+OBJECTS_CREATED = "ObjectsCreated"
 
 
 class Report(Protocol):
@@ -86,37 +108,110 @@ def note_or_report(
 class AdmissionMemory:
     """What earlier checks in this process saw; keep one per process (a warm Lambda reuses it)."""
 
-    jobs: ParseCache[ReplicaJob | None] = field(default_factory=replica_job_cache)
+    # cluster name -> its replica Jobs, parsed (qualified by the cluster when there are several)
+    jobs: dict[str, ParseCache[ReplicaJob | None]] = field(default_factory=dict)
+    # (job id, record version, placed) -> the replica Jobs its queue entry stands for
+    entries: dict[tuple[str, int, bool], list[ReplicaJob]] = field(default_factory=dict)
+    # what the last read of the queue was made of: changed when a Job or an entry is new, changed or gone
+    seen: tuple[object, ...] = ()
+    changed: bool = True
     prepared: AdmissionCache = field(default_factory=AdmissionCache)
     # job id -> the queue reason last written on its record by this process
     noted: dict[str, str] = field(default_factory=dict)
 
+    def jobs_of(self, cluster: str, *, qualified: bool) -> ParseCache[ReplicaJob | None]:
+        if cluster not in self.jobs:
+            self.jobs[cluster] = replica_job_cache(cluster=cluster if qualified else None)
+        return self.jobs[cluster]
+
 
 @dataclass
 class Admitter:
-    cluster: Cluster
+    clusters: Mapping[str, Cluster]
     metrics: MetricsSink
     teams: Mapping[str, TeamShare]
     policy: Policy
-    store: JobStore | None = None  # for the reasons on jobs' records; None: admit only
+    store: JobStore | None = None  # the queue and the reasons on jobs' records; None: no queue to admit
     parsed: AdmissionMemory = field(default_factory=AdmissionMemory)
-    _listed: Sequence[Mapping[str, Any]] = ()
+    ttl_after_finished: timedelta = manifests.DEFAULT_TTL_AFTER_FINISHED
+    # clusters this check could not reach: nothing is read from or created in them
+    unreachable: set[str] = field(default_factory=set)
+
+    @property
+    def qualified(self) -> bool:
+        """Whether the planner tells clusters apart (only when there are several)."""
+        return len(self.clusters) > 1
 
     def read_queue(self) -> list[ReplicaJob]:
-        """Squall's replica Jobs; an unreadable one is left out, logged and counted."""
-        raw_jobs = self.cluster.list_jobs()
-        self._listed = raw_jobs
-        jobs = [job for job in self.parsed.jobs.parse_all(raw_jobs, unreadable=lambda item, why: None) if job]
-        problems = self.parsed.jobs.unreadable
-        if problems:
-            logger.warning("jobs admission cannot read", count=len(problems), first=problems[0][:500])
-            self.metrics.add(Metric.UNREADABLE_OBJECTS, len(problems), dimensions={"Kind": "job"})
+        """The queue's entries as replica Jobs, with each reachable cluster's running ones (quotas).
+
+        An unreadable Job or entry is left out, logged and counted; a cluster whose list
+        fails now is unreachable for this check.
+        """
+        listed: list[ReplicaJob] = []
+        changed = False
+        seen: list[object] = []
+        for name, cluster in self.clusters.items():
+            if name in self.unreachable:
+                continue
+            cache = self.parsed.jobs_of(name, qualified=self.qualified)
+            try:
+                raw_jobs = cluster.list_jobs()
+            except RetryableError as exc:
+                self.unreachable.add(name)
+                logger.warning(
+                    "cluster unreachable: its Jobs could not be listed", cluster=name, error=str(exc)
+                )
+                continue
+            parsed = cache.parse_all(raw_jobs, unreadable=lambda item, why: None)
+            changed = changed or cache.changed
+            listed.extend(job for job in parsed if job is not None and not job.suspended)
+            problems = cache.unreadable
+            if problems:
+                logger.warning("jobs admission cannot read", count=len(problems), first=problems[0][:500])
+                self.metrics.add(Metric.UNREADABLE_OBJECTS, len(problems), dimensions={"Kind": "job"})
+        entries: list[tuple[QueueEntry, bool]] = []
+        if self.store is not None:
+            entries = [(e, True) for e in self.store.queue(placed=True)]
+            entries += [(e, False) for e in self.store.queue()]
+        placed = {entry.job_id for entry, is_placed in entries if is_placed}
+        jobs = [job for job in listed if job.job_id not in placed]
+        kept: dict[tuple[str, int, bool], list[ReplicaJob]] = {}
+        for entry, is_placed in entries:
+            key = (entry.job_id, entry.version, is_placed)
+            seen.append(key)
+            replicas = self.parsed.entries.get(key)
+            if replicas is None:
+                try:
+                    replicas = self._replicas(entry, placed=is_placed)
+                except ValueError as exc:
+                    logger.warning(
+                        "queue entry admission cannot read", job_id=entry.job_id, error=str(exc)[:500]
+                    )
+                    self.metrics.add(Metric.UNREADABLE_OBJECTS, 1, dimensions={"Kind": "queue entry"})
+                    replicas = []
+            kept[key] = replicas
+            jobs.extend(replicas)
+        self.parsed.entries = kept
+        signature = tuple(seen)
+        self.parsed.changed = changed or signature != self.parsed.seen
+        self.parsed.seen = signature
         return jobs
+
+    def _replicas(self, entry: QueueEntry, *, placed: bool) -> list[ReplicaJob]:
+        replicas = replica_jobs(entry, qualify_cluster=self.qualified)
+        if placed:
+            # Admitted, objects not all created: the planner finishes it where it was placed.
+            site = entry_site(entry.region or "", (entry.cluster or "") if self.qualified else "")
+            replicas = [replace(r, suspended=True, admitted_region=site) for r in replicas]
+        else:
+            replicas = [replace(r, suspended=True, admitted_region=None) for r in replicas]
+        return replicas
 
     @property
     def queue_changed(self) -> bool:
-        """Whether the latest read of the queue found a Job new, changed or gone."""
-        return self.parsed.jobs.changed
+        """Whether the latest read of the queue found a Job or an entry new, changed or gone."""
+        return self.parsed.changed
 
     def decide(
         self,
@@ -142,8 +237,14 @@ class Admitter:
 
     def run(self, *, now: datetime, outcome: Report, groups: Sequence[NodeGroup] = ()) -> AdmissionPlan:
         """Observe, decide and act, without a scale check around it (no fleet to plan for)."""
-        nodes = node_cache().parse_all(self.cluster.list_nodes(), unreadable=lambda item, why: None)
-        pods = pod_cache().parse_all(self.cluster.list_pods(), unreadable=busy_stand_in)
+        nodes: list[Node] = []
+        pods: list[Pod] = []
+        for name, cluster in self.clusters.items():
+            where = name if self.qualified else None
+            nodes += node_cache(cluster=where).parse_all(
+                cluster.list_nodes(), unreadable=lambda item, why: None
+            )
+            pods += pod_cache(cluster=where).parse_all(cluster.list_pods(), unreadable=busy_stand_in)
         decided = self.decide(jobs=self.read_queue(), nodes=nodes, pods=pods, groups=groups, now=now)
         self.act(decided, now=now, outcome=outcome)
         self.note_queue(decided, now=now, outcome=outcome)
@@ -152,63 +253,163 @@ class Admitter:
 
     # ---- act -------------------------------------------------------------------
 
-    def act(self, admission: AdmissionPlan, *, now: datetime, outcome: Report) -> None:
-        """Unsuspend every replica Job of each admitted job, pinned to its region.
+    def where(self, site: str) -> tuple[str, str]:
+        """The cluster and region of a site the planner chose."""
+        cluster, region = split_site(site)
+        return (cluster or next(iter(self.clusters)), region)
 
-        A failure part way leaves the job admitted in part (its region annotated on the
-        Jobs already let go): the next check finishes it in the same region.
+    def act(self, admission: AdmissionPlan, *, now: datetime, outcome: Report) -> None:
+        """Place each admitted job (its record), create its objects in that cluster, record that.
+
+        Admissions an earlier check began (`resumed`) are finished first. One job's trouble
+        never costs the others; past MAX_CREATES objects the rest wait for the next check.
         """
-        if not admission.admitted:
+        if not admission.admitted or self.store is None:
             return
-        wanted = {(replica.namespace, replica.name) for a in admission.admitted for replica in a.jobs}
-        listed: dict[tuple[Any, Any], Mapping[str, Any]] = {}
-        for obj in self._listed:
-            metadata = obj.get("metadata")
-            if (
-                isinstance(metadata, Mapping)
-                and (key := (metadata.get("namespace"), metadata.get("name"))) in wanted
-            ):
-                listed[key] = obj
-        for admitted in admission.admitted:
+        budget = MAX_CREATES
+        ordered = sorted(admission.admitted, key=lambda a: not a.resumed)
+        for number, admitted in enumerate(ordered):
+            if budget <= 0:
+                outcome.skipped.append(
+                    f"{len(ordered) - number} admitted jobs wait for the next check "
+                    f"(at most {MAX_CREATES} objects created per check)"
+                )
+                break
             try:
-                if self._unsuspend(admitted, listed, outcome=outcome):
-                    outcome.done.setdefault("admitted", []).append(
-                        {"job": admitted.job_id, "region": admitted.region, "gpus": admitted.gpus}
-                    )
-                    self.parsed.noted.pop(admitted.job_id, None)
-                    self._note(
-                        admitted.job_id,
-                        reason_code(Reason.ADMITTED, admitted.region),
-                        f"admitted whole in {admitted.region}: {_asks(admitted)} over "
-                        f"{counted(len(admitted.jobs), 'replica Job')}; its run time counts from now",
-                        now=now,
-                        outcome=outcome,
-                    )
+                budget -= self._admit(admitted, now=now, outcome=outcome)
             except Exception as exc:
-                # One job's trouble never costs the others.
                 self._job_failed(outcome, admitted.job_id, f"admit {admitted.job_id}", exc)
 
-    def _unsuspend(
-        self, admitted: Admitted, listed: Mapping[tuple[Any, Any], Mapping[str, Any]], *, outcome: Report
-    ) -> bool:
-        for replica in admitted.jobs:
-            raw = listed.get((replica.namespace, replica.name))
-            if raw is None:
-                return False
-            try:
-                self.cluster.patch_job(
-                    namespace=replica.namespace,
-                    name=replica.name,
-                    patch=admission_patch(dict(raw), region=admitted.region),
+    def _admit(self, admitted: Admitted, *, now: datetime, outcome: Report) -> int:
+        """One admitted job: returns how many objects it tried to create."""
+        assert self.store is not None
+        cluster_name, region = self.where(admitted.region)
+        job = self.store.get(admitted.job_id)
+        if (
+            job is None
+            or job.status is not JobStatus.QUEUED
+            or (job.cluster is not None and job.objects_created)
+        ):
+            outcome.skipped.append(f"{admitted.job_id}: no longer waiting for admission")
+            return 0
+        if job.cluster is None:
+            if cluster_name in self.unreachable:
+                return 0
+            placed = self._place(job, cluster=cluster_name, region=region, admitted=admitted, now=now)
+            if placed is None:
+                outcome.skipped.append(f"{admitted.job_id}: its record changed; the next check decides again")
+                return 0
+            job = placed
+            self.parsed.noted.pop(job.id, None)
+            outcome.done.setdefault("admitted", []).append(
+                {"job": job.id, "cluster": cluster_name, "region": region, "gpus": admitted.gpus}
+            )
+        assert job.cluster is not None
+        if job.cluster in self.unreachable or job.cluster not in self.clusters:
+            outcome.skipped.append(f"{job.id}: its cluster {job.cluster} cannot be reached; its objects wait")
+            return 0
+        objects = manifests.render(
+            load_spec(job.spec),
+            job_id=job.id,
+            namespace=job.namespace,
+            ttl_after_finished=self.ttl_after_finished,
+            submitted_at=job.submitted_at,
+            requeued=job.requeued,
+            region=job.region or region,
+        )
+        cluster = self.clusters[job.cluster]
+        try:
+            for manifest in objects:
+                cluster.create(manifest)
+        except RetryableError as exc:
+            outcome.errors.append(f"create {job.id} in {job.cluster}: {exc}"[:MAX_ERROR_TEXT])
+            logger.warning(
+                "could not create job objects; the next check goes on", job_id=job.id, error=str(exc)
+            )
+            return len(objects)
+        except PermanentError as exc:
+            self._refused(job, cluster=cluster, exc=exc, now=now, outcome=outcome)
+            return len(objects)
+        created = update_job(
+            self.store,
+            job,
+            lambda current: (
+                None
+                if current.status is not JobStatus.QUEUED
+                or current.cluster != job.cluster
+                or current.objects_created
+                else transition(
+                    current,
+                    to=JobStatus.QUEUED,
+                    reason=OBJECTS_CREATED,
+                    at=now,
+                    message=f"{counted(len(objects), 'object')} created in cluster {job.cluster}",
+                    objects_created=True,
                 )
-            except NotFoundError:
-                outcome.skipped.append(f"{replica.name}: gone before admission (cancelled?)")
-                return False
-            except SquallError as exc:
-                outcome.errors.append(f"admit {replica.name}: {exc}"[:MAX_ERROR_TEXT])
-                logger.warning("could not admit replica", job=replica.name, error=str(exc))
-                return False
-        return True
+            ),
+        )
+        if created is None and (latest := self.store.get(job.id)) is not None and is_terminal(latest.status):
+            # Cancelled (or failed) while its objects were being made: they go with it.
+            cluster.delete_job_objects(namespace=job.namespace, job_id=job.id)
+        return len(objects)
+
+    def _place(self, job: Job, *, cluster: str, region: str, admitted: Admitted, now: datetime) -> Job | None:
+        """Record where the job goes, once: None when its record moved on meanwhile."""
+        assert self.store is not None
+        where = f"cluster {cluster}, {region}" if self.qualified else region
+        message = (
+            f"admitted whole in {where}: {_asks(admitted)} over "
+            f"{counted(len(admitted.jobs), 'replica Job')}; its run time counts from now"
+        )
+        try:
+            return update_job(
+                self.store,
+                job,
+                lambda current: (
+                    None
+                    if current.status is not JobStatus.QUEUED or current.cluster is not None
+                    else transition(
+                        current,
+                        to=JobStatus.QUEUED,
+                        reason=reason_code(Reason.ADMITTED, region),
+                        at=now,
+                        message=message,
+                        cluster=cluster,
+                        region=region,
+                        objects_created=False,
+                    )
+                ),
+            )
+        except ConflictError:
+            return None
+
+    def _refused(
+        self, job: Job, *, cluster: Cluster, exc: PermanentError, now: datetime, outcome: Report
+    ) -> None:
+        """The cluster refused the job's objects (a missing namespace, a webhook): the job fails with why."""
+        assert self.store is not None
+        logger.warning("cluster refused job objects", job_id=job.id, cluster=job.cluster, error=str(exc))
+        outcome.errors.append(f"create {job.id}: {exc}"[:MAX_ERROR_TEXT])
+        try:
+            cluster.delete_job_objects(namespace=job.namespace, job_id=job.id)
+        except SquallError as cleanup:
+            logger.warning("could not delete a refused job's objects", job_id=job.id, error=str(cleanup))
+        update_job(
+            self.store,
+            job,
+            lambda current: (
+                None
+                if is_terminal(current.status)
+                else transition(
+                    current,
+                    to=JobStatus.FAILED,
+                    reason=Reason.CLUSTER_REFUSED,
+                    at=now,
+                    message=str(exc)[:2000],
+                )
+            ),
+        )
+        self.metrics.add(Metric.JOBS_FAILED, 1)
 
     # ---- why jobs wait ---------------------------------------------------------------
 

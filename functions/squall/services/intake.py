@@ -31,6 +31,7 @@ from aws_lambda_powertools import Logger
 from squall.core import manifests
 from squall.core.errors import ConflictError, DuplicateJobError, ItemTooLargeError, PermanentError
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal, new_job, note, transition
+from squall.core.queue import queue_shape
 from squall.core.serving import (
     CLEARED_OBSERVATIONS,
     LIVE,
@@ -114,12 +115,13 @@ class IntakeConfig:
 @dataclass
 class Intake:
     store: JobStore
-    cluster: Cluster
+    # cluster name -> its API: cancels delete a job's objects in the one its record names
+    clusters: Mapping[str, Cluster]
     clock: Clock
     metrics: MetricsSink
     config: IntakeConfig
-    # jobs (and model services, by name) whose objects were created in this batch and now
-    # wait for capacity: the handler asks for one scale check for them all
+    # jobs put in the queue in this batch (and model services, by name, whose objects were
+    # created) that wait for capacity: the handler asks for one scale check for them all
     waiting: list[str] = field(default_factory=list)
     # model services: None where this runtime has none (serve requests are then refused)
     serving: ModelServing | None = None
@@ -197,11 +199,12 @@ class Intake:
     ) -> IntakeResult:
         job_id = derive_job_id(spec, message_id=message_id)
         trials = expand_sweep(spec, job_id=job_id)
+        namespace = self.config.teams[spec.team]
         job, event = new_job(
             job_id=job_id,
             name=spec.name,
             team=spec.team,
-            namespace=self.config.teams[spec.team],
+            namespace=namespace,
             at=self.clock.now(),
             reason=Reason.SWEEP_SUBMITTED if trials else Reason.SUBMITTED,
             message=f"{len(trials)} trials" if trials else "",
@@ -212,6 +215,8 @@ class Intake:
             replicas=0 if trials else len(spec.replica_list()),
             max_retries=spec.retries,
             submitted_by=sender_id,
+            priority=spec.priority,
+            queue_shape="" if trials else queue_shape(spec, job_id=job_id, namespace=namespace),
         )
         try:
             self.store.create(job, event)
@@ -235,52 +240,15 @@ class Intake:
             error = SpecError([Issue("(body)", "the job record is larger than the job table takes")])
             return self._reject(data=data, body=body, message_id=message_id, error=error, sender_id=sender_id)
         self.metrics.add(Metric.JOBS_SUBMITTED, 1)
-        try:
-            self._start(job, spec=spec, trials=trials)
-        except PermanentError as exc:
-            # The cluster refused the objects (a missing namespace, an admission
-            # webhook): retrying cannot help, so the job fails with the reason.
-            self._fail_unstartable(job, exc)
-            return IntakeResult(outcome=IntakeOutcome.FAILED, job_id=job_id)
+        self._start(job, spec=spec, trials=trials)
         logger.info("job submitted", job_id=job_id, team=spec.team, gpus=job.gpus)
         return IntakeResult(outcome=IntakeOutcome.CREATED, job_id=job_id)
 
-    def _fail_unstartable(self, job: Job, exc: PermanentError) -> None:
-        logger.warning("cluster refused job objects", job_id=job.id, error=str(exc))
-        self.cluster.delete_job_objects(namespace=job.namespace, job_id=job.id)
-        # A sweep refused at a later trial (its name taken) made the earlier trials' objects:
-        # they go with it, and their records fail too, or they would run for a FAILED sweep.
-        for trial_id in job.trial_ids:
-            self.cluster.delete_job_objects(namespace=job.namespace, job_id=trial_id)
-            trial = self.store.get(trial_id)
-            if trial is not None:
-                self._fail_record(trial, exc)
-        self._fail_record(job, exc)
-        self.metrics.add(Metric.JOBS_FAILED, 1)
-
-    def _fail_record(self, job: Job, exc: PermanentError) -> None:
-        update_job(
-            self.store,
-            job,
-            lambda current: (
-                None
-                if is_terminal(current.status)
-                else transition(
-                    current,
-                    to=JobStatus.FAILED,
-                    reason=Reason.CLUSTER_REFUSED,
-                    at=self.clock.now(),
-                    message=str(exc)[:2000],
-                )
-            ),
-        )
-
     def _start(self, job: Job, *, spec: JobSpec, trials: list[tuple[str, JobSpec]]) -> None:
+        """The job's record is its queue entry: ask for a scale check (a sweep: its trials' records)."""
         if not trials:
             if not is_terminal(job.status):
-                self.create_objects(
-                    job_id=job.id, spec=spec, namespace=job.namespace, submitted_at=job.submitted_at
-                )
+                self.waiting.append(job.id)
             return
         parallelism = spec.sweep.parallelism if spec.sweep else len(trials)
         for number, (trial_id, trial_spec) in enumerate(trials):
@@ -300,6 +268,8 @@ class Intake:
                 replicas=len(trial_spec.replica_list()),
                 max_retries=trial_spec.retries,
                 submitted_by=job.submitted_by,
+                priority=trial_spec.priority,
+                queue_shape=queue_shape(trial_spec, job_id=trial_id, namespace=job.namespace),
             )
             try:
                 self.store.create(trial, trial_event)
@@ -309,34 +279,34 @@ class Intake:
                     continue
                 start_now = not is_terminal(existing.status)
             if start_now:
-                self.create_objects(
-                    job_id=trial_id, spec=trial_spec, namespace=job.namespace, submitted_at=job.submitted_at
-                )
+                self.waiting.append(trial_id)
 
-    def create_objects(
-        self,
-        *,
-        job_id: str,
-        spec: JobSpec,
-        namespace: str,
-        submitted_at: datetime | None = None,
-        requeued: bool = False,
-    ) -> None:
-        """Create every Kubernetes object of a job, suspended; those that exist already are kept.
+    def enqueue(self, job: Job, spec: JobSpec) -> Job | None:
+        """Put a waiting trial in the queue (its slot came): its record says Submitted, with its shape.
 
-        `submitted_at` is the job's place in the queue; `requeued` puts it first within
-        its priority (a job that lost its objects while running).
+        Returns the stored job, or None when it was in the queue or done already.
         """
-        for manifest in manifests.render(
-            spec,
-            job_id=job_id,
-            namespace=namespace,
-            ttl_after_finished=self.config.ttl_after_finished,
-            submitted_at=submitted_at,
-            requeued=requeued,
-        ):
-            self.cluster.create(manifest)
-        self.waiting.append(job_id)
+        shape = job.queue_shape or queue_shape(spec, job_id=job.id, namespace=job.namespace)
+        queued = update_job(
+            self.store,
+            job,
+            lambda current: (
+                None
+                if current.status is not JobStatus.QUEUED or current.reason != Reason.WAITING_FOR_TRIAL_SLOT
+                else transition(
+                    current,
+                    to=JobStatus.QUEUED,
+                    reason=Reason.SUBMITTED,
+                    at=self.clock.now(),
+                    message=f"a trial slot of {current.parent_id} is free",
+                    queue_shape=shape,
+                    priority=spec.priority,
+                )
+            ),
+        )
+        if queued is not None:
+            self.waiting.append(job.id)
+        return queued
 
     # ---- reject --------------------------------------------------------
 
@@ -399,8 +369,10 @@ class Intake:
             trial = self.store.get(trial_id)
             if trial is not None:
                 self._cancel(trial, reason=f"sweep {job_id} cancelled")
-        if job.namespace:
-            self.cluster.delete_job_objects(namespace=job.namespace, job_id=job_id)
+        if job.namespace and job.cluster is not None and job.cluster in self.clusters:
+            # Placed by admission: its objects are in that cluster (an unreachable one: the
+            # message comes back and the cancel is tried again).
+            self.clusters[job.cluster].delete_job_objects(namespace=job.namespace, job_id=job_id)
         cancelled = update_job(
             self.store,
             job,

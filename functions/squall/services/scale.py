@@ -22,8 +22,8 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall.conventions import CORDONED_AT_ANNOTATION, EMPTY_SINCE_ANNOTATION, TERMINATION_REASON_ANNOTATION
-from squall.core.errors import NotFoundError, SquallError
-from squall.core.jobs import Reason, reason_code
+from squall.core.errors import MAX_ERROR_TEXT, NotFoundError, RetryableError, SquallError
+from squall.core.jobs import JobStatus, Reason, reason_code, transition
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import (
     REGION_LABEL,
@@ -40,9 +40,11 @@ from squall.planner import (
 from squall.planner.admission import AdmissionPlan, TeamShare
 from squall.planner.inventory import Inventory, build_inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, parse_pods, pod_cache
+from squall.planner.sites import split_site
 from squall.planner.timers import next_timer
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
 from squall.services.admission import AdmissionMemory, Admitter, job_failed, note_or_report
+from squall.services.intake import Change, update_job
 from squall.services.quiet import Quiet
 
 logger = Logger(service=SERVICE, child=True)
@@ -62,6 +64,8 @@ class ScaleConfig:
     teams: Mapping[str, TeamShare] = field(default_factory=dict)
     dry_run: bool = False
     lease_duration: timedelta = timedelta(minutes=2)
+    # what admission's objects are created with (the policy's jobTtlAfterFinished)
+    ttl_after_finished: timedelta = timedelta(hours=1)
 
     @functools.cached_property
     def group_refs(self) -> list[tuple[GroupRef, NodeGroup]]:
@@ -97,8 +101,14 @@ UNCORDON_PATCH: dict[str, Any] = {
 class ParsedObjects:
     """What earlier checks in this process parsed; keep one per process (a warm Lambda reuses it)."""
 
-    nodes: ParseCache[Node] = field(default_factory=node_cache)
-    pods: ParseCache[Pod] = field(default_factory=pod_cache)
+    # cluster name -> its nodes and pods, parsed (qualified by the cluster when there are several)
+    nodes: dict[str, ParseCache[Node]] = field(default_factory=dict)
+    pods: dict[str, ParseCache[Pod]] = field(default_factory=dict)
+    # whether the latest reads found a node (a pod) new, changed or gone, in any cluster
+    nodes_changed: bool = True
+    pods_changed: bool = True
+    # the clusters the latest check could not reach
+    unreachable: frozenset[str] = frozenset()
     admission: AdmissionMemory = field(default_factory=AdmissionMemory)
     # Set by a check that changed nothing: the fleet and health it saw, and the planner's
     # next timer (until when that stays the plan).
@@ -151,7 +161,8 @@ def _same(a: Sequence[object], b: Sequence[object]) -> bool:
 @dataclass
 class Scaler:
     state: ScaleState
-    cluster: Cluster
+    # cluster name -> its API, in preference order (one entry for one cluster)
+    clusters: Mapping[str, Cluster]
     fleet: Fleet
     clock: Clock
     metrics: MetricsSink
@@ -159,6 +170,8 @@ class Scaler:
     store: JobStore | None = None  # for the reason codes on jobs; None: plan and act only
     holder: str = field(default_factory=lambda: uuid.uuid4().hex)
     parsed: ParsedObjects = field(default_factory=ParsedObjects)
+    # the clusters this check could not reach (their lists failed now)
+    _unreachable: set[str] = field(default_factory=set, init=False)
 
     def check(self, *, trigger: str, asked_for: Sequence[str] | None = None) -> ScaleResult:
         """One scale check. `asked_for`: the jobs a submission asked this check for.
@@ -169,6 +182,7 @@ class Scaler:
         check's, at most a minute away. Without `asked_for` the check is whole.
         """
         now = self.clock.now()
+        self._unreachable = set()
         if asked_for is not None:
             pods = self._pods()
             if _all_placed(pods, asked_for):
@@ -183,20 +197,50 @@ class Scaler:
         try:
             return self._check(trigger=trigger, now=now)
         finally:
+            self.parsed.unreachable = frozenset(self._unreachable)
             self.state.release_lease(name=LEASE, holder=self.holder)
 
     # ---- observe -----------------------------------------------------------
 
     @property
+    def qualified(self) -> bool:
+        """Whether the planner tells clusters apart (only when there are several)."""
+        return len(self.clusters) > 1
+
+    @property
     def admitter(self) -> Admitter:
         return Admitter(
-            cluster=self.cluster,
+            clusters=self.clusters,
             metrics=self.metrics,
             teams=self.config.teams,
             policy=self.config.policy,
             store=self.store,
             parsed=self.parsed.admission,
+            ttl_after_finished=self.config.ttl_after_finished,
+            unreachable=self._unreachable,
         )
+
+    def cluster_of(self, group: NodeGroup) -> str:
+        """The cluster that owns a group (the only one when the groups name none)."""
+        return group.cluster or next(iter(self.clusters))
+
+    def node_where(self, node: str) -> tuple[Cluster, str]:
+        """The cluster of a node the planner named, and its name there."""
+        if self.qualified and "/" in node:
+            cluster, name = node.split("/", 1)
+            return self.clusters[cluster], name
+        return next(iter(self.clusters.values())), node
+
+    def _listed(self, name: str, what: str, read: Any) -> list[Any] | None:
+        """One cluster's list; None (and the cluster unreachable for this check) when it fails now."""
+        if name in self._unreachable:
+            return None
+        try:
+            return list(read())
+        except RetryableError as exc:
+            self._unreachable.add(name)
+            logger.warning("cluster unreachable", cluster=name, listing=what, error=str(exc)[:MAX_ERROR_TEXT])
+            return None
 
     def _observe(
         self, now: datetime
@@ -213,8 +257,16 @@ class Scaler:
                         reason=activity.status_message or activity.description,
                     )
                 )
+        # A node the planner cannot read is left out: its room goes unused and it is
+        # never scaled down. One object never stops the check for everyone.
+        nodes = self._nodes()
+        pods = self._pods()
         groups = []
         for ref, template in self.config.group_refs:
+            if self.cluster_of(template) in self._unreachable:
+                # Its cluster's nodes cannot be seen: nothing is planned for its groups now
+                # (no scale-down of nodes it cannot see, no scale-up for gangs it cannot start).
+                continue
             observed = live.get((ref.region, ref.name))
             if observed is None:
                 logger.warning("node group not found", group=template.name, region=ref.region)
@@ -234,11 +286,23 @@ class Scaler:
             group = _with_live_state(template, observed, failed, now)
             self.parsed.groups[(ref.region, ref.name)] = (template, observed, failed, group)
             groups.append(group)
-        # A node the planner cannot read is left out: its room goes unused and it is
-        # never scaled down. One object never stops the check for everyone.
-        nodes = self.parsed.nodes.parse_all(self.cluster.list_nodes(), unreadable=lambda item, why: None)
-        self._count_unreadable("node", self.parsed.nodes.unreadable)
-        return groups, self.state.load_health(), nodes, self._pods()
+        return groups, self.state.load_health(), nodes, pods
+
+    def _nodes(self) -> list[Node]:
+        nodes: list[Node] = []
+        changed = False
+        for name, cluster in self.clusters.items():
+            raw = self._listed(name, "nodes", cluster.list_nodes)
+            if raw is None:
+                continue
+            cache = self.parsed.nodes.get(name)
+            if cache is None:
+                cache = self.parsed.nodes[name] = node_cache(cluster=name if self.qualified else None)
+            nodes += cache.parse_all(raw, unreadable=lambda item, why: None)
+            changed = changed or cache.changed
+            self._count_unreadable("node", cache.unreadable)
+        self.parsed.nodes_changed = changed or self._reach_changed()
+        return nodes
 
     def _fingerprint(
         self, groups: Sequence[NodeGroup], health: Mapping[str, GroupHealth]
@@ -250,7 +314,11 @@ class Scaler:
         return (fleet, tuple(sorted(health.items())))
 
     def _inputs_changed(self, admitter: Admitter) -> bool:
-        return self.parsed.nodes.changed or self.parsed.pods.changed or admitter.queue_changed
+        return self.parsed.nodes_changed or self.parsed.pods_changed or admitter.queue_changed
+
+    def _reach_changed(self) -> bool:
+        """Whether a cluster became unreachable, or reachable again, since the last check."""
+        return frozenset(self._unreachable) != self.parsed.unreachable
 
     def _emit_pending(self, pods: Sequence[Pod]) -> None:
         counted = self.parsed.pending
@@ -262,11 +330,31 @@ class Scaler:
 
     def _pods(self) -> list[Pod]:
         # An unreadable pod bound to a node keeps that node busy; one not bound is left out.
-        pods = self.parsed.pods.parse_all(self.cluster.list_pods(), unreadable=busy_stand_in)
-        self._count_unreadable("pod", self.parsed.pods.unreadable)
-        if self.parsed.pods.changed:
+        pods: list[Pod] = []
+        changed = False
+        for name, cluster in self.clusters.items():
+            raw = self._listed(name, "pods", cluster.list_pods)
+            if raw is None:
+                continue
+            cache = self.parsed.pods.get(name)
+            if cache is None:
+                cache = self.parsed.pods[name] = pod_cache(cluster=name if self.qualified else None)
+            pods += cache.parse_all(raw, unreadable=busy_stand_in)
+            changed = changed or cache.changed
+            self._count_unreadable("pod", cache.unreadable)
+        self.parsed.pods_changed = changed or self._reach_changed()
+        if self.parsed.pods_changed:
             self.parsed.pending = None  # counted for other pods
         return pods
+
+    def _emit_reach(self) -> None:
+        """ClusterUnreachable per cluster: 1 while this check could not reach it, else 0."""
+        if not self.qualified and not self._unreachable:
+            return
+        for name in self.clusters:
+            self.metrics.add(
+                Metric.CLUSTER_UNREACHABLE, int(name in self._unreachable), dimensions={"Cluster": name}
+            )
 
     def _count_unreadable(self, what: str, problems: list[str]) -> None:
         if problems:
@@ -306,6 +394,8 @@ class Scaler:
         )
         result = ScaleResult(acted=not self.config.dry_run, plan=decided.to_dict())
         result.plan["admission"] = admission.to_dict()
+        if self._unreachable:
+            result.plan["unreachableClusters"] = sorted(self._unreachable)
         result.fallbacks = fallbacks(decided, groups=groups, health=health, now=now)
         if not self.config.dry_run:
             admitter.act(admission, now=now, outcome=result)
@@ -313,6 +403,7 @@ class Scaler:
             admitter.note_queue(admission, now=now, outcome=result, scaling=_scaling(decided))
         self._emit(decided, groups=groups, pods=pods, nodes=nodes, result=result, now=now)
         admitter.emit(admission)
+        self._emit_reach()
         self.state.record_decision(
             at=now,
             trigger=trigger,
@@ -406,7 +497,8 @@ class Scaler:
         if self.config.dry_run:
             return
         try:
-            self.cluster.patch_node(node, patch)
+            cluster, name = self.node_where(node)
+            cluster.patch_node(name, patch)
         except SquallError as exc:
             # Only bookkeeping: the next check stamps it again.
             logger.info("could not stamp node", node=node, error=str(exc))
@@ -433,7 +525,7 @@ class Scaler:
             if self._try(
                 result,
                 f"uncordon {uncordon.node}",
-                lambda u=uncordon: self.cluster.patch_node(u.node, UNCORDON_PATCH),
+                lambda u=uncordon: self._patch_node(u.node, UNCORDON_PATCH),
             ):
                 done.setdefault("uncordoned", []).append(uncordon.node)
         for give_back in decided.give_backs:
@@ -455,22 +547,45 @@ class Scaler:
                 reason = reason_code(Reason.SCALE_CHECK_ERROR, type(exc).__name__)
                 self._note(gang.job_id, reason, f"could not release the gang: {exc}", now=now, result=result)
 
+    def _patch_node(self, node: str, patch: dict[str, Any]) -> None:
+        cluster, name = self.node_where(node)
+        cluster.patch_node(name, patch)
+
     def _release(self, gang: StrandedGang, *, now: datetime, result: ScaleResult) -> None:
         """Let a gang start over: part of it is bound in a region that cannot take the rest.
 
-        Its Kubernetes objects go; the reconcile function finds them missing and
-        creates them again, and with no pod bound the whole gang is placed afresh.
-        Only gangs that are not running are released: some of their pods wait.
+        Its Kubernetes objects go, then its record goes back in the queue (no cluster, no
+        region), where admission places the whole gang afresh. Only gangs that are not
+        running are released: some of their pods wait.
         """
+        cluster, region = self.node_where(gang.node)[0], gang.region
         if not self._try(
             result,
             f"release {gang.job_id}",
-            lambda: self.cluster.delete_job_objects(namespace=gang.namespace, job_id=gang.job_id),
+            lambda: cluster.delete_job_objects(namespace=gang.namespace, job_id=gang.job_id),
         ):
             return
-        result.done.setdefault("released", []).append({"job": gang.job_id, "region": gang.region})
-        self._note(
-            gang.job_id, reason_code(Reason.GANG_RELEASED, gang.region), gang.why, now=now, result=result
+        result.done.setdefault("released", []).append({"job": gang.job_id, "region": region})
+        reason = reason_code(Reason.GANG_RELEASED, region)
+        if self.store is None:
+            return
+        _update_if_there(
+            self.store,
+            gang.job_id,
+            lambda current: (
+                None
+                if current.status is not JobStatus.QUEUED
+                else transition(
+                    current,
+                    to=JobStatus.QUEUED,
+                    reason=reason,
+                    at=now,
+                    message=gang.why,
+                    cluster=None,
+                    region=None,
+                    objects_created=False,
+                )
+            ),
         )
 
     def _note(self, job_id: str, reason: str, message: str, *, now: datetime, result: ScaleResult) -> None:
@@ -486,15 +601,15 @@ class Scaler:
     ) -> None:
         if node is not None:
             try:
-                self.cluster.patch_node(node, cordon_patch(now, reason="scale-in"))
+                self._patch_node(node, cordon_patch(now, reason="scale-in"))
             except NotFoundError:
                 node = None  # it went away since we looked; the instance may still be there
             except SquallError as exc:
                 result.errors.append(f"cordon {node}: {exc}")
                 return
-        if node is not None and _has_workload(self.cluster.list_pods(node_name=node)):
+        if node is not None and _has_workload(self._pods_on(node)):
             # A pod was bound between observing and cordoning: this node is busy now.
-            self._try(result, f"uncordon {node}", lambda: self.cluster.patch_node(node, UNCORDON_PATCH))
+            self._try(result, f"uncordon {node}", lambda: self._patch_node(node, UNCORDON_PATCH))
             result.skipped.append(f"{node}: became busy before termination")
             return
         try:
@@ -508,6 +623,10 @@ class Scaler:
         result.done.setdefault("terminated", []).append(
             {"instance": instance, "node": node, "group": ref.name}
         )
+
+    def _pods_on(self, node: str) -> list[dict[str, Any]]:
+        cluster, name = self.node_where(node)
+        return cluster.list_pods(node_name=name)
 
     def _resize(
         self, result: ScaleResult, *, ref: GroupRef, group: str, to: int, what: str, key: str
@@ -563,6 +682,7 @@ class StrandedGang:
     namespace: str
     region: str
     why: str
+    node: str  # one it has a pod bound on (as the planner names it): says which cluster
 
 
 def stranded_gangs(decided: Plan, *, pods: Sequence[Pod], nodes: Sequence[Node]) -> list[StrandedGang]:
@@ -587,8 +707,9 @@ def stranded_gangs(decided: Plan, *, pods: Sequence[Pod], nodes: Sequence[Node])
             bound[pod.job_id] = StrandedGang(
                 job_id=pod.job_id,
                 namespace=pod.namespace,
-                region=region_of.get(pod.node_name or "", ""),
+                region=split_site(region_of.get(pod.node_name or "", ""))[1],
                 why=stuck[pod.job_id],
+                node=pod.node_name or "",
             )
     return [bound[job_id] for job_id in sorted(bound)]
 
@@ -721,3 +842,10 @@ def _all_placed(pods: Sequence[Pod], job_ids: Sequence[str]) -> bool:
 
 def _has_workload(pods: Sequence[dict[str, Any]]) -> bool:
     return any(pod.is_workload and pod.is_active for pod in parse_pods(pods))
+
+
+def _update_if_there(store: JobStore, job_id: str, change: Change) -> None:
+    """Apply `change` to a job's latest record, if it has one."""
+    job = store.get(job_id)
+    if job is not None:
+        update_job(store, job, change)
