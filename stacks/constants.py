@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from squall.core import queue
+
 # Re-exported: shared with the local runtime, which plays these resources.
 from squall.core.resources import (  # noqa: F401
     DEAD_LETTER_RETENTION_DAYS,
@@ -84,6 +86,11 @@ TABLE_SORT_KEY = "sk"
 STATUS_INDEX = "status-index"
 STATUS_INDEX_PARTITION_KEY = "gsi1pk"
 STATUS_INDEX_SORT_KEY = "gsi1sk"
+# The queue of jobs waiting for admission (core/queue.py): a sparse index, INCLUDE projection.
+QUEUE_INDEX = queue.QUEUE_INDEX
+QUEUE_INDEX_PARTITION_KEY = queue.QUEUE_INDEX_PARTITION_KEY
+QUEUE_INDEX_SORT_KEY = queue.QUEUE_INDEX_SORT_KEY
+QUEUE_INDEX_ATTRIBUTES = queue.QUEUE_INDEX_ATTRIBUTES
 TTL_ATTRIBUTE = "expiresAt"
 
 # What each function's code asks of the job table (store.py, state.py,
@@ -99,6 +106,8 @@ TABLE_ACTIONS: dict[str, tuple[str, ...]] = {
     RECONCILE: (*_ITEM_WRITES, "dynamodb:Query"),
 }
 STATUS_INDEX_READERS = frozenset({RECONCILE})
+# The scale check reads the queue (JobStore.queue): a query on the queue index.
+QUEUE_INDEX_READERS = frozenset({SCALE})
 # Model services share the job table (core/serving.py): pk=SERVICE#<name> for a service's
 # record and events, gsi1pk=SERVICE_STATUS#<status> in the status index.
 SERVICE_KEY_PREFIX = "SERVICE#"

@@ -1,4 +1,4 @@
-"""The job table: jobs, their events, group backoff and drain state (single table)."""
+"""The job table: jobs, their events, the queue, group backoff and drain state (single table)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,15 @@ class JobTable(Construct):
             partition_key=_string(constants.STATUS_INDEX_PARTITION_KEY),
             sort_key=_string(constants.STATUS_INDEX_SORT_KEY),
             projection_type=dynamodb.ProjectionType.ALL,
+        )
+        # Sparse: only a queued job's item carries its keys, so the scale check reads the
+        # queue (and only what admission needs of it) without touching the rest of the table.
+        self.table.add_global_secondary_index(
+            index_name=constants.QUEUE_INDEX,
+            partition_key=_string(constants.QUEUE_INDEX_PARTITION_KEY),
+            sort_key=_string(constants.QUEUE_INDEX_SORT_KEY),
+            projection_type=dynamodb.ProjectionType.INCLUDE,
+            non_key_attributes=list(constants.QUEUE_INDEX_ATTRIBUTES),
         )
 
 

@@ -20,6 +20,7 @@ from squall.core.drain import DrainRecord
 from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.core.job_outputs import LogPage, LogStreamInfo, StoredObject
 from squall.core.jobs import Job, JobEvent, JobStatus
+from squall.core.queue import QueueEntry
 from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
 from squall.planner import GroupHealth
 
@@ -168,6 +169,14 @@ class JobStore(Protocol):
 
     def list_by_status(self, status: JobStatus, *, limit: int = 1000) -> list[Job]:
         """Jobs in one state, oldest submission first."""
+        ...
+
+    def queue(self, *, placed: bool = False, limit: int = 200_000) -> list[QueueEntry]:
+        """The jobs waiting for admission (PLACED ones with `placed`), oldest submission first.
+
+        Reads the queue index only (core/queue.py queue_key says which jobs it holds):
+        one partition, page by page, never a scan of the table.
+        """
         ...
 
 

@@ -36,6 +36,12 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from werkzeug.serving import make_server
 
 from squall.core import logstreams, resources
+from squall.core.queue import (
+    QUEUE_INDEX,
+    QUEUE_INDEX_ATTRIBUTES,
+    QUEUE_INDEX_PARTITION_KEY,
+    QUEUE_INDEX_SORT_KEY,
+)
 from squall.local.endpoint_guard import EndpointGuard
 from squall.local.queues import MOTO_VISIBILITY_TIMEOUT_SECONDS
 
@@ -231,12 +237,13 @@ def _queue_pair(sqs: Any, name: str, *, max_receive_count: int) -> tuple[str, st
 
 
 def create_table(dynamodb: Any, name: str) -> None:
-    """The table as stacks/ defines it: pk/sk, the status index, TTL on expiresAt."""
+    """The table as stacks/ defines it: pk/sk, the status and queue indexes, TTL on expiresAt."""
     dynamodb.create_table(
         TableName=name,
         BillingMode="PAY_PER_REQUEST",
         AttributeDefinitions=[
-            {"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "gsi1pk", "gsi1sk")
+            {"AttributeName": a, "AttributeType": "S"}
+            for a in ("pk", "sk", "gsi1pk", "gsi1sk", QUEUE_INDEX_PARTITION_KEY, QUEUE_INDEX_SORT_KEY)
         ],
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         GlobalSecondaryIndexes=[
@@ -247,7 +254,18 @@ def create_table(dynamodb: Any, name: str) -> None:
                     {"AttributeName": "gsi1sk", "KeyType": "RANGE"},
                 ],
                 "Projection": {"ProjectionType": "ALL"},
-            }
+            },
+            {
+                "IndexName": QUEUE_INDEX,
+                "KeySchema": [
+                    {"AttributeName": QUEUE_INDEX_PARTITION_KEY, "KeyType": "HASH"},
+                    {"AttributeName": QUEUE_INDEX_SORT_KEY, "KeyType": "RANGE"},
+                ],
+                "Projection": {
+                    "ProjectionType": "INCLUDE",
+                    "NonKeyAttributes": list(QUEUE_INDEX_ATTRIBUTES),
+                },
+            },
         ],
     )
     dynamodb.update_time_to_live(

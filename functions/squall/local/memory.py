@@ -3,7 +3,7 @@
 `squall simulate` replays thousands of jobs; moto answers every DynamoDB query by
 scanning the whole table, so a long replay would spend its time there. These keep
 the same contracts as the DynamoDB adapters (conditional create, versioned save,
-the status index oldest first, the lease) and as Auto Scaling (desired capacity
+the status and queue indexes oldest first, the lease) and as Auto Scaling (desired capacity
 launches and terminates instances), and the services cannot tell the difference.
 The demo and the scenarios use moto; only trace replay uses these.
 """
@@ -38,6 +38,7 @@ from squall.core.errors import (
     PermanentError,
 )
 from squall.core.jobs import Job, JobEvent, JobStatus
+from squall.core.queue import PLACED_PARTITION, QUEUE_PARTITION, QueueEntry, queue_entry, queue_key
 from squall.planner import GroupHealth
 from squall.ports import FleetGroup, FleetInstance, GroupRef
 
@@ -147,6 +148,10 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
             )
         )
         self._first_events: dict[str, str] = {}  # kept in the job item, as the adapter does
+        # The queue index, kept as writes land: partition -> sorted [(sort key, job id)], and
+        # each queued job's key and entry, so that reading the queue never passes over every job.
+        self._queue: dict[str, list[tuple[str, str]]] = {QUEUE_PARTITION: [], PLACED_PARTITION: []}
+        self._queued: dict[str, tuple[tuple[str, str], QueueEntry]] = {}
 
     def create(self, job: Job, event: JobEvent) -> None:
         values = creation_values(job, event)
@@ -154,6 +159,7 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
         if not self._records.create(job, event):
             raise DuplicateJobError(job.id)
         self._first_events[job.id] = values[FIRST_EVENT]
+        self._index_queue(job)
 
     def save(self, job: Job, event: JobEvent) -> None:
         # An update SETs the job's attributes; the item keeps the first event it was created with.
@@ -161,6 +167,24 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
         check_item_size(f"save job {job.id}", item_size(job_values(job) | {FIRST_EVENT: first}))
         check_item_size(f"save job {job.id}", item_size(event_values(event)))
         self._records.put(job, event)
+        self._index_queue(job)
+
+    def queue(self, *, placed: bool = False, limit: int = 200_000) -> list[QueueEntry]:
+        keys = self._queue[PLACED_PARTITION if placed else QUEUE_PARTITION]
+        return [self._queued[job_id][1] for _, job_id in keys[: max(limit, 0)]]
+
+    def _index_queue(self, job: Job) -> None:
+        """Moves the job's queue index entry as its stored record now says (as DynamoDB's GSI does)."""
+        key = queue_key(job)
+        held = self._queued.pop(job.id, None)
+        if held is not None:
+            (partition, sort_key), _ = held
+            keys = self._queue[partition]
+            del keys[bisect.bisect_left(keys, (sort_key, job.id))]
+        if key is not None:
+            partition, sort_key = key
+            bisect.insort(self._queue[partition], (sort_key, job.id))
+            self._queued[job.id] = (key, queue_entry(job))
 
     def list_all(self, *, limit: int = 100_000) -> list[Job]:
         return self._records.list_all(limit=limit)

@@ -2,7 +2,11 @@
 
 Keys (the CDK table construct defines the same):
 - job:    pk=JOB#<id>  sk=META             gsi1pk=STATUS#<status>  gsi1sk=<submittedAt>#<id>
+                                           gsi2pk=QUEUE|PLACED     gsi2sk=<submittedAt>#<id>
                                            firstEvent=<the job's first event, JSON>
+
+gsi2pk/gsi2sk (the sparse queue index, core/queue.py queue_key) are there only while the
+job waits in the queue; the save that takes it out removes them.
 - event:  pk=JOB#<id>  sk=EVENT#<version>  (version zero-padded, so events sort in order)
 
 Creating a job is one conditional put (its first event inside the item), so a
@@ -34,6 +38,15 @@ from squall.core.errors import (
     SquallError,
 )
 from squall.core.jobs import Job, JobEvent, JobStatus
+from squall.core.queue import (
+    PLACED_PARTITION,
+    QUEUE_INDEX,
+    QUEUE_INDEX_PARTITION_KEY,
+    QUEUE_INDEX_SORT_KEY,
+    QUEUE_PARTITION,
+    QueueEntry,
+    queue_key,
+)
 
 T = TypeVar("T")
 
@@ -206,12 +219,15 @@ def job_to_item(job: Job) -> dict[str, Any]:
 
 def job_values(job: Job) -> dict[str, Any]:
     """The job item's attributes as plain values (None: not written)."""
+    queued = queue_key(job)
     return {
         "pk": f"JOB#{job.id}",
         "sk": "META",
         "kind": "job",
         "gsi1pk": f"STATUS#{job.status.value}",
         "gsi1sk": f"{iso(job.submitted_at)}#{job.id}",
+        QUEUE_INDEX_PARTITION_KEY: queued[0] if queued else None,
+        QUEUE_INDEX_SORT_KEY: queued[1] if queued else None,
         "id": job.id,
         "name": job.name,
         "team": job.team,
@@ -272,6 +288,23 @@ def job_from_item(item: dict[str, Any]) -> Job:
         requeued=bool(v.get("requeued", False)),
         queue_shape=v.get("queueShape") or "",
         objects_created=bool(v.get("objectsCreated", False)),
+    )
+
+
+def queue_entry_from_item(item: Mapping[str, Any]) -> QueueEntry:
+    """A queue index item (its keys and projected attributes) as the entry admission reads."""
+    v = from_item(dict(item))
+    return QueueEntry(
+        job_id=v["pk"].removeprefix("JOB#"),
+        team=v["team"],
+        namespace=v["namespace"],
+        priority=int(v.get("priority", 0)),
+        submitted_at=datetime.fromisoformat(v["submittedAt"]),
+        requeued=bool(v.get("requeued", False)),
+        queue_shape=v.get("queueShape") or "",
+        cluster=v.get("cluster"),
+        region=v.get("region"),
+        version=int(v["version"]),
     )
 
 
@@ -453,6 +486,21 @@ class DynamoJobStore:
             f"list {status.value} jobs", self._client, self._table, f"STATUS#{status.value}", limit=limit
         )
         return [job_from_item(i) for i in items]
+
+    def queue(self, *, placed: bool = False, limit: int = 200_000) -> list[QueueEntry]:
+        """The queue index's QUEUE (or PLACED) partition, oldest submission first: a paged query."""
+        partition = PLACED_PARTITION if placed else QUEUE_PARTITION
+        items = query_pages(
+            f"read the {partition} queue",
+            self._client,
+            "query",
+            limit=limit,
+            TableName=self._table,
+            IndexName=QUEUE_INDEX,
+            KeyConditionExpression=f"{QUEUE_INDEX_PARTITION_KEY} = :queue",
+            ExpressionAttributeValues=to_item({":queue": partition}),
+        )
+        return [queue_entry_from_item(i) for i in items]
 
     def list_all(self, *, limit: int = 100_000) -> list[Job]:
         """Every job, in no particular order: one scan, for tools and small tables."""

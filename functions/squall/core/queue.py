@@ -1,0 +1,266 @@
+"""The queue of jobs waiting for admission, as the job table keeps it. Pure.
+
+A queued job has no Kubernetes objects anywhere until admission places it: its record
+is its queue entry. The table's sparse ``queue-index`` holds exactly the records that
+`queue_key` gives a key (gsi2pk/gsi2sk), oldest submission first:
+
+- ``QUEUE``: waiting for admission to choose a cluster and a region;
+- ``PLACED``: admission chose them (the record says where) but has not yet created the
+  job's objects there; the next check finishes it before admitting anything new.
+
+What admission needs of a job rides in the index's projection (team, namespace,
+priority, submission time, requeued, placement, version) and its gang's shape in
+``queueShape``: per distinct replica pod template, how many replicas have it and the
+part of the pod spec that scheduling reads (`queue_shape`). `replica_jobs` turns an
+entry back into the planner's ReplicaJobs, as if it read suspended Jobs from a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property, lru_cache
+from typing import Any
+
+from squall.conventions import JOB_ID_LABEL
+from squall.core.jobs import Job, JobStatus, Reason
+from squall.core.manifests import render
+from squall.core.spec import JobSpec
+from squall.planner.kube import parse_pod, pod_requests
+from squall.planner.queue_types import ReplicaJob
+
+QUEUE_PARTITION = "QUEUE"
+PLACED_PARTITION = "PLACED"
+# The job table's queue index (adapters/aws/job_store.py writes its keys; stacks/table.py and
+# local/aws.py define it): sparse, and it projects only the job attributes an entry reads.
+QUEUE_INDEX = "queue-index"
+QUEUE_INDEX_PARTITION_KEY = "gsi2pk"
+QUEUE_INDEX_SORT_KEY = "gsi2sk"
+QUEUE_INDEX_ATTRIBUTES = (
+    "team",
+    "namespace",
+    "priority",
+    "submittedAt",
+    "requeued",
+    "queueShape",
+    "cluster",
+    "region",
+    "version",
+)
+
+# The longest shape a valid spec renders: at most four distinct templates (one per replica
+# type: replicas of a type share their resources), each at most its two quantities (64
+# characters each), the GPU toleration and a node affinity of at most 16 regions and 64
+# node groups (63 characters each): about 22 kB. A usual job's is about 200 bytes.
+MAX_QUEUE_SHAPE_BYTES = 32_000
+# What a shape may hold when read back: a job has at most 82 replicas (limits.MAX_REPLICAS).
+_MAX_SHAPE_REPLICAS = 1_000
+_MAX_SHAPE_TEMPLATES = 16
+
+
+class QueueShapeError(ValueError):
+    """A stored queue shape that cannot be read; the message names the job."""
+
+
+def queue_key(job: Job) -> tuple[str, str] | None:
+    """The job's key in the queue index, (partition, sort key); None when it is not in the queue."""
+    if job.status is not JobStatus.QUEUED:
+        return None
+    sort_key = f"{job.submitted_at.isoformat()}#{job.id}"
+    if job.cluster is not None:
+        return None if job.objects_created else (PLACED_PARTITION, sort_key)
+    if job.is_sweep or job.reason == Reason.WAITING_FOR_TRIAL_SLOT or not job.queue_shape:
+        return None
+    return (QUEUE_PARTITION, sort_key)
+
+
+def queue_shape(spec: JobSpec, *, job_id: str, namespace: str) -> str:
+    """The scheduling part of the job's replica pods, compact JSON: ``[{"n": 2, "pod": {...}}]``.
+
+    Deterministic (sorted keys, templates in the order the replicas render) and bounded:
+    a valid spec's shape is at most MAX_QUEUE_SHAPE_BYTES (about 22 kB at worst, a few
+    hundred bytes as jobs usually are); a longer one is a bug and raises ValueError.
+    Kept per pod: the containers' resources, nodeSelector, the node affinity and the
+    tolerations. Not kept: the pod affinity that holds a gang in one region (it names
+    the job itself; admission places a gang whole) and everything scheduling ignores.
+    """
+    counts: dict[str, int] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    for obj in render(spec, job_id=job_id, namespace=namespace):
+        if obj.get("kind") != "Job":
+            continue
+        pod = _scheduling_part(obj["spec"]["template"]["spec"])
+        key = json.dumps(pod, sort_keys=True, separators=(",", ":"))
+        counts[key] = counts.get(key, 0) + 1
+        pods.setdefault(key, pod)
+    text = json.dumps(
+        [{"n": counts[key], "pod": pods[key]} for key in counts], sort_keys=True, separators=(",", ":")
+    )
+    if len(text) > MAX_QUEUE_SHAPE_BYTES:
+        raise ValueError(f"job {job_id}: queue shape of {len(text)} bytes, more than {MAX_QUEUE_SHAPE_BYTES}")
+    return text
+
+
+def _scheduling_part(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    part: dict[str, Any] = {
+        "containers": [{"resources": c.get("resources", {})} for c in pod_spec.get("containers", [])]
+    }
+    if pod_spec.get("nodeSelector"):
+        part["nodeSelector"] = pod_spec["nodeSelector"]
+    node_affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity")
+    if node_affinity:
+        part["affinity"] = {"nodeAffinity": node_affinity}
+    if pod_spec.get("tolerations"):
+        part["tolerations"] = pod_spec["tolerations"]
+    return part
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaShape:
+    """`count` replicas whose pods ask for what `pod` (the scheduling part of a pod spec) says."""
+
+    count: int
+    pod: Mapping[str, Any]
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one such replica."""
+        return pod_requests(self.pod).gpu
+
+
+def decode_shape(text: str, *, job_id: str) -> tuple[ReplicaShape, ...]:
+    """A stored queue shape; QueueShapeError naming the job and what is wrong."""
+    where = f"job {job_id}: stored queue shape"
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError):
+        raise QueueShapeError(f"{where}: not JSON") from None
+    if not isinstance(raw, list) or not 1 <= len(raw) <= _MAX_SHAPE_TEMPLATES:
+        raise QueueShapeError(f"{where}: expected a list of 1 to {_MAX_SHAPE_TEMPLATES} pod templates")
+    shapes = []
+    for i, entry in enumerate(raw):
+        count = entry.get("n") if isinstance(entry, dict) else None
+        pod = entry.get("pod") if isinstance(entry, dict) else None
+        if type(count) is not int or not 1 <= count <= _MAX_SHAPE_REPLICAS:
+            raise QueueShapeError(f"{where}: [{i}].n: expected a count from 1 to {_MAX_SHAPE_REPLICAS}")
+        if not isinstance(pod, dict):
+            raise QueueShapeError(f"{where}: [{i}].pod: expected an object")
+        shapes.append(ReplicaShape(count=count, pod=pod))
+    if sum(s.count for s in shapes) > _MAX_SHAPE_REPLICAS:
+        raise QueueShapeError(f"{where}: more than {_MAX_SHAPE_REPLICAS} replicas")
+    return tuple(shapes)
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A job in the queue index, as admission reads it (the index's projection of its record).
+
+    `queue_shape` is the stored JSON; `shape` decodes it on first use, so that one bad
+    record fails only its own job (QueueShapeError), not the read of the whole queue.
+    """
+
+    job_id: str
+    team: str
+    namespace: str
+    priority: int
+    submitted_at: datetime
+    requeued: bool
+    queue_shape: str
+    cluster: str | None
+    region: str | None
+    version: int
+
+    @property
+    def placed(self) -> bool:
+        """Admission chose its cluster and region (a PLACED entry)."""
+        return self.cluster is not None
+
+    @cached_property
+    def shape(self) -> tuple[ReplicaShape, ...]:
+        return decode_shape(self.queue_shape, job_id=self.job_id)
+
+    @property
+    def replicas(self) -> int:
+        return sum(s.count for s in self.shape)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole gang."""
+        return sum(s.count * s.gpus for s in self.shape)
+
+
+def queue_entry(job: Job) -> QueueEntry:
+    """The entry the queue index holds for this record (whether or not it is in the queue)."""
+    return QueueEntry(
+        job_id=job.id,
+        team=job.team,
+        namespace=job.namespace,
+        priority=job.priority,
+        submitted_at=job.submitted_at,
+        requeued=job.requeued,
+        queue_shape=job.queue_shape,
+        cluster=job.cluster,
+        region=job.region,
+        version=job.version,
+    )
+
+
+def replica_jobs(entry: QueueEntry, *, qualify_cluster: bool) -> list[ReplicaJob]:
+    """The planner's ReplicaJob for each replica of the entry's job (synthetic names ``<id>-r<i>``).
+
+    A QUEUE entry's replicas are suspended; a PLACED one's are not, and are admitted to
+    its site: ``<cluster>/<region>`` when `qualify_cluster` (more than one cluster is
+    configured; its pods then only fit that cluster's nodes), else its region. Parsed
+    once per entry and version (an entry is immutable: a changed record is a new version).
+    QueueShapeError or ValueError name the job when its stored shape cannot be read.
+    """
+    return list(_replica_jobs(entry, qualify_cluster))
+
+
+@lru_cache(maxsize=100_000)
+def _replica_jobs(entry: QueueEntry, qualify_cluster: bool) -> tuple[ReplicaJob, ...]:
+    cluster = entry.cluster if qualify_cluster else None
+    admitted_region = None
+    if entry.placed and entry.region:
+        admitted_region = _site(entry.region, cluster or "")
+    total = entry.replicas
+    jobs: list[ReplicaJob] = []
+    for shape in entry.shape:
+        obj = {
+            "metadata": {
+                "name": f"{entry.job_id}-r{len(jobs)}",
+                "namespace": entry.namespace,
+                "labels": {JOB_ID_LABEL: entry.job_id},
+            },
+            "spec": shape.pod,
+        }
+        try:
+            pod = parse_pod(obj, **({"cluster": cluster} if cluster else {}))
+        except ValueError as exc:
+            raise QueueShapeError(f"job {entry.job_id}: stored queue shape: {exc}") from None
+        for _ in range(shape.count):
+            name = f"{entry.job_id}-r{len(jobs)}"
+            jobs.append(
+                ReplicaJob(
+                    name=name,
+                    namespace=entry.namespace,
+                    job_id=entry.job_id,
+                    team=entry.team,
+                    priority=entry.priority,
+                    submitted_at=entry.submitted_at,
+                    requeued=entry.requeued,
+                    replicas=total,
+                    suspended=not entry.placed,
+                    admitted_region=admitted_region,
+                    pod=pod if pod.name == name else dataclasses.replace(pod, name=name),
+                )
+            )
+    return tuple(jobs)
+
+
+def _site(region: str, cluster: str) -> str:
+    # planner/sites.py site(region, cluster) says the same; written here until it lands.
+    return f"{cluster}/{region}" if cluster else region
