@@ -17,6 +17,11 @@ MODEL_SERVICE_LABEL = "squall.io/model-service"
 NODE_GROUP_LABEL = "squall.io/node-group"
 CAPACITY_TYPE_LABEL = "squall.io/capacity-type"
 REGION_LABEL = "topology.kubernetes.io/region"
+# The cluster a node is in, as the planner reads it when more than one cluster is
+# configured (planner/kube.py sets it on every node it reads, and asks it of every pod;
+# node group templates carry it): the planner's one view of many clusters, never a
+# label Squall writes on a real node.
+CLUSTER_LABEL = "squall.io/cluster"
 # Whose an object is: Squall keeps an object it finds under a name it was about to
 # create (HTTP 409) only when every one of these agrees with what it would have made
 # (core/manifests.py `owned_alike`); otherwise the name is taken, and it says so.

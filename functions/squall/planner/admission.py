@@ -22,6 +22,10 @@ writer, asks `admit` each time which of them to let run:
   for what it will admit next: no more than the groups each kind of job fits could
   hold (planner/demand_budget.py).
 
+With more than one cluster, "region" above means a site (planner/sites.py): a region
+of one cluster. A queued job's pods may go to any cluster; a gang is admitted whole in
+one site, and its pods are pinned to that cluster and region.
+
 docs/design.md ("Admission") says which guarantees hold.
 """
 
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
+from squall.conventions import CLUSTER_LABEL
 from squall.planner.demand import Gang, PodShape, shape_of
 from squall.planner.demand_budget import MAX_DEMAND_JOBS, CapacityAtMaxSize, DemandBudget, free_by_group
 from squall.planner.inventory import Inventory, build_inventory
@@ -53,6 +58,7 @@ from squall.planner.packing import Packer, RoomKind
 from squall.planner.planning import rooms_on_nodes_up
 from squall.planner.queue_order import in_admission_order, ordinal
 from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamShare
+from squall.planner.sites import split_site
 from squall.planner.text import amounts
 
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
@@ -61,6 +67,8 @@ NEVER_FITS = "; no region can ever hold it: it is larger than the node groups at
 # A job held to regions where no group is says so, not that it is too large.
 NO_GROUP_IN = "; no region can ever hold it: no node group is in {asked} (the groups are in {served})"
 MAX_REGIONS_NAMED = 8
+# Where a gang's replicas must all be: with several clusters, one cluster's region.
+_ONE_SITE = {False: "one region", True: "one cluster and region"}
 
 
 # Shapes of pods kept between calls at most; past it the memo starts afresh.
@@ -235,7 +243,7 @@ class Admitted:
     job_id: str
     team: str
     namespace: str
-    region: str
+    region: str  # a site: "<cluster>/<region>" when the planner sees several clusters
     gpus: int
     # The replica Jobs still to unsuspend (all of them, or those a half-done admission left).
     jobs: tuple[ReplicaJob, ...]
@@ -256,7 +264,7 @@ class Waiting:
     position: int  # 1-based, in admission order over every team (0: held by its quota)
     team_position: int  # 1-based within its team
     reason: str  # "Queued", or "QuotaExceeded:8/8 GPUs" (held back by the team's quota)
-    reserved_region: str | None = None  # where it keeps the room it can use now
+    reserved_region: str | None = None  # where (the site) it keeps the room it can use now
     never_fits: bool = False  # larger than what the node groups could hold at their max sizes
     # With never_fits: the regions it is held to, when no node group is in any of them.
     unserved_regions: tuple[str, ...] = ()
@@ -266,6 +274,8 @@ class Waiting:
     # All replicas together: a job without GPUs is described by what it does ask for.
     cpu_millis: int = 0
     memory_bytes: int = 0
+    # The planner sees several clusters: a gang's place is one cluster's region.
+    clusters: bool = False
     _entry: dict[str, object] | None = field(default=None, compare=False, repr=False)
 
     def entry(self) -> dict[str, object]:
@@ -289,7 +299,7 @@ class Waiting:
     def message(self) -> str:
         asks = amounts(gpus=self.gpus, cpu_millis=self.cpu_millis, memory_bytes=self.memory_bytes)
         needs = (
-            f"needs {asks} over {self.replicas} replicas in one region"
+            f"needs {asks} over {self.replicas} replicas in {_ONE_SITE[self.clusters]}"
             if self.replicas > 1
             else f"needs {asks}"
         )
@@ -509,6 +519,7 @@ def admit(
     ever_fits: dict[tuple[tuple[int, int], ...], bool] = {}
     unserved: dict[tuple[tuple[int, int], ...], tuple[str, ...]] = {}  # of the never-fitting keys
     served = tuple(sorted({group.region for group in groups}))
+    clusters = any(group.cluster for group in groups)
     demand: list[Pod] = [*not_created]
     budget = DemandBudget(capacity, free=free_by_group(inventory), keys=every_key)
     position = 0
@@ -580,6 +591,7 @@ def admit(
                         never_fits=not ever,
                         unserved_regions=() if ever else unserved.get(key, ()),
                         served_regions=() if ever else served,
+                        clusters=clusters,
                     ),
                 )
             places[place] = known
@@ -684,16 +696,24 @@ def _owner_name(pod: Pod) -> str:
     return pod.name.rsplit("-", 1)[0] if "-" in pod.name else pod.name
 
 
-def _pinned(pod: Pod, region: str | None) -> Pod:
-    """The pod with its job's region added to its required node affinity."""
-    if not region or region == "unknown":
-        return pod  # ready room on nodes without a region label: nothing to pin
-    requirement = NodeSelectorRequirement(key=REGION_LABEL, operator="In", values=(region,))
+def _pinned(pod: Pod, where: str | None) -> Pod:
+    """The pod with its job's site (region, and cluster when named) added to its required node affinity."""
+    cluster, region = split_site(where or "")
+    requirements: tuple[NodeSelectorRequirement, ...] = ()
+    if region and region != "unknown":  # ready room on nodes without a region label: no region to pin
+        requirements = (NodeSelectorRequirement(key=REGION_LABEL, operator="In", values=(region,)),)
+    if cluster:
+        requirements = (
+            *requirements,
+            NodeSelectorRequirement(key=CLUSTER_LABEL, operator="In", values=(cluster,)),
+        )
+    if not requirements:
+        return pod
     terms = pod.required_affinity or (NodeSelectorTerm(),)
     return dataclasses.replace(
         pod,
         required_affinity=tuple(
-            NodeSelectorTerm(match_expressions=(*term.match_expressions, requirement)) for term in terms
+            NodeSelectorTerm(match_expressions=(*term.match_expressions, *requirements)) for term in terms
         ),
     )
 

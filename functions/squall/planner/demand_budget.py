@@ -111,12 +111,16 @@ class DemandBudget:
 
 
 class CapacityAtMaxSize:
-    """What each region's groups could hold at their max sizes: can a gang ever fit?"""
+    """What each site's groups could hold at their max sizes: can a gang ever fit?
+
+    A site is a region, of one cluster when there are several (planner/sites.py): a gang
+    never spans two clusters, even in one region.
+    """
 
     def __init__(self, groups: Sequence[NodeGroup]) -> None:
         self._groups = groups
         self._per_region: dict[tuple[PodShape, str], int] = {}
-        self._regions = sorted({g.region for g in groups})
+        self._regions = sorted({g.site for g in groups})
         self._fits: dict[PodShape, tuple[int, ...]] = {}
 
     def groups_for(self, shape: PodShape) -> tuple[int, ...]:
@@ -151,7 +155,7 @@ class CapacityAtMaxSize:
         if most is None:
             most = 0
             for group in self._groups:
-                if group.region == region and _fits_group(shape, group):
+                if group.site == region and _fits_group(shape, group):
                     most += group.max_size * fit_count(group.allocatable.vector(), shape.request)
             self._per_region[key] = most
         return most

@@ -48,6 +48,8 @@ MAX_ERRORS_SHOWN = 50
 # digits and letters ("us-west-\u0662"), which AWS and Kubernetes refuse.
 GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}", re.ASCII)
 AWS_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]", re.ASCII)
+# A cluster's name as a node group names it (whether it is a configured one, the caller checks).
+CLUSTER_NAME = re.compile(r"[a-z0-9_-]{1,100}", re.ASCII)
 ASG_NAME = re.compile(r"[\w.+=@/-]{1,255}", re.ASCII)  # what an ARN's autoScalingGroupName can hold
 _Value = TypeVar("_Value")
 
@@ -450,6 +452,10 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
     price = fields_.number("pricePerHour")
     spot = fields_.boolean("spot")
     asg_name = fields_.text("asgName", pattern=ASG_NAME, what="an Auto Scaling group name") or name
+    cluster_name = "a cluster's name (lower-case letters, digits, '-' and '_', 1 to 100 of them)"
+    cluster = fields_.text("cluster", pattern=CLUSTER_NAME, what=cluster_name)
+    if fields_.raw.get("cluster") == "":
+        fields_.error("cluster", f"expected {cluster_name}, got ''")
     health = _health(fields_)
     if min_size is not None and max_size is not None:
         if min_size > max_size:
@@ -478,6 +484,7 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
         price_per_hour=price,
         spot=spot,
         asg_name=asg_name,
+        cluster=cluster,
     )
     return group, health
 

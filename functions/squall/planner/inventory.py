@@ -13,8 +13,10 @@ from datetime import datetime
 from enum import Enum
 from typing import NamedTuple
 
+from squall.conventions import CLUSTER_LABEL
 from squall.planner.fit import blocking_taints
 from squall.planner.model import REGION_LABEL, GroupInstance, Node, NodeGroup, Pod, Policy, Taint, Vector
+from squall.planner.sites import site
 
 PENDING_STATES = frozenset({"Pending", "Pending:Wait", "Pending:Proceed"})
 IN_SERVICE = "InService"
@@ -58,7 +60,7 @@ class NodeView:
     used: Vector
     busy: bool
     idle_since: datetime | None
-    region: str
+    region: str  # its site: the region, of its cluster when the planner sees several (planner/sites.py)
 
     @property
     def gpus_ready(self) -> bool:
@@ -135,7 +137,7 @@ class Inventory:
     nodes: list[NodeView]
     groups: dict[str, GroupView]
     pending: list[Pod]
-    # Where a job's replicas already run: its pending replicas must join them.
+    # Where (the site) a job's replicas already run: its pending replicas must join them.
     job_regions: dict[str, str]
     _derived: _Derived = field(default_factory=_Derived, repr=False, compare=False)
 
@@ -267,7 +269,7 @@ def _join(nodes: tuple[Node, ...], pods: tuple[Pod, ...], groups: tuple[NodeGrou
             used=used.get(name, (0, 0, 0, 0)),
             busy=name in busy,
             idle_since=_latest(_latest(node.ready_since, last_finished.get(name)), node.empty_since),
-            region=group.region if group is not None else _label_region(node.labels),
+            region=group.site if group is not None else _label_site(node.labels),
         )
         node_views.append(node_view)
         if instance is not None:
@@ -363,5 +365,6 @@ def _latest(first: datetime | None, second: datetime | None) -> datetime | None:
     return max(first, second)
 
 
-def _label_region(labels: Mapping[str, str]) -> str:
-    return labels.get(REGION_LABEL) or labels.get(_LEGACY_REGION_LABEL) or ""
+def _label_site(labels: Mapping[str, str]) -> str:
+    region = labels.get(REGION_LABEL) or labels.get(_LEGACY_REGION_LABEL) or ""
+    return site(region, labels.get(CLUSTER_LABEL, ""))

@@ -4,19 +4,27 @@ Takes the dicts of `kubectl get nodes -o json` / `kubectl get pods -A -o json` (
 with items), a plain list of objects, or one object; the kubernetes client's
 `ApiClient().sanitize_for_serialization(obj)` gives the same shape. Plain data in,
 plain data out: no kubernetes import here.
+
+Read for a cluster (`cluster=NAME`, when the planner sees more than one), a node's
+name becomes "NAME/node" and it carries the label CLUSTER_LABEL=NAME; a pod's node
+name is qualified the same way and it asks for CLUSTER_LABEL=NAME in its node
+selector, so it fits only that cluster's nodes and node groups; a replica Job's
+admitted region becomes its site (planner/sites.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from squall.conventions import (
     ADMITTED_REGION_ANNOTATION,
+    CLUSTER_LABEL,
     CORDONED_AT_ANNOTATION,
     EMPTY_SINCE_ANNOTATION,
     JOB_ID_LABEL,
@@ -40,11 +48,13 @@ from squall.planner.model import (
     Toleration,
 )
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, parse_whole_count
+from squall.planner.sites import qualified, site
 from squall.planner.text import kind, shown
 
 _INSTANCE_ID = re.compile(r"i-[0-9a-zA-Z]+")
 _FRACTION = re.compile(r"(\.\d{6})\d+", re.ASCII)
 _Parsed = TypeVar("_Parsed")
+_Covariant = TypeVar("_Covariant", covariant=True)
 # Times outside these are no time Kubernetes or AWS writes, and arithmetic on them overflows.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
@@ -197,46 +207,65 @@ def _nones(values: list[Any]) -> Iterator[int]:
         yield index
 
 
-def parse_nodes(doc: Mapping[str, Any] | Sequence[Any]) -> list[Node]:
-    return _parse_all(doc, parse_node, "node")
+def parse_nodes(doc: Mapping[str, Any] | Sequence[Any], *, cluster: str | None = None) -> list[Node]:
+    return _parse_all(doc, _for_cluster(parse_node, cluster), "node")
 
 
-def parse_pods(doc: Mapping[str, Any] | Sequence[Any]) -> list[Pod]:
-    return _parse_all(doc, parse_pod, "pod")
+def parse_pods(doc: Mapping[str, Any] | Sequence[Any], *, cluster: str | None = None) -> list[Pod]:
+    return _parse_all(doc, _for_cluster(parse_pod, cluster), "pod")
 
 
-def parse_replica_jobs(doc: Mapping[str, Any] | Sequence[Any]) -> list[ReplicaJob]:
+def parse_replica_jobs(
+    doc: Mapping[str, Any] | Sequence[Any], *, cluster: str | None = None
+) -> list[ReplicaJob]:
     """Squall's replica Jobs in a Job list (`kubectl get jobs -A -o json`); other Jobs are left out."""
-    return [job for job in _parse_all(doc, parse_replica_job, "job") if job is not None]
+    return [
+        job for job in _parse_all(doc, _for_cluster(parse_replica_job, cluster), "job") if job is not None
+    ]
 
 
-def replica_job_cache() -> ParseCache[ReplicaJob | None]:
-    return ParseCache(parse_replica_job, "job")
+def replica_job_cache(cluster: str | None = None) -> ParseCache[ReplicaJob | None]:
+    return ParseCache(_for_cluster(parse_replica_job, cluster), "job")
 
 
-def node_cache() -> ParseCache[Node]:
-    return ParseCache(parse_node, "node")
+def node_cache(cluster: str | None = None) -> ParseCache[Node]:
+    return ParseCache(_for_cluster(parse_node, cluster), "node")
 
 
-def pod_cache() -> ParseCache[Pod]:
-    return ParseCache(parse_pod, "pod")
+def pod_cache(cluster: str | None = None) -> ParseCache[Pod]:
+    return ParseCache(_for_cluster(parse_pod, cluster), "pod")
 
 
-def parse_node(obj: Mapping[str, Any]) -> Node:
-    """A Node object; ValueError names the node and the field (`spec.taints[0].effect: ...`)."""
+class _Parser(Protocol[_Covariant]):
+    def __call__(self, obj: Mapping[str, Any], *, cluster: str | None = None) -> _Covariant: ...
+
+
+def _for_cluster(parse: _Parser[_Parsed], cluster: str | None) -> Callable[[Mapping[str, Any]], _Parsed]:
+    """The parser as one cluster's objects are read (itself, for no cluster)."""
+    return parse if not cluster else functools.partial(parse, cluster=cluster)
+
+
+def parse_node(obj: Mapping[str, Any], *, cluster: str | None = None) -> Node:
+    """A Node object; ValueError names the node and the field (`spec.taints[0].effect: ...`).
+
+    With `cluster`: named "<cluster>/<name>", labelled CLUSTER_LABEL=<cluster>.
+    """
     _check_kind(obj, "node")
     metadata = _object(obj, "metadata", "")
-    name = _required_name(metadata, "node")
+    name = qualified(_required_name(metadata, "node"), cluster)
     try:
         spec = _object(obj, "spec", "")
         status = _object(obj, "status", "")
         annotations = _string_map(metadata, "annotations", "metadata.")
         unschedulable = _flag(spec, "unschedulable", "spec.")
         ready_condition, ready_where = _condition(status, "Ready")
+        labels = _string_map(metadata, "labels", "metadata.")
+        if cluster:
+            labels[CLUSTER_LABEL] = cluster
         return Node(
             name=name,
             allocatable=_node_allocatable(status),
-            labels=_string_map(metadata, "labels", "metadata."),
+            labels=labels,
             taints=tuple(
                 _taint(t, f"spec.taints[{i}]") for i, t in enumerate(_objects(spec, "taints", "spec."))
             ),
@@ -252,8 +281,12 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
         raise ValueError(f"node {name}: {exc}") from None
 
 
-def parse_pod(obj: Mapping[str, Any]) -> Pod:
-    """A Pod object; ValueError names the pod and the field (`spec.nodeName: ...`)."""
+def parse_pod(obj: Mapping[str, Any], *, cluster: str | None = None) -> Pod:
+    """A Pod object; ValueError names the pod and the field (`spec.nodeName: ...`).
+
+    With `cluster`: its node named "<cluster>/<node>", and CLUSTER_LABEL=<cluster> in its
+    node selector (it fits only that cluster's nodes and node groups).
+    """
     _check_kind(obj, "pod")
     metadata = _object(obj, "metadata", "")
     name = _required_name(metadata, "pod")
@@ -263,18 +296,23 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         status = _object(obj, "status", "")
         labels = _string_map(metadata, "labels", "metadata.")
         owners = _objects(metadata, "ownerReferences", "metadata.")
+        node_selector = _string_map(spec, "nodeSelector", "spec.")
+        node_name = _text(spec, "nodeName", "spec.") or None
+        if cluster:
+            node_selector[CLUSTER_LABEL] = cluster
+            node_name = qualified(node_name, cluster) if node_name else None
         return Pod(
             namespace=namespace,
             name=name,
             requests=pod_requests(spec),
-            node_selector=_string_map(spec, "nodeSelector", "spec."),
+            node_selector=node_selector,
             required_affinity=_required_affinity(spec),
             tolerations=tuple(
                 _toleration(t, f"spec.tolerations[{i}]")
                 for i, t in enumerate(_objects(spec, "tolerations", "spec."))
             ),
             job_id=labels.get(JOB_ID_LABEL),
-            node_name=_text(spec, "nodeName", "spec.") or None,
+            node_name=node_name,
             phase=_text(status, "phase", "status.") or "Pending",
             daemonset=any(
                 _text(ref, "kind", f"metadata.ownerReferences[{i}].") == "DaemonSet"
@@ -289,11 +327,12 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         raise ValueError(f"pod {namespace}/{name}: {exc}") from None
 
 
-def parse_replica_job(obj: Mapping[str, Any]) -> ReplicaJob | None:
+def parse_replica_job(obj: Mapping[str, Any], *, cluster: str | None = None) -> ReplicaJob | None:
     """A batch/v1 Job Squall created, for admission; None for a Job that is not Squall's.
 
     Its pod template is read as a pending pod named after the Job (what its pod will ask
-    for); ValueError names the Job and the field.
+    for); ValueError names the Job and the field. With `cluster`, the pod is read for
+    that cluster and the admitted region becomes its site there.
     """
     _check_kind(obj, "job")
     metadata = _object(obj, "metadata", "")
@@ -317,7 +356,8 @@ def parse_replica_job(obj: Mapping[str, Any]) -> ReplicaJob | None:
                     "labels": _string_map(template_metadata, "labels", "spec.template.metadata."),
                 },
                 "spec": _object(template, "spec", "spec.template."),
-            }
+            },
+            cluster=cluster,
         )
         conditions = _objects(status, "conditions", "status.")
         finished = any(
@@ -336,11 +376,18 @@ def parse_replica_job(obj: Mapping[str, Any]) -> ReplicaJob | None:
             suspended=_flag(spec, "suspend", "spec."),
             started=_time(status, "startTime", "status.") is not None,
             finished=finished,
-            admitted_region=annotations.get(ADMITTED_REGION_ANNOTATION) or None,
+            admitted_region=_admitted_site(annotations, cluster),
             pod=dataclasses.replace(pod, job_id=job_id),
         )
     except ValueError as exc:
         raise ValueError(f"job {namespace}/{name}: {exc}") from None
+
+
+def _admitted_site(annotations: Mapping[str, str], cluster: str | None) -> str | None:
+    region = annotations.get(ADMITTED_REGION_ANNOTATION)
+    if not region:
+        return None
+    return site(region, cluster or "")
 
 
 def _annotation_int(annotations: Mapping[str, str], key: str, low: int, high: int, default: int = 0) -> int:
@@ -770,10 +817,11 @@ def _time(obj: Mapping[str, Any], key: str, where: str) -> datetime | None:
         raise ValueError(f"{where}{key}: {exc}") from None
 
 
-def busy_stand_in(item: Mapping[str, Any], why: str) -> Pod | None:
+def busy_stand_in(item: Mapping[str, Any], why: str, *, cluster: str | None = None) -> Pod | None:
     """What a pod the planner cannot read counts as: bound to its node, so that node is never
     taken for empty (a scale-down must never remove a node that may be busy); not bound, it is
-    left out (nothing is bought for a pod whose requests cannot be read).
+    left out (nothing is bought for a pod whose requests cannot be read). With `cluster`, its
+    node is named as parse_pod names it for that cluster.
     """
     metadata = item.get("metadata") if isinstance(item.get("metadata"), Mapping) else {}
     spec = item.get("spec") if isinstance(item.get("spec"), Mapping) else {}
@@ -784,6 +832,6 @@ def busy_stand_in(item: Mapping[str, Any], why: str) -> Pod | None:
     return Pod(
         namespace=namespace if isinstance(namespace, str) else "(unreadable)",
         name=name if isinstance(name, str) else "(unreadable)",
-        node_name=node,
+        node_name=qualified(node, cluster),
         phase="Running",
     )

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from squall.conventions import GPU_RESOURCE, REGION_LABEL
+from squall.conventions import CLUSTER_LABEL, GPU_RESOURCE, REGION_LABEL
 from squall.planner.quantity import format_cpu, format_memory
+from squall.planner.sites import site
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
@@ -236,6 +237,9 @@ class NodeGroup:
     price_per_hour: float | None = None
     spot: bool = False
     asg_name: str = ""
+    # The cluster its nodes join, named only when the planner sees more than one (its
+    # nodes and pods are then read qualified by cluster: planner/kube.py).
+    cluster: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_size <= self.max_size:
@@ -246,12 +250,21 @@ class NodeGroup:
             raise ValueError(f"group {self.name}: desired must not be negative")
 
     def template_labels(self) -> dict[str, str]:
-        """The labels a new node will carry: declared ones plus those AWS always sets."""
-        return {
+        """The labels a new node will carry: declared ones plus those AWS always sets
+        (and its cluster's, as the planner reads a node of a named cluster)."""
+        labels = {
             REGION_LABEL: self.region,
             INSTANCE_TYPE_LABEL: self.instance_type,
             **self.labels,
         }
+        if self.cluster:
+            labels[CLUSTER_LABEL] = self.cluster
+        return labels
+
+    @property
+    def site(self) -> str:
+        """Where a gang on its nodes lives: its region, of its cluster (planner/sites.py)."""
+        return site(self.region, self.cluster)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,9 @@ same way, which keeps plans stable: the next check sees this check's new nodes a
 empty booting nodes and fills them as this check did, instead of launching again.
 
 A gang (one job's pods) must land in one region, so it is placed tentatively: every
-change is logged, and undone when the region cannot hold the whole gang.
+change is logged, and undone when the region cannot hold the whole gang. With more than
+one cluster a "region" here is a site (planner/sites.py), one cluster's region: a gang
+never spans two clusters, even two in one region.
 
 Where the outcome depends on whose booting nodes are filled first, the plan packs with
 the shape's preferred groups first and, if that launches anything, again the other way
@@ -44,6 +46,7 @@ from typing import Any
 from squall.planner.demand import Gang, PodShape
 from squall.planner.fit import fit_count, resource_shortfall
 from squall.planner.model import NodeGroup, Taint, Vector
+from squall.planner.sites import split_site
 
 _LISTED_NAMES = 3  # how many names a reason lists before "(+N more)"
 
@@ -63,7 +66,7 @@ class Room:
     kind: RoomKind
     name: str  # the node's
     group: str | None
-    region: str
+    region: str  # the node's site: its region, of its cluster when there are several
     free: Vector
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]  # only those that can block a pod
@@ -96,7 +99,8 @@ class GroupOption:
 
     @property
     def region(self) -> str:
-        return self.group.region
+        """The group's site: its region, of its cluster when there are several."""
+        return self.group.site
 
     def add_booting(self, free: Vector, count: int = 1) -> None:
         """`count` nodes on their way with this much free room each."""
@@ -154,6 +158,13 @@ class Packer:
         self._rooms_by_scope: dict[str | None, list[Room]] = {None: self.rooms}
         for room in self.rooms:
             self._rooms_by_scope.setdefault(room.region, []).append(room)
+        # Where a gang must be whole, as its reasons say it: one cluster's region when sites name clusters.
+        sites = self._rooms_by_scope.keys() | {option.region for option in self.options}
+        self.one_site = (
+            "one cluster and region"
+            if any(split_site(s)[0] for s in sites if s is not None)
+            else "one region"
+        )
         keys: set[str] = set()
         for shape in shapes:
             keys |= shape.label_keys()
@@ -400,7 +411,7 @@ class Packer:
             where = "; ".join(problems) if problems else "no region has a node or node group it fits"
             if gang.region is not None and self._fits_elsewhere(parts, gang.region):
                 self.stranded.append(gang.job_id)
-            return f"job {gang.job_id} needs all {gang.size} pods in one region: {where}"
+            return f"job {gang.job_id} needs all {gang.size} pods in {self.one_site}: {where}"
         self._gang_options = set()
         self._attempt(partial(self._fill_region, parts, best[1], []), keep=True)
         for option in self._gang_options:
