@@ -49,7 +49,7 @@ def _intake(
     """The intake of the test teams and registries; `config` sets the rest of its IntakeConfig."""
     return Intake(
         store=store,
-        cluster=cluster,
+        clusters={"local": cluster},
         clock=clock,
         metrics=metrics,
         config=IntakeConfig(teams=TEAMS, registries=REGISTRIES, **config),
@@ -73,13 +73,19 @@ class World:
         cluster = SimulatedCluster(clock=clock, default_run_for=run_for)
         metrics = RecordingMetrics(clock)
         intake = _intake(store=store, cluster=cluster, clock=clock, metrics=metrics)
-        reconciler = Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake)
+        reconciler = Reconciler(
+            store=store, clusters={"local": cluster}, clock=clock, metrics=metrics, intake=intake
+        )
         return cls(clock, store, cluster, metrics, intake, reconciler)
 
     def admit(self) -> None:
         """Let the jobs that fit run, as the scale check's admission does (no fleet to plan for here)."""
         admitter = Admitter(
-            cluster=self.cluster, metrics=self.metrics, teams={}, policy=Policy(), store=self.store
+            clusters={"local": self.cluster},
+            metrics=self.metrics,
+            teams={},
+            policy=Policy(),
+            store=self.store,
         )
         admitter.run(now=self.clock.now(), outcome=_Report())
 
@@ -141,7 +147,7 @@ def installed(world: World) -> Iterator[LocalScaleRequests]:
             settings=Settings(table_name="jobs", teams=TEAMS, allowed_registries=REGISTRIES),
             clock=world.clock,
             store=world.store,
-            cluster=world.cluster,
+            clusters={"local": world.cluster},
             metrics=world.metrics,
             scale_requests=requests,
         )

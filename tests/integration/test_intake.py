@@ -19,13 +19,37 @@ def spec(**overrides: Any) -> str:
     )
 
 
-def test_a_spec_is_recorded_queued_with_its_objects(world: World) -> None:
+def queued(world: World) -> list[str]:
+    """The job ids in the queue index, waiting for admission."""
+    return [entry.job_id for entry in world.store.queue()]
+
+
+def test_a_spec_is_recorded_queued_in_the_queue_index_with_no_objects(world: World) -> None:
     result = world.intake.handle(body=spec(id="t-1"), message_id="m-1")
     assert (result.outcome, result.job_id) == (IntakeOutcome.CREATED, "t-1")
     job = world.store.get("t-1")
     assert job is not None and job.status is JobStatus.QUEUED and job.gpus == 1
-    assert [j["metadata"]["name"] for j in world.cluster.list_jobs(job_id="t-1")] == ["t-1-worker-0"]
+    assert job.cluster is None and job.queue_shape, "its record is its queue entry"
+    assert queued(world) == ["t-1"]
+    assert world.cluster.list_jobs() == [], "a queued job has no Kubernetes objects anywhere"
     assert world.intake.waiting == ["t-1"]
+
+
+def test_admission_creates_the_objects_in_the_cluster_and_records_where(world: World) -> None:
+    world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    world.add_gpu_nodes(1)
+    world.admit()
+    job = world.store.get("t-1")
+    assert job is not None and (job.cluster, job.region, job.objects_created) == ("local", "us-west-2", True)
+    assert [j["metadata"]["name"] for j in world.cluster.list_jobs(job_id="t-1")] == ["t-1-worker-0"]
+    created = world.cluster.list_jobs(job_id="t-1")[0]
+    assert created["spec"]["suspend"] is False
+    assert queued(world) == [] and world.store.queue(placed=True) == []
+    assert [e.reason for e in world.store.events("t-1")] == [
+        "Submitted",
+        "Admitted:us-west-2",
+        "ObjectsCreated",
+    ]
 
 
 def test_a_duplicate_delivery_of_one_message_makes_one_job(world: World) -> None:
@@ -33,7 +57,7 @@ def test_a_duplicate_delivery_of_one_message_makes_one_job(world: World) -> None
     again = world.new_intake().handle(body=spec(), message_id="m-1")
     assert again.outcome is IntakeOutcome.REDELIVERED and again.job_id == first.job_id
     assert len(world.store.list_by_status(JobStatus.QUEUED)) == 1
-    assert len(world.cluster.list_jobs()) == 1
+    assert queued(world) == [first.job_id]
     assert len(world.store.events(first.job_id)) == 1
 
 
@@ -54,7 +78,7 @@ def test_an_invalid_spec_is_recorded_rejected_with_every_error(world: World) -> 
     assert job is not None and job.status is JobStatus.REJECTED and job.reason == Reason.INVALID_SPEC
     assert {e["field"] for e in job.errors} == {"name", "team", "image", "extra"}
     assert job.spec["body"] == body, "the rejected body is kept for the user"
-    assert world.cluster.list_jobs() == []
+    assert queued(world) == []
     # delivered again: still one record
     world.new_intake().handle(body=body, message_id="m-1")
     assert len(world.store.list_by_status(JobStatus.REJECTED)) == 1
@@ -87,34 +111,42 @@ def test_objects_that_exist_already_count_as_created(world: World) -> None:
     parsed = parse_spec(
         json.loads(spec(id="t-1")), teams=["research"], registries=["registry.example.com/squall"]
     )
-    for manifest in render(parsed, job_id="t-1", namespace="team-research"):
-        world.cluster.create(manifest)  # as if an earlier attempt had made them (409 now)
-    assert world.intake.handle(body=spec(id="t-1"), message_id="m-1").outcome is IntakeOutcome.CREATED
+    for manifest in render(parsed, job_id="t-1", namespace="team-research", region="us-west-2"):
+        world.cluster.create(manifest)  # as if an earlier admission had made them (409 now)
+    world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    world.add_gpu_nodes(1)
+    world.admit()
     assert len(world.cluster.list_jobs()) == 1
+    assert world.store.get("t-1").objects_created  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("status", [429, 500])
-def test_a_transient_kubernetes_error_fails_the_message_and_the_redelivery_finishes_it(
+def test_a_transient_kubernetes_error_at_admission_leaves_it_placed_and_the_next_check_finishes_it(
     world: World, status: int
 ) -> None:
-    world.cluster.next_error = RetryableError(f"create Job: {status}")
-    with pytest.raises(RetryableError):
-        world.intake.handle(body=spec(id="t-1"), message_id="m-1")
-    assert world.store.get("t-1") is not None, "recorded before the cluster was asked"
+    world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    world.add_gpu_nodes(1)
+    world.cluster.fail_calls("create", RetryableError(f"create Job: {status}"))
+    world.admit()
+    job = world.store.get("t-1")
+    assert job is not None and job.cluster == "local" and not job.objects_created
+    assert [e.job_id for e in world.store.queue(placed=True)] == ["t-1"]
     assert world.cluster.list_jobs() == []
-    again = world.new_intake().handle(body=spec(id="t-1"), message_id="m-1")
-    assert again.outcome is IntakeOutcome.REDELIVERED
+    world.admit()
     assert len(world.cluster.list_jobs(job_id="t-1")) == 1
-    assert len(world.store.events("t-1")) == 1
+    assert world.store.get("t-1").objects_created  # type: ignore[union-attr]
+    assert [e.reason for e in world.store.events("t-1")].count("Admitted:us-west-2") == 1, "placed once"
 
 
-def test_a_permanent_kubernetes_refusal_fails_the_job_with_the_reason(world: World) -> None:
-    world.cluster.next_error = PermanentError("create Job team-research/t-1-worker-0: 403 Forbidden")
-    result = world.intake.handle(body=spec(id="t-1"), message_id="m-1")
-    assert result.outcome is IntakeOutcome.FAILED
+def test_a_permanent_kubernetes_refusal_at_admission_fails_the_job_with_the_reason(world: World) -> None:
+    world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    world.add_gpu_nodes(1)
+    world.cluster.fail_calls("create", PermanentError("create Job team-research/t-1-worker-0: 403 Forbidden"))
+    world.admit()
     job = world.store.get("t-1")
     assert job is not None and job.status is JobStatus.FAILED and job.reason == Reason.CLUSTER_REFUSED
     assert "403" in world.store.events("t-1")[-1].message
+    assert world.cluster.list_jobs() == []
 
 
 def test_a_lost_race_on_cancel_rereads_and_wins_on_the_latest_version(world: World) -> None:
@@ -136,6 +168,9 @@ def test_a_lost_race_on_cancel_rereads_and_wins_on_the_latest_version(world: Wor
 
 def test_cancel_deletes_objects_and_records_why(world: World) -> None:
     world.intake.handle(body=spec(id="t-1"), message_id="m-1")
+    world.add_gpu_nodes(1)
+    world.admit()
+    assert len(world.cluster.list_jobs()) == 1
     result = world.intake.handle(
         body=json.dumps({"action": "cancel", "id": "t-1", "reason": "wrong lr"}), message_id="m-2"
     )
@@ -163,10 +198,8 @@ def test_a_sweep_records_parent_and_trials_and_starts_only_parallelism(world: Wo
         Reason.SUBMITTED,
         Reason.WAITING_FOR_TRIAL_SLOT,
     ]
-    assert {j["metadata"]["labels"]["squall.io/job-id"] for j in world.cluster.list_jobs()} == {
-        "sw-t000",
-        "sw-t001",
-    }
+    assert queued(world) == ["sw-t000", "sw-t001"], "the trials with a slot wait in the queue"
+    assert world.cluster.list_jobs() == []
 
 
 # ---- who may submit for a team ----------------------------------------------------
@@ -198,7 +231,7 @@ def test_a_sender_the_team_does_not_list_is_rejected_with_the_reason(
     job = world.store.get(result.job_id)
     assert job is not None and job.status is JobStatus.REJECTED and job.reason == Reason.SENDER_NOT_ALLOWED
     assert job.submitted_by == (sender or None)
-    assert world.store.get("t-1") is None and world.cluster.list_jobs() == []
+    assert world.store.get("t-1") is None and queued(world) == []
 
 
 # A team that names no submitters while another does takes nobody: test_submitters_every_team.py
@@ -214,11 +247,11 @@ def test_a_cancel_from_a_sender_the_team_does_not_list_is_refused(world: World) 
     refused = intake.handle(body=cancel, message_id="m-2", sender_id=MALLORY)
     assert refused.outcome is IntakeOutcome.FORBIDDEN
     assert world.store.get("t-1").status is JobStatus.QUEUED  # type: ignore[union-attr]
-    assert len(world.cluster.list_jobs()) == 2
+    assert len(queued(world)) == 2
 
     done = intake.handle(body=cancel, message_id="m-3", sender_id=f"{ALICE}:later")
     assert done.outcome is IntakeOutcome.CANCELLED
-    assert world.cluster.list_jobs() == []
+    assert queued(world) == [], "cancelled trials leave the queue"
     assert {world.store.get(t).status for t in ("t-1-t000", "t-1-t001")} == {JobStatus.CANCELLED}  # type: ignore[union-attr]
 
 

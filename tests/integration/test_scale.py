@@ -64,7 +64,7 @@ class Rig:
         groups, _ = parse_groups(GROUPS)
         return Scaler(
             state=self.state,
-            cluster=self.cluster,
+            clusters={"local": self.cluster},
             fleet=self.fleet,
             clock=self.clock,
             metrics=self.metrics,
@@ -136,7 +136,7 @@ def rig() -> Rig:
     metrics = RecordingMetrics(clock)
     intake = Intake(
         store=store,
-        cluster=cluster,
+        clusters={"local": cluster},
         clock=clock,
         metrics=metrics,
         config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),

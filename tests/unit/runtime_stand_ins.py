@@ -20,6 +20,6 @@ def services_on_a_simulated_cluster(settings: Settings, **ports: Any) -> Service
     return Services(
         settings=settings,
         clock=clock,
-        cluster=SimulatedCluster(clock=clock),
+        clusters={"local": SimulatedCluster(clock=clock)},
         **({"store": STAND_IN, "metrics": STAND_IN, "scale_requests": STAND_IN} | ports),
     )

@@ -241,10 +241,14 @@ class Admitter:
         pods: list[Pod] = []
         for name, cluster in self.clusters.items():
             where = name if self.qualified else None
-            nodes += node_cache(cluster=where).parse_all(
-                cluster.list_nodes(), unreadable=lambda item, why: None
-            )
-            pods += pod_cache(cluster=where).parse_all(cluster.list_pods(), unreadable=busy_stand_in)
+            try:
+                listed_nodes, listed_pods = cluster.list_nodes(), cluster.list_pods()
+            except RetryableError as exc:
+                self.unreachable.add(name)
+                logger.warning("cluster unreachable", cluster=name, error=str(exc)[:MAX_ERROR_TEXT])
+                continue
+            nodes += node_cache(cluster=where).parse_all(listed_nodes, unreadable=lambda item, why: None)
+            pods += pod_cache(cluster=where).parse_all(listed_pods, unreadable=busy_stand_in)
         decided = self.decide(jobs=self.read_queue(), nodes=nodes, pods=pods, groups=groups, now=now)
         self.act(decided, now=now, outcome=outcome)
         self.note_queue(decided, now=now, outcome=outcome)
