@@ -239,7 +239,7 @@ def _scale_up(option: GroupOption, view: GroupView) -> ScaleUp:
         f"{pods} pending pod(s) need {option.new_nodes} new {group.instance_type} node(s){beyond}: {listed}"
     ]
     if option.gangs:
-        reasons.append(f"keeps job(s) {names(sorted(option.gangs))} together in {group.region}")
+        reasons.append(f"keeps job(s) {names(sorted(option.gangs))} together in {group.site}")
     reasons.extend(f"spilled over from {name}: {why}" for name, why in option.spilled_from.items())
     return ScaleUp(
         group=group.name,
