@@ -8,6 +8,7 @@ The deployment's stores are the in-memory ones the local runtime uses.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -280,12 +281,16 @@ def test_the_logs_command_escapes_lines_and_its_own_notes(
     follow: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # given the command's job store, log group and clock in memory, a queued job whose reason is hostile
+    # (placed in the cluster already, when its logs are read at once: one not placed has none yet)
     import squall.adapters.aws.logs as cloudwatch
     import squall.cli.follow.clock as clocks
     import squall.cli.researcher as researcher
 
     store = InMemoryJobStore()
-    hostile_job(store)
+    job = hostile_job(store)
+    if not follow:
+        job, event = note(job, reason=HOSTILE, at=START + timedelta(seconds=2), message=HOSTILE)
+        store.save(dataclasses.replace(job, cluster="squall", region="us-west-2"), event)
     source = Streams() if follow else hostile_logs()
 
     def start() -> None:
@@ -293,7 +298,7 @@ def test_the_logs_command_escapes_lines_and_its_own_notes(
         finish(store, "gan-1", at=START + timedelta(minutes=1))
 
     monkeypatch.setattr(researcher, "job_store", lambda: store)
-    monkeypatch.setattr(researcher, "aws_client", lambda service: None)
+    monkeypatch.setattr(researcher, "aws_client", lambda service, region=None: None)
     monkeypatch.setattr(cloudwatch, "CloudWatchLogReader", lambda client, group: source)
     monkeypatch.setattr(clocks, "RealClock", lambda: SteppingClock(steps=[start]))
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from squall.cli import deployment
 from squall.cli.argtypes import whole_number
 from squall.cli.errors import EXIT_FAILED, EXIT_OK, CommandError, reported
-from squall.cli.human import age, job_needs, moment, moment_text, spec_needs
+from squall.cli.human import age, job_needs, moment, moment_text, placement, spec_needs
 from squall.cli.text import printable
 from squall.core import documents
 from squall.core.errors import SquallError
@@ -358,6 +358,16 @@ def _job_dict(job: Any) -> dict[str, Any]:
         "parentId": job.parent_id,
         "trials": list(job.trial_ids),
         "errors": list(job.errors),
+        # What admission reads (a `list --status QUEUED --json` file is `squall plan --queue`'s input)
+        # and where it placed the job (null while it waits).
+        "namespace": job.namespace,
+        "version": job.version,
+        "priority": job.priority,
+        "requeued": job.requeued,
+        "queueShape": job.queue_shape,
+        "cluster": job.cluster,
+        "region": job.region,
+        "objectsCreated": job.objects_created,
     }
 
 
@@ -406,8 +416,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         [_shown(j.id), _shown(j.team), j.status.value, age(now - j.submitted_at), _shown(j.reason)]
         for j in jobs
     ]
+    header = ["ID", "TEAM", "STATUS", "AGE", "REASON"]
+    if any(j.cluster for j in jobs):  # placed by admission: where (a column only when some job has one)
+        header.insert(4, "CLUSTER")
+        for row, j in zip(rows, jobs, strict=True):
+            row.insert(4, _shown(f"{j.cluster}/{j.region}" if j.cluster and j.region else j.cluster or "-"))
     # AGE: since it was submitted.
-    _print_table(["ID", "TEAM", "STATUS", "AGE", "REASON"], rows)
+    _print_table(header, rows)
     return EXIT_OK
 
 
@@ -443,6 +458,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         f"  team {_shown(job.team)}, namespace {_shown(job.namespace or '-')}, {job_needs(job)}, "
         f"retries {job.retries_used}/{job.max_retries}"
     )
+    if where := placement(job):
+        print(f"  {where}")
     for error in job.errors:
         print(f"  error {_shown(error.get('field'))}: {_shown(error.get('message'))}")
     for event in events:

@@ -1,7 +1,11 @@
-"""The deployment a `squall` command talks to: its jobs table, jobs queue and buckets, named
-by the environment (the CDK app's outputs; `squall local up` prints them, `squall local env`
-again), reached through the AWS adapters with boto3's default chain. Nothing here imports
-boto3 itself.
+"""The deployment a `squall` command talks to: its jobs table, jobs queue, buckets and
+clusters, named by the environment (the CDK app's outputs; `squall local up` prints them,
+`squall local env` again), reached through the AWS adapters with boto3's default chain.
+Nothing here imports boto3 itself.
+
+The clusters are SQUALL_CLUSTERS, a JSON list of `{name, region}` (cdk.json's `clusters`,
+less what only the functions need); a deployment of one cluster may name it with
+SQUALL_CLUSTER_NAME instead (default "squall"), in boto3's default region.
 
 A name that is not set, or a local endpoint (AWS_ENDPOINT_URL on loopback) where nothing
 listens any more, is said with what to do about it: which command prints the
@@ -13,29 +17,34 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from squall.cli.errors import EXIT_FAILED, CommandError
+from squall.core import documents
 
 TABLE_ENV = "SQUALL_TABLE_NAME"
 QUEUE_ENV = "SQUALL_JOBS_QUEUE_URL"
 ARTIFACTS_ENV = "SQUALL_ARTIFACTS_BUCKET"
 CLUSTER_ENV = "SQUALL_CLUSTER_NAME"
+CLUSTERS_ENV = "SQUALL_CLUSTERS"
 DEFAULT_CLUSTER = "squall"
 ENDPOINT_ENV = "AWS_ENDPOINT_URL"
 LOCAL_ENV_COMMAND = 'eval "$(squall local env)"'
 LOCAL_UP_COMMAND = 'eval "$(squall local up)"'
 
 
-def aws_client(service: str) -> Any:
+def aws_client(service: str, *, region: str | None = None) -> Any:
+    """A client of `service` in `region` (None: boto3's default one, the deployment's)."""
     from squall.adapters.aws.clients import aws_client as make
 
     if (stopped := stopped_local_endpoint()) is not None:
         raise CommandError(stopped, code=EXIT_FAILED)
-    return make(service)
+    return make(service) if region is None else make(service, region=region)
 
 
 def local_hint() -> str:
@@ -107,13 +116,76 @@ def artifacts_bucket() -> str:
 
 
 def cluster_name() -> str:
-    """The EKS cluster whose log group holds the jobs' container output (default "squall")."""
+    """The one cluster SQUALL_CLUSTER_NAME names (default "squall")."""
     name = os.environ.get(CLUSTER_ENV, "").strip() or DEFAULT_CLUSTER
-    if len(name) > 100 or not all(c.isalnum() or c in "-_" for c in name):
+    if not _CLUSTER_NAME.fullmatch(name):
         raise CommandError(
             f"{CLUSTER_ENV}: expected an EKS cluster name (letters, digits, '-', '_'), got {name[:60]!r}"
         )
     return name
+
+
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}")
+
+
+@dataclass(frozen=True)
+class ClusterPlace:
+    """One cluster of the deployment: its name (which names its log group) and its region."""
+
+    name: str
+    region: str | None = None  # None: boto3's default region (SQUALL_CLUSTER_NAME's cluster)
+
+
+def clusters() -> list[ClusterPlace]:
+    """The deployment's clusters, in its configuration's order: SQUALL_CLUSTERS, else SQUALL_CLUSTER_NAME's one."""
+    text = os.environ.get(CLUSTERS_ENV, "").strip()
+    if not text:
+        return [ClusterPlace(cluster_name())]
+    listed = _read_clusters(text)
+    legacy = os.environ.get(CLUSTER_ENV, "").strip()
+    if legacy and legacy not in {c.name for c in listed}:
+        raise CommandError(
+            f"{CLUSTER_ENV} names cluster {legacy[:60]!r}, which {CLUSTERS_ENV} does not list "
+            f"({', '.join(c.name for c in listed)}): unset {CLUSTER_ENV} or make them agree"
+        )
+    return listed
+
+
+def _read_clusters(text: str) -> list[ClusterPlace]:
+    try:
+        value = documents.parse_json(text, source=CLUSTERS_ENV)
+    except documents.DocumentError as exc:
+        raise CommandError(f"{exc} (the variable holds JSON)") from None
+    if not isinstance(value, list) or not value:
+        raise CommandError(
+            f'{CLUSTERS_ENV}: expected a non-empty JSON list of {{"name", "region"}}, got {documents.kind(value)}'
+        )
+    found: list[ClusterPlace] = []
+    for index, entry in enumerate(value):
+        where = f"{CLUSTERS_ENV}[{index}]"
+        if not isinstance(entry, dict):
+            raise CommandError(
+                f"{where}: expected an object with name and region, got {documents.kind(entry)}"
+            )
+        name, region = entry.get("name"), entry.get("region")
+        if not isinstance(name, str) or not _CLUSTER_NAME.fullmatch(name):
+            raise CommandError(
+                f"{where}.name: expected an EKS cluster name (letters, digits, '-', '_'), got {_given(name)}"
+            )
+        if not isinstance(region, str) or not _REGION.fullmatch(region):
+            raise CommandError(
+                f"{where}.region: expected an AWS region such as us-east-1, got {_given(region)}"
+            )
+        if any(c.name == name for c in found):
+            raise CommandError(f"{where}.name: cluster {name} is listed twice")
+        found.append(ClusterPlace(name, region))
+    return found
+
+
+def _given(value: object) -> str:
+    """A refused value as a message shows it: a string quoted, anything else by its kind."""
+    return documents.shown(value) if isinstance(value, str) else documents.kind(value)
 
 
 def _jobs_table() -> tuple[Any, str]:

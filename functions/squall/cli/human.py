@@ -74,3 +74,11 @@ def job_needs(job: Job) -> str:
         return spec_needs(load_spec(job.spec))
     except SpecError:
         return counted(job.gpus, "GPU")
+
+
+def placement(job: Job) -> str:
+    """Where admission placed the job: `cluster gpu-east, us-east-1`; "" while it waits (or on an old record)."""
+    if not job.cluster:
+        return ""
+    region = f", {printable(job.region, newlines=False)}" if job.region else ""
+    return f"cluster {printable(job.cluster, newlines=False)}{region}"

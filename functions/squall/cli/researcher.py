@@ -2,8 +2,9 @@
 
 They read AWS through boto3's default chain (AWS_ENDPOINT_URL points it at the local
 endpoint), never cluster credentials: the job record from the jobs table
-(SQUALL_TABLE_NAME), container output from the cluster's CloudWatch Logs group
-(SQUALL_CLUSTER_NAME, default "squall"), event files from the job's S3 URIs.
+(SQUALL_TABLE_NAME), container output from the CloudWatch Logs group of the cluster the
+job's record names, in that cluster's region (SQUALL_CLUSTERS, or for one cluster
+SQUALL_CLUSTER_NAME, default "squall"), event files from the job's S3 URIs.
 
 Exit codes as the rest of `squall` (0 ok, 1 not found or failed, 2 bad input), and for
 `watch` the job's own end: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 REJECTED; 130 when
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from squall.cli.argtypes import port, seconds
-from squall.cli.deployment import aws_client, cluster_name, job_store
+from squall.cli.deployment import CLUSTER_ENV, CLUSTERS_ENV, ClusterPlace, aws_client, clusters, job_store
 from squall.cli.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CommandError, reported
 from squall.cli.human import moment
 from squall.cli.text import printable
@@ -61,6 +62,43 @@ def _sweep_refused(job: Job, what: str) -> CommandError:
 # ---- squall logs ----
 
 
+def log_cluster(job: Job, configured: list[ClusterPlace]) -> ClusterPlace | None:
+    """The cluster whose log group holds the job's output; None when it was never placed in one.
+
+    The record names it (admission sets `cluster`). A job that waits in the queue has none
+    (requeued after its pods were lost, it may be placed in another cluster next); with one
+    cluster, a job that ran (its record may be from before Squall recorded clusters) ran there.
+    """
+    if job.cluster:
+        for place in configured:
+            if place.name == job.cluster:
+                return place
+        names = ", ".join(p.name for p in configured)
+        raise CommandError(
+            f"job {job.id} is in cluster {printable(job.cluster, newlines=False)}, which this shell's "
+            f"clusters ({names}) do not include: set {CLUSTERS_ENV} to the deployment's clusters "
+            '(JSON [{"name": ..., "region": ...}], the CDK app\'s output)',
+            code=EXIT_FAILED,
+        )
+    if job.started_at is None or (job.status is JobStatus.QUEUED and len(configured) > 1):
+        return None
+    if len(configured) == 1:
+        return configured[0]
+    raise CommandError(
+        f"job {job.id}'s record names no cluster (it ran before its deployment recorded one), and "
+        f"{CLUSTERS_ENV} lists {len(configured)}: its logs are in one of "
+        + ", ".join(f"/aws/containerinsights/{p.name}/application ({p.region})" for p in configured),
+        code=EXIT_FAILED,
+    )
+
+
+def _unplaced(job: Job) -> str:
+    what = printable(f"job {job.id} is {job.status.value} ({job.reason})", newlines=False)
+    if job.status is JobStatus.QUEUED:
+        return f"{what}: not placed in a cluster yet, so it has no logs yet"
+    return f"{what}: it was never placed in a cluster, so it has no logs"
+
+
 def say(text: str) -> None:
     """A line about the output, not of it: on stderr, marked, escaped (it may quote a record or a stream's name)."""
     print(f"squall: {printable(text, newlines=False)}", file=sys.stderr, flush=True)
@@ -73,6 +111,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from squall.cli.follow.logs import (
         LogFollower,
         LogsError,
+        await_placement,
         check_replica,
         parse_since,
         print_logs,
@@ -97,9 +136,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
         replica = check_replica(args.replica, job_id=job.id, replicas=replicas) if args.replica else None
     except LogsError as exc:
         raise CommandError(str(exc)) from exc
-    group = log_group(cluster_name())
+    configured = clusters()
+    place = log_cluster(job, configured)
+    if place is None and args.follow and job.status is JobStatus.QUEUED:
+        job = await_placement(job, store=store, clock=clock, on_status=say)
+        place = log_cluster(job, configured)
+    if place is None:
+        say(_unplaced(job))
+        return EXIT_OK
+    group = log_group(place.name)
     follower = LogFollower(
-        source=CloudWatchLogReader(aws_client("logs"), group),
+        source=CloudWatchLogReader(aws_client("logs", region=place.region), group),
         job_id=job.id,
         namespace=job.namespace,
         replicas=replicas,
@@ -119,8 +166,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         )
     except NotFoundError as exc:
         raise CommandError(
-            f"{exc}: no such log group. Is the cluster's log agent installed (docs/deploy.md, the CloudWatch "
-            f"Observability add-on), and is SQUALL_CLUSTER_NAME ({cluster_name()}) the cluster's name?",
+            f"{exc}: no such log group{_in_region(place)}. Is the cluster's log agent installed (docs/deploy.md, "
+            f"the CloudWatch Observability add-on), and is {_named_by(configured)} ({place.name}) the cluster's name?",
             code=EXIT_FAILED,
         ) from exc
     except LogAccessDenied as exc:
@@ -132,13 +179,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not follower.cursors:
         which = f" of replica {replica}" if replica else ""
         print(
-            f"squall: no log streams{which} of job {job.id} in {group} (yet: the pods may not have started, "
+            f"squall: no log streams{which} of job {job.id} in {group}{_in_region(place)} (yet: the pods may not have started, "
             "or the log agent not have shipped their first lines)",
             file=sys.stderr,
         )
     elif printed == 0 and since is not None:
         print(f"squall: no lines since {moment(since)}", file=sys.stderr)
     return EXIT_OK
+
+
+def _in_region(place: ClusterPlace) -> str:
+    return f" in {place.region}" if place.region else ""
+
+
+def _named_by(configured: list[ClusterPlace]) -> str:
+    """The variable that named the clusters (SQUALL_CLUSTERS, or SQUALL_CLUSTER_NAME's one)."""
+    return CLUSTERS_ENV if any(p.region for p in configured) else CLUSTER_ENV
 
 
 # ---- squall watch ----

@@ -202,6 +202,30 @@ def waiting_line(job: Job, events: Sequence[JobEvent]) -> str:
     )
 
 
+def await_placement(
+    job: Job,
+    *,
+    store: JobHistory,
+    clock: FollowClock,
+    poll: float = 2.0,
+    on_status: Callable[[str], None] = lambda text: None,
+) -> Job:
+    """Wait while a followed job waits in the queue, in no cluster; its record once placed or final.
+
+    Its logs are in the log group of the cluster admission chooses, so none can be read
+    before. `on_status` hears why it waits, once per change of the line.
+    """
+    job_id, said = job.id, None
+    while job.cluster is None and job.status is JobStatus.QUEUED:
+        line = waiting_line(job, store.events(job_id))
+        if line != said:
+            on_status(line)
+            said = line
+        clock.sleep(poll)
+        job = patient(lambda: store.get(job_id), clock=clock, wait=poll) or job
+    return job
+
+
 # ---- reading ----
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from squall.cli.follow.clock import patient
 from squall.cli.follow.logs import replica_names
-from squall.cli.human import job_needs, moment
+from squall.cli.human import job_needs, moment, placement
 from squall.cli.text import printable
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
@@ -52,6 +52,8 @@ def _summary(job: Job) -> str:
     parts = [f"team {printable(job.team, newlines=False)}"]
     if job.namespace:
         parts.append(f"namespace {printable(job.namespace, newlines=False)}")
+    if where := placement(job):
+        parts.append(where)
     parts.append(f"{counted(count, 'replica')}{names}")
     parts.append(job_needs(job))
     if job.max_retries:
@@ -69,11 +71,14 @@ class PlainView:
         self._events_shown = events_shown
         self._seen = 0  # the highest event version printed
         self._started = False
+        self._where = ""  # the placement the lines have said
 
     def show(self, job: Job, events: Sequence[JobEvent], *, now: datetime) -> None:
         lines: list[str] = []
+        where = placement(job)
         if not self._started:
             self._started = True
+            self._where = where
             lines.append(f"{job.id} {job.status.value} ({reason_of(job)}): {_summary(job)}")
             if len(events) > self._events_shown:
                 hidden = len(events) - self._events_shown
@@ -82,6 +87,9 @@ class PlainView:
         lines.extend(f"  {event_line(e)}" for e in events if e.version > self._seen)
         if events:
             self._seen = max(self._seen, max(e.version for e in events))
+        if where and where != self._where:  # admitted (or requeued and admitted again) while watched
+            self._where = where
+            lines.append(f"  placed in {where}")
         if is_terminal(job.status):
             lines.append(f"{job.id} {job.status.value} ({reason_of(job)})")
         if lines:

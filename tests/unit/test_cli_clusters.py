@@ -1,0 +1,409 @@
+"""The `squall` command with more than one cluster: which clusters the shell names, where a
+job's logs are (its cluster's log group, in that cluster's region), where `describe`,
+`watch` and `list` say it runs, and what `squall list --json` records carry for admission."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from squall.cli import deployment, main
+from squall.cli.deployment import ClusterPlace
+from squall.cli.errors import CommandError
+from squall.cli.follow.watch import watch_job
+from squall.core.jobs import Job, JobStatus, new_job, note, transition
+from squall.core.spec import parse_spec, recorded
+from squall.local.memory import InMemoryJobStore
+from tests.unit.test_cli_hostile_output import SteppingClock, Streams, hostile_logs
+
+START = datetime(2026, 12, 2, 8, 13, 21, tzinfo=UTC)
+TEAMS = {"research": "team-research"}
+REGISTRY = "registry.example.com/squall"
+TWO = [{"name": "gpu-west", "region": "us-west-2"}, {"name": "gpu-east", "region": "us-east-1"}]
+
+
+@pytest.fixture(autouse=True)
+def no_clusters_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (deployment.CLUSTERS_ENV, deployment.CLUSTER_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def two_clusters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(deployment.CLUSTERS_ENV, json.dumps(TWO))
+
+
+def spec() -> dict[str, Any]:
+    data = {
+        "name": "gan",
+        "team": "research",
+        "image": f"{REGISTRY}/tf-trainer:1.0",
+        "replicas": {"chief": 1},
+    }
+    return recorded(parse_spec(data, teams=TEAMS, registries=[REGISTRY]))
+
+
+def queued(store: InMemoryJobStore, job_id: str = "gan-1") -> Job:
+    job, event = new_job(
+        job_id=job_id,
+        name="gan",
+        team="research",
+        namespace="team-research",
+        at=START,
+        spec=spec(),
+        replicas=1,
+    )
+    store.create(job, event)
+    return job
+
+
+def placed(store: InMemoryJobStore, job: Job, cluster: str, region: str, *, at: datetime = START) -> Job:
+    """Admitted: the record says where (the scale check writes cluster and region with the reason)."""
+    job, event = note(job, reason=f"Admitted:{region}", at=at, message=f"admitted whole in {region}")
+    job = dataclasses.replace(job, cluster=cluster, region=region)
+    store.save(job, event)
+    return job
+
+
+def moved(store: InMemoryJobStore, job: Job, to: JobStatus, reason: str, *, at: datetime = START) -> Job:
+    job, event = transition(job, to=to, reason=reason, at=at)
+    store.save(job, event)
+    return job
+
+
+# ---- which clusters the shell names ----
+
+
+def test_without_squall_clusters_the_one_cluster_is_squall_cluster_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert deployment.clusters() == [ClusterPlace("squall")]
+    monkeypatch.setenv(deployment.CLUSTER_ENV, "gpu-training")
+    assert deployment.clusters() == [ClusterPlace("gpu-training")]
+
+
+def test_squall_clusters_names_each_cluster_and_its_region_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    two_clusters(monkeypatch)
+    assert deployment.clusters() == [
+        ClusterPlace("gpu-west", "us-west-2"),
+        ClusterPlace("gpu-east", "us-east-1"),
+    ]
+    # the old variable may stay set, naming one of them
+    monkeypatch.setenv(deployment.CLUSTER_ENV, "gpu-east")
+    assert [c.name for c in deployment.clusters()] == ["gpu-west", "gpu-east"]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("[{", "SQUALL_CLUSTERS: line 1, column 3: not valid JSON"),
+        ("{}", "SQUALL_CLUSTERS: expected a non-empty JSON list"),
+        ("[]", "SQUALL_CLUSTERS: expected a non-empty JSON list"),
+        ('["gpu-west"]', "SQUALL_CLUSTERS[0]: expected an object with name and region, got a string"),
+        ('[{"region": "us-west-2"}]', "SQUALL_CLUSTERS[0].name: expected an EKS cluster name"),
+        ('[{"name": "gpu-west", "region": "Oregon"}]', "SQUALL_CLUSTERS[0].region: expected an AWS region"),
+        (
+            '[{"name": "gpu-west"}]',
+            "SQUALL_CLUSTERS[0].region: expected an AWS region such as us-east-1, got null",
+        ),
+        (json.dumps([TWO[0], TWO[0]]), "SQUALL_CLUSTERS[1].name: cluster gpu-west is listed twice"),
+    ],
+)
+def test_a_squall_clusters_that_cannot_be_used_is_named_with_its_field(
+    monkeypatch: pytest.MonkeyPatch, value: str, words: str
+) -> None:
+    monkeypatch.setenv(deployment.CLUSTERS_ENV, value)
+    with pytest.raises(CommandError) as refused:
+        deployment.clusters()
+    assert str(refused.value).startswith(words)
+
+
+def test_the_old_variable_naming_another_cluster_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    two_clusters(monkeypatch)
+    monkeypatch.setenv(deployment.CLUSTER_ENV, "squall")
+    with pytest.raises(
+        CommandError, match="SQUALL_CLUSTER_NAME names cluster 'squall', which SQUALL_CLUSTERS"
+    ):
+        deployment.clusters()
+
+
+# ---- squall logs: the job's cluster's log group, in its region ----
+
+
+@dataclasses.dataclass
+class LogWorld:
+    store: InMemoryJobStore
+    clients: list[tuple[str, str | None]]
+    groups: list[str]
+    source: Streams
+
+
+@pytest.fixture
+def logs_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[LogWorld]:
+    """The logs command's store, clients and log group in memory; which client and group it asked for."""
+    import squall.adapters.aws.logs as cloudwatch
+    import squall.cli.researcher as researcher
+
+    world = LogWorld(store=InMemoryJobStore(), clients=[], groups=[], source=hostile_logs())
+
+    def client(service: str, region: str | None = None) -> str:
+        world.clients.append((service, region))
+        return f"{service} client in {region}"
+
+    def reader(client: str, group: str) -> Streams:
+        world.groups.append(group)
+        world.source.group = group
+        return world.source
+
+    monkeypatch.setattr(researcher, "job_store", lambda: world.store)
+    monkeypatch.setattr(researcher, "aws_client", client)
+    monkeypatch.setattr(cloudwatch, "CloudWatchLogReader", reader)
+    yield world
+
+
+def test_logs_read_the_log_group_of_the_jobs_cluster_in_its_region(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given two clusters and a job admission placed in the second
+    two_clusters(monkeypatch)
+    job = placed(logs_world.store, queued(logs_world.store), "gpu-east", "us-east-1")
+    moved(logs_world.store, job, JobStatus.RUNNING, "Started")
+
+    # when
+    assert main(["logs", "gan-1"]) == 0
+
+    # then: gpu-east's group, read in us-east-1
+    assert logs_world.clients == [("logs", "us-east-1")]
+    assert logs_world.groups == ["/aws/containerinsights/gpu-east/application"]
+    assert capsys.readouterr().out.count("[chief-0]") == 2
+
+
+def test_logs_of_a_job_not_placed_yet_say_it_has_none_yet(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    two_clusters(monkeypatch)
+    queued(logs_world.store)
+
+    assert main(["logs", "gan-1"]) == 0
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "squall: job gan-1 is QUEUED (Submitted): not placed in a cluster yet, so it has no logs yet\n"
+    )
+    assert logs_world.clients == []  # no log group is read: no cluster has its pods
+
+
+def test_logs_follow_waits_for_the_placement_then_reads_that_cluster(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a queued job that admission places in gpu-west while it is followed, which then runs and ends
+    import squall.cli.follow.clock as clocks
+
+    two_clusters(monkeypatch)
+    store = logs_world.store
+    state = {"job": queued(store)}
+
+    def admit() -> None:
+        state["job"] = placed(store, state["job"], "gpu-west", "us-west-2", at=START + timedelta(seconds=4))
+
+    def run_and_end() -> None:
+        state["job"] = moved(store, state["job"], JobStatus.RUNNING, "Started")
+        state["job"] = moved(store, state["job"], JobStatus.SUCCEEDED, "Completed")
+
+    monkeypatch.setattr(clocks, "RealClock", lambda: SteppingClock(now_at=START, steps=[admit, run_and_end]))
+
+    # when
+    assert main(["logs", "gan-1", "--follow"]) == 0
+
+    # then: why it waited, once, and the lines of gpu-west's group in us-west-2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0] == (
+        "squall: job gan-1 is QUEUED (Submitted): its lines follow once it runs"
+    )
+    assert logs_world.clients == [("logs", "us-west-2")]
+    assert logs_world.groups == ["/aws/containerinsights/gpu-west/application"]
+    assert captured.out.count("[chief-0]") == 2
+
+
+def test_logs_of_a_job_cancelled_in_the_queue_say_it_has_none(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    moved(logs_world.store, queued(logs_world.store), JobStatus.CANCELLED, "CancelRequested")
+
+    assert main(["logs", "gan-1", "--follow"]) == 0
+
+    assert "it was never placed in a cluster, so it has no logs" in capsys.readouterr().err
+    assert logs_world.clients == []
+
+
+def test_with_one_cluster_a_job_that_ran_is_read_there_as_before(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given SQUALL_CLUSTER_NAME's one cluster and a record from before jobs recorded their cluster
+    monkeypatch.setenv(deployment.CLUSTER_ENV, "gpu-training")
+    moved(logs_world.store, queued(logs_world.store), JobStatus.RUNNING, "Started")
+
+    assert main(["logs", "gan-1"]) == 0
+
+    assert logs_world.clients == [("logs", None)]  # boto3's default region, as before
+    assert logs_world.groups == ["/aws/containerinsights/gpu-training/application"]
+    assert capsys.readouterr().out.count("[chief-0]") == 2
+
+
+def test_logs_say_what_to_set_when_the_jobs_cluster_is_not_named(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a shell that names only the old single cluster, and a job placed in gpu-east
+    placed(logs_world.store, queued(logs_world.store), "gpu-east", "us-east-1")
+
+    assert main(["logs", "gan-1"]) == 1
+
+    err = capsys.readouterr().err
+    assert "job gan-1 is in cluster gpu-east, which this shell's clusters (squall) do not include" in err
+    assert "set SQUALL_CLUSTERS" in err
+    assert logs_world.clients == []
+
+
+def test_an_old_record_with_several_clusters_names_the_groups_it_may_be_in(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    two_clusters(monkeypatch)
+    moved(logs_world.store, queued(logs_world.store), JobStatus.RUNNING, "Started")
+
+    assert main(["logs", "gan-1"]) == 1
+
+    err = capsys.readouterr().err
+    assert "job gan-1's record names no cluster" in err
+    assert "/aws/containerinsights/gpu-west/application (us-west-2)" in err
+    assert "/aws/containerinsights/gpu-east/application (us-east-1)" in err
+
+
+def test_a_missing_log_group_is_named_with_its_region(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from squall.core.errors import NotFoundError
+
+    class Missing(Streams):
+        def streams(self) -> Any:
+            raise NotFoundError(f"list the streams of {self.group}")
+
+    logs_world.source = Missing()
+    two_clusters(monkeypatch)
+    placed(logs_world.store, queued(logs_world.store), "gpu-east", "us-east-1")
+
+    assert main(["logs", "gan-1"]) == 1
+
+    err = capsys.readouterr().err
+    assert "/aws/containerinsights/gpu-east/application: no such log group in us-east-1" in err
+    assert "is SQUALL_CLUSTERS (gpu-east) the cluster's name?" in err
+
+
+# ---- describe, watch and list say where a job runs ----
+
+
+@pytest.fixture
+def jobs(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemoryJobStore]:
+    from squall.local.memory import InMemoryScaleState
+    from squall.local.model_service_store import InMemoryModelServiceStore
+
+    store = InMemoryJobStore()
+    monkeypatch.setattr(deployment, "job_store", lambda: store)
+    monkeypatch.setattr(deployment, "scale_state", InMemoryScaleState)
+    monkeypatch.setattr(deployment, "service_store", InMemoryModelServiceStore)
+    yield store
+
+
+def test_describe_says_where_a_placed_job_runs(
+    jobs: InMemoryJobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = queued(jobs)
+    assert main(["describe", "gan-1"]) == 0
+    assert "cluster " not in capsys.readouterr().out  # waiting: no cluster yet
+
+    moved(jobs, placed(jobs, job, "gpu-east", "us-east-1"), JobStatus.RUNNING, "Started")
+    assert main(["describe", "gan-1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "  cluster gpu-east, us-east-1"
+
+
+def test_watch_says_where_the_job_was_placed_when_it_is(jobs: InMemoryJobStore) -> None:
+    # given a queued job admitted to gpu-east while watched, then run to its end
+    state = {"job": queued(jobs)}
+
+    def admit() -> None:
+        state["job"] = placed(jobs, state["job"], "gpu-east", "us-east-1")
+
+    def end() -> None:
+        state["job"] = moved(jobs, state["job"], JobStatus.RUNNING, "Started")
+        state["job"] = moved(jobs, state["job"], JobStatus.SUCCEEDED, "Completed")
+
+    shown = io.StringIO()
+
+    # when
+    watch_job("gan-1", store=jobs, clock=SteppingClock(steps=[admit, end]), out=shown, live=False)
+
+    # then: the header had no cluster; the placement is said once, after the event that made it
+    lines = shown.getvalue().splitlines()
+    assert "cluster" not in lines[0]
+    assert lines.count("  placed in cluster gpu-east, us-east-1") == 1
+    assert lines.index("  placed in cluster gpu-east, us-east-1") == 3
+    assert "Admitted:us-east-1" in lines[2]
+
+    # and a job placed before the watch starts has it in its header
+    shown = io.StringIO()
+    watch_job("gan-1", store=jobs, clock=SteppingClock(), out=shown, live=False)
+    assert (
+        "namespace team-research, cluster gpu-east, us-east-1, 1 replica" in shown.getvalue().splitlines()[0]
+    )
+
+
+def test_list_has_a_cluster_column_once_a_job_is_placed(
+    jobs: InMemoryJobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queued(jobs, "gan-1")
+    assert main(["list"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split() == ["ID", "TEAM", "STATUS", "AGE", "REASON"]
+
+    placed(jobs, queued(jobs, "gan-2"), "gpu-east", "us-east-1")
+    assert main(["list"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["ID", "TEAM", "STATUS", "AGE", "CLUSTER", "REASON"]
+    cells = {row.split()[0]: row.split() for row in rows}
+    assert cells["gan-1"][4] == "-"
+    assert cells["gan-2"][4] == "gpu-east/us-east-1"
+
+
+def test_list_json_records_carry_what_admission_reads_and_where_it_placed(
+    jobs: InMemoryJobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = dataclasses.replace(queued(jobs), priority=5, requeued=True, queue_shape='[{"n":1,"pod":{}}]')
+    job, event = note(job, reason="Queued", at=START)
+    jobs.save(job, event)
+    placed(jobs, queued(jobs, "gan-2"), "gpu-east", "us-east-1")
+
+    assert main(["list", "--status", "QUEUED", "--json"]) == 0
+
+    records = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    first = {
+        k: records["gan-1"][k]
+        for k in ("namespace", "priority", "requeued", "queueShape", "cluster", "region")
+    }
+    assert first == {
+        "namespace": "team-research",
+        "priority": 5,
+        "requeued": True,
+        "queueShape": '[{"n":1,"pod":{}}]',
+        "cluster": None,
+        "region": None,
+    }
+    assert records["gan-1"]["version"] == 2 and records["gan-1"]["objectsCreated"] is False
+    assert (records["gan-2"]["cluster"], records["gan-2"]["region"]) == ("gpu-east", "us-east-1")
+    # describe --json is the same record and more
+    assert main(["describe", "gan-2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"] == "gpu-east"
