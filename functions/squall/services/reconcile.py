@@ -1,9 +1,14 @@
-"""Reconcile: bring every active job's record in line with what the cluster says.
+"""Reconcile: bring every active job's record in line with what its cluster says.
 
 Runs on a schedule. One list of Squall's Kubernetes Jobs and one list of pods per
-run, grouped by job id, then one pure `observe` per job and at most one write per
-job that changed. Also starts waiting sweep trials, re-creates objects that went
-missing, and cleans up the objects of finished jobs. Then the model services' turn
+cluster per run, grouped by job id, then one pure `observe` per job, in the cluster
+its record names, and at most one write per job that changed. A job waiting in the
+queue (no cluster yet) has no objects and is left to admission. Also puts waiting
+sweep trials in the queue when a slot opens, puts a job whose objects went missing
+back in the queue (its leftovers deleted first, so that its objects are never in two
+clusters), and cleans up the objects of finished jobs. A cluster whose lists cannot
+be read is unreachable for the run: its jobs are left as they are (never lost for
+that alone), the others are reconciled. Then the model services' turn
 (services/serving.py), when the runtime has them: a failure there is reported, and
 never undoes the jobs' run.
 """
@@ -26,12 +31,12 @@ from squall.core.errors import (
     MAX_ERROR_TEXT,
     ConflictError,
     InvalidTransitionError,
-    PermanentError,
     RetryableError,
     SquallError,
 )
-from squall.core.jobs import Job, JobStatus, Reason, is_terminal, note, reason_code, transition
+from squall.core.jobs import Job, JobStatus, Reason, is_terminal, reason_code, transition
 from squall.core.kubestatus import Observation, job_id_of, observe
+from squall.core.queue import queue_shape
 from squall.core.serving import ServiceStatus
 from squall.core.spec import SpecError, load_spec
 from squall.core.telemetry import SERVICE, Metric
@@ -47,15 +52,20 @@ IMAGE_PULL_GRACE = timedelta(minutes=5)
 # Active jobs one run reads at most; far beyond the queue the admission and the
 # Kubernetes API are sized for (docs/design.md, "Admission": at size).
 MAX_ACTIVE_JOBS = 200_000
+# Runs between two looks for the Jobs of jobs that are no longer active (Reconciler._strays).
+STRAY_RUNS = 60
 
 
 @dataclass
 class ReconcileReport:
     transitions: Counter[str] = field(default_factory=Counter)
     retries: int = 0
+    # jobs whose objects went missing, put back in the queue (admission makes them again)
     recreated: list[str] = field(default_factory=list)
     cleaned: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # clusters whose lists could not be read this run: their jobs were left as they were
+    unreachable_clusters: list[str] = field(default_factory=list)
     serving: ServingReport | None = None  # None: this runtime has no model services
 
 
@@ -70,29 +80,36 @@ class ReconcileMemory:
     own record, Jobs and pods are as they were when a run last left it as it was (_Settled).
     """
 
-    # What the last run read, and the earliest grace it waited out; None: no run yet, or one with errors.
+    # What the last run read, and the earliest grace it waited out; None: no run yet, or
+    # one with errors or an unreachable cluster (the next run reads and decides afresh).
     quiet: Quiet | None = None
-    # The latest lists' objects by identity (see _Listing): a lister handing out the same
-    # unchanged dicts again is read without looking inside them.
-    jobs: _Listing = field(default_factory=lambda: _Listing())
+    # Per cluster, the latest lists' objects by identity (see _Listing): a lister handing
+    # out the same unchanged dicts again is read without looking inside them.
+    jobs: dict[str, _Listing] = field(default_factory=dict)
     # The active job records last read, their (id, version) pairs, and the oldest queued one's time.
     active: tuple[list[Job], tuple[tuple[str, int], ...]] = ((), ())  # type: ignore[assignment]
     oldest_queued: tuple[datetime | None] | None = None  # (None,): none queued; None: not found yet
-    pods: _Listing = field(default_factory=lambda: _Listing())
+    pods: dict[str, _Listing] = field(default_factory=dict)
     # The jobs the last runs observed and left as they were, by job id (see _Settled).
     settled: dict[str, _Settled] = field(default_factory=dict)
+    # Runs until the listed objects of jobs that are not active are looked for again
+    # (see Reconciler._strays); 0: this run does (a fresh process, or after errors).
+    strays_in: int = 0
 
 
 @dataclass
 class Reconciler:
     store: JobStore
-    cluster: Cluster
+    # cluster name -> its API, in the configuration's order (one entry for one cluster)
+    clusters: Mapping[str, Cluster]
     clock: Clock
     metrics: MetricsSink
     intake: Intake
     memory: ReconcileMemory = field(default_factory=ReconcileMemory)
     serving: ServingReconciler | None = None
     _graces: list[datetime] = field(default_factory=list)
+    # This run's cluster of each job observed (a record without one names none)
+    _located: dict[str, str] = field(default_factory=dict)
 
     def run(self) -> ReconcileReport:
         """The jobs, then the model services (a run of their own: not cut short by a quiet jobs' run)."""
@@ -123,12 +140,7 @@ class Reconciler:
         queued = self.store.list_by_status(JobStatus.QUEUED, limit=MAX_ACTIVE_JOBS)
         running = self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
         active = queued + running
-        listed_jobs, listed_pods = self.memory.jobs, self.memory.pods
-        listed_jobs.update(self.cluster.list_jobs())
-        listed_pods.update(self.cluster.list_pods())
-        # Jobs with a replica Job that is not suspended, or that failed: not simply waiting.
-        stirring = listed_jobs.stirring_count
-        pods = listed_pods.by_job
+        reachable = self._read_clusters(report)
         memory = self.memory
         if not (len(active) == len(memory.active[0]) and all(map(operator.is_, active, memory.active[0]))):
             # Else the very records again (a store that hands out what it holds): as read.
@@ -136,43 +148,131 @@ class Reconciler:
             memory.oldest_queued = None
         seen = (
             memory.active[1],
-            listed_jobs.generation,
-            listed_pods.generation,
+            tuple((name, memory.jobs[name].generation, memory.pods[name].generation) for name in reachable),
+            tuple(report.unreachable_clusters),
         )
         if memory.quiet is not None and memory.quiet.holds(seen, self.clock.now()):
             self._gauges(queued, running)
             return report
-        self._graces = []
+        self._graces, self._located = [], {}
         last_settled, settled = memory.settled, {}
 
         for job in active:
             if job.is_sweep:
                 self._isolated(job, report, functools.partial(self._sweep, job, report))
-            elif job.reason == Reason.WAITING_FOR_TRIAL_SLOT:
                 continue
-            elif (
+            if job.reason == Reason.WAITING_FOR_TRIAL_SLOT:
+                continue
+            where = self._cluster_of(job, reachable, report)
+            if where is None:
+                # In the queue (no objects anywhere yet), or its cluster cannot be read now:
+                # nothing to observe; what it was last seen with is kept for when it can be.
+                if job.id in last_settled:
+                    settled[job.id] = last_settled[job.id]
+                continue
+            listed_jobs, listed_pods = memory.jobs[where], memory.pods[where]
+            if (
                 job.status is JobStatus.QUEUED
-                and job.id not in stirring
-                and job.id not in pods
+                and job.id not in listed_jobs.stirring_count
+                and job.id not in listed_pods.by_job
                 and job.reason != Reason.IMAGE_PULL_BACK_OFF
                 and len(listed_jobs.by_job.get(job.id, ())) >= max(job.replicas, 1)
             ):
-                continue  # waiting for admission, all its replica Jobs there, suspended: the scale check's
-            else:
-                inputs = (job.version, listed_jobs.changes_of(job.id), listed_pods.changes_of(job.id))
-                last = last_settled.get(job.id)
-                if last is not None and last.holds(inputs, self.clock):
-                    settled[job.id] = last
-                    if last.until is not None:
-                        self._graces.append(last.until)
-                    continue
-                step = functools.partial(self._settle, job, inputs=inputs, settled=settled, report=report)
-                self._isolated(job, report, step)
+                continue  # all its replica Jobs there, suspended: the scale check's to let go
+            self._located[job.id] = where
+            inputs = (where, job.version, listed_jobs.changes_of(job.id), listed_pods.changes_of(job.id))
+            last = last_settled.get(job.id)
+            if last is not None and last.holds(inputs, self.clock):
+                settled[job.id] = last
+                if last.until is not None:
+                    self._graces.append(last.until)
+                continue
+            step = functools.partial(self._settle, job, inputs=inputs, settled=settled, report=report)
+            self._isolated(job, report, step)
         memory.settled = settled
-        # Whatever this run wrote changes what the next one reads; errors are tried again.
-        memory.quiet = None if report.errors else Quiet(seen=seen, until=min(self._graces, default=None))
+        self._strays(active, reachable, report)
+        # Whatever this run wrote changes what the next one reads; errors are tried again,
+        # and a cluster that could not be read is read afresh when it answers again.
+        trouble = bool(report.errors or report.unreachable_clusters)
+        memory.quiet = None if trouble else Quiet(seen=seen, until=min(self._graces, default=None))
+        if trouble:
+            memory.strays_in = 0
         self._gauges()
         return report
+
+    # ---- every cluster, and one that cannot be read -----------------------
+
+    def _read_clusters(self, report: ReconcileReport) -> list[str]:
+        """List each cluster's Squall Jobs and pods into memory: the clusters read, in configuration order.
+
+        A cluster whose lists fail (its API down or slow, its credentials refused) is
+        unreachable for this run: listed in the report and the metric, its jobs left as
+        they are, its memory kept as it was.
+        """
+        reachable = []
+        for name, cluster in self.clusters.items():
+            try:
+                listed_jobs, listed_pods = cluster.list_jobs(), cluster.list_pods()
+            except SquallError as exc:
+                report.unreachable_clusters.append(name)
+                logger.warning(
+                    "cluster unreachable: its jobs wait", cluster=name, error=str(exc)[:MAX_ERROR_TEXT]
+                )
+                self.metrics.add(Metric.CLUSTER_UNREACHABLE, 1, dimensions={"Cluster": name})
+                continue
+            self.memory.jobs.setdefault(name, _Listing()).update(listed_jobs)
+            self.memory.pods.setdefault(name, _Listing()).update(listed_pods)
+            reachable.append(name)
+        return reachable
+
+    def _cluster_of(self, job: Job, reachable: list[str], report: ReconcileReport) -> str | None:
+        """The cluster to observe the job in this run; None: nothing to observe now."""
+        if job.cluster is not None:
+            if job.cluster not in self.clusters:
+                report.errors.append(
+                    f"{job.id}: its cluster {job.cluster} is not configured"[:MAX_ERROR_TEXT]
+                )
+                return None
+            return job.cluster if job.cluster in reachable else None
+        if job.status is JobStatus.QUEUED and job.queue_shape:
+            return None  # in the queue: admission has not chosen its cluster yet
+        # A record from before jobs named their cluster (one cluster then): where its objects are.
+        for name in reachable:
+            if job.id in self.memory.jobs[name].by_job or job.id in self.memory.pods[name].by_job:
+                return name
+        # Nowhere to be seen: missing, when every cluster could be looked in.
+        return next(iter(self.clusters)) if len(reachable) == len(self.clusters) else None
+
+    def _strays(self, active: list[Job], reachable: list[str], report: ReconcileReport) -> None:
+        """Delete the Jobs listed in a cluster that their job no longer has there.
+
+        A finished job's clean-up, or a cancel's, that failed (its cluster unreachable,
+        the call refused) left them; so would one whose record moved to another cluster.
+        Looked for after any run with errors or an unreachable cluster, in a fresh
+        process, and every STRAY_RUNS runs: the record is read again before a delete,
+        so that a job admitted after this run read the queue keeps its objects.
+        """
+        memory = self.memory
+        if memory.strays_in > 0:
+            memory.strays_in -= 1
+            return
+        memory.strays_in = STRAY_RUNS
+        by_id = {job.id: job for job in active}
+        for name in reachable:
+            for job_id in list(memory.jobs[name].by_job):
+                known = by_id.get(job_id)
+                if known is not None and known.cluster in (None, name):
+                    continue
+                latest = self.store.get(job_id)
+                if latest is None or not (is_terminal(latest.status) or latest.cluster not in (None, name)):
+                    continue
+                try:
+                    self.clusters[name].delete_job_objects(namespace=latest.namespace, job_id=job_id)
+                except SquallError as exc:
+                    report.errors.append(f"{job_id}: clean-up in {name}: {exc}"[:MAX_ERROR_TEXT])
+                    continue
+                report.cleaned.append(job_id)
+                logger.info("stray objects deleted", job_id=job_id, cluster=name, status=latest.status.value)
 
     # ---- one job's failure stays that job's -------------------------------
 
@@ -229,12 +329,22 @@ class Reconciler:
     # ---- one job ---------------------------------------------------------
 
     def _settle(
-        self, job: Job, *, inputs: tuple[int, int, int], settled: dict[str, _Settled], report: ReconcileReport
+        self,
+        job: Job,
+        *,
+        inputs: tuple[str, int, int, int],
+        settled: dict[str, _Settled],
+        report: ReconcileReport,
     ) -> None:
         """Reconcile one job; one that it left as it was is remembered with what it was seen with."""
-        listed_jobs, listed_pods = self.memory.jobs, self.memory.pods
+        where = inputs[0]
+        listed_jobs, listed_pods = self.memory.jobs[where], self.memory.pods[where]
         wait = self._job(
-            job, k8s_jobs=listed_jobs.of_job(job.id), pods=listed_pods.of_job(job.id), report=report
+            job,
+            cluster=where,
+            k8s_jobs=listed_jobs.of_job(job.id),
+            pods=listed_pods.of_job(job.id),
+            report=report,
         )
         if wait is not _ACTED:
             settled[job.id] = _Settled(inputs=inputs, until=wait)
@@ -243,17 +353,20 @@ class Reconciler:
         self,
         job: Job,
         *,
+        cluster: str,
         k8s_jobs: list[dict[str, Any]],
         pods: list[dict[str, Any]],
         report: ReconcileReport,
     ) -> datetime | _Acted | None:
-        """What the job's objects say, recorded: _ACTED when it wrote or made objects, else the
-        end of the grace it waits out (None: none)."""
+        """What the job's objects in `cluster` say, recorded: _ACTED when it wrote or deleted
+        objects, else the end of the grace it waits out (None: none)."""
         now = self.clock.now()
         seen = observe(expected_replicas=max(job.replicas, 1), k8s_jobs=k8s_jobs, pods=pods)
         if seen.status is None or seen.reason == Reason.OBJECTS_MISSING:
+            if job.status is JobStatus.QUEUED and job.cluster is not None and not job.objects_created:
+                return None  # placed, its objects still being made: the scale check finishes them
             if now - job.updated_at >= CREATE_GRACE:
-                self._recreate(job, seen, report)
+                self._requeue(job, seen, cluster=cluster, report=report)
                 return _ACTED
             self._graces.append(job.updated_at + CREATE_GRACE)
             return job.updated_at + CREATE_GRACE
@@ -329,8 +442,14 @@ class Reconciler:
             return None
         return min(max(at, not_before), self.clock.now())
 
-    def _recreate(self, job: Job, seen: Observation, report: ReconcileReport) -> None:
-        """Objects went missing (deleted by hand, or a crash before creation): make them again."""
+    def _requeue(self, job: Job, seen: Observation, *, cluster: str, report: ReconcileReport) -> None:
+        """Its objects went missing (deleted by hand, lost with their nodes): back in the queue.
+
+        What is left of them in `cluster` is deleted first, so that admission may place
+        the job anywhere without its objects ever being in two clusters; a delete that
+        fails leaves the record as it was for the next run. The job keeps its queue
+        shape (one is made for a record from before jobs had one).
+        """
         lost_while_running = job.status is JobStatus.RUNNING
         used = job.retries_used + (1 if lost_while_running else 0)
         if used > job.max_retries:
@@ -338,34 +457,30 @@ class Reconciler:
                 job, to=JobStatus.FAILED, reason=Reason.RETRIES_EXHAUSTED, message=seen.message, report=report
             )
             return
-        spec = load_spec(job.spec)  # SpecError: a recorded spec that does not load fails the job
-        try:
-            self.intake.create_objects(
-                job_id=job.id,
-                spec=spec,
-                namespace=job.namespace,
-                submitted_at=job.submitted_at,
-                requeued=lost_while_running,
-            )
-        except PermanentError as exc:
-            self._record(
-                job, to=JobStatus.FAILED, reason=Reason.CLUSTER_REFUSED, message=str(exc), report=report
-            )
-            return
-        report.recreated.append(job.id)
+        # SpecError: a recorded spec that does not load fails the job
+        shape = job.queue_shape or queue_shape(load_spec(job.spec), job_id=job.id, namespace=job.namespace)
+        self.clusters[cluster].delete_job_objects(namespace=job.namespace, job_id=job.id)
         reason = (
             reason_code(Reason.NODE_LOST, f"retry {used}/{job.max_retries}")
             if lost_while_running
             else Reason.OBJECTS_MISSING
         )
-        self._record(
+        placement: dict[str, Any] = {"cluster": None, "region": None, "objects_created": False}
+        if lost_while_running:
+            placement["requeued"] = True
+        queued = self._record(
             job,
             to=JobStatus.QUEUED,
             reason=reason,
-            message=seen.message or "Kubernetes objects re-created",
+            message=seen.message or "its Kubernetes objects are gone",
             report=report,
             retries_used=used,
+            queue_shape=shape,
+            **placement,
         )
+        if queued is not None:
+            report.recreated.append(job.id)
+            logger.info("job back in the queue", job_id=job.id, cluster=cluster, reason=reason)
 
     def _record(
         self,
@@ -412,9 +527,23 @@ class Reconciler:
         self.metrics.add(
             Metric.JOBS_SUCCEEDED if job.status is JobStatus.SUCCEEDED else Metric.JOBS_FAILED, 1
         )
-        self.cluster.delete_job_objects(namespace=job.namespace, job_id=job.id)
-        report.cleaned.append(job.id)
         logger.info("job finished", job_id=job.id, status=job.status.value, reason=job.reason)
+        # Its objects are in the cluster its record names (one observed this run, for a
+        # record without one); a job still in the queue has none. A sweep has none either.
+        where = job.cluster or self._located.get(job.id)
+        if where is None and (job.queue_shape or job.is_sweep):
+            return
+        for name in (where,) if where is not None else tuple(self.clusters):
+            if name not in self.clusters:
+                continue
+            try:
+                self.clusters[name].delete_job_objects(namespace=job.namespace, job_id=job.id)
+            except SquallError as exc:
+                # Its cluster cannot be reached now: a later run finds the Jobs left (_strays).
+                report.errors.append(f"{job.id}: clean-up in {name}: {exc}"[:MAX_ERROR_TEXT])
+                logger.warning("finished job's objects not deleted yet", job_id=job.id, cluster=name)
+                return
+        report.cleaned.append(job.id)
 
     # ---- sweeps ----------------------------------------------------------
 
@@ -458,32 +587,8 @@ class Reconciler:
                 active += 1
 
     def _start_trial(self, trial: Job, report: ReconcileReport) -> None:
-        try:
-            self.intake.create_objects(
-                job_id=trial.id,
-                spec=load_spec(trial.spec),
-                namespace=trial.namespace,
-                submitted_at=trial.submitted_at,
-            )
-        except PermanentError as exc:
-            # The cluster refused an object (its name taken by another's): not a defect of
-            # reconcile's; the trial fails alone, as intake fails such a job (its objects go).
-            message = str(exc)[:MAX_ERROR_TEXT]
-            self._record(
-                trial, to=JobStatus.FAILED, reason=Reason.CLUSTER_REFUSED, message=message, report=report
-            )
-            return
-        self._note(trial, reason=Reason.SUBMITTED, message="a trial slot opened")
-
-    def _note(self, job: Job, *, reason: str, message: str) -> None:
-        now = self.clock.now()
-        update_job(
-            self.store,
-            job,
-            lambda current: (
-                None if is_terminal(current.status) else note(current, reason=reason, at=now, message=message)
-            ),
-        )
+        """Its slot came: the trial goes in the queue (admission chooses where it runs)."""
+        self.intake.enqueue(trial, load_spec(trial.spec))
 
     # ---- gauges ----------------------------------------------------------
 
@@ -522,17 +627,19 @@ class _Settled:
     the time only through the two graces it waits out from the record's `updated_at`
     (a missing object's create grace, an image pull's); a run's deadline is Kubernetes'
     (activeDeadlineSeconds) and comes as a changed Job. So a later run that finds the
-    same record version and the same Jobs and pods (none of the job's objects came,
-    went or changed version in either listing since, see `_Listing.changes_of`), before
-    that grace is over, would decide the same nothing again: it does not observe the
-    job. Any other outcome (a write, a retry, re-created objects, a failed step) is not
+    same record version and the same Jobs and pods in the same cluster (none of the
+    job's objects came, went or changed version in either listing since, see
+    `_Listing.changes_of`), before that grace is over, would decide the same nothing
+    again: it does not observe the job. Any other outcome (a write, a retry, a job put
+    back in the queue, a failed step) is not
     remembered, and the job is observed again on the next run.
     """
 
-    inputs: tuple[int, int, int]  # (record version, its Jobs' changes_of, its pods' changes_of)
+    # (its cluster, record version, its Jobs' changes_of, its pods' changes_of in that cluster)
+    inputs: tuple[str, int, int, int]
     until: datetime | None  # None: it waits out no grace
 
-    def holds(self, inputs: tuple[int, int, int], clock: Clock) -> bool:
+    def holds(self, inputs: tuple[str, int, int, int], clock: Clock) -> bool:
         return inputs == self.inputs and (self.until is None or clock.now() < self.until)
 
 
