@@ -11,7 +11,9 @@ import pytest
 
 from squall.adapters.aws.scale_state import DynamoScaleState
 from squall.core.errors import NotFoundError, RetryableError
-from squall.core.jobs import JobStatus
+from squall.core.jobs import JobStatus, transition
+from squall.core.manifests import render
+from squall.core.spec import load_spec
 from squall.core.telemetry import RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
@@ -296,7 +298,9 @@ def test_an_old_node_emptied_just_now_is_kept_for_the_idle_threshold(rig: Rig) -
     rig.submit("long")
     rig.cluster.set_behaviour("long", run_for=timedelta(minutes=60))
     rig.scaler().check(trigger="schedule")
-    rig.run(minutes=62)
+    rig.run_checked(minutes=8)  # booted and admitted
+    assert rig.store.get("long").objects_created  # type: ignore[union-attr]
+    rig.run(minutes=54)
     rig.cluster.delete_job_objects(namespace="team-research", job_id="long")  # as reconcile does
     # when the next check finds it empty, it keeps it; after the threshold it goes
     assert "terminated" not in rig.scaler().check(trigger="schedule").done
@@ -384,14 +388,24 @@ def bind_one_replica_in_us_west_2(rig: Rig, *, workers: int) -> None:
         provider_id="aws:///us-west-2a/i-unmanaged",
     )
     rig.submit("gang", gpus=4, replicas={"worker": {"count": workers}})
-    # Let go without admission (as before Squall admitted jobs, or by hand): the release
-    # is the safety net for a gang bound in part.
-    for job in rig.cluster.list_jobs(job_id="gang"):
-        rig.cluster.patch_job(
-            namespace=job["metadata"]["namespace"],
-            name=job["metadata"]["name"],
-            patch={"spec": {"suspend": False}},
-        )
+    # Let go without admission's region (by hand): the release is the safety net for a
+    # gang bound in part. Its record says it is placed, as admission would have left it.
+    job = rig.store.get("gang")
+    assert job is not None
+    for manifest in render(load_spec(job.spec), job_id="gang", namespace=job.namespace):
+        if manifest["kind"] == "Job":
+            manifest["spec"]["suspend"] = False
+        rig.cluster.create(manifest)
+    placed, event = transition(
+        job,
+        to=JobStatus.QUEUED,
+        reason="Admitted:us-west-2",
+        at=rig.clock.now(),
+        cluster="local",
+        region="us-west-2",
+        objects_created=True,
+    )
+    rig.store.save(placed, event)
     rig.cluster.advance()
 
 
@@ -414,7 +428,9 @@ def test_a_stranded_gang_is_released_and_says_why(rig: Rig) -> None:
     assert result.plan["stranded"] == ["gang"]
     assert rig.cluster.list_jobs(job_id="gang") == []
     assert rig.store.events("gang")[-1].reason == "GangReleased:us-west-2"
-    assert rig.store.get("gang").status is JobStatus.QUEUED  # type: ignore[union-attr]
+    released = rig.store.get("gang")
+    assert released is not None and released.status is JobStatus.QUEUED
+    assert released.cluster is None and [e.job_id for e in rig.store.queue()] == ["gang"], "back in the queue"
 
 
 def test_a_gang_no_region_can_take_waits_where_it_is(rig: Rig) -> None:
