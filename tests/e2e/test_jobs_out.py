@@ -24,6 +24,7 @@ HEADER = [
     "finished_s",
     "state",
     "reason",
+    "cluster",
 ]
 GROUP = gpu_group("g5-usw2", "g5.12xlarge", max_size=4, priority=10, minSize=0, pricePerHour=5.67)
 SPEC = {"name": "t", "team": "research", "image": "registry.example.com/squall/t:1", "resources": {"gpu": 1}}

@@ -71,6 +71,7 @@ def assert_invariants_hold(summary: dict[str, Any], *, faults_kill_functions: bo
         "duplicateKubernetesJobs": 0,
         "busyNodesTerminated": 0,
         "hooksLeftOpen": 0,
+        "jobsInTwoClusters": 0,
     }
     assert summary["finished"], "the run reached its end condition before its time limit"
 

@@ -59,6 +59,7 @@ def test_every_job_of_the_trace_runs_and_nothing_is_broken(baseline: dict[str, A
         "duplicateKubernetesJobs": 0,
         "busyNodesTerminated": 0,
         "hooksLeftOpen": 0,
+        "jobsInTwoClusters": 0,
     }
     assert 0 < baseline["peakNodes"]["us-west-2"] <= 8
     assert baseline["scaleUps"] > 0 and baseline["scaleDowns"] > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from squall.local.summary import (
 
 CLOCK = VirtualClock()
 T0 = CLOCK.now()
-HEADER = "id,team,priority,gpus,replicas,submitted_s,started_s,finished_s,state,reason"
+HEADER = "id,team,priority,gpus,replicas,submitted_s,started_s,finished_s,state,reason,cluster"
 
 
 def record(
@@ -65,17 +66,18 @@ def test_the_header_is_exactly_the_documented_one() -> None:
 
 def test_a_row_per_record_in_submission_order_with_times_from_the_start() -> None:
     records = [
-        record("late", submitted=90, started=120.5, finished=3600.25, gpus=32, replicas=4,
-               spec={"priority": 90}),
+        replace(record("late", submitted=90, started=120.5, finished=3600.25, gpus=32, replicas=4,
+                       spec={"priority": 90}), cluster="gpu-east", region="us-east-1"),
         record("queued", submitted=30, status=JobStatus.QUEUED),
-        record("first", submitted=30, started=60, finished=400, status=JobStatus.FAILED,
-               reason="DeadlineExceeded"),
+        replace(record("first", submitted=30, started=60, finished=400, status=JobStatus.FAILED,
+                       reason="DeadlineExceeded"), cluster="gpu-west", region="us-west-2"),
     ]  # fmt: skip
     rows = job_rows(records, start=T0)
+    # the cluster column: where admission placed the job; empty while it waits in the queue
     assert [r.cells() for r in rows] == [
-        ["first", "research", "50", "1", "1", "30", "60", "400", "FAILED", "DeadlineExceeded"],
-        ["queued", "research", "50", "1", "1", "30", "", "", "QUEUED", "Submitted"],
-        ["late", "research", "90", "32", "4", "90", "120.5", "3600.25", "SUCCEEDED", "Completed"],
+        ["first", "research", "50", "1", "1", "30", "60", "400", "FAILED", "DeadlineExceeded", "gpu-west"],
+        ["queued", "research", "50", "1", "1", "30", "", "", "QUEUED", "Submitted", ""],
+        ["late", "research", "90", "32", "4", "90", "120.5", "3600.25", "SUCCEEDED", "Completed", "gpu-east"],
     ]
 
 
@@ -118,7 +120,7 @@ def test_writing_replaces_the_file_whole_and_leaves_no_temporary_behind(tmp_path
     out = tmp_path / "jobs.csv"
     out.write_text("old\n")
     write_jobs_csv(out, job_rows([record("a", started=1, finished=2)], start=T0))
-    assert out.read_text().splitlines() == [HEADER, "a,research,50,1,1,0,1,2,SUCCEEDED,Completed"]
+    assert out.read_text().splitlines() == [HEADER, "a,research,50,1,1,0,1,2,SUCCEEDED,Completed,"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.csv"]
 
 
@@ -202,10 +204,13 @@ def test_the_summary_keeps_its_keys_and_gains_the_new_ones() -> None:
         checks=checks,
         gangs_released=3,
     )
-    assert list(summary) == ["jobs", "queueWaitSeconds", "gpuHours", "cost", "peakNodes", "scaleUps",
-                             "fallbacks", "scaleDowns", "gangsReleased", "drains", "hooksCompleted",
-                             "invariants"]  # fmt: skip
+    assert list(summary) == ["jobs", "queueWaitSeconds", "gpuHours", "cost", "peakNodes", "clusters",
+                             "scaleUps", "fallbacks", "scaleDowns", "gangsReleased", "drains",
+                             "hooksCompleted", "invariants"]  # fmt: skip
     assert summary["gangsReleased"] == 3
+    assert summary["clusters"] == {"local": {"peakNodes": 0, "peakGpusBusy": 0}}
+    assert list(summary["invariants"]) == ["lostJobs", "duplicateKubernetesJobs", "busyNodesTerminated",
+                                           "hooksLeftOpen", "jobsInTwoClusters"]  # fmt: skip
     assert summary["queueWaitSeconds"] == {
         "p50": 20.0,
         "p90": 40.0,

@@ -6,8 +6,10 @@ the capacity: here each region has a number of instances it can run per instance
 type, and a boot time. An instance beyond a region's capacity is not launched:
 it is hidden from the group's instances and reported as a failed scaling activity
 in AWS's own words, as an insufficient-capacity launch failure is in AWS. An
-instance within capacity becomes a Ready node in the simulated cluster once it
-has booted. Launch times are virtual (first seen on the virtual clock).
+instance within capacity becomes a Ready node once it has booted, in the simulated
+cluster of its group (`NodeGroup.cluster`; a group naming none joins the default
+cluster): no cluster ever sees another's nodes. Launch times are virtual (first
+seen on the virtual clock).
 
 Instances also go without Squall asking: a spot reclaim (`reclaim`, with its
 two-minute notice) and a host that fails without any notice (`lose`).
@@ -99,6 +101,7 @@ class _Tracked:
     zone: str
     first_seen: datetime
     launched: bool  # within capacity: will boot into a node
+    cluster: str = ""  # its group's cluster ("": the fleet's default cluster)
     node: str | None = None
     state: str = "InService"  # Auto Scaling's lifecycle state, as describe reports it
     hook: _PendingHook | None = None
@@ -126,8 +129,11 @@ class LocalFleet:
 
     adapter: Any  # AutoScalingFleet on moto, or InMemoryAutoScaling
     clock: VirtualClock
-    cluster: SimulatedCluster
+    cluster: SimulatedCluster  # the default cluster: where the nodes of a group naming none join
     groups: Sequence[NodeGroup]
+    # The other clusters by name (a group naming its cluster joins that one's nodes); the
+    # default cluster may be among them.
+    clusters: Mapping[str, SimulatedCluster] = field(default_factory=dict)
     capacity: Mapping[str, RegionCapacity] = field(default_factory=dict)
     tracked: dict[str, _Tracked] = field(default_factory=dict)
     # scaling activities: failed launches and terminations, oldest first
@@ -360,7 +366,9 @@ class LocalFleet:
             return  # not in the group any more: nothing to replace
         self._held.add(tracked.instance_id)
         self._observed = None
-        self.adapter.terminate_instance(region=tracked.region, instance_id=tracked.instance_id, decrement=False)
+        self.adapter.terminate_instance(
+            region=tracked.region, instance_id=tracked.instance_id, decrement=False
+        )
 
     def _finish_hook(self, tracked: _Tracked, *, result: str) -> None:
         hook, tracked.hook = tracked.hook, None
@@ -451,7 +459,7 @@ class LocalFleet:
         self.revision += 1
         if node is not None:
             # Not Squall's doing: it never counts as a busy node Squall terminated.
-            self.cluster.remove_node(node, reason="instance lost without notice")
+            self.cluster_of(tracked.cluster).remove_node(node, reason="instance lost without notice")
             self.nodes_removed += 1
         self._record_termination(
             tracked, cause=HEALTH_CHECK_CAUSE.format(at=self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -484,6 +492,24 @@ class LocalFleet:
         """Node name -> (group, region) of every instance that joined."""
         return {t.node: (t.group, t.region) for t in self.tracked.values() if t.node is not None}
 
+    def node_clusters(self) -> dict[str, str]:
+        """Node name -> the name of the cluster it joined, for every instance that joined."""
+        return {t.node: self.cluster_of(t.cluster).name for t in self.tracked.values() if t.node is not None}
+
+    def cluster_of(self, name: str) -> SimulatedCluster:
+        """The simulated cluster a group's nodes join: the named one, or the default for ''."""
+        if not name or name == self.cluster.name:
+            return self.cluster
+        found = self.clusters.get(name)
+        if found is None:
+            raise KeyError(
+                f"no simulated cluster {name!r} (the fleet has {', '.join(self._cluster_names())})"
+            )
+        return found
+
+    def _cluster_names(self) -> list[str]:
+        return list(dict.fromkeys([self.cluster.name, *self.clusters]))
+
     # ---- the simulation ------------------------------------------------------
 
     def next_event_time(self) -> datetime | None:
@@ -509,7 +535,8 @@ class LocalFleet:
         for instance_id, tracked in list(self.tracked.items()):
             if instance_id not in alive and tracked.held is None:
                 if tracked.node is not None:
-                    if self.cluster.remove_node(tracked.node, reason="instance terminated"):
+                    cluster = self.cluster_of(tracked.cluster)
+                    if cluster.remove_node(tracked.node, reason="instance terminated"):
                         self.terminated_busy.append(tracked.node)
                     self.nodes_removed += 1
                 del self.tracked[instance_id]
@@ -530,7 +557,7 @@ class LocalFleet:
                 and tracked.joined_at is not None
                 and now - tracked.joined_at >= self._capacity(tracked.region).gpu_plugin_delay
             ):
-                self.cluster.set_gpus_ready(tracked.node)
+                self.cluster_of(tracked.cluster).set_gpus_ready(tracked.node)
                 tracked.gpus_ready = True
 
     def _track(self, observed: Sequence[FleetGroup]) -> None:
@@ -558,6 +585,7 @@ class LocalFleet:
                     zone=instance.availability_zone,
                     first_seen=now,
                     launched=launched,
+                    cluster=template.cluster,
                 )
                 tracked = self.tracked[instance.instance_id]
                 if not launched:
@@ -609,7 +637,7 @@ class LocalFleet:
         )
         allocatable = template.allocatable
         name = f"{template.name}-{tracked.instance_id[-8:]}"
-        self.cluster.add_node(
+        self.cluster_of(tracked.cluster).add_node(
             name=name,
             allocatable={
                 "cpu": format_cpu(allocatable.cpu),

@@ -1,7 +1,8 @@
 """The local runtime: the handlers Lambda runs, driven the way AWS would drive them.
 
-It owns a moto server (the real queues and table), a simulated cluster and a
-virtual clock. Each step it drains the jobs queue into the submit handler in SQS
+It owns a moto server (the real queues and table), one simulated cluster per
+configured cluster (`clusters`, each with its own API, nodes, scheduler and faults)
+and a virtual clock. Each step it drains the jobs queue into the submit handler in SQS
 batches (deleting what succeeded, as the event source mapping does), advances the
 cluster, and fires the schedules that are due. Nothing here decides anything about
 jobs: that is the handlers' code, unchanged.
@@ -45,7 +46,7 @@ from squall.adapters.aws.eventbridge import MAX_JOB_IDS
 from squall.core import resources as deployed
 from squall.core.asg_events import DrainStepMessage
 from squall.core.jobs import Job, JobEvent
-from squall.core.settings import PolicySettings, ServingSettings, Settings, image_problem
+from squall.core.settings import ClusterSettings, PolicySettings, ServingSettings, Settings, image_problem
 from squall.core.telemetry import SERVICE, RecordedMetric, RecordingMetrics
 from squall.local.aws import (
     ACCOUNT,
@@ -59,7 +60,7 @@ from squall.local.aws import (
 )
 from squall.local.backends import Backend, memory_backend, moto_backend
 from squall.local.clock import VirtualClock
-from squall.local.cluster import SimulatedCluster
+from squall.local.cluster import DEFAULT_CLUSTER_NAME, SimulatedCluster
 from squall.local.cluster.pods import PodRunner
 from squall.local.drain_queue import InMemoryDrainQueue, QueuedStep
 from squall.local.fleet import FleetHooks, LocalFleet, RegionCapacity
@@ -100,6 +101,20 @@ ASYNC_RETRY_DELAYS = (timedelta(minutes=1), timedelta(minutes=2))
 # Where Lambda puts an asynchronous event it gave up on, per function (the stack's
 # on-failure destinations): the lifecycle function's go to a queue with an alarm.
 ON_FAILURE_DESTINATIONS = {deployed.LIFECYCLE: deployed.lifecycle_failures_queue_name(PREFIX)}
+
+
+@dataclass(frozen=True)
+class ClusterEntry:
+    """One configured cluster as the local runtime simulates it: its name and region."""
+
+    name: str
+    region: str
+
+
+def default_clusters(node_groups: Sequence[Mapping[str, Any]] | None) -> list[ClusterEntry]:
+    """The one cluster of a configuration that names none: DEFAULT_CLUSTER_NAME, in the first group's region."""
+    first = next((g.get("region") for g in node_groups or () if isinstance(g.get("region"), str)), None)
+    return [ClusterEntry(name=DEFAULT_CLUSTER_NAME, region=str(first or REGION))]
 
 
 @dataclass
@@ -169,15 +184,24 @@ class LocalRuntime:
         *,
         backend: Backend,
         clock: VirtualClock,
-        cluster: SimulatedCluster,
         settings: Settings,
+        cluster: SimulatedCluster | None = None,
+        clusters: Mapping[str, SimulatedCluster] | None = None,
         capacity: Mapping[str, RegionCapacity] | None = None,
         hooks: bool = True,
         submitters: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
+        """`clusters`: name -> its simulated cluster, in the configuration's order (the
+        settings' `clusters`); `cluster`: the one cluster of a runtime that has one."""
+        if (cluster is None) == (clusters is None):
+            raise ValueError("give either one cluster or the clusters by name")
+        self.clusters: dict[str, SimulatedCluster] = (
+            dict(clusters) if clusters is not None else {cluster.name: cluster} if cluster is not None else {}
+        )
+        if not self.clusters:
+            raise ValueError("the runtime needs at least one cluster")
         self.backend = backend
         self.clock = clock
-        self.cluster = cluster
         self.settings = settings
         self.metrics = RecordingMetrics(clock)
         self.scale_requests = LocalScaleRequests(clock=clock)
@@ -193,7 +217,8 @@ class LocalRuntime:
             self.fleet = LocalFleet(
                 adapter=backend.autoscaling,
                 clock=clock,
-                cluster=cluster,
+                cluster=self.cluster,
+                clusters=self.clusters,
                 groups=groups,
                 capacity=dict(capacity or {}),
                 # Squall's hooks, with the timeouts the capacity stack gives them
@@ -211,7 +236,7 @@ class LocalRuntime:
             settings=settings,
             clock=clock,
             store=self.store,
-            cluster=cluster,
+            clusters=self.clusters,
             metrics=self.metrics,
             scale_requests=self.scale_requests,
             fleet=self.fleet,
@@ -250,6 +275,11 @@ class LocalRuntime:
             self.add_schedule(timedelta(minutes=1), self.invoke_scale)
 
     @property
+    def cluster(self) -> SimulatedCluster:
+        """The first configured cluster (the only one of a one-cluster runtime)."""
+        return next(iter(self.clusters.values()))
+
+    @property
     def resources(self) -> LocalResources:
         if self.backend.resources is None:
             raise RuntimeError("the memory backend has no AWS endpoint")
@@ -264,6 +294,8 @@ class LocalRuntime:
         *,
         clock: VirtualClock | None = None,
         cluster: SimulatedCluster | None = None,
+        clusters: Sequence[ClusterEntry] | None = None,
+        simulated: Mapping[str, SimulatedCluster] | None = None,
         teams: Mapping[str, str] | None = None,
         registries: list[str] | None = None,
         policy: PolicySettings | None = None,
@@ -279,9 +311,14 @@ class LocalRuntime:
     ) -> Iterator[LocalRuntime]:
         """Start the embedded endpoint (or the memory backend), install the services.
 
+        `clusters`: the configured clusters (default: one, `default_clusters`); each
+        node group names its cluster (`cluster`) when there are several. The runtime
+        simulates each; `simulated` hands in some of them ready made (by name), as
+        `cluster` hands in the one cluster of a one-cluster runtime.
+
         `port`: the endpoint's loopback port (0: a free one). `pod_runner`: builds
         the runner of the pods that run for real (local/processes.py) once the
-        endpoint is up; the runtime then makes its cluster (give no `cluster`), and
+        endpoint is up; the runtime then makes its clusters (give no `cluster`), and
         closes the runner when it stops.
 
         `submitters`: team -> unique ids of the principals that may submit for it
@@ -295,10 +332,21 @@ class LocalRuntime:
         registries allow its images, else none: serve requests are refused).
         """
         clock = clock or VirtualClock()
-        if pod_runner is not None and cluster is not None:
+        if pod_runner is not None and (cluster is not None or simulated):
             raise ValueError(
                 "give either a cluster or a pod_runner: the runtime makes the cluster of real pods"
             )
+        if cluster is not None and simulated:
+            raise ValueError("give either one cluster or the simulated clusters by name")
+        entries = list(clusters or default_clusters(node_groups))
+        if cluster is not None:
+            if len(entries) != 1:
+                raise ValueError("one cluster given for a configuration of several: give them by name")
+            entries = [ClusterEntry(name=cluster.name, region=entries[0].region)]
+            simulated = {cluster.name: cluster}
+        unknown = sorted(set(simulated or {}) - {e.name for e in entries})
+        if unknown:
+            raise ValueError(f"simulated clusters {', '.join(unknown)} are not among the configured clusters")
         # The functions log every job at INFO, as they should in CloudWatch; here the
         # caller shows progress itself. Metrics go to the recording sink instead of EMF.
         from squall.handlers import observability  # noqa: F401  (the functions' logger exists now)
@@ -315,6 +363,7 @@ class LocalRuntime:
             else:
                 raise ValueError(f"unknown backend {backend!r}: use 'moto' or 'memory'")
             local_resources = chosen.resources
+            runner: PodRunner | None = None
             if pod_runner is not None:
                 if local_resources is None:
                     raise ValueError("real pods need the moto backend: they talk to its endpoint")
@@ -322,8 +371,14 @@ class LocalRuntime:
                 close = getattr(runner, "close", None)
                 if close is not None:
                     stack.callback(close)
-                cluster = SimulatedCluster(clock=clock, runner=runner)
-            cluster = cluster or SimulatedCluster(clock=clock)
+            made: dict[str, SimulatedCluster] = {}
+            for entry in entries:
+                given = (simulated or {}).get(entry.name)
+                made[entry.name] = (
+                    given
+                    if given is not None
+                    else SimulatedCluster(clock=clock, name=entry.name, region=entry.region, runner=runner)
+                )
             settings = Settings(
                 table_name=local_resources.table_name if local_resources else "memory",
                 jobs_queue_url=local_resources.jobs_queue_url if local_resources else "",
@@ -331,15 +386,18 @@ class LocalRuntime:
                 teams=dict(teams or DEFAULT_TEAMS),
                 quotas=dict(quotas or {}),
                 allowed_registries=list(registries or DEFAULT_REGISTRIES),
-                regions=sorted({g["region"] for g in node_groups or []} | {REGION}),
+                regions=sorted(
+                    {g["region"] for g in node_groups or []} | {e.region for e in entries} | {REGION}
+                ),
                 node_groups=list(node_groups or []),
+                clusters=[ClusterSettings(name=e.name, region=e.region) for e in entries],
                 policy=policy or PolicySettings(),
                 serving=serving or _local_serving(list(registries or DEFAULT_REGISTRIES)),
             )
             local = cls(
                 backend=chosen,
                 clock=clock,
-                cluster=cluster,
+                clusters=made,
                 settings=settings,
                 capacity=capacity,
                 submitters=submitters,
@@ -656,13 +714,23 @@ class LocalRuntime:
         self.answer_scale_requests()
         if self.fleet is not None:
             self.fleet.advance()
-        self.cluster.advance()
+        self.advance_clusters()
         self.deliver_lifecycle_events()
         self.deliver_retries()
         self.deliver_drain_steps()
         self.run_due_schedules()
         self.clock.advance(delta)
-        self.cluster.advance()
+        self.advance_clusters()
+
+    def advance_clusters(self) -> None:
+        """Let every simulated cluster catch up with the clock."""
+        for cluster in self.clusters.values():
+            cluster.advance()
+
+    def clusters_next_event_time(self) -> datetime | None:
+        """When a pod of any cluster finishes, or anything else of a cluster's own happens, next."""
+        times = [t for c in self.clusters.values() if (t := c.next_event_time()) is not None]
+        return min(times, default=None)
 
     def settle(self, *, max_steps: int = 20) -> None:
         """Step at this instant until a step starts nothing new (a scale check that acted, a hook,

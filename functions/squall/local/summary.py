@@ -12,6 +12,8 @@
 - ``cost``: instance-hours of every launched instance (booting ones included, as EC2
   bills them) times its group's ``pricePerHour``.
 - ``peakNodes``: region -> the most nodes that region had at once.
+- ``clusters``: cluster -> ``peakNodes`` (the most nodes it had at once) and
+  ``peakGpusBusy`` (the most GPUs its pods held at once).
 - ``scaleUps``, ``fallbacks``, ``scaleDowns``: totals of the scale function's metrics.
 - ``gangsReleased``: GangReleased events on the job records (a gang bound part way in a
   region that could not take the rest, deleted to start over).
@@ -21,6 +23,10 @@
 The Recorder samples the simulation after every step; the state is constant between
 steps (nothing changes unless the clock is moved and the runtime stepped), so
 integrating the sample taken at one step over the time to the next is exact.
+
+Each cluster is observed on its own (`ObservedCluster`, one per configured cluster); a
+`PlacementWatch` shared by them notices a job whose objects are created in one cluster
+while another still holds some (the ``jobsInTwoClusters`` invariant).
 
 `job_rows` and `write_jobs_csv` are the per-job report (`--jobs-out FILE.csv`): one
 row per job record, sweep parents included (gpus and replicas 0: their GPUs are their
@@ -68,19 +74,40 @@ class ObjectChange:
     name: str = ""  # the Job's name, for "created"
 
 
+@dataclass
+class PlacementWatch:
+    """The observed clusters of one run, and the jobs whose objects two of them held at once.
+
+    Checked when a Job is created, against the other clusters' objects at that moment:
+    a look per creation and cluster, nothing per event.
+    """
+
+    clusters: list[SimulatedCluster] = field(default_factory=list)
+    jobs_in_two_clusters: set[str] = field(default_factory=set)
+
+    def created(self, cluster: SimulatedCluster, job_id: str) -> None:
+        if job_id in self.jobs_in_two_clusters:
+            return
+        if any(other is not cluster and other.holds_job(job_id) for other in self.clusters):
+            self.jobs_in_two_clusters.add(job_id)
+
+
 class ObservedCluster(SimulatedCluster):
     """SimulatedCluster that logs the Jobs Squall creates and deletes, and can kill a caller.
 
     It changes no behaviour: every call goes to the simulated cluster as it is. The
     log is what `duplicate_kubernetes_jobs` reads; `kill_at` arms the fault that
-    kills the function making a given call.
+    kills the function making a given call; `watch`, shared by a run's clusters, is
+    told of every Job created.
     """
 
-    def __init__(self, *, clock: Clock, **kwargs: Any) -> None:
+    def __init__(self, *, clock: Clock, watch: PlacementWatch | None = None, **kwargs: Any) -> None:
         super().__init__(clock=clock, **kwargs)
         self._observed_clock = clock
         self.changes: list[ObjectChange] = []
         self._kills: dict[str, int] = {}  # method -> calls to let through before the kill
+        self.watch = watch if watch is not None else PlacementWatch()
+        self.watch.clusters.append(self)
 
     def kill_at(self, method: str, *, after: int = 0) -> None:
         """The invocation making the (after+1)-th `method` call from now dies at that call."""
@@ -103,15 +130,18 @@ class ObservedCluster(SimulatedCluster):
         created = super().create(manifest)
         if created and manifest.get("kind") == "Job":
             metadata = manifest.get("metadata") or {}
+            job_id = (metadata.get("labels") or {}).get(JOB_ID_LABEL)
             self.changes.append(
                 ObjectChange(
                     at=self._observed_clock.now(),
                     kind="created",
                     namespace=str(metadata.get("namespace")),
-                    job_id=(metadata.get("labels") or {}).get(JOB_ID_LABEL),
+                    job_id=job_id,
                     name=str(metadata.get("name")),
                 )
             )
+            if job_id is not None:
+                self.watch.created(self, job_id)
         return created
 
     def delete_job_objects(self, *, namespace: str, job_id: str) -> int:
@@ -146,6 +176,7 @@ class Instance:
     node: str | None  # set once it joined the cluster
     launched: bool  # False: beyond the region's capacity, never runs
     first_seen: datetime
+    cluster: str = ""  # the cluster its node joins
 
 
 def instances(fleet: LocalFleet) -> list[Instance]:
@@ -158,6 +189,7 @@ def instances(fleet: LocalFleet) -> list[Instance]:
             node=t.node,
             launched=t.launched,
             first_seen=t.first_seen,
+            cluster=fleet.cluster_of(t.cluster).name,
         )
         for t in fleet.tracked.values()
     ]
@@ -178,13 +210,18 @@ class Recorder:
     """Integrates GPU use and cost over virtual time, and remembers peaks and faults."""
 
     clock: Clock
-    cluster: SimulatedCluster
+    cluster: SimulatedCluster  # the first (or only) cluster
     fleet: LocalFleet | None
     groups: Sequence[NodeGroup]
+    # every cluster by name, in configuration order (empty: `cluster` is the only one)
+    clusters: Mapping[str, SimulatedCluster] = field(default_factory=dict)
     gpu_busy_seconds: float = 0.0
     gpu_idle_seconds: float = 0.0
     cost: float = 0.0
     peak_nodes: dict[str, int] = field(default_factory=dict)
+    # cluster -> the most nodes it had at once, and the most GPUs its pods held at once
+    peak_cluster_nodes: dict[str, int] = field(default_factory=dict)
+    peak_cluster_gpus_busy: dict[str, int] = field(default_factory=dict)
     reclaimed_nodes: set[str] = field(default_factory=set)  # taken by a fault, not by Squall
     _last: datetime | None = None
     _gpus_busy: int = 0
@@ -197,6 +234,11 @@ class Recorder:
             (g.region, g.asg_name or g.name): (g.price_per_hour or 0.0) / 3600 for g in self.groups
         }
         self.peak_nodes = {region: 0 for region in sorted({g.region for g in self.groups})}
+        if not self.clusters:
+            self.clusters = {self.cluster.name: self.cluster}
+        self._clusters = list(self.clusters.items())
+        self.peak_cluster_nodes = dict.fromkeys(self.clusters, 0)
+        self.peak_cluster_gpus_busy = dict.fromkeys(self.clusters, 0)
 
     def observe(self) -> None:
         """Account for the time since the last sample, then sample the state as it is now."""
@@ -207,7 +249,13 @@ class Recorder:
             self.gpu_idle_seconds += self._gpus_idle * seconds
             self.cost += self._price_per_second * seconds
         self._last = now
-        allocatable, in_use = self.cluster_gpus()
+        allocatable = in_use = 0
+        for name, cluster in self._clusters:
+            has, held = cluster.gpus()
+            allocatable += has
+            in_use += held
+            if held > self.peak_cluster_gpus_busy[name]:
+                self.peak_cluster_gpus_busy[name] = held
         self._gpus_busy, self._gpus_idle = in_use, max(0, allocatable - in_use)
         if self.fleet is None:
             return
@@ -216,19 +264,41 @@ class Recorder:
         self._fleet_revision = self.fleet.revision
         rate = 0.0
         nodes: Counter[str] = Counter()
+        cluster_nodes: Counter[str] = Counter()
         # Read the fleet's bookkeeping directly: this runs after every step of a replay.
         for tracked in self.fleet.tracked.values():
             if tracked.launched:
                 rate += self._prices.get((tracked.region, tracked.group), 0.0)
             if tracked.node is not None:
                 nodes[tracked.region] += 1
+                cluster_nodes[tracked.cluster] += 1
         self._price_per_second = rate
         for region, count in nodes.items():
             if count > self.peak_nodes.get(region, 0):
                 self.peak_nodes[region] = count
+        for named, count in cluster_nodes.items():
+            name = self.fleet.cluster_of(named).name  # a group naming none joins the default cluster
+            if count > self.peak_cluster_nodes.get(name, 0):
+                self.peak_cluster_nodes[name] = count
 
     def cluster_gpus(self) -> tuple[int, int]:
-        return self.cluster.gpus()
+        """(allocatable, in use) over every cluster's nodes."""
+        allocatable = in_use = 0
+        for _, cluster in self._clusters:
+            has, held = cluster.gpus()
+            allocatable += has
+            in_use += held
+        return allocatable, in_use
+
+    def cluster_peaks(self) -> dict[str, dict[str, int]]:
+        """cluster -> its peakNodes and peakGpusBusy, in configuration order."""
+        return {
+            name: {
+                "peakNodes": self.peak_cluster_nodes[name],
+                "peakGpusBusy": self.peak_cluster_gpus_busy[name],
+            }
+            for name in self.clusters
+        }
 
 
 # ---- the summary ---------------------------------------------------------------------------
@@ -343,6 +413,8 @@ class Invariants:
     duplicate_kubernetes_jobs: int
     busy_nodes_terminated: list[str]
     hooks_left_open: int
+    # jobs whose objects were created in one cluster while another still held some
+    jobs_in_two_clusters: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -350,6 +422,7 @@ class Invariants:
             "duplicateKubernetesJobs": self.duplicate_kubernetes_jobs,
             "busyNodesTerminated": len(self.busy_nodes_terminated),
             "hooksLeftOpen": self.hooks_left_open,
+            "jobsInTwoClusters": len(self.jobs_in_two_clusters),
         }
 
     @property
@@ -361,15 +434,22 @@ def invariants(
     *,
     jobs: Sequence[Job],
     expected_ids: Iterable[str],
-    cluster: ObservedCluster,
+    cluster: ObservedCluster | Sequence[ObservedCluster],
     fleet: LocalFleet | None,
     recorder: Recorder,
 ) -> Invariants:
+    """`cluster`: the run's observed cluster, or every one of them."""
     by_id = {job.id: job for job in jobs}
     terminated_busy = list(fleet.terminated_busy) if fleet is not None else []
+    observed = [cluster] if isinstance(cluster, ObservedCluster) else list(cluster)
+    in_two: set[str] = set()
+    for each in observed:
+        in_two |= each.watch.jobs_in_two_clusters
     return Invariants(
         lost_jobs=lost_jobs(expected_ids, by_id),
-        duplicate_kubernetes_jobs=duplicate_kubernetes_jobs(cluster.changes, by_id),
+        # Names are deterministic per cluster: each API refuses only its own live names.
+        duplicate_kubernetes_jobs=sum(duplicate_kubernetes_jobs(c.changes, by_id) for c in observed),
+        jobs_in_two_clusters=sorted(in_two),
         # A node a fault took (spot reclaim, a failed host) goes busy by its nature;
         # only Squall's own scale-down must never take one.
         busy_nodes_terminated=[n for n in terminated_busy if n not in recorder.reclaimed_nodes],
@@ -397,6 +477,7 @@ def build_summary(
         },
         "cost": round(recorder.cost, 2),
         "peakNodes": dict(sorted(recorder.peak_nodes.items())),
+        "clusters": recorder.cluster_peaks(),
         "scaleUps": int(metrics.total(Metric.SCALE_UPS)),
         "fallbacks": int(metrics.total(Metric.FALLBACKS)),
         "scaleDowns": int(metrics.total(Metric.SCALE_DOWNS)),
@@ -411,6 +492,7 @@ def build_summary(
 
 JOBS_CSV_COLUMNS = (
     "id", "team", "priority", "gpus", "replicas", "submitted_s", "started_s", "finished_s", "state", "reason",
+    "cluster",
 )  # fmt: skip
 
 
@@ -428,6 +510,7 @@ class JobRow:
     finished_s: float | None  # when it reached a final state (a run: when its Job completed or failed)
     state: str
     reason: str
+    cluster: str = ""  # where admission placed it (the record's cluster); empty until it is placed
 
     def cells(self) -> list[str]:
         return [
@@ -441,6 +524,7 @@ class JobRow:
             "" if self.finished_s is None else _seconds(self.finished_s),
             self.state,
             self.reason,
+            self.cluster,
         ]
 
 
@@ -462,6 +546,7 @@ def job_rows(jobs: Iterable[Job], *, start: datetime) -> list[JobRow]:
             finished_s=since(job.finished_at) if is_terminal(job.status) else None,
             state=job.status.value,
             reason=job.reason,
+            cluster=job.cluster or "",
         )
         for job in jobs
     ]

@@ -4,7 +4,7 @@
 constants below) is the package's public face; its modules are its own business.
 """
 
-from squall.local.cluster.simulated import SimulatedCluster
+from squall.local.cluster.simulated import DEFAULT_CLUSTER_NAME, SimulatedCluster
 from squall.local.cluster.state import (
     DELETED_BY_POD_GC,
     DISRUPTION_TARGET,
@@ -25,6 +25,7 @@ from squall.local.cluster.state import (
 from squall.local.cluster.views import SharedObjectChanged
 
 __all__ = [
+    "DEFAULT_CLUSTER_NAME",
     "DELETED_BY_POD_GC",
     "DISRUPTION_TARGET",
     "EVICTED_BY_API",

@@ -2,7 +2,9 @@
 
 Models: the Cluster port's calls as a fake records them, one error for the next call
 (`next_error`, as every fake in Squall has), a number of failures planned for one
-method (an API server throttling or down for a while), and per Squall job how long
+method (an API server throttling or down for a while), an outage of the whole API
+until a time (a cluster that cannot be reached: every call fails as a timeout or a
+5xx does, while the nodes and their pods go on running), and per Squall job how long
 its containers run, what they exit with (on their own and on SIGTERM), and whether
 their image cannot be pulled; the same per model service, whose containers keep
 running unless told otherwise (they are restarted when they exit).
@@ -13,9 +15,11 @@ before it changes anything), and faults of the nodes themselves (see nodes.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from squall.core.errors import RetryableError
 from squall.local.cluster.state import SIGTERM_EXIT_CODE, Behaviour, ClusterCall, non_negative
 
 PORT_METHODS = frozenset(
@@ -46,11 +50,19 @@ class _PlannedFailure:
 class PortFaults:
     """Records every port call; raises what the test planned for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, now: Callable[[], datetime], name: str = "") -> None:
         # Raised (once) by the next Cluster-port call, after that call is recorded.
         self.next_error: Exception | None = None
         self.calls: list[ClusterCall] = []
         self._planned: dict[str, _PlannedFailure] = {}
+        self._now = now
+        self._name = name
+        # Every call fails until then (a cluster outage); None: the API answers.
+        self.unreachable_until: datetime | None = None
+
+    def unreachable(self) -> bool:
+        """Whether the API cannot be reached now (an outage that has not ended)."""
+        return self.unreachable_until is not None and self._now() < self.unreachable_until
 
     def fail_calls(self, method_name: str, error: Exception, *, times: int = 1) -> None:
         if method_name not in PORT_METHODS:
@@ -61,6 +73,14 @@ class PortFaults:
 
     def record(self, method: str, **args: object) -> None:
         self.calls.append(ClusterCall(method=method, args=args))
+        if self.unreachable_until is not None:
+            if self.unreachable():
+                # As the adapter translates a connect timeout or a 503 from the API server.
+                raise RetryableError(
+                    f"{method}: cluster {self._name or '(unnamed)'} cannot be reached: "
+                    "the API server timed out (simulated outage)"
+                )
+            self.unreachable_until = None
         if self.next_error is not None:
             error, self.next_error = self.next_error, None
             raise error

@@ -81,6 +81,8 @@ from squall.local.cluster.state import (
 from squall.local.cluster.views import ListViews, json_copy, object_view, thaw, thaw_manifest
 from squall.ports import Clock, KubeObject, ServingCluster
 
+# The one cluster's name when the configuration names none (scenarios, groups files, `squall local`).
+DEFAULT_CLUSTER_NAME = "local"
 # With run_for 0 and an Ignore rule a pod could fail and come back forever within
 # one instant; Kubernetes would spin too, the simulator just moves on.
 _MAX_ROUNDS_PER_ADVANCE = 100
@@ -99,8 +101,13 @@ class SimulatedCluster:
         event_limit: int = 10_000,
         lists: str = "copies",
         runner: PodRunner | None = None,
+        name: str = DEFAULT_CLUSTER_NAME,
+        region: str = "",
     ) -> None:
         """`runner`: runs the pods it chooses for real (see pods.py); None simulates every pod.
+
+        `name` and `region`: the cluster's entry in the configuration (`clusters`), which
+        the local runtime keys its clusters by; the simulation itself does not read them.
 
         `lists` says what list_pods, list_jobs and list_nodes hand out:
 
@@ -114,9 +121,11 @@ class SimulatedCluster:
           with a fresh copy: SharedObjectChanged if a caller changed it, or the
           cluster changed an object without giving it a new resourceVersion.
         """
+        self.name = name
+        self.region = region
         self._state = state = ClusterState(clock=clock, seed=seed, event_limit=event_limit)
         self._views = ListViews(lists, lambda: state.resource_version)
-        self._faults = PortFaults()
+        self._faults = PortFaults(now=state.now, name=name)
         self._behaviours = Behaviours(default_run_for=default_run_for)
         index = NodeIndex()
         self._pods = PodLifecycle(state, index, self._behaviours, runner)
@@ -454,6 +463,20 @@ class SimulatedCluster:
         """The next `times` calls of one port method raise `error`."""
         self._faults.fail_calls(method_name, error, times=times)
 
+    def outage(self, *, until: datetime) -> None:
+        """The API cannot be reached until then: every port call raises RetryableError.
+
+        Only the API is down (a cluster outage as its callers see it: timeouts, 5xx):
+        nodes, the scheduler and the pods go on, and what Squall does not call (the
+        fleet's nodes joining and leaving) still happens. Afterwards it answers again.
+        """
+        self._faults.unreachable_until = until
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the API is in an outage now."""
+        return self._faults.unreachable()
+
     def set_model_service_behaviour(
         self,
         name: str,
@@ -570,6 +593,15 @@ class SimulatedCluster:
             "jobs_complete": jobs["Complete"],
             "jobs_failed": jobs["Failed"],
         }
+
+    def gpus_held_on(self, node: str) -> int:
+        """GPUs the pods bound to a node hold (0 for a node that is not here); not a port call."""
+        found = self._state.nodes.get(node)
+        return found.gpu - found.free_gpu if found is not None else 0
+
+    def holds_job(self, job_id: str) -> bool:
+        """Whether any Kubernetes Job of Squall job `job_id` exists here now; not a port call."""
+        return bool(self._state.jobs_by_id.get(job_id))
 
     def gpus(self) -> tuple[int, int]:
         """(allocatable, in use) over all nodes: what stats() says, without counting the rest."""

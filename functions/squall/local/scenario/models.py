@@ -1,7 +1,8 @@
 """The scenario file's format: strict models whose every error names its field.
 
 A scenario (YAML or JSON, see docs/simulator.md) names regions with their capacity per
-instance type and boot time, node groups (or a file holding them), teams, policy, job
+instance type and boot time, its clusters (name and region; absent: one), node groups
+(or a file holding them; each names its cluster when there are several), teams, policy, job
 arrivals, faults at given times, the clock, and when the run ends. Node groups, teams
 and policy are read by squall/planner/inputs.py, as cdk synth reads them; plan.py
 compiles a checked model into a ScenarioPlan.
@@ -55,6 +56,17 @@ class RegionModel(StrictModel):
     boot_time: Span = timedelta(minutes=3)
 
 
+# A cluster's name, as node groups name it (planner/inputs.py reads a group's `cluster` alike).
+CLUSTER_NAME = r"^[a-z0-9_-]{1,100}$"
+
+
+class ClusterModel(StrictModel):
+    """One simulated cluster: its own API, nodes, scheduler and faults."""
+
+    name: Annotated[str, Field(pattern=CLUSTER_NAME)]
+    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")]
+
+
 class ClockModel(StrictModel):
     # Virtual seconds per wall-clock second; "max" runs as fast as the machine allows.
     speed: Annotated[float, Field(gt=0)] | Literal["max"] = "max"
@@ -100,6 +112,7 @@ class _NodeSelector(StrictModel):
     node: str | None = None
     group: str | None = None  # node group name (or its Auto Scaling group name)
     region: str | None = None
+    cluster: str | None = None  # the nodes of this cluster only
     count: Annotated[int, Field(ge=1)] = 1
 
 
@@ -149,6 +162,25 @@ class Throttle(StrictModel):
     api: Literal["autoscaling", "kubernetes"] = "autoscaling"
     calls: Annotated[int, Field(ge=1)] = 5
     methods: list[KubernetesMethod] = Field(default_factory=lambda: list(KUBERNETES_READS))
+    cluster: str | None = None  # whose Kubernetes API (default: the first cluster's)
+
+
+class ClusterOutage(StrictModel):
+    """A cluster's API cannot be reached for a while: every call fails as a timeout or a 5xx does.
+
+    Its nodes and pods go on running (only the control plane's API is gone); afterwards it answers again.
+    """
+
+    type: Literal["clusterOutage"]
+    at: Span
+    cluster: str
+    duration: Span
+
+    @model_validator(mode="after")
+    def _lasts(self) -> ClusterOutage:
+        if self.duration <= ZERO:
+            raise ValueError("duration must be positive")
+        return self
 
 
 class FunctionDies(StrictModel):
@@ -158,10 +190,18 @@ class FunctionDies(StrictModel):
     at: Span
     call: Literal["create", "delete_job_objects", "patch_node", "evict"] = "create"
     after: Annotated[int, Field(ge=0)] = 0
+    cluster: str | None = None  # a call to this cluster (default: the first cluster)
 
 
 Fault = Annotated[
-    TerminateNode | SpotReclaim | InstanceLost | RegionOutage | CapacityChange | Throttle | FunctionDies,
+    TerminateNode
+    | SpotReclaim
+    | InstanceLost
+    | RegionOutage
+    | CapacityChange
+    | Throttle
+    | ClusterOutage
+    | FunctionDies,
     Field(discriminator="type"),
 ]
 FAULT_TYPES = (
@@ -171,6 +211,7 @@ FAULT_TYPES = (
     "regionOutage",
     "capacity",
     "throttle",
+    "clusterOutage",
     "functionDies",
 )
 
@@ -199,6 +240,9 @@ class ScenarioModel(StrictModel):
     registries: list[str] | None = None
     policy: dict[str, Any] = Field(default_factory=dict)  # cdk.json's policy keys
     regions: dict[str, RegionModel] = Field(default_factory=dict)
+    # The clusters, in preference order; absent: one named "local" in the first group's region.
+    # With more than one, every node group names its cluster.
+    clusters: list[ClusterModel] | None = None
     # A list of node groups, or the path of a file holding them (cdk.json or {nodeGroups: [...]});
     # absent: ./cdk.json.
     node_groups: list[dict[str, Any]] | str | None = None

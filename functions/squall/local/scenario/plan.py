@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,7 +23,7 @@ from squall.core.settings import PolicySettings, may_submit
 from squall.core.spec import JobSpec, SpecError, parse_spec
 from squall.local.clock import EPOCH
 from squall.local.fleet import RegionCapacity
-from squall.local.runtime import DEFAULT_REGISTRIES, DEFAULT_TEAMS
+from squall.local.runtime import DEFAULT_REGISTRIES, DEFAULT_TEAMS, ClusterEntry, default_clusters
 from squall.local.scenario.models import (
     ArrivalModel,
     EndModel,
@@ -80,6 +80,8 @@ class ScenarioPlan:
     submitters: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # team -> its GPU quota and weight in admission; a team left out has no quota and weight 1.
     quotas: dict[str, TeamShare] = field(default_factory=dict)
+    # The clusters, in preference order (empty: the runtime's one default cluster).
+    clusters: list[ClusterEntry] = field(default_factory=list)
 
 
 def load_document(path: Path) -> Any:
@@ -127,6 +129,7 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
         for region, r in model.regions.items()
     }
     _check_places(model, groups, errors)
+    clusters = _clusters(model, raw_groups, errors)
     rng = random.Random(model.seed)
     submissions = _submissions(
         model,
@@ -160,7 +163,63 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
         default_run_time=model.default_run_time,
         submitters=submitters,
         quotas=quotas,
+        clusters=clusters,
     )
+
+
+def read_clusters(
+    named: Sequence[tuple[str, str]] | None, raw_groups: Sequence[Any], errors: list[str]
+) -> list[ClusterEntry]:
+    """The clusters of a scenario or groups file, and their node groups checked against them.
+
+    `named`: the file's `clusters` as (name, region) pairs, None when it has none: then
+    there is one, `default_clusters`. With more than one, every group names its cluster;
+    a group's cluster must be one of them. Problems join `errors`, naming the field.
+    """
+    entries = (
+        [ClusterEntry(name=name, region=region) for name, region in named]
+        if named
+        else default_clusters([g for g in raw_groups if isinstance(g, Mapping)])
+    )
+    names = [e.name for e in entries]
+    seen: set[str] = set()
+    for index, name in enumerate(names):
+        if name in seen:
+            errors.append(f"clusters[{index}].name: {name} is named twice")
+        seen.add(name)
+    listed = ", ".join(names)
+    for index, raw in enumerate(raw_groups):
+        if not isinstance(raw, Mapping):
+            continue  # read_node_groups names it
+        cluster = raw.get("cluster")
+        where = f"nodeGroups[{index}].cluster"
+        if cluster is None:
+            if len(entries) > 1:
+                errors.append(f"{where}: required when there is more than one cluster (one of {listed})")
+        elif not isinstance(cluster, str):
+            continue  # read_node_groups names it
+        elif cluster not in seen:
+            hint = "" if named else " (list the clusters under clusters: [{name, region}])"
+            errors.append(f"{where}: {documents.shown(cluster)} is not one of the clusters ({listed}){hint}")
+    return entries
+
+
+def _clusters(
+    model: ScenarioModel, raw_groups: list[dict[str, Any]], errors: list[str]
+) -> list[ClusterEntry]:
+    named = [(c.name, c.region) for c in model.clusters] if model.clusters is not None else None
+    if named is not None and not named:
+        errors.append("clusters: give at least one cluster, or leave clusters out for one")
+    entries = read_clusters(named, raw_groups, errors)
+    names = {e.name for e in entries}
+    for index, fault in enumerate(model.faults):
+        cluster: str | None = getattr(fault, "cluster", None)
+        if cluster is not None and cluster not in names:
+            errors.append(
+                f"faults[{index}].cluster: {documents.shown(cluster)} is not one of the clusters "
+                f"({', '.join(e.name for e in entries)})"
+            )
+    return entries
 
 
 @dataclass(frozen=True)

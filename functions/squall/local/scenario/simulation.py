@@ -4,7 +4,10 @@
   run and whether to fail.
 - Faults happen at their time: a node terminated, a spot instance reclaimed, an
   instance lost without notice, a region out of capacity, Auto Scaling or
-  Kubernetes API throttling, a function invocation killed half way.
+  Kubernetes API throttling, a cluster's API unreachable for a while, a function
+  invocation killed half way.
+- Each configured cluster is simulated on its own (an ObservedCluster each, with
+  its own API, nodes, scheduler and faults); pods run where their Jobs were created.
 - The clock jumps from one interesting moment to the next (an arrival, a fault, a
   pod finishing, or whatever the runtime says it does next: a schedule, a debounced
   scale request, a retry, an instance finishing its boot) instead of ticking: a
@@ -20,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,10 +34,11 @@ from squall.core.jobs import JobStatus, is_terminal
 from squall.core.spec import derive_job_id, expand_sweep
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
-from squall.local.runtime import LocalRuntime
+from squall.local.runtime import LocalRuntime, default_clusters
 from squall.local.scenario.models import (
     ZERO,
     CapacityChange,
+    ClusterOutage,
     FunctionDies,
     InstanceLost,
     RegionOutage,
@@ -49,6 +53,7 @@ from squall.local.summary import (
     Invariants,
     JobRow,
     ObservedCluster,
+    PlacementWatch,
     Recorder,
     build_summary,
     gangs_released,
@@ -68,12 +73,16 @@ def start_runtime(
     clock: VirtualClock,
     backend: str,
     cluster: SimulatedCluster | None = None,
+    simulated: Mapping[str, SimulatedCluster] | None = None,
     log_level: int = logging.WARNING,
 ) -> AbstractContextManager[LocalRuntime]:
-    """A LocalRuntime configured as the plan says: its teams, registries, policy, node groups and capacity."""
+    """A LocalRuntime configured as the plan says: its clusters, teams, registries, policy, node groups
+    and capacity. `simulated`: the clusters by name, made by the caller (else the runtime makes them)."""
     return LocalRuntime.start(
         clock=clock,
         cluster=cluster,
+        clusters=plan.clusters or None,
+        simulated=simulated,
         teams=plan.teams,
         registries=plan.registries,
         policy=plan.policy,
@@ -134,6 +143,8 @@ class Simulation:
         self.expected_ids: list[str] = []  # accepted submissions: each must end in a final state
         self._open: set[str] = set()  # of those, the ones not yet seen final
         self._errors_noted = 0  # the runtime's function errors already told as notes
+        # The run's clusters by name, in configuration order (made by `run`).
+        self.clusters: dict[str, ObservedCluster] = {}
 
     def run(
         self,
@@ -147,19 +158,34 @@ class Simulation:
         clock = VirtualClock(plan.start)
         # Squall's functions only read what they list: shared objects spare a copy of
         # every node and pod per scale check (SimulatedCluster's `lists`).
-        cluster = ObservedCluster(clock=clock, default_run_for=plan.default_run_time, lists=self.lists)
+        watch = PlacementWatch()
+        clusters = {
+            entry.name: ObservedCluster(
+                clock=clock,
+                watch=watch,
+                name=entry.name,
+                region=entry.region,
+                default_run_for=plan.default_run_time,
+                lists=self.lists,
+            )
+            for entry in plan.clusters or default_clusters(plan.node_groups)
+        }
+        self.clusters = clusters
         with start_runtime(
             plan,
             clock=clock,
-            cluster=cluster,
+            simulated=clusters,
             log_level=self.log_level if self.log_level is not None else logging.CRITICAL,
             backend=self.backend,
         ) as local:
-            recorder = Recorder(clock=clock, cluster=cluster, fleet=local.fleet, groups=plan.groups)
+            first = next(iter(clusters.values()))
+            recorder = Recorder(
+                clock=clock, cluster=first, clusters=clusters, fleet=local.fleet, groups=plan.groups
+            )
             if before is not None:
                 before(local)
             try:
-                finished = self._loop(local, cluster, recorder)
+                finished = self._loop(local, recorder)
             finally:
                 # A live view owns the terminal until it is closed, whatever happened.
                 if self.view is not None:
@@ -168,7 +194,7 @@ class Simulation:
             checks = invariants(
                 jobs=jobs,
                 expected_ids=self.expected_ids,
-                cluster=cluster,
+                cluster=list(clusters.values()),
                 fleet=local.fleet,
                 recorder=recorder,
             )
@@ -199,7 +225,7 @@ class Simulation:
 
     # ---- the loop --------------------------------------------------------------------------
 
-    def _loop(self, local: LocalRuntime, cluster: ObservedCluster, recorder: Recorder) -> bool:
+    def _loop(self, local: LocalRuntime, recorder: Recorder) -> bool:
         plan = self.plan
         clock = local.clock
         deadline = plan.start + plan.end.limit
@@ -210,10 +236,10 @@ class Simulation:
         while True:
             elapsed = clock.now() - plan.start
             while next_submission < len(submissions) and submissions[next_submission].at <= elapsed:
-                self._send(local, cluster, submissions[next_submission])
+                self._send(submissions[next_submission], local)
                 next_submission += 1
             while next_fault < len(faults) and faults[next_fault].at <= elapsed:
-                self._fault(local, cluster, recorder, faults[next_fault])
+                self._fault(local, recorder, faults[next_fault])
                 next_fault += 1
             self._settle(local)
             recorder.observe()
@@ -240,12 +266,14 @@ class Simulation:
                 ]
             )
             upcoming = max(upcoming, clock.now() + timedelta(seconds=1))
-            while (pod_event := cluster.next_event_time()) is not None and clock.now() < pod_event < upcoming:
+            while (
+                pod_event := local.clusters_next_event_time()
+            ) is not None and clock.now() < pod_event < upcoming:
                 self._move(clock, pod_event, wall_start)
-                cluster.advance()
+                local.advance_clusters()
                 recorder.observe()
             self._move(clock, upcoming, wall_start)
-            cluster.advance()
+            local.advance_clusters()
             recorder.observe()
 
     def _move(self, clock: VirtualClock, to: datetime, wall_start: float) -> None:
@@ -304,7 +332,7 @@ class Simulation:
 
     # ---- arrivals and faults ------------------------------------------------------------------
 
-    def _send(self, local: LocalRuntime, cluster: ObservedCluster, submission: Submission) -> None:
+    def _send(self, submission: Submission, local: LocalRuntime) -> None:
         message_id = local.send(submission.body, sender=submission.sender)
         if submission.deliver_twice:
             local.deliver_twice.add(message_id)
@@ -323,12 +351,16 @@ class Simulation:
             if spec is not None and spec.sweep
             else [job_id]
         )
-        for pod_job in pods_of:
-            cluster.set_behaviour(pod_job, run_for=submission.run_for, exit_code=submission.exit_code)
+        # Its pods behave alike in whichever cluster admission places it.
+        for cluster in self.clusters.values():
+            for pod_job in pods_of:
+                cluster.set_behaviour(pod_job, run_for=submission.run_for, exit_code=submission.exit_code)
 
-    def _fault(self, local: LocalRuntime, cluster: ObservedCluster, recorder: Recorder, fault: Any) -> None:
+    def _fault(self, local: LocalRuntime, recorder: Recorder, fault: Any) -> None:
         fleet = local.fleet
         at = local.clock.elapsed
+        named: str | None = getattr(fault, "cluster", None)
+        cluster = self.clusters[named] if named is not None else next(iter(self.clusters.values()))
         if isinstance(fault, TerminateNode | SpotReclaim | InstanceLost):
             if fleet is None:
                 return
@@ -381,7 +413,18 @@ class Simulation:
                         RetryableError(f"{method}: 429 Too Many Requests (throttled)"),
                         times=fault.calls,
                     )
-            self._note(at, f"{fault.api} API throttled for the next {fault.calls} calls")
+            where = (
+                f" of cluster {cluster.name}" if len(self.clusters) > 1 and fault.api == "kubernetes" else ""
+            )
+            self._note(at, f"{fault.api} API{where} throttled for the next {fault.calls} calls")
+        elif isinstance(fault, ClusterOutage):
+            until = local.clock.now() + fault.duration
+            cluster.outage(until=until)
+            self._note(
+                at,
+                f"cluster {cluster.name}'s API cannot be reached until {format_span(until - self.plan.start)} "
+                "(its nodes and pods keep running)",
+            )
         elif isinstance(fault, FunctionDies):
             cluster.kill_at(fault.call, after=fault.after)
             self._note(
@@ -395,27 +438,20 @@ class Simulation:
         group_names = {
             g.asg_name or g.name for g in self.plan.groups if fault.group in (None, g.name, g.asg_name)
         }
+        where = fleet.node_clusters()
         candidates = [
             node
             for node, (group, region) in fleet.running_nodes().items()
             if group in group_names
             and (fault.region is None or region == fault.region)
+            and (fault.cluster is None or where[node] == fault.cluster)
             and (fault.node is None or node == fault.node)
         ]
-        busy = {node: _gpus_held(local.cluster.list_pods(node_name=node)) for node in candidates}
+        # Read off the simulated nodes, not through the API: it may be in an outage.
+        busy = {node: self.clusters[where[node]].gpus_held_on(node) for node in candidates}
         return sorted(candidates, key=lambda n: (-busy[n], n))[: fault.count]
 
     def _note(self, at: timedelta, text: str) -> None:
         self.notes.append(f"{format_span(at)}  {text}")
         if self.view is not None:
             self.view.note(at, text)
-
-
-def _gpus_held(pods: list[dict[str, Any]]) -> int:
-    held = 0
-    for pod in pods:
-        if pod.get("status", {}).get("phase") not in ("Pending", "Running"):
-            continue
-        for container in pod.get("spec", {}).get("containers", []):
-            held += int((container.get("resources", {}).get("requests") or {}).get("nvidia.com/gpu", 0) or 0)
-    return held
