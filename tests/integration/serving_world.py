@@ -138,7 +138,7 @@ class ServingWorld:
         """A fresh intake, as each invocation of the submit function builds one."""
         return Intake(
             store=self.jobs,
-            cluster=self.cluster,
+            clusters={"local": self.cluster},
             clock=self.clock,
             metrics=self.metrics,
             config=IntakeConfig(teams=TEAMS, registries=REGISTRIES, submitters=self.submitters),
@@ -203,7 +203,7 @@ def serving_world(cluster: Any = None, *, clock: VirtualClock | None = None) -> 
         cluster = cluster if cluster is not None else StandInCluster()
         services = DynamoModelServiceStore(dynamodb, "jobs")
         serving = ModelServing(
-            store=services, saved_models=S3SavedModels(s3), cluster=cluster, settings=SETTINGS
+            store=services, saved_models=S3SavedModels(s3), clusters={"local": cluster}, settings=SETTINGS
         )
         yield ServingWorld(
             clock=clock,

@@ -105,7 +105,10 @@ def test_a_saved_model_s3_will_not_show_refuses_the_request_clearly(world: Servi
             )
 
     world.serving = ModelServing(
-        store=world.services, saved_models=Denied(), cluster=world.cluster, settings=world.serving.settings
+        store=world.services,
+        saved_models=Denied(),
+        clusters={"local": world.cluster},
+        settings=world.serving.settings,
     )
     world.finished_job("train-1")
     result = world.handle(serve("train-1", name="mnist"))
@@ -126,7 +129,7 @@ def test_s3_unavailable_leaves_the_message_to_come_back(world: ServingWorld) -> 
     world.serving = ModelServing(
         store=world.services,
         saved_models=Unavailable(),
-        cluster=world.cluster,
+        clusters={"local": world.cluster},
         settings=world.serving.settings,
     )
     world.finished_job("train-1")
@@ -170,7 +173,7 @@ def test_serving_not_configured_refuses_the_request(world: ServingWorld) -> None
     world.serving = ModelServing(
         store=world.services,
         saved_models=world.serving.saved_models,
-        cluster=world.cluster,
+        clusters={"local": world.cluster},
         settings=ServingSettings(),
     )
     world.finished_job("train-1")
@@ -222,7 +225,7 @@ def test_a_redelivery_after_the_cluster_failed_half_way_finishes_the_work(world:
     world.serving = ModelServing(
         store=world.services,
         saved_models=world.serving.saved_models,
-        cluster=flaky,
+        clusters={"local": flaky},
         settings=world.serving.settings,
     )
     world.finished_job("train-1")

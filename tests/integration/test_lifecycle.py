@@ -184,7 +184,7 @@ def harness(world: World) -> Iterator[Harness]:
         settings=Settings(table_name="jobs", teams=TEAMS, allowed_registries=REGISTRIES, node_groups=[GROUP]),
         clock=world.clock,
         store=world.store,
-        cluster=world.cluster,
+        clusters={"local": world.cluster},
         metrics=world.metrics,
         scale_requests=LocalScaleRequests(clock=world.clock),
         fleet=fleet,
@@ -665,7 +665,7 @@ def test_a_runtime_without_a_drain_queue_cannot_build_the_lifecycle_service(worl
         settings=Settings(table_name="jobs"),
         clock=world.clock,
         store=world.store,
-        cluster=world.cluster,
+        clusters={"local": world.cluster},
         metrics=world.metrics,
         scale_requests=LocalScaleRequests(clock=world.clock),
     )

@@ -253,7 +253,7 @@ def test_one_bad_service_never_stops_the_others(stand_in: ServingWorld) -> None:
 
     troubled = Troubled()
     stand_in.cluster = troubled
-    stand_in.serving = replace(stand_in.serving, cluster=troubled)
+    stand_in.serving = replace(stand_in.serving, clusters={"local": troubled})
     for number, name in enumerate(["broken", "busy", "fine"]):
         served(stand_in, name, job=f"train-{number}")
     _serve_with_address(stand_in, "fine")
@@ -372,7 +372,7 @@ def _reconcile_function(world: ServingWorld) -> Reconciler:
     """The reconcile function's service: the jobs' reconciler, with the model services' one."""
     return Reconciler(
         store=world.jobs,
-        cluster=world.cluster,
+        clusters={"local": world.cluster},
         clock=world.clock,
         metrics=world.metrics,
         intake=world.intake(),

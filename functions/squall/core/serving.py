@@ -15,12 +15,17 @@ States::
 A name is one service across the whole installation (`squall predict NAME` needs
 nothing else); it is a DNS label, and names the Kubernetes Deployment, Service and
 PodDisruptionBudget in the job's team namespace: ``<name>-model`` (`object_name`).
+
+Those objects live in one cluster, the record's ``cluster`` (None on a record made
+before there could be more than one: the first configured cluster). A new service's
+cluster is chosen by `choose_serving_cluster`: where its replicas fit on ready room
+now, else where its cluster's groups can buy the room, else the first cluster.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -28,6 +33,10 @@ from types import MappingProxyType
 from typing import Any
 
 from squall.core.errors import InvalidTransitionError
+from squall.planner.demand import PodShape, shape_of
+from squall.planner.fit import blocking_taints, fit_count, resource_shortfall
+from squall.planner.inventory import free_of
+from squall.planner.model import Node, NodeGroup, Pod, Vector
 
 
 class ServiceStatus(StrEnum):
@@ -92,6 +101,8 @@ class ModelService:
     rest_url: str | None = None  # e.g. http://host:8501 (``/v1/models/<name>`` below it)
     grpc_target: str | None = None  # e.g. host:8500
     errors: tuple[dict[str, str], ...] = ()
+    # the cluster its objects are in; None (a record from before clusters): the first configured
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +183,78 @@ def object_name(name: str) -> str:
 def model_path(*, name: str, model_version: int) -> str:
     """Where the serving pod keeps the SavedModel: TensorFlow Serving's base path plus the version."""
     return f"{MODEL_BASE_PATH}/{name}/{model_version}"
+
+
+@dataclass(frozen=True)
+class ClusterRoom:
+    """One cluster as `choose_serving_cluster` sees it: its nodes and pods, its groups (planner models).
+
+    ``reachable`` False: its API did not answer; it is chosen only when no cluster did.
+    """
+
+    name: str
+    nodes: Sequence[Node] = ()
+    pods: Sequence[Pod] = ()
+    groups: Sequence[NodeGroup] = ()  # the groups whose nodes join this cluster
+    reachable: bool = True
+
+
+def choose_serving_cluster(replica: Pod, *, replicas: int, clusters: Sequence[ClusterRoom]) -> str:
+    """The cluster a new model service goes to, its clusters given in configuration order.
+
+    The first reachable one where all `replicas` pods like `replica` fit on ready,
+    schedulable nodes now; else the first whose ready room and whose groups' room to
+    grow (up to their max size) together hold them; else the first reachable one, else
+    the first. Capacity being bought is counted without the groups' health: the scale
+    check, not this choice, decides which group grows.
+    """
+    if not clusters:
+        raise ValueError("choose a serving cluster among none")
+    shape = shape_of(replica, {})
+    reachable = [c for c in clusters if c.reachable]
+    ready = {c.name: ready_room(shape, nodes=c.nodes, pods=c.pods) for c in reachable}
+    for cluster in reachable:
+        if ready[cluster.name] >= replicas:
+            return cluster.name
+    for cluster in reachable:
+        if ready[cluster.name] + room_to_grow(shape, groups=cluster.groups) >= replicas:
+            return cluster.name
+    return (reachable or clusters)[0].name
+
+
+_NOTHING: Vector = (0, 0, 0, 0)
+
+
+def ready_room(shape: PodShape, *, nodes: Sequence[Node], pods: Sequence[Pod]) -> int:
+    """How many pods of the shape fit now on the ready, schedulable nodes, beside the pods bound there."""
+    used: dict[str, Vector] = {}
+    for pod in pods:
+        if pod.is_active and pod.node_name is not None:
+            cpu, memory, gpu, count = used.get(pod.node_name, _NOTHING)
+            took = pod.requests
+            used[pod.node_name] = (cpu + took.cpu, memory + took.memory, gpu + took.gpu, count + 1)
+    room = 0
+    for node in nodes:
+        if not node.ready or node.unschedulable:
+            continue
+        if shape.placement_mismatch(node.labels, blocking_taints(node.taints, ignore_transient=False)):
+            continue
+        free = free_of(node.allocatable.vector(), used.get(node.name, _NOTHING))
+        room += fit_count(free, shape.request)
+    return room
+
+
+def room_to_grow(shape: PodShape, *, groups: Sequence[NodeGroup]) -> int:
+    """How many pods of the shape the nodes the groups may still add (max size less desired) would hold."""
+    room = 0
+    for group in groups:
+        taints = blocking_taints(group.taints, ignore_transient=True)
+        if shape.placement_mismatch(group.template_labels(), taints) is not None:
+            continue
+        if resource_shortfall(shape.request, group.allocatable.vector()) is not None:
+            continue
+        room += max(0, group.max_size - group.desired) * fit_count(group.allocatable.vector(), shape.request)
+    return room
 
 
 # What a record observed of its objects: cleared when they go (STOPPED, FAILED) or are made anew.

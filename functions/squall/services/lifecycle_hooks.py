@@ -13,13 +13,18 @@ step is delivered again and the step is retaken; the early message finds a recor
 that does not expect it and is dropped. Saved first, a crash before sending would
 leave a record nobody comes back to. Every save is conditional on the version
 read, so of two steps that run at once only one moves the drain on.
+
+A group's instances join one cluster (the group's ``cluster``; the first configured
+when it names none): a drain observes, cordons and evicts there and nowhere else. That
+cluster's API failing is "not now" for the step, as any API error is: the step comes
+back a step delay later, and only the deadline answers the hook without it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -89,7 +94,9 @@ class StepMessageEarly(RetryableError):
 
 @dataclass(frozen=True)
 class LifecycleConfig:
-    groups: Sequence[NodeGroup]  # the configured groups (settings.node_groups)
+    # the configured groups (settings.node_groups); a group's `cluster` names the cluster
+    # its nodes join ("" for the first, as with one cluster)
+    groups: Sequence[NodeGroup]
     launch_hook_name: str
     terminate_hook_name: str
     policy: DrainPolicy
@@ -122,7 +129,8 @@ class Handled:
 class LifecycleService:
     drains: DrainStore
     queue: DrainQueue
-    cluster: Cluster
+    # cluster name -> its API, in configuration order; a drain acts on its group's cluster only
+    clusters: Mapping[str, Cluster]
     fleet: Fleet
     jobs: JobStore
     scale_state: ScaleState
@@ -209,6 +217,7 @@ class LifecycleService:
                 kind=kind.value,
                 instance_id=instance_id,
                 group=group.name,
+                cluster=self._cluster_name(action.ref),
                 replaced=arrival is Arrival.REPLACE,
                 deadline=record.deadline.isoformat(),
                 heartbeat_timeout_s=int(record.heartbeat_timeout.total_seconds()),
@@ -289,7 +298,19 @@ class LifecycleService:
     def _step(self, record: DrainRecord, *, started: str) -> Handled:
         now = self.clock.now()
         before = record
-        decision = self._observe_and_decide(record, now=now)
+        cluster_name = self._cluster_name(record.action.ref)
+        cluster = self.clusters.get(cluster_name)
+        if cluster is None:
+            # Settings name only configured clusters; a group moved since the drain began
+            # is waited on, as an unreachable API is, until the deadline answers for it.
+            decision = drain.decide_unobserved(
+                record,
+                error=f"its group's cluster {cluster_name!r} is not configured",
+                now=now,
+                policy=self.config.policy,
+            )
+        else:
+            decision = self._observe_and_decide(record, cluster=cluster, cluster_name=cluster_name, now=now)
         record = decision.record
         if decision.heartbeat:
             beat = self._heartbeat(record)
@@ -302,7 +323,11 @@ class LifecycleService:
                 )
         for job_note in decision.notes:
             self._note(job_note, record=record, now=now)
-        accepted, refused = self._evict(decision.evictions, instance_id=record.instance_id)
+        accepted, refused = (
+            self._evict(decision.evictions, cluster=cluster, instance_id=record.instance_id)
+            if cluster is not None
+            else (0, 0)
+        )
         record = drain.evictions_done(record, accepted=accepted, refused=refused)
         if decision.complete is not None:
             record = self._complete(record, result=decision.complete, now=now)
@@ -310,31 +335,39 @@ class LifecycleService:
                 self._back_off(record, now=now)
         return self._save(record, outcome=started, decision=decision)
 
-    def _observe_and_decide(self, record: DrainRecord, *, now: datetime) -> Decision:
+    def _observe_and_decide(
+        self, record: DrainRecord, *, cluster: Cluster, cluster_name: str, now: datetime
+    ) -> Decision:
+        """Observe the node in its group's cluster and decide; an API that fails there means "not now"."""
         policy = self.config.policy
         # At most twice: a node found schedulable is cordoned, then seen again, so
         # that a pod bound just before the cordon is not missed.
         for _ in range(2):
             try:
-                node = self._find_node(record)
+                node = self._find_node(record, cluster=cluster)
                 if record.kind is Kind.TERMINATE and not record.cause:
                     record = dataclasses.replace(record, cause=self._cause(record, node))
                 pods = None
                 if record.kind is Kind.TERMINATE and node is not None and node.unschedulable:
-                    pods = parse_pods(self.cluster.list_pods(node_name=node.name))
+                    pods = parse_pods(cluster.list_pods(node_name=node.name))
             except (SquallError, ValueError) as exc:
                 # ValueError: the API answered something we cannot parse; both mean "not now".
-                logger.warning("could not observe node", instance_id=record.instance_id, error=str(exc))
+                logger.warning(
+                    "could not observe node",
+                    instance_id=record.instance_id,
+                    cluster=cluster_name,
+                    error=str(exc),
+                )
                 return drain.decide_unobserved(record, error=str(exc), now=now, policy=policy)
             decision = drain.decide(record, node=node, pods=pods, now=now, policy=policy)
             if decision.cordon is None:
                 return decision
             try:
-                self.cluster.patch_node(decision.cordon, cordon_patch(now))
+                cluster.patch_node(decision.cordon, cordon_patch(now))
             except NotFoundError:
                 pass  # deleted since we looked: the next observation finds no node
             except SquallError as exc:
-                logger.warning("cordon failed", node=decision.cordon, error=str(exc))
+                logger.warning("cordon failed", node=decision.cordon, cluster=cluster_name, error=str(exc))
                 return drain.decide_unobserved(
                     decision.record, error=f"cordon: {exc}", now=now, policy=policy
                 )
@@ -344,13 +377,14 @@ class LifecycleService:
             record, error="the node is still schedulable after cordoning", now=now, policy=policy
         )
 
-    def _find_node(self, record: DrainRecord) -> NodeState | None:
+    @staticmethod
+    def _find_node(record: DrainRecord, *, cluster: Cluster) -> NodeState | None:
         if record.node_name is not None:
-            obj = self.cluster.get_node(record.node_name)
+            obj = cluster.get_node(record.node_name)
             if obj is not None or record.kind is Kind.TERMINATE:
                 return drain.node_state(obj) if obj is not None else None
         # A launch waits for its node to register; a terminate looks once, at its first step.
-        found = drain.find_node(self.cluster.list_nodes(), record.instance_id)
+        found = drain.find_node(cluster.list_nodes(), record.instance_id)
         return drain.node_state(found) if found is not None else None
 
     def _cause(self, record: DrainRecord, node: NodeState | None) -> str:
@@ -408,13 +442,14 @@ class LifecycleService:
         except SquallError as exc:
             logger.warning("could not note node loss on job", job_id=job_note.job_id, error=str(exc))
 
-    def _evict(self, groups: Sequence[Sequence[PodRef]], *, instance_id: str) -> tuple[int, int]:
+    @staticmethod
+    def _evict(groups: Sequence[Sequence[PodRef]], *, cluster: Cluster, instance_id: str) -> tuple[int, int]:
         """Evict budget group by group; a refusal (429) ends its group for this step."""
         accepted = refused = 0
         for group in groups:
             for pod in group:
                 try:
-                    ok = self.cluster.evict(namespace=pod.namespace, name=pod.name)
+                    ok = cluster.evict(namespace=pod.namespace, name=pod.name)
                 except NotFoundError:
                     ok = True  # gone already
                 except RetryableError as exc:
@@ -500,6 +535,7 @@ class LifecycleService:
             "instance_id": record.instance_id,
             "kind": record.kind.value,
             "group": record.group,
+            "cluster": self._cluster_name(record.action.ref),
             "node": record.node_name,
             "cause": record.cause or None,
             "attempts": record.attempts,
@@ -535,6 +571,13 @@ class LifecycleService:
             if (group.asg_name or group.name) == asg_name and group.region == region:
                 return group
         return None
+
+    def _cluster_name(self, ref: GroupRef) -> str:
+        """The cluster whose nodes the group's instances are: the group's own, else the first configured."""
+        group = self._group(ref.name, ref.region)
+        if group is not None and group.cluster:
+            return group.cluster
+        return next(iter(self.clusters), "")
 
 
 def _heartbeat_timeout(metadata: dict[str, Any], *, instance_id: str) -> timedelta | None:

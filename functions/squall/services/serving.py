@@ -19,7 +19,14 @@ made before its objects were named ``<name>-model`` keeps its ``model-<name>`` o
 read under the Deployment's own name, until something of it must be made again; then
 the old objects go first, so one service never has two Deployments or budgets.
 
-Work per run is bounded by construction: one list of Deployments, the live records, and
+Each service's objects live in its record's cluster (``cluster``; None, from before
+clusters, is the first configured): a new one is placed by ``core.serving.choose_serving_cluster``
+(``ModelServing.placed``), and reconcile, re-creation and deletion all act there. A
+cluster whose Deployments cannot be listed is reported (``unreachable``) and its services
+are left as they are, neither failed nor made again elsewhere; a Deployment in a cluster
+that is not its record's is an orphan there.
+
+Work per run is bounded by construction: one list of Deployments per cluster, the live records, and
 for at most MAX_SERVICES_PER_RUN services (taken in turn by name, so every one is
 looked at) their pods and Service; at most MAX_ORPHANS_PER_RUN orphans are removed. A
 failure on one service is that service's: the others are reconciled all the same.
@@ -28,9 +35,10 @@ failure on one service is that service's: the others are reconciled all the same
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -38,16 +46,18 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall.conventions import MODEL_SERVICE_LABEL
-from squall.core.errors import MAX_ERROR_TEXT, ConflictError, PermanentError, RetryableError
+from squall.core.errors import MAX_ERROR_TEXT, ConflictError, PermanentError, RetryableError, SquallError
 from squall.core.manifests import name_taken, owned_alike
 from squall.core.serving import (
     CLEARED_OBSERVATIONS,
     LEGACY_OBJECT_PREFIX,
     LIVE,
+    ClusterRoom,
     ModelService,
     ServiceEvent,
     ServiceReason,
     ServiceStatus,
+    choose_serving_cluster,
     object_name,
     transition_service,
 )
@@ -55,6 +65,8 @@ from squall.core.serving_manifests import render_model_service, service_endpoint
 from squall.core.serving_status import observe_serving
 from squall.core.settings import ServingSettings
 from squall.core.telemetry import SERVICE
+from squall.planner.kube import parse_nodes, parse_pod, parse_pods
+from squall.planner.model import NodeGroup, Pod
 from squall.ports import Clock, KubeObject, ModelServiceStore, SavedModels, ServingCluster
 from squall.services.versioned import CREATE_GRACE, update_record
 
@@ -69,32 +81,93 @@ MAX_ORPHANS_PER_RUN = 50
 
 @dataclass(frozen=True)
 class ModelServing:
-    """What model services need: their records, the SavedModels, the cluster's serving side, the settings."""
+    """What model services need: their records, the SavedModels, the clusters' serving side, the settings."""
 
     store: ModelServiceStore
     saved_models: SavedModels
-    cluster: ServingCluster
+    # cluster name -> its API, in configuration order (the first is a record's without `cluster`)
+    clusters: Mapping[str, ServingCluster]
     settings: ServingSettings
+    # the configured node groups (their `cluster`, "" for the first): where room can be bought
+    groups: Sequence[NodeGroup] = ()
+
+    def cluster_name(self, service: ModelService) -> str:
+        """The cluster the service's objects are in: its record's, else the first configured."""
+        return service.cluster if service.cluster is not None else self._first
+
+    @property
+    def _first(self) -> str:
+        return next(iter(self.clusters), "")
+
+    def cluster_of(self, service: ModelService) -> ServingCluster:
+        """The API of the service's cluster; PermanentError when that cluster is not configured (any more)."""
+        name = self.cluster_name(service)
+        cluster = self.clusters.get(name)
+        if cluster is None:
+            raise PermanentError(
+                f"model service {service.name}: its cluster {name!r} is not configured "
+                f"(configured: {', '.join(map(repr, self.clusters)) or 'none'})"
+            )
+        return cluster
+
+    def placed(self, service: ModelService) -> ModelService:
+        """The record with the cluster chosen for it (``core.serving.choose_serving_cluster``).
+
+        With one cluster nothing is asked of it. With more, each cluster's nodes and
+        pods are listed once; one that cannot be listed is chosen only when none can.
+        Intake records the result before it creates any object there.
+        """
+        names = list(self.clusters)
+        replica = _replica(service, settings=self.settings) if len(names) > 1 else None
+        if replica is None:
+            return dataclasses.replace(service, cluster=names[0] if names and names[0] else None)
+        rooms = [self._room(name, api) for name, api in self.clusters.items()]
+        chosen = choose_serving_cluster(replica, replicas=service.replicas, clusters=rooms)
+        logger.info(
+            "model service placed",
+            model_service=service.name,
+            cluster=chosen,
+            unreachable=[room.name for room in rooms if not room.reachable],
+        )
+        return dataclasses.replace(service, cluster=chosen)
+
+    def _room(self, name: str, api: ServingCluster) -> ClusterRoom:
+        groups = [g for g in self.groups if (g.cluster or self._first) == name]
+        try:
+            nodes = parse_nodes(api.list_nodes())
+            pods = parse_pods(api.list_pods())
+        except (SquallError, ValueError) as exc:
+            logger.warning("cluster not read to place a model service", cluster=name, error=str(exc))
+            return ClusterRoom(name=name, groups=groups, reachable=False)
+        return ClusterRoom(name=name, nodes=nodes, pods=pods, groups=groups)
 
     def create_objects(self, service: ModelService) -> int:
-        """Create the service's Deployment, Service and PodDisruptionBudget; returns how many were new.
+        """Create the service's Deployment, Service and PodDisruptionBudget in its cluster; how many were new.
 
         Those that exist are kept (creating is idempotent). PermanentError when serving is
-        not configured or the API server refuses an object.
+        not configured, the service's cluster is not, or the API server refuses an object.
         """
         not_configured = self.settings.not_configured
         if not_configured is not None:
             raise PermanentError(not_configured)
+        cluster = self.cluster_of(service)
         return sum(
             1
             for manifest in render_model_service(service, settings=self.settings)
-            if self.cluster.create(manifest)
+            if cluster.create(manifest)
         )
 
     def delete_objects(self, service: ModelService) -> int:
-        return self.cluster.delete_model_service_objects(
-            namespace=service.namespace, model_service=service.name
-        )
+        """Delete the service's objects in its cluster; nothing when that cluster is not configured."""
+        cluster = self.clusters.get(self.cluster_name(service))
+        if cluster is None:
+            logger.warning(
+                "model service objects not deleted: its cluster is not configured",
+                model_service=service.name,
+                cluster=self.cluster_name(service),
+            )
+            return 0
+        return cluster.delete_model_service_objects(namespace=service.namespace, model_service=service.name)
 
     def record(
         self,
@@ -143,6 +216,9 @@ class ServingReport:
     recreated: list[str] = field(default_factory=list)
     cleaned: list[str] = field(default_factory=list)  # services whose objects were deleted
     errors: list[str] = field(default_factory=list)
+    # clusters whose Deployments could not be listed: their services were left as they are
+    unreachable: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # the services left so, by name
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -151,6 +227,8 @@ class ServingReport:
             "recreated": self.recreated,
             "cleaned": self.cleaned,
             "errors": self.errors,
+            "unreachableClusters": self.unreachable,
+            "left": self.left,
         }
 
 
@@ -169,33 +247,71 @@ class ServingReconciler:
 
     def run(self) -> ServingReport:
         report = ServingReport()
-        cluster, store = self.serving.cluster, self.serving.store
+        serving = self.serving
         # The Deployments first, the records after: intake writes a record before its
         # objects, so every Deployment listed here has its live record among those read next.
-        deployments: dict[tuple[str, str], KubeObject] = {}
-        for listed in cluster.list_deployments():
-            key = _service_key(listed)
-            if key is not None:
-                deployments[key] = listed
+        deployments: dict[str, dict[tuple[str, str], KubeObject]] = {}
+        for cluster_name, cluster in serving.clusters.items():
+            listed = self._deployments(cluster_name, cluster, report)
+            if listed is not None:
+                deployments[cluster_name] = listed
         live = [
             service
             for status in (ServiceStatus.DEPLOYING, ServiceStatus.SERVING)
-            for service in store.list_by_status(status, limit=MAX_LIVE_SERVICES)
+            for service in serving.store.list_by_status(status, limit=MAX_LIVE_SERVICES)
         ]
         report.live.update(service.status.value for service in live)
         by_name = {service.name: service for service in live}
         orphans = [
-            key
-            for key in sorted(deployments)
-            if (record := by_name.get(key[1])) is None or record.namespace != key[0]
+            (cluster_name, *key)
+            for cluster_name, listed in deployments.items()
+            for key in sorted(listed)
+            if not _owns(serving, by_name.get(key[1]), cluster=cluster_name, namespace=key[0])
         ]
-        for namespace, name in orphans[:MAX_ORPHANS_PER_RUN]:
-            self._isolated(name, report, functools.partial(self._orphan, namespace, name, report))
+        for cluster_name, namespace, name in orphans[:MAX_ORPHANS_PER_RUN]:
+            step = functools.partial(self._orphan, cluster_name, namespace, name, report)
+            self._isolated(name, report, step)
         for service in self._turn(live):
-            deployment = deployments.get((service.namespace, service.name))
+            listed = deployments.get(serving.cluster_name(service))
+            if listed is None:
+                # Its cluster did not answer (or is not configured): nothing is known of its
+                # objects, so nothing is decided; the next run looks again.
+                report.left.append(service.name)
+                if serving.cluster_name(service) not in serving.clusters:
+                    report.errors.append(
+                        f"{service.name}: its cluster {serving.cluster_name(service)!r} is not configured"[
+                            :MAX_ERROR_TEXT
+                        ]
+                    )
+                continue
+            deployment = listed.get((service.namespace, service.name))
             step = functools.partial(self._service, service, deployment, report)
             self._isolated(service.name, report, step, fail=service)
         return report
+
+    @staticmethod
+    def _deployments(
+        name: str, cluster: ServingCluster, report: ServingReport
+    ) -> dict[tuple[str, str], KubeObject] | None:
+        """One cluster's managed Deployments by (namespace, service); None when it cannot be listed."""
+        try:
+            listed = cluster.list_deployments()
+        except SquallError as exc:
+            if isinstance(exc, RetryableError):
+                report.unreachable.append(name)
+            report.errors.append(f"cluster {name}: {exc}"[:MAX_ERROR_TEXT])
+            logger.warning(
+                "model services of a cluster left as they are: its Deployments could not be listed",
+                cluster=name,
+                error=str(exc)[:MAX_ERROR_TEXT],
+            )
+            return None
+        deployments: dict[tuple[str, str], KubeObject] = {}
+        for obj in listed:
+            key = _service_key(obj)
+            if key is not None:
+                deployments[key] = obj
+        return deployments
 
     def _turn(self, live: list[ModelService]) -> list[ModelService]:
         """The services this run looks at: all of them, or the next MAX_SERVICES_PER_RUN by name."""
@@ -244,13 +360,18 @@ class ServingReconciler:
 
     # ---- orphans ------------------------------------------------------------
 
-    def _orphan(self, namespace: str, name: str, report: ServingReport) -> None:
+    def _orphan(self, cluster_name: str, namespace: str, name: str, report: ServingReport) -> None:
         record = self.serving.store.get(name)  # the live list may have been cut at its bound, or moved on
-        if record is not None and record.status in LIVE and record.namespace == namespace:
+        if _owns(self.serving, record, cluster=cluster_name, namespace=namespace):
             return
-        deleted = self.serving.cluster.delete_model_service_objects(namespace=namespace, model_service=name)
+        cluster = self.serving.clusters[cluster_name]
+        deleted = cluster.delete_model_service_objects(namespace=namespace, model_service=name)
         logger.info(
-            "orphaned model service objects deleted", model_service=name, namespace=namespace, deleted=deleted
+            "orphaned model service objects deleted",
+            model_service=name,
+            namespace=namespace,
+            cluster=cluster_name,
+            deleted=deleted,
         )
         report.cleaned.append(name)
 
@@ -258,7 +379,7 @@ class ServingReconciler:
 
     def _service(self, service: ModelService, deployment: KubeObject | None, report: ServingReport) -> None:
         now = self.clock.now()
-        cluster = self.serving.cluster
+        cluster = self.serving.cluster_of(service)
         if deployment is None:
             if now - service.updated_at >= CREATE_GRACE:
                 self._recreate(service, report, missing="Deployment")
@@ -353,8 +474,33 @@ class ServingReconciler:
         legacy = f"{LEGACY_OBJECT_PREFIX}{service.name}"
         if deployment is not None:
             return (deployment.get("metadata") or {}).get("name") == legacy
-        found = self.serving.cluster.get_service(namespace=service.namespace, name=legacy)
+        found = self.serving.cluster_of(service).get_service(namespace=service.namespace, name=legacy)
         return found is not None and (_service_key(found) == (service.namespace, service.name))
+
+
+def _owns(serving: ModelServing, record: ModelService | None, *, cluster: str, namespace: str) -> bool:
+    """Is `record` a live service whose objects belong in this namespace of this cluster?"""
+    return (
+        record is not None
+        and record.status in LIVE
+        and record.namespace == namespace
+        and serving.cluster_name(record) == cluster
+    )
+
+
+def _replica(service: ModelService, *, settings: ServingSettings) -> Pod | None:
+    """One replica of the service as the planner reads a pending pod; None while serving is not configured."""
+    if settings.not_configured is not None:
+        return None
+    deployment = render_model_service(service, settings=settings)[0]
+    template = deployment["spec"]["template"]
+    return parse_pod(
+        {
+            "kind": "Pod",
+            "metadata": {"namespace": service.namespace, "name": f"{object_name(service.name)}-replica"},
+            "spec": template["spec"],
+        }
+    )
 
 
 def _service_key(obj: Mapping[str, Any]) -> tuple[str, str] | None:

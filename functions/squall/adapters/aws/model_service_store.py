@@ -72,6 +72,7 @@ def service_values(service: ModelService) -> dict[str, Any]:
         "restUrl": service.rest_url,
         "grpcTarget": service.grpc_target,
         "errors": json.dumps(list(service.errors)) if service.errors else None,
+        "cluster": service.cluster,
     }
 
 
@@ -99,6 +100,7 @@ def service_from_item(item: dict[str, Any]) -> ModelService:
         rest_url=v.get("restUrl"),
         grpc_target=v.get("grpcTarget"),
         errors=tuple(json.loads(v["errors"])) if v.get("errors") else (),
+        cluster=v.get("cluster"),  # absent on a record from before clusters
     )
 
 
