@@ -39,8 +39,9 @@ from squall.core import documents
 from squall.core.settings import PolicySettings
 from squall.core.spec import DEFAULT_MAX_RUNTIME_LIMIT, QuantityViews, ReplicaResources, format_duration
 from squall.local.fleet import RegionCapacity
-from squall.local.runtime import DEFAULT_REGISTRIES
+from squall.local.runtime import DEFAULT_REGISTRIES, ClusterEntry
 from squall.local.scenario import (
+    ClusterModel,
     EndModel,
     RegionModel,
     ScenarioError,
@@ -48,6 +49,7 @@ from squall.local.scenario import (
     StrictModel,
     Submission,
     load_document,
+    read_clusters,
     read_policy_settings,
     validation_errors,
 )
@@ -324,7 +326,7 @@ def job_spec(row: TraceRow, *, registry: str, max_run: timedelta = DEFAULT_MAX_R
 
 
 def unplaceable(rows: Sequence[TraceRow], groups: Sequence[NodeGroup]) -> list[str]:
-    """Rows that can never run: a replica fits no node, or the gang fits no single region."""
+    """Rows that can never run: a replica fits no node, or the gang fits no single region (of one cluster)."""
     problems = []
     for row in rows:
         per_node = {g.name: _replicas_per_node(row, g) for g in groups}
@@ -335,14 +337,16 @@ def unplaceable(rows: Sequence[TraceRow], groups: Sequence[NodeGroup]) -> list[s
                 f"{row.cpu} CPUs and {row.memory} fits no node group (the largest has {biggest} GPUs per node)"
             )
             continue
-        # A job's replicas all run in one region (the gang's pod affinity).
-        room: dict[str, int] = {}
+        # A job's replicas all run in one region (the gang's pod affinity), of one cluster.
+        room: dict[tuple[str, str], int] = {}
         for group in groups:
-            room[group.region] = room.get(group.region, 0) + per_node[group.name] * group.max_size
+            site = (group.cluster, group.region)
+            room[site] = room.get(site, 0) + per_node[group.name] * group.max_size
         if max(room.values()) < row.replicas:
+            where = "region" if len({c for c, _ in room}) <= 1 else "cluster and region"
             problems.append(
                 f"line {row.line}, column replicas: {row.replicas} replicas of {row.gpus} GPUs must run in one "
-                f"region, and the most any region's groups can hold at their max sizes is {max(room.values())}"
+                f"{where}, and the most any {where}'s groups can hold at their max sizes is {max(room.values())}"
             )
     return problems
 
@@ -397,9 +401,11 @@ def _binding_column(row: TraceRow, groups: Sequence[NodeGroup]) -> str:
 
 
 class GroupsFile(StrictModel):
-    """GROUPS.yaml: node groups (as in cdk.json), and optionally policy, region capacity and teams."""
+    """GROUPS.yaml: node groups (as in cdk.json), and optionally clusters, policy, region capacity and teams."""
 
     node_groups: list[dict[str, Any]]
+    # The clusters, in preference order; absent: one. With more, every group names its cluster.
+    clusters: list[ClusterModel] | None = None
     policy: dict[str, Any] = Field(default_factory=dict)
     regions: dict[str, RegionModel] = Field(default_factory=dict)
     # team -> namespace, or {namespace, gpuQuota, weight, submitters} as in cdk.json
@@ -417,6 +423,7 @@ class Configuration:
     # The configured teams: a trace's team among them runs in its namespace, held to its
     # GPU quota and weight; any other team runs in team-<name>, with no quota.
     teams: dict[str, Team] = field(default_factory=dict)
+    clusters: list[ClusterEntry] = field(default_factory=list)  # empty: the runtime's default one
 
     def quotas(self) -> dict[str, TeamShare]:
         return team_shares(self.teams)
@@ -437,7 +444,7 @@ def load_configuration(path: str | Path | None) -> Configuration:
             "nodeGroups": context.get("nodeGroups", []),
             "policy": context.get("policy", {}),
             "teams": context.get("teams", {}),
-        }
+        } | _cdk_clusters(context)
     if not isinstance(document, dict):
         raise ScenarioError(
             [
@@ -463,6 +470,10 @@ def load_configuration(path: str | Path | None) -> Configuration:
         teams = {}
     if not groups and not errors:
         errors.append("nodeGroups: at least one node group is needed")
+    named = [(c.name, c.region) for c in model.clusters] if model.clusters is not None else None
+    if named is not None and not named:
+        errors.append("clusters: give at least one cluster, or leave clusters out for one")
+    clusters = read_clusters(named, list(model.node_groups), errors)
     if errors:
         raise ScenarioError(errors, source=str(file))
     return Configuration(
@@ -475,7 +486,33 @@ def load_configuration(path: str | Path | None) -> Configuration:
         },
         source=str(file),
         teams=teams,
+        clusters=clusters,
     )
+
+
+def _cdk_clusters(context: dict[str, Any]) -> dict[str, Any]:
+    """A cdk.json's clusters as a groups file has them ({name, region} each), or its one `cluster`.
+
+    Only name and region matter to a replay; a cluster without a region (the old one-cluster
+    form may leave it to the deployment's) is taken to be in the first group's region.
+    """
+    found = context.get("clusters")
+    if found is None and isinstance(context.get("cluster"), dict):
+        found = [context["cluster"]] if context["cluster"].get("name") else None
+    if not isinstance(found, list):
+        return {} if found is None else {"clusters": found}  # not a list: the model says so
+    groups = context.get("nodeGroups")
+    first = (
+        groups[0].get("region")
+        if isinstance(groups, list) and groups and isinstance(groups[0], dict)
+        else None
+    )
+    return {
+        "clusters": [
+            {"name": c.get("name"), "region": c.get("region") or first} if isinstance(c, dict) else c
+            for c in found
+        ]
+    }
 
 
 def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "trace") -> ScenarioPlan:
@@ -507,6 +544,7 @@ def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "
             for team in sorted({row.team for row in rows} | set(config.teams))
         },
         quotas=config.quotas(),
+        clusters=config.clusters,
         registries=[registry],
         submissions=submissions,
         end=EndModel(when="scaledDown", limit=give_up_after(rows, config.groups)),

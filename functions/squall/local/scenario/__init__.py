@@ -13,6 +13,8 @@ from squall.local.scenario.models import (
     ArrivalModel,
     CapacityChange,
     ClockModel,
+    ClusterModel,
+    ClusterOutage,
     EndModel,
     Expect,
     Fault,
@@ -38,6 +40,7 @@ from squall.local.scenario.plan import (
     compile_scenario,
     load_document,
     load_scenario,
+    read_clusters,
     read_policy_settings,
 )
 from squall.local.scenario.simulation import (
@@ -56,6 +59,8 @@ __all__ = [
     "ArrivalModel",
     "CapacityChange",
     "ClockModel",
+    "ClusterModel",
+    "ClusterOutage",
     "EndModel",
     "Expect",
     "Fault",
@@ -81,6 +86,7 @@ __all__ = [
     "load_document",
     "load_scenario",
     "parse_span",
+    "read_clusters",
     "read_policy_settings",
     "start_runtime",
     "validation_errors",

@@ -1,0 +1,184 @@
+"""Many clusters, one queue, end to end: the two-cluster scenarios on the memory backend.
+
+`scenarios/two-clusters.yaml`: the preferred cluster's region runs out and the burst
+spills into the other cluster. `scenarios/cluster-outage.yaml`: one cluster's API
+cannot be reached mid-burst; the other takes the new work. Each runs the real
+handlers against one simulated cluster per configured cluster, as
+`squall local run --scenario FILE` does.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from squall.core.jobs import Job
+from squall.core.telemetry import Metric
+from squall.local.runtime import LocalRuntime
+from squall.local.scenario import Simulation, SimulationResult, load_scenario
+from squall.local.summary import Recorder
+
+SCENARIOS = Path(__file__).parents[2] / "scenarios"
+INVARIANTS_HOLD = {
+    "lostJobs": 0,
+    "duplicateKubernetesJobs": 0,
+    "busyNodesTerminated": 0,
+    "hooksLeftOpen": 0,
+    "jobsInTwoClusters": 0,
+}
+
+
+@dataclass
+class PlacementView:
+    """A live view that checks, after every step, that no pod is bound to another cluster's node."""
+
+    simulation: Simulation | None = None
+    # cluster -> every node it has had; cluster -> the nodes its pods were bound to
+    nodes: dict[str, set[str]] = field(default_factory=dict)
+    bound: dict[str, set[str]] = field(default_factory=dict)
+
+    def update(self, local: LocalRuntime, recorder: Recorder) -> None:
+        for name, cluster in local.clusters.items():
+            if cluster.unreachable:
+                continue  # nothing can be read from it now; its pods are checked when it answers
+            self.nodes.setdefault(name, set()).update(n["metadata"]["name"] for n in cluster.list_nodes())
+            self.bound.setdefault(name, set()).update(
+                node for p in cluster.list_pods() if (node := p["spec"].get("nodeName"))
+            )
+
+    def note(self, at: timedelta, text: str) -> None:
+        pass
+
+    def close(self, local: LocalRuntime, recorder: Recorder) -> None:
+        pass
+
+
+@dataclass
+class Run:
+    result: SimulationResult
+    jobs: dict[str, Job]
+    history: dict[str, list[tuple[timedelta, str]]]  # job id -> (when, reason) of its events
+    created_in: dict[str, set[str]]  # job id -> the clusters its Kubernetes Jobs were created in
+    unreachable: dict[str, float]  # cluster -> its ClusterUnreachable points, summed
+    view: PlacementView
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.result.summary
+
+
+def run(name: str) -> Run:
+    plan = load_scenario(SCENARIOS / f"{name}.yaml")
+    view = PlacementView()
+    simulation = Simulation(plan, backend="memory", pace=False, lists="checked", view=view)
+    seen: dict[str, Any] = {}
+
+    def after(local: LocalRuntime, _: SimulationResult) -> None:
+        jobs = local.jobs()
+        seen["jobs"] = {job.id: job for job in jobs}
+        seen["history"] = {
+            job.id: [(e.at - plan.start, str(e.reason)) for e in local.events(job.id)] for job in jobs
+        }
+        unreachable: dict[str, float] = {}
+        for point in local.metrics.points:
+            if point.name == Metric.CLUSTER_UNREACHABLE:
+                cluster = point.dimensions["Cluster"]
+                unreachable[cluster] = unreachable.get(cluster, 0) + point.value
+        seen["unreachable"] = unreachable
+
+    result = simulation.run(after=after)
+    created_in: dict[str, set[str]] = {}
+    for cluster_name, cluster in simulation.clusters.items():
+        for change in cluster.changes:
+            if change.kind == "created" and change.job_id is not None:
+                created_in.setdefault(change.job_id, set()).add(cluster_name)
+    return Run(
+        result=result,
+        jobs=seen["jobs"],
+        history=seen["history"],
+        created_in=created_in,
+        unreachable=seen["unreachable"],
+        view=view,
+    )
+
+
+@pytest.fixture(scope="module")
+def scenario() -> Callable[[str], Run]:
+    """run(name), each scenario run at most once in this module."""
+    return functools.cache(run)
+
+
+def assert_each_pod_on_its_own_clusters_nodes(view: PlacementView) -> None:
+    for name, bound in view.bound.items():
+        others = set().union(*(nodes for other, nodes in view.nodes.items() if other != name))
+        assert bound <= view.nodes[name], f"{name}'s pods were bound to nodes it never had"
+        assert not bound & others, f"{name}'s pods were bound to another cluster's nodes"
+
+
+def test_the_burst_spills_into_the_second_cluster_and_each_job_lives_in_one(
+    scenario: Callable[[str], Run],
+) -> None:
+    two = scenario("two-clusters")
+    summary = two.summary
+    assert summary["functionErrors"] == {}
+    assert summary["invariants"] == INVARIANTS_HOLD
+    assert summary["finished"]
+    assert summary["jobs"] == {"SUCCEEDED": 8}
+    # jobs landed in both clusters, each job's objects in exactly the cluster its record names
+    placed = {job.id: job.cluster for job in two.jobs.values()}
+    assert set(placed.values()) == {"gpu-west", "gpu-east"}
+    assert two.created_in == {job_id: {cluster} for job_id, cluster in placed.items()}
+    regions = {job.cluster: job.region for job in two.jobs.values()}
+    assert regions == {"gpu-west": "us-west-2", "gpu-east": "us-east-1"}
+    # us-west-2 runs four p3.8xlarge at most: the rest of the burst ran in the us-east-1 cluster
+    clusters = summary["clusters"]
+    assert list(clusters) == ["gpu-west", "gpu-east"]
+    assert 0 < clusters["gpu-west"]["peakNodes"] <= 4 < clusters["gpu-east"]["peakNodes"]
+    assert clusters["gpu-east"]["peakGpusBusy"] > 0 and clusters["gpu-west"]["peakGpusBusy"] > 0
+    assert summary["peakNodes"] == {
+        "us-east-1": clusters["gpu-east"]["peakNodes"],
+        "us-west-2": clusters["gpu-west"]["peakNodes"],
+    }
+    assert_each_pod_on_its_own_clusters_nodes(two.view)
+    assert two.unreachable.get("gpu-west", 0) == two.unreachable.get("gpu-east", 0) == 0
+
+
+def test_a_cluster_outage_sends_new_work_elsewhere_and_loses_or_repeats_nothing(
+    scenario: Callable[[str], Run],
+) -> None:
+    outage = scenario("cluster-outage")
+    summary = outage.summary
+    assert summary["invariants"] == INVARIANTS_HOLD
+    assert summary["finished"], "every job final and both clusters back at zero"
+    assert summary["jobs"] == {"SUCCEEDED": 6}
+    assert any("cluster gpu-west's API cannot be reached" in note for note in outage.result.notes)
+    # the first wave ran in the preferred cluster, through the outage, exactly once
+    starts, ends = timedelta(minutes=10), timedelta(minutes=40)
+    for number in (1, 2, 3):
+        job_id = f"vit-{number}"
+        assert outage.jobs[job_id].cluster == "gpu-west"
+        assert outage.created_in[job_id] == {"gpu-west"}
+        reasons = [reason for _, reason in outage.history[job_id]]
+        assert not [r for r in reasons if r.startswith(("NodeLost", "ObjectsMissing", "RetriesExhausted"))]
+        assert reasons.count("Started") == 1 and reasons[-1] == "Completed"
+        # its pods kept running while the API could not be reached, and finished then
+        (finished_at,) = [at for at, reason in outage.history[job_id] if reason == "Completed"]
+        assert starts < finished_at < ends
+    # what arrived during the outage went to the cluster that could be reached
+    for number in (1, 2, 3):
+        job_id = f"vit-during-{number}"
+        assert outage.jobs[job_id].cluster == "gpu-east"
+        assert outage.created_in[job_id] == {"gpu-east"}
+        (admitted_at,) = [at for at, reason in outage.history[job_id] if reason.startswith("Admitted")]
+        assert starts < admitted_at < ends
+    # Squall's functions saw gpu-west unreachable (and only it), and survived it
+    assert outage.unreachable.get("gpu-west", 0) > 0
+    assert outage.unreachable.get("gpu-east", 0) == 0
+    assert summary["functionErrors"] == {}
+    assert_each_pod_on_its_own_clusters_nodes(outage.view)
