@@ -33,6 +33,7 @@ from squall.planner.kube import (
     pod_cache,
     replica_job_cache,
 )
+from squall.planner.offline import ClusterSnapshot, PlanInputError, plan_offline
 from squall.planner.queue_types import ReplicaJob
 from squall.planner.sites import site, split_site
 
@@ -403,3 +404,131 @@ def test_with_one_cluster_nothing_is_qualified_and_reasons_read_as_before() -> N
     assert "over 2 replicas in one region; no region can ever hold it" in admission.waiting[0].message
     assert result.unschedulable[0].reason.startswith("job gang needs all 2 pods in one region: us-east-1: ")
     assert all(CLUSTER_LABEL not in n.labels and "/" not in n.name for n in nodes_of(west))
+
+
+# ---- `squall plan` over many clusters -------------------------------------------------------
+
+
+def group_doc(name: str, *, region: str, cluster: str | None, instances: int = 1) -> dict[str, Any]:
+    doc: dict[str, Any] = GROUP | {
+        "name": name,
+        "region": region,
+        "allocatable": {"cpu": "95", "memory": "1100Gi", "nvidia.com/gpu": 8, "pods": 110},
+        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+        "maxSize": 8,
+        "desired": instances,
+        "instances": [
+            {"id": f"i-{name}{i}", "lifecycleState": "InService", "launchTime": "2024-05-01T09:00:00Z"}
+            for i in range(instances)
+        ],
+    }
+    if cluster is not None:
+        doc["cluster"] = cluster
+    return doc
+
+
+def node_doc(group_name: str, index: int = 0, *, region: str) -> dict[str, Any]:
+    """A ready 8-GPU node; every cluster names its first node alike."""
+    obj = node_object(f"ip-10-0-0-{index}", region=region)
+    obj["metadata"]["creationTimestamp"] = "2024-05-01T09:01:00Z"
+    obj["spec"] = {
+        "providerID": f"aws:///{region}a/i-{group_name}{index}",
+        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+    }
+    obj["status"]["allocatable"] = {"cpu": "95", "memory": "1100Gi", "nvidia.com/gpu": "8", "pods": "110"}
+    obj["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2024-05-01T09:02:00Z"}
+    ]
+    return obj
+
+
+def busy_pod(node: str) -> dict[str, Any]:
+    obj = pod_object(f"busy-{node}", node=node)
+    obj["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    obj["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    del obj["spec"]["nodeSelector"]
+    return obj
+
+
+def two_clusters(*, west_busy: bool) -> list[ClusterSnapshot]:
+    west_pods = [busy_pod("ip-10-0-0-0")] if west_busy else []
+    return [
+        ClusterSnapshot(name="west", nodes_doc=[node_doc("w", region="us-west-2")], pods_doc=west_pods),
+        ClusterSnapshot(name="east", nodes_doc=[node_doc("e", region="us-east-1")], pods_doc=[]),
+    ]
+
+
+GROUPS = [
+    group_doc("w", region="us-west-2", cluster="west") | {"priority": 1},
+    group_doc("e", region="us-east-1", cluster="east") | {"priority": 2},
+]
+
+
+def test_squall_plan_admits_the_queue_to_the_cluster_with_room_and_names_nodes_qualified() -> None:
+    # given: west's node is busy, east's is free and has been idle for hours
+    queued = parse_replica_jobs(job_objects("q1"))
+    # when
+    result = plan_offline(
+        groups_doc=GROUPS, clusters=two_clusters(west_busy=True), queued=queued, now=NOW, policy=POLICY
+    )
+    # then: q1 goes to east (it takes the idle node, which is then not removed)
+    assert result["admission"]["admitted"] == [
+        {"job": "q1", "team": "research", "region": "east/us-east-1", "gpus": 8}
+    ]
+    assert result["scaleDown"] == [] and result["scaleUp"] == []
+    # without the queue, east's idle node is removed, named in its cluster
+    idle = plan_offline(groups_doc=GROUPS, clusters=two_clusters(west_busy=True), now=NOW, policy=POLICY)
+    assert [d["node"] for d in idle["scaleDown"]] == ["east/ip-10-0-0-0"]
+    assert "admission" not in idle
+
+
+def test_squall_plan_with_one_cluster_reads_as_before() -> None:
+    # given: one cluster's snapshot, named, and the same as today's flags
+    groups = [group_doc("w", region="us-west-2", cluster="west")]
+    nodes, pods = [node_doc("w", region="us-west-2")], [busy_pod("ip-10-0-0-0")]
+    queued = parse_replica_jobs(job_objects("q1", gpus=1))
+    # when
+    named = plan_offline(
+        groups_doc=groups,
+        clusters=[ClusterSnapshot(name="west", nodes_doc=nodes, pods_doc=pods)],
+        queued=queued,
+        now=NOW,
+        policy=POLICY,
+    )
+    today = plan_offline(
+        groups_doc=[group_doc("w", region="us-west-2", cluster=None)],
+        nodes_doc=nodes,
+        pods_doc=pods,
+        queued=queued,
+        now=NOW,
+        policy=POLICY,
+    )
+    # then
+    assert named == today
+    assert today["scaleUp"][0]["group"] == "w"
+    assert "/" not in str(today["admission"]) and "one cluster" not in str(today)
+
+
+def test_squall_plan_over_many_clusters_refuses_a_group_of_no_given_cluster() -> None:
+    for groups, words in (
+        (
+            [GROUPS[0], group_doc("x", region="us-east-1", cluster=None)],
+            "nodeGroups[1].cluster: required with",
+        ),
+        (
+            [GROUPS[0], group_doc("x", region="us-east-1", cluster="north")],
+            "nodeGroups[1].cluster: north is none",
+        ),
+    ):
+        with pytest.raises(PlanInputError) as raised:
+            plan_offline(groups_doc=groups, clusters=two_clusters(west_busy=False), now=NOW)
+        assert raised.value.document == "groups" and words in str(raised.value)
+
+
+def test_squall_plan_names_the_cluster_whose_snapshot_is_wrong() -> None:
+    west, east = two_clusters(west_busy=False)
+    broken = dataclasses.replace(east, nodes_doc=[{"kind": "Node", "metadata": {"name": "n"}, "spec": []}])
+    with pytest.raises(PlanInputError) as raised:
+        plan_offline(groups_doc=GROUPS, clusters=[west, broken], now=NOW)
+    assert (raised.value.document, raised.value.cluster) == ("nodes", "east")
+    assert str(raised.value).startswith("items[0]: node east/n: spec: expected an object")
