@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from squall.core.settings import Duration
@@ -176,11 +184,12 @@ class ClusterOutage(StrictModel):
     cluster: str
     duration: Span
 
-    @model_validator(mode="after")
-    def _lasts(self) -> ClusterOutage:
-        if self.duration <= ZERO:
-            raise ValueError("duration must be positive")
-        return self
+    @field_validator("duration")
+    @classmethod
+    def _lasts(cls, duration: timedelta) -> timedelta:
+        if duration <= ZERO:
+            raise ValueError("must be positive")
+        return duration
 
 
 class FunctionDies(StrictModel):
