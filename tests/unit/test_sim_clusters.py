@@ -211,6 +211,16 @@ def test_a_runtime_of_one_cluster_names_it_local() -> None:
         assert [c.name for c in local.settings.clusters] == [DEFAULT_CLUSTER_NAME]
 
 
+def test_a_runtime_given_only_groups_serves_the_clusters_they_name() -> None:
+    # as `squall local up` starts from a groups file that names two clusters
+    with LocalRuntime.start(backend="memory", node_groups=[dict(EAST), dict(WEST)]) as local:
+        assert [(c.name, c.region) for c in local.clusters.values()] == [
+            ("gpu-east", "us-east-1"),
+            ("gpu-west", "us-west-2"),
+        ]
+        assert local.cluster_stats()["nodes"] == 0
+
+
 # ---- a cluster outage ------------------------------------------------------------------------------
 
 

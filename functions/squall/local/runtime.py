@@ -117,6 +117,20 @@ def default_clusters(node_groups: Sequence[Mapping[str, Any]] | None) -> list[Cl
     return [ClusterEntry(name=DEFAULT_CLUSTER_NAME, region=str(first or REGION))]
 
 
+def clusters_of_groups(node_groups: Sequence[Mapping[str, Any]] | None) -> list[ClusterEntry]:
+    """The clusters the groups name, in the order they first appear, each in the region of its
+    first group; `default_clusters` when none names one (what `LocalRuntime.start` runs without
+    a `clusters` list: a groups file that names two clusters is served as two)."""
+    found: dict[str, str] = {}
+    for group in node_groups or ():
+        name, region = group.get("cluster"), group.get("region")
+        if isinstance(name, str) and name not in found:
+            found[name] = str(region) if isinstance(region, str) else REGION
+    if not found:
+        return default_clusters(node_groups)
+    return [ClusterEntry(name=name, region=region) for name, region in found.items()]
+
+
 @dataclass
 class LocalScaleRequests:
     """Scale-check requests, collected for the runtime to act on (EventBridge in AWS)."""
@@ -311,8 +325,9 @@ class LocalRuntime:
     ) -> Iterator[LocalRuntime]:
         """Start the embedded endpoint (or the memory backend), install the services.
 
-        `clusters`: the configured clusters (default: one, `default_clusters`); each
-        node group names its cluster (`cluster`) when there are several. The runtime
+        `clusters`: the configured clusters (default: those the groups name, else one,
+        `clusters_of_groups`); each node group names its cluster (`cluster`) when there
+        are several. The runtime
         simulates each; `simulated` hands in some of them ready made (by name), as
         `cluster` hands in the one cluster of a one-cluster runtime.
 
@@ -338,7 +353,7 @@ class LocalRuntime:
             )
         if cluster is not None and simulated:
             raise ValueError("give either one cluster or the simulated clusters by name")
-        entries = list(clusters or default_clusters(node_groups))
+        entries = list(clusters or clusters_of_groups(node_groups))
         if cluster is not None:
             if len(entries) != 1:
                 raise ValueError("one cluster given for a configuration of several: give them by name")
@@ -726,6 +741,13 @@ class LocalRuntime:
         """Let every simulated cluster catch up with the clock."""
         for cluster in self.clusters.values():
             cluster.advance()
+
+    def cluster_stats(self) -> dict[str, int]:
+        """SimulatedCluster.stats() summed over every cluster (the live views' and status's counts)."""
+        total: Counter[str] = Counter()
+        for cluster in self.clusters.values():
+            total.update(cluster.stats())
+        return dict(total)
 
     def clusters_next_event_time(self) -> datetime | None:
         """When a pod of any cluster finishes, or anything else of a cluster's own happens, next."""

@@ -34,7 +34,7 @@ from squall.core.jobs import JobStatus, is_terminal
 from squall.core.spec import derive_job_id, expand_sweep
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
-from squall.local.runtime import LocalRuntime, default_clusters
+from squall.local.runtime import LocalRuntime, clusters_of_groups
 from squall.local.scenario.models import (
     ZERO,
     CapacityChange,
@@ -168,7 +168,7 @@ class Simulation:
                 default_run_for=plan.default_run_time,
                 lists=self.lists,
             )
-            for entry in plan.clusters or default_clusters(plan.node_groups)
+            for entry in plan.clusters or clusters_of_groups(plan.node_groups)
         }
         self.clusters = clusters
         with start_runtime(
