@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from squall.adapters.aws.job_store import from_item, job_from_item, job_to_item
+from squall.conventions import CLUSTER_LABEL
 from squall.core.jobs import JobStatus, Reason, reason_code
 from squall.core.manifests import render
 from squall.core.queue import (
@@ -283,6 +284,21 @@ def test_a_placed_entry_reads_as_admitted_to_its_region() -> None:
     assert entry.placed and entry.gpus == 1 and entry.replicas == 1
     [replica] = replica_jobs(entry, qualify_cluster=False)
     assert not replica.suspended and replica.admitted_region == "us-east-1"
+
+
+def test_with_many_clusters_a_placed_entry_is_admitted_to_its_site_and_fits_only_its_cluster() -> None:
+    text = queue_shape(parse(), job_id="j-1", namespace="team-research")
+    placed = queue_entry(queued(queue_shape=text, cluster="c2", region="us-east-1"))
+    [replica] = replica_jobs(placed, qualify_cluster=True)
+    assert replica.admitted_region == "c2/us-east-1"
+    assert replica.pod.node_selector == {CLUSTER_LABEL: "c2"}
+    # a queued one may go to any cluster: nothing pins it
+    [waiting] = replica_jobs(queue_entry(queued(queue_shape=text)), qualify_cluster=True)
+    assert (
+        waiting.suspended
+        and waiting.admitted_region is None
+        and CLUSTER_LABEL not in waiting.pod.node_selector
+    )
 
 
 def test_a_bad_stored_shape_fails_its_own_entry_when_read_not_before() -> None:

@@ -31,6 +31,7 @@ from squall.core.manifests import render
 from squall.core.spec import JobSpec
 from squall.planner.kube import parse_pod, pod_requests
 from squall.planner.queue_types import ReplicaJob
+from squall.planner.sites import site
 
 QUEUE_PARTITION = "QUEUE"
 PLACED_PARTITION = "PLACED"
@@ -225,7 +226,7 @@ def _replica_jobs(entry: QueueEntry, qualify_cluster: bool) -> tuple[ReplicaJob,
     cluster = entry.cluster if qualify_cluster else None
     admitted_region = None
     if entry.placed and entry.region:
-        admitted_region = _site(entry.region, cluster or "")
+        admitted_region = site(entry.region, cluster or "")
     total = entry.replicas
     jobs: list[ReplicaJob] = []
     for shape in entry.shape:
@@ -238,7 +239,7 @@ def _replica_jobs(entry: QueueEntry, qualify_cluster: bool) -> tuple[ReplicaJob,
             "spec": shape.pod,
         }
         try:
-            pod = parse_pod(obj, **({"cluster": cluster} if cluster else {}))
+            pod = parse_pod(obj, cluster=cluster)
         except ValueError as exc:
             raise QueueShapeError(f"job {entry.job_id}: stored queue shape: {exc}") from None
         for _ in range(shape.count):
@@ -259,8 +260,3 @@ def _replica_jobs(entry: QueueEntry, qualify_cluster: bool) -> tuple[ReplicaJob,
                 )
             )
     return tuple(jobs)
-
-
-def _site(region: str, cluster: str) -> str:
-    # planner/sites.py site(region, cluster) says the same; written here until it lands.
-    return f"{cluster}/{region}" if cluster else region
