@@ -573,9 +573,12 @@ class LifecycleService:
         return None
 
     def _cluster_name(self, ref: GroupRef) -> str:
-        """The cluster whose nodes the group's instances are: the group's own, else the first configured."""
+        """The cluster whose nodes the group's instances are: the group's own, else the first configured.
+
+        With one cluster it is that one, whatever the group calls it.
+        """
         group = self._group(ref.name, ref.region)
-        if group is not None and group.cluster:
+        if group is not None and group.cluster and len(self.clusters) > 1:
             return group.cluster
         return next(iter(self.clusters), "")
 
