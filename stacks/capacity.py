@@ -1,7 +1,8 @@
 """GPU Auto Scaling groups that Squall creates in one region.
 
-Each group launches the EKS-optimised AL2023 NVIDIA AMI (read from its public
-SSM parameter at deploy time), joins the cluster through nodeadm with the
+Each group launches the EKS-optimised AL2023 NVIDIA AMI of its cluster's
+Kubernetes version (read from its public SSM parameter at deploy time), joins
+its cluster (its endpoint, certificate and service CIDR) through nodeadm with the
 group's labels and taints, starts at zero instances and carries Squall's
 lifecycle hooks from the start. Desired capacity is deliberately absent from
 the template: Squall owns it, and a redeploy must not reset it.
@@ -14,6 +15,7 @@ convention capacity planners use to scale from zero.
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 
 import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
@@ -77,22 +79,24 @@ class GpuGroups(Construct):
         construct_id: str,
         *,
         prefix: str,
-        cluster: ClusterConfig,
+        clusters: Mapping[str, ClusterConfig],
         capacity: CapacityConfig,
         groups: tuple[NodeGroupConfig, ...],
         hooks: HookSettings,
         instance_profile_name: str,
     ) -> None:
         super().__init__(scope, construct_id)
-        # One parameter for every group: resolved by CloudFormation at each deploy,
-        # so new nodes get the latest patched AMI without a code change.
-        image_id = ssm.StringParameter.value_for_typed_string_parameter_v2(
-            self,
-            constants.gpu_ami_parameter(cluster.kubernetes_version),
-            ssm.ParameterValueType.AWS_EC2_IMAGE_ID,
-        )
         self.groups: dict[str, autoscaling.CfnAutoScalingGroup] = {}
         for group in groups:
+            cluster = clusters[group.cluster_name]
+            # One parameter per Kubernetes version (the groups of one cluster share it):
+            # resolved by CloudFormation at each deploy, so new nodes get the latest
+            # patched AMI without a code change.
+            image_id = ssm.StringParameter.value_for_typed_string_parameter_v2(
+                self,
+                constants.gpu_ami_parameter(cluster.kubernetes_version),
+                ssm.ParameterValueType.AWS_EC2_IMAGE_ID,
+            )
             template = ec2.CfnLaunchTemplate(
                 self,
                 f"{group.name}-LaunchTemplate",

@@ -1,10 +1,13 @@
-"""Access to the EKS cluster: the functions' roles, and the GPU nodes' identity.
+"""Access to the EKS clusters: the functions' roles, and the GPU nodes' identity.
 
-The functions reach the Kubernetes API as their IAM roles, with a token they
-sign themselves (a presigned STS GetCallerIdentity request): there is no
-kubeconfig and no secret. An EKS access entry maps each role to the Kubernetes
-group whose RBAC (stacks/rbac/squall-rbac.yaml) says what it may do; no EKS
-access policy is associated, so the RBAC is all the access there is.
+The functions reach each cluster's Kubernetes API as their IAM roles, with a
+token they sign themselves (a presigned STS GetCallerIdentity request): there is
+no kubeconfig and no secret. On every cluster, an EKS access entry maps each role
+to the Kubernetes group whose RBAC (stacks/rbac/squall-rbac.yaml, applied to each
+cluster) says what it may do; no EKS access policy is associated, so the RBAC is
+all the access there is. An access entry is a resource of its cluster's region:
+a cluster in another region than the control plane gets its entries from a stack
+in that region, which names the roles by their fixed names.
 """
 
 from __future__ import annotations
@@ -48,11 +51,21 @@ class FunctionAccessEntries(Construct):
             )
 
 
+def node_access_entry(scope: Construct, construct_id: str, *, cluster_name: str, principal_arn: str) -> None:
+    """Lets the GPU nodes Squall creates join one cluster."""
+    # EC2_LINUX entries put the node in system:nodes, as aws-auth did.
+    eks.CfnAccessEntry(
+        scope, construct_id, cluster_name=cluster_name, principal_arn=principal_arn, type="EC2_LINUX"
+    )
+
+
 class NodeIdentity(Construct):
     """The role and instance profile of the GPU nodes in the groups Squall creates.
 
     IAM is global, so the capacity stacks of every region use this one instance
-    profile by name.
+    profile by name, whichever cluster their groups join. ``cluster_name``: the
+    home-region cluster whose access entry for the role lives here; every other
+    cluster that created nodes join gets its entry from its own stack.
     """
 
     def __init__(
@@ -78,13 +91,8 @@ class NodeIdentity(Construct):
             self, "InstanceProfile", role=self.role, instance_profile_name=role_name
         )
         if cluster_name is not None:
-            # EC2_LINUX entries put the node in system:nodes, as aws-auth did.
-            eks.CfnAccessEntry(
-                self,
-                "AccessEntry",
-                cluster_name=cluster_name,
-                principal_arn=self.role.role_arn,
-                type="EC2_LINUX",
+            node_access_entry(
+                self, "AccessEntry", cluster_name=cluster_name, principal_arn=self.role.role_arn
             )
         NagSuppressions.add_resource_suppressions(
             self.role,

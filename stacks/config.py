@@ -45,6 +45,7 @@ SETTINGS = (
     "account",
     "homeRegion",
     "regions",
+    "clusters",
     "cluster",
     "clusterAccess",
     "vpc",
@@ -79,6 +80,8 @@ _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # S3 bucket names (general purpose buckets): 3-63 lower-case letters, digits, "." and "-".
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# The fields of a cluster (cdk.json ``clusters[]``, or ``cluster``).
+CLUSTER_FIELDS = ("name", "region", "endpoint", "certificateAuthority", "serviceCidr", "kubernetesVersion")
 # How a model service's Kubernetes Service is exposed (core/serving_manifests.py): a
 # load balancer (the AWS Load Balancer Controller's NLB) or in-cluster only.
 SERVICE_TYPES = ("LoadBalancer", "ClusterIP")
@@ -86,6 +89,8 @@ LOAD_BALANCER_SCHEMES = ("internal", "internet-facing")
 # Tags that move: an image under them is not the image that was reviewed and tested.
 _FLOATING_TAG = re.compile(r"latest([-_.].*)?", re.IGNORECASE | re.ASCII)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+# An EKS cluster's name (CreateCluster: 1-100 characters, a letter or digit first).
+_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 # Node groups, teams and policy are read by squall/planner/inputs.py, as every other
 # reader reads them; this module adds what only a deployment needs (regions, capacity).
 __all__ = [
@@ -126,6 +131,8 @@ SERVING_KEYS = tuple(settings_keys(ServingSettings).values())
 
 @dataclass(frozen=True)
 class ClusterConfig:
+    """One EKS cluster (an entry of cdk.json ``clusters``, or the one-cluster ``cluster``)."""
+
     name: str
     endpoint: str
     certificate_authority: str
@@ -163,6 +170,8 @@ class NodeGroupConfig(NodeGroup):
     raw: Mapping[str, Any] = field(
         default_factory=dict
     )  # passed through to the functions (SQUALL_NODE_GROUPS)
+    # The cluster its nodes join (``cluster``; the only one when the group names none).
+    cluster_name: str = ""
 
     @property
     def gpus(self) -> int:
@@ -230,7 +239,8 @@ class SquallConfig:
     account: str | None
     home_region: str
     regions: tuple[str, ...]
-    cluster: ClusterConfig
+    # Every cluster, in configuration order (the functions' preference order).
+    clusters: tuple[ClusterConfig, ...]
     cluster_access: str
     vpc: VpcConfig | None
     teams: Mapping[str, str]  # team -> Kubernetes namespace
@@ -287,6 +297,30 @@ class SquallConfig:
     def groups_in(self, region: str) -> tuple[NodeGroupConfig, ...]:
         return tuple(g for g in self.node_groups if g.region == region)
 
+    def cluster_named(self, name: str) -> ClusterConfig:
+        return next(c for c in self.clusters if c.name == name)
+
+    def group_cluster(self, group: NodeGroupConfig) -> ClusterConfig:
+        """The cluster a group's nodes join."""
+        return self.cluster_named(group.cluster_name)
+
+    @property
+    def primary_cluster(self) -> ClusterConfig | None:
+        """The first cluster in the home region: its resources live in the home stacks, where a
+        one-cluster deployment has always had them (so adding clusters replaces none of them)."""
+        return next((c for c in self.clusters if c.region == self.home_region), None)
+
+    @property
+    def other_clusters(self) -> tuple[ClusterConfig, ...]:
+        """The clusters that get a stack of their own, in their region."""
+        primary = self.primary_cluster
+        return tuple(c for c in self.clusters if c is not primary)
+
+    def node_clusters(self) -> tuple[ClusterConfig, ...]:
+        """The clusters that nodes of the groups Squall creates join."""
+        names = {g.cluster_name for g in self.node_groups if self.capacity[g.region].create_groups}
+        return tuple(c for c in self.clusters if c.name in names)
+
     @property
     def group_regions(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(g.region for g in self.node_groups))
@@ -324,6 +358,8 @@ class _Reader:
     def __init__(self, context: Mapping[str, Any]) -> None:
         self.ctx = context
         self.problems: list[str] = []
+        # Cluster name -> where it is configured ("cluster", "clusters[1]"), for problems.
+        self.cluster_paths: dict[str, str] = {}
 
     def problem(self, path: str, message: str) -> None:
         self.problems.append(f"{path}: {message}")
@@ -385,11 +421,11 @@ class _Reader:
         regions = tuple(self.region(f"regions[{i}]", r) for i, r in enumerate(self.get("regions", list, [])))
         if home_region and home_region not in regions:
             regions = (home_region, *regions)
-        cluster = self.cluster(home_region)
+        clusters = self.clusters(home_region, regions)
         cluster_access = self.choice("clusterAccess", CLUSTER_ACCESS_MODES, "accessEntry")
         team_configs = self.teams()
-        node_groups = self.node_groups(regions)
-        capacity = self.capacity(cluster)
+        node_groups = self.node_groups(regions, clusters)
+        capacity = self.capacity(clusters)
         policy = self.get("policy", dict, {})
         try:
             policy_settings = PolicySettings.model_validate(read_policy(policy))
@@ -413,7 +449,7 @@ class _Reader:
             account=account,
             home_region=home_region,
             regions=regions,
-            cluster=cluster,
+            clusters=tuple(clusters.values()),
             cluster_access=cluster_access,
             vpc=self.vpc(),
             teams={name: team.namespace for name, team in team_configs.items()},
@@ -568,34 +604,70 @@ class _Reader:
             return None
         return value
 
-    def cluster(self, home_region: str) -> ClusterConfig:
-        raw = self.get("cluster", dict, {})
+    def clusters(self, home_region: str, regions: tuple[str, ...]) -> dict[str, ClusterConfig]:
+        """``clusters`` (a list), or the one-cluster form ``cluster``, read as a list of one."""
+        listed, single = self.ctx.get("clusters"), self.ctx.get("cluster")
+        if listed is not None and single is not None:
+            self.problem("cluster", "give either clusters (a list) or cluster (one cluster), not both")
+        entries: list[tuple[str, Any]]
+        if listed is None:
+            entries = [("cluster", self.get("cluster", dict, {}))]
+        elif not isinstance(listed, list) or not listed:
+            self.problem("clusters", "expected a list of at least one cluster {name, region, endpoint, ...}")
+            entries = []
+        else:
+            entries = [(f"clusters[{i}]", raw) for i, raw in enumerate(listed)]
+        clusters: dict[str, ClusterConfig] = {}
+        for path, raw in entries:
+            if not isinstance(raw, dict):
+                self.problem(path, f"expected an object, got {json.dumps(raw)[:100]}")
+                continue
+            cluster = self.cluster(path, raw, home_region, regions)
+            if cluster.name in clusters:
+                self.problem(f"{path}.name", f"{cluster.name} is configured twice")
+                continue
+            clusters[cluster.name] = cluster
+            self.cluster_paths[cluster.name] = path
+        return clusters
+
+    def cluster(
+        self, path: str, raw: Mapping[str, Any], home_region: str, regions: tuple[str, ...]
+    ) -> ClusterConfig:
+        for key in sorted(set(raw) - set(CLUSTER_FIELDS)):
+            self.problem(f"{path}.{key}", f"unknown field (allowed: {', '.join(CLUSTER_FIELDS)})")
         cluster = ClusterConfig(
-            name=self.get("cluster.name", str, "", source=raw),
-            endpoint=self.get("cluster.endpoint", str, "", source=raw),
-            certificate_authority=self.get("cluster.certificateAuthority", str, "", source=raw),
-            region=self.get("cluster.region", str, home_region, source=raw),
-            service_cidr=self.get("cluster.serviceCidr", str, "10.100.0.0/16", source=raw),
-            kubernetes_version=self.get("cluster.kubernetesVersion", str, "1.31", source=raw),
+            name=self.get(f"{path}.name", str, "", source=raw),
+            endpoint=self.get(f"{path}.endpoint", str, "", source=raw),
+            certificate_authority=self.get(f"{path}.certificateAuthority", str, "", source=raw),
+            region=self.get(f"{path}.region", str, home_region, source=raw),
+            service_cidr=self.get(f"{path}.serviceCidr", str, "10.100.0.0/16", source=raw),
+            kubernetes_version=self.get(f"{path}.kubernetesVersion", str, "1.31", source=raw),
         )
         if not cluster.name:
-            self.problem("cluster.name", "the EKS cluster's name is required")
+            self.problem(f"{path}.name", "the EKS cluster's name is required")
+        elif not _CLUSTER_NAME.fullmatch(cluster.name):
+            self.problem(
+                f"{path}.name",
+                f"{json.dumps(cluster.name)[:120]} is not an EKS cluster name (1-100 letters, digits, '-' or '_')",
+            )
         if not cluster.endpoint.startswith("https://"):
-            self.problem("cluster.endpoint", "the cluster's API endpoint, https://...")
-        # Access entries live in the cluster's region, and so does the control plane:
-        # one stack can then grant its own roles access.
-        if home_region and cluster.region != home_region:
-            self.problem("cluster.region", f"must be the home region ({home_region})")
+            self.problem(f"{path}.endpoint", "the cluster's API endpoint, https://...")
+        # A cluster's access entries, Pod Identity associations and add-ons are resources
+        # of its region: the app deploys there, as it does to every region of `regions`.
+        if self.region(f"{path}.region", cluster.region) and regions and cluster.region not in regions:
+            self.problem(f"{path}.region", f"{cluster.region} is not one of regions")
         if not re.fullmatch(r"[0-9]+\.[0-9]+", cluster.kubernetes_version):
-            self.problem("cluster.kubernetesVersion", "a minor version such as 1.31")
+            self.problem(f"{path}.kubernetesVersion", "a minor version such as 1.31")
         return cluster
 
-    def node_groups(self, regions: tuple[str, ...]) -> tuple[NodeGroupConfig, ...]:
+    def node_groups(
+        self, regions: tuple[str, ...], clusters: Mapping[str, ClusterConfig]
+    ) -> tuple[NodeGroupConfig, ...]:
         raw_groups = self.get("nodeGroups", list, [])
         if not raw_groups:
             self.problem("nodeGroups", "at least one node group is required")
-        # What only a deployment needs of a group: a region it deploys to, and the name
-        # of the Auto Scaling group its hooks attach to.
+        # What only a deployment needs of a group: a region it deploys to, the name
+        # of the Auto Scaling group its hooks attach to, and the cluster its nodes join.
         for i, raw in enumerate(raw_groups):
             if not isinstance(raw, dict):
                 continue
@@ -604,6 +676,7 @@ class _Reader:
                 self.problem(f"nodeGroups[{i}].region", f"{region} is not one of regions")
             if raw.get("asgName") is None:
                 self.problem(f"nodeGroups[{i}].asgName", "the Auto Scaling group's name is required")
+            self.group_cluster(f"nodeGroups[{i}].cluster", raw, clusters)
         try:
             groups, _ = read_node_groups(raw_groups)
         except GroupsError as exc:
@@ -611,9 +684,31 @@ class _Reader:
             return ()
         names = [f.name for f in fields(NodeGroup)]
         return tuple(
-            NodeGroupConfig(**{name: getattr(group, name) for name in names}, raw=dict(raw))
+            NodeGroupConfig(
+                **{name: getattr(group, name) for name in names},
+                raw=dict(raw),
+                cluster_name=self.group_cluster(None, raw, clusters),
+            )
             for group, raw in zip(groups, raw_groups, strict=True)
         )
+
+    def group_cluster(
+        self, path: str | None, raw: Mapping[str, Any], clusters: Mapping[str, ClusterConfig]
+    ) -> str:
+        """The cluster a group names, or the only one; reports a problem at `path` (when given)."""
+        named = raw.get("cluster")
+        configured = ", ".join(clusters)
+        if named is None:
+            if len(clusters) > 1 and path is not None:
+                self.problem(path, f"required when more than one cluster is configured (one of {configured})")
+            return next(iter(clusters), "") if len(clusters) == 1 else ""
+        if not isinstance(named, str) or named not in clusters:
+            if path is not None:
+                self.problem(
+                    path, f"{json.dumps(named)[:120]} is not a configured cluster (one of {configured})"
+                )
+            return ""
+        return named
 
     @staticmethod
     def group_regions(raw_groups: Any) -> list[str]:
@@ -625,7 +720,7 @@ class _Reader:
         )
         return list(dict.fromkeys(r for r in found if isinstance(r, str) and AWS_REGION.fullmatch(r)))
 
-    def capacity(self, cluster: ClusterConfig) -> dict[str, CapacityConfig]:
+    def capacity(self, clusters: Mapping[str, ClusterConfig]) -> dict[str, CapacityConfig]:
         raw_all = self.get("capacity", dict, {})
         group_regions = self.group_regions(self.ctx.get("nodeGroups"))
         for region in raw_all:
@@ -657,13 +752,24 @@ class _Reader:
                         f"{path}.securityGroupIds",
                         "required to create groups (the cluster's node security group)",
                     )
-                if not cluster.certificate_authority:
-                    self.problem(
-                        "cluster.certificateAuthority",
-                        f"required for the nodes of the groups created in {region}",
-                    )
+                for name in self.created_clusters(region, clusters):
+                    if not clusters[name].certificate_authority:
+                        self.problem(
+                            f"{self.cluster_paths[name]}.certificateAuthority",
+                            f"required for the nodes of the groups created in {region}",
+                        )
             capacity[region] = item
         return capacity
+
+    def created_clusters(self, region: str, clusters: Mapping[str, ClusterConfig]) -> list[str]:
+        """The clusters that the groups of `region` join, as written (the groups may hold mistakes)."""
+        raw_groups = self.ctx.get("nodeGroups")
+        found = [
+            self.group_cluster(None, raw, clusters)
+            for raw in (raw_groups if isinstance(raw_groups, list) else [])
+            if isinstance(raw, dict) and raw.get("region") == region
+        ]
+        return list(dict.fromkeys(name for name in found if name))
 
     def vpc(self) -> VpcConfig | None:
         raw = self.get("vpc", dict, None)

@@ -1,7 +1,8 @@
 """The Squall stacks. Each only composes constructs; ``build`` creates them all.
 
 <prefix>-control-plane          home region  queues, table, functions, triggers,
-                                             cluster access (and the GPU node role)
+                                             access to the home cluster (and the
+                                             GPU node role)
 <prefix>-forwarding-<region>    each other region with groups: its Auto Scaling
                                              events to the home region's bus
 <prefix>-capacity-<region>      each region with groups: the GPU groups, or only
@@ -11,34 +12,53 @@
                                              artifacts bucket, one Pod Identity role
                                              per team namespace, the log agent add-on
                                              (when asked), researcher policies
+<prefix>-cluster-<name>         the cluster's every other cluster: the functions' access
+                region                       entries, the nodes' (when Squall creates
+                                             groups that join it), Pod Identity roles
+                                             and associations, the add-ons (when asked)
+
+The home cluster is the first cluster in the home region: its access entries,
+roles and add-ons stay in the control-plane and workloads stacks, where a
+one-cluster deployment has always had them, so adding clusters replaces none of
+its resources. Every other cluster gets the same from a stack in its own region
+(access entries, associations and add-ons are regional resources of a cluster),
+which names the functions' and nodes' roles by their fixed names and attaches the
+workloads stack's fixed-name job policies: a stack cannot refer to a resource of
+another region.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from squall.core import dashboard
 from stacks import constants
 from stacks.artifacts import ArtifactsBucket, TeamBuckets, bucket_arn
 from stacks.capacity import GpuGroups
-from stacks.cluster_access import FunctionAccessEntries, NodeIdentity
-from stacks.config import SquallConfig
+from stacks.cluster_access import FunctionAccessEntries, NodeIdentity, node_access_entry
+from stacks.config import ClusterConfig, ConfigError, SquallConfig
 from stacks.forwarding import EventForwarding
 from stacks.functions import SquallFunctions
 from stacks.lifecycle import HookSettings, LifecycleHooks
 from stacks.log_agent import LogAgent
 from stacks.monitoring import Monitoring
-from stacks.pod_identity import JobIdentities
+from stacks.pod_identity import JobIdentities, JobPolicies, job_policy_name
 from stacks.queues import JobQueues, failed_events_queue
+from stacks.rbac import function_role_name
 from stacks.researchers import ResearcherPolicies
 from stacks.table import JobTable
 from stacks.triggers import Triggers
+
+# CloudFormation's longest stack name.
+MAX_STACK_NAME = 128
 
 
 def environment(config: SquallConfig, region: str) -> cdk.Environment:
@@ -99,21 +119,32 @@ class ControlPlaneStack(cdk.Stack):
             hook_timeout=hook_timeout(config),
         )
         access_entries = config.cluster_access == "accessEntry"
-        if access_entries:
-            FunctionAccessEntries(
-                self, "ClusterAccess", cluster_name=config.cluster.name, roles=self.functions.roles
-            )
+        home = config.primary_cluster
+        if access_entries and home is not None:
+            FunctionAccessEntries(self, "ClusterAccess", cluster_name=home.name, roles=self.functions.roles)
         if config.creates_groups:
             NodeIdentity(
                 self,
                 "GpuNodes",
                 role_name=constants.node_role_name(config.prefix, config.home_region),
-                cluster_name=config.cluster.name if access_entries else None,
+                cluster_name=(
+                    home.name
+                    if access_entries and home is not None and home in config.node_clusters()
+                    else None
+                ),
             )
 
         cdk.CfnOutput(self, "JobsQueueUrl", value=self.queues.jobs.queue_url)
         cdk.CfnOutput(self, "LifecycleFailuresQueueUrl", value=self.lifecycle_failures.queue_url)
         cdk.CfnOutput(self, "TableName", value=self.table.table_name)
+        cdk.CfnOutput(
+            self,
+            "Clusters",
+            value=json.dumps(
+                [{"name": c.name, "region": c.region} for c in config.clusters], separators=(",", ":")
+            ),
+            description="SQUALL_CLUSTERS for the squall CLI: every cluster's name and region",
+        )
         for handler, role in self.functions.roles.items():
             cdk.CfnOutput(self, f"{handler.capitalize()}RoleArn", value=role.role_arn)
         if self.functions.security_group is not None:
@@ -154,7 +185,7 @@ class CapacityStack(cdk.Stack):
                 self,
                 "GpuGroups",
                 prefix=config.prefix,
-                cluster=config.cluster,
+                clusters={c.name: c for c in config.clusters},
                 capacity=capacity,
                 groups=groups,
                 hooks=hooks,
@@ -192,17 +223,35 @@ class WorkloadsStack(cdk.Stack):
             artifacts=self.artifacts.bucket.bucket_arn,
             others=tuple(bucket_arn(name) for name in config.artifacts.buckets),
         )
-        self.jobs = JobIdentities(
-            self,
-            "JobIdentities",
-            cluster=config.cluster,
-            namespace_teams=config.namespace_teams,
-            buckets=buckets,
-            install_agent=config.pod_identity_agent == "install",
+        home = config.primary_cluster
+        self.jobs = (
+            JobIdentities(
+                self,
+                "JobIdentities",
+                cluster=home,
+                namespace_teams=config.namespace_teams,
+                buckets=buckets,
+                install_agent=config.pod_identity_agent == "install",
+            )
+            if home is not None
+            else None
         )
         self.log_agent = (
-            LogAgent(self, "LogAgent", cluster=config.cluster, pod_identity_agent=self.jobs.agent)
-            if config.log_agent == "install"
+            LogAgent(self, "LogAgent", cluster=home, pod_identity_agent=self.jobs.agent)
+            if config.log_agent == "install" and home is not None and self.jobs is not None
+            else None
+        )
+        # The job roles of the other clusters attach these (their stacks are elsewhere).
+        self.job_policies = (
+            JobPolicies(
+                self,
+                "JobPolicies",
+                prefix=config.prefix,
+                home_region=config.home_region,
+                namespace_teams=config.namespace_teams,
+                buckets=buckets,
+            )
+            if config.other_clusters
             else None
         )
         self.researchers = ResearcherPolicies(
@@ -210,7 +259,7 @@ class WorkloadsStack(cdk.Stack):
             "Researchers",
             prefix=config.prefix,
             home_region=config.home_region,
-            cluster_name=config.cluster.name,
+            clusters=config.clusters,
             teams=dict(config.teams),
             buckets=buckets,
             filter_whole_group=config.researcher_log_access == "group",
@@ -222,13 +271,8 @@ class WorkloadsStack(cdk.Stack):
             value=self.artifacts.bucket.bucket_name,
             description="SQUALL_ARTIFACTS_BUCKET: code archives (code/<team>/) and team outputs (teams/<team>/)",
         )
-        for namespace, key in output_keys(self.jobs.roles).items():
-            cdk.CfnOutput(
-                self,
-                f"JobRoleArn{key}",
-                value=self.jobs.roles[namespace].role_arn,
-                description=f"Pod Identity role of squall-job in namespace {namespace}",
-            )
+        if self.jobs is not None:
+            job_role_outputs(self, self.jobs)
         for team, key in output_keys(self.researchers.policies).items():
             cdk.CfnOutput(
                 self,
@@ -236,6 +280,69 @@ class WorkloadsStack(cdk.Stack):
                 value=self.researchers.policies[team].managed_policy_arn,
                 description=f"Attach to the researchers of team {team}",
             )
+
+
+class ClusterStack(cdk.Stack):
+    """Everything one cluster other than the home cluster needs, in the cluster's region."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: SquallConfig,
+        cluster: ClusterConfig,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        if config.cluster_access == "accessEntry":
+            # The control plane's roles, by their fixed names: IAM is global, the stack is not.
+            roles = {
+                handler: iam.Role.from_role_name(
+                    self, f"{handler.capitalize()}Role", function_role_name(config, handler)
+                )
+                for handler in constants.KUBERNETES_GROUPS
+            }
+            FunctionAccessEntries(self, "ClusterAccess", cluster_name=cluster.name, roles=roles)
+            if cluster in config.node_clusters():
+                node_role = iam.Role.from_role_name(
+                    self, "GpuNodeRole", constants.node_role_name(config.prefix, config.home_region)
+                )
+                node_access_entry(
+                    self, "GpuNodesAccessEntry", cluster_name=cluster.name, principal_arn=node_role.role_arn
+                )
+        self.jobs = JobIdentities(
+            self,
+            "JobIdentities",
+            cluster=cluster,
+            namespace_teams=config.namespace_teams,
+            install_agent=config.pod_identity_agent == "install",
+            shared_policies={
+                namespace: job_policy_name(config.prefix, namespace, config.home_region)
+                for namespace in config.namespace_teams
+            },
+        )
+        self.log_agent = (
+            LogAgent(self, "LogAgent", cluster=cluster, pod_identity_agent=self.jobs.agent)
+            if config.log_agent == "install"
+            else None
+        )
+        job_role_outputs(self, self.jobs)
+
+
+def cluster_stack_name(prefix: str, cluster: str) -> str:
+    """A stack name holds letters, digits and "-" only."""
+    return f"{prefix}-cluster-{cluster.replace('_', '-')}"
+
+
+def job_role_outputs(stack: cdk.Stack, jobs: JobIdentities) -> None:
+    for namespace, key in output_keys(jobs.roles).items():
+        cdk.CfnOutput(
+            stack,
+            f"JobRoleArn{key}",
+            value=jobs.roles[namespace].role_arn,
+            description=f"Pod Identity role of squall-job in namespace {namespace}",
+        )
 
 
 def output_keys(names: dict[str, Any]) -> dict[str, str]:
@@ -285,6 +392,8 @@ class SquallStacks:
     workloads: WorkloadsStack
     forwarding: dict[str, ForwardingStack] = field(default_factory=dict)
     capacity: dict[str, CapacityStack] = field(default_factory=dict)
+    # Cluster name -> its stack, for every cluster but the home one.
+    clusters: dict[str, ClusterStack] = field(default_factory=dict)
 
     def all(self) -> list[cdk.Stack]:
         return [
@@ -293,6 +402,7 @@ class SquallStacks:
             *self.capacity.values(),
             self.monitoring,
             self.workloads,
+            *self.clusters.values(),
         ]
 
 
@@ -335,6 +445,33 @@ def build(app: cdk.App, config: SquallConfig) -> SquallStacks:
             env=environment(config, region),
             description=f"Squall: forwards Auto Scaling events of {region} to {config.home_region}",
         )
+    for cluster in config.other_clusters:
+        name = cluster_stack_name(prefix, cluster.name)
+        if len(name) > MAX_STACK_NAME or any(s.stack_name == name for s in stacks.clusters.values()):
+            raise ConfigError(
+                [
+                    f"clusters: cluster {cluster.name} needs a stack named {name}, which is "
+                    + (
+                        "taken by another cluster"
+                        if len(name) <= MAX_STACK_NAME
+                        else f"over {MAX_STACK_NAME} characters"
+                    )
+                    + ": choose a shorter prefix or cluster name"
+                ]
+            )
+        cluster_stack = ClusterStack(
+            app,
+            name,
+            config=config,
+            cluster=cluster,
+            env=environment(config, cluster.region),
+            description=f"Squall: access, job identities and add-ons of cluster {cluster.name} in {cluster.region}",
+        )
+        # Its access entries name the control plane's roles, its job roles attach the
+        # workloads stack's policies: both must exist first.
+        cluster_stack.add_stack_dependency(control_plane)
+        cluster_stack.add_stack_dependency(workloads)
+        stacks.clusters[cluster.name] = cluster_stack
     for region in config.capacity_regions:
         capacity = CapacityStack(
             app,
@@ -349,6 +486,11 @@ def build(app: cdk.App, config: SquallConfig) -> SquallStacks:
         capacity.add_stack_dependency(control_plane)
         if region in stacks.forwarding:
             capacity.add_stack_dependency(stacks.forwarding[region])
+        # Created nodes join their cluster with the access entry of its stack.
+        if config.capacity[region].create_groups:
+            for name in dict.fromkeys(g.cluster_name for g in config.groups_in(region)):
+                if name in stacks.clusters:
+                    capacity.add_stack_dependency(stacks.clusters[name])
         stacks.capacity[region] = capacity
     for stack in stacks.all():
         cdk.Tags.of(stack).add("squall:deployment", prefix)

@@ -1,7 +1,7 @@
 """The five Squall functions, each with its own least-privilege role and settings.
 
 Every function runs the same asset with its own handler. Its settings (node
-groups, policy, teams and their submitters, the cluster) are a JSON file written
+groups, policy, teams and their submitters, the clusters) are a JSON file written
 into the asset at synthesis, one per function with only what that function reads
 (constants.SETTINGS_NEEDED), because Lambda's 4 KB environment cannot hold a real
 configuration; the environment names the file and carries what is only known at
@@ -170,16 +170,16 @@ class SquallFunctions(Construct):
                 conditions=in_squall_regions,
             )
 
-        # Without a configured certificate every function reads it from EKS at cold start.
-        if not config.cluster.certificate_authority:
-            cluster_arn = cdk.Stack.of(self).format_arn(
-                service="eks",
-                region=config.cluster.region,
-                resource="cluster",
-                resource_name=config.cluster.name,
+        # A cluster without a configured certificate: every function reads it from EKS at cold start.
+        described = [
+            cdk.Stack.of(self).format_arn(
+                service="eks", region=cluster.region, resource="cluster", resource_name=cluster.name
             )
-            for function in self.by_handler.values():
-                self._allow(function, actions=["eks:DescribeCluster"], resources=[cluster_arn])
+            for cluster in config.clusters
+            if not cluster.certificate_authority
+        ]
+        for function in self.by_handler.values():
+            self._allow(function, actions=["eks:DescribeCluster"], resources=described)
 
         # The submit function resolves the teams' submitter ARNs to unique ids.
         principals = sorted({arn for team in config.team_configs.values() for arn in team.submitter_arns})
@@ -374,10 +374,12 @@ def function_settings(config: SquallConfig, handler: str) -> dict[str, Any]:
         # The scale function reads Pods across the cluster (squall-capacity).
         "cluster_wide_pods": True,
         "allowed_registries": list(config.allowed_registries),
-        "node_groups": [dict(g.raw) for g in config.node_groups],
+        # Each group names its cluster, also where cdk.json leaves it to the only one.
+        "node_groups": [{**g.raw, "cluster": g.cluster_name} for g in config.node_groups],
         "policy": dict(config.policy),
-        # An empty certificate is read from EKS at cold start (eks:DescribeCluster).
-        "cluster": settings_of(config.cluster, ClusterSettings),
+        # Every cluster, in configuration order; an empty certificate is read from EKS at
+        # cold start (eks:DescribeCluster).
+        "clusters": [settings_of(cluster, ClusterSettings) for cluster in config.clusters],
         "event_bus_name": constants.EVENT_BUS_NAME,
         "dry_run": config.dry_run,
         "launch_hook_name": config.launch_hook_name,
@@ -385,7 +387,11 @@ def function_settings(config: SquallConfig, handler: str) -> dict[str, Any]:
         # Model services: the images their objects run and how their Service is exposed.
         "serving": settings_of(config.serving, ServingSettings),
     }
-    return {key: everything[key] for key in constants.SETTINGS_NEEDED[handler]}
+    # "cluster" (one) is what constants listed before there were many: the file holds "clusters".
+    needed = dict.fromkeys(
+        "clusters" if key == "cluster" else key for key in constants.SETTINGS_NEEDED[handler]
+    )
+    return {key: everything[key] for key in needed}
 
 
 def saved_model_objects(bucket: str) -> str:

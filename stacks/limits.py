@@ -139,6 +139,11 @@ def scaling_settings(config: SquallConfig, stacks: SquallStacks) -> dict[str, st
             f"nodeGroups in {region} ({len(config.groups_in(region))} groups): each adds its hooks, "
             "and its group and launch template where Squall creates the groups"
         )
+    for name, cluster_stack in stacks.clusters.items():
+        found[cluster_stack.stack_name] = (
+            f"teams ({len(teams)} teams, namespaces up to {_longest(teams.values())} characters): each team "
+            f"namespace adds a job role, a pod identity association and an output on cluster {name}"
+        )
     for region, forwarding in stacks.forwarding.items():
         found[forwarding.stack_name] = (
             f"nodeGroups in {region} ({len(config.groups_in(region))} groups, named in the forwarding rules)"

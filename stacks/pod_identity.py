@@ -16,11 +16,19 @@ account cannot borrow it.
 Teams that share a namespace share its service account, so they share one role
 (Kubernetes cannot tell their pods apart either); it covers each of their
 prefixes.
+
+Every cluster gets its own roles and associations: a role trusts Pod Identity of
+one cluster only. The home-region cluster's roles carry their policy inline, as
+a one-cluster deployment's always did. Clusters with a stack of their own (the
+artifacts bucket is in the home region, and a stack in another region cannot
+refer to it) attach, per namespace, the same statements as a customer managed
+policy with a fixed name, ``<prefix>-job-<namespace>-<homeRegion>``, which the
+workloads stack creates (``JobPolicies``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks as eks
@@ -68,8 +76,47 @@ def pod_identity_principal(
     ).with_session_tags()
 
 
+def job_policy_name(prefix: str, namespace: str, home_region: str) -> str:
+    """IAM names are global: prefix and home region tell two deployments' policies apart."""
+    return f"{prefix}-job-{namespace}-{home_region}"
+
+
+class JobPolicies(Construct):
+    """Per team namespace, the job role's statements as a managed policy with a fixed name,
+    for the roles of the clusters whose stacks cannot refer to the artifacts bucket."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        prefix: str,
+        home_region: str,
+        namespace_teams: dict[str, tuple[str, ...]],
+        buckets: TeamBuckets,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.policies: dict[str, iam.ManagedPolicy] = {}
+        for namespace, teams in sorted(namespace_teams.items()):
+            policy = iam.ManagedPolicy(
+                self,
+                f"{namespace}-Policy",
+                managed_policy_name=job_policy_name(prefix, namespace, home_region),
+                description=f"Squall jobs of {', '.join(teams)} (namespace {namespace}), every cluster"[
+                    :1000
+                ],
+                document=job_policy(teams=teams, buckets=buckets),
+            )
+            _suppress_prefix_wildcards(policy)
+            self.policies[namespace] = policy
+
+
 class JobIdentities(Construct):
-    """A role and a Pod Identity association for ``squall-job`` in every team namespace."""
+    """A role and a Pod Identity association for ``squall-job`` in every team namespace of one cluster.
+
+    ``buckets``: the role's policy inline; or ``shared_policies`` (namespace -> the name
+    of its ``JobPolicies`` policy): the role attaches that managed policy.
+    """
 
     def __init__(
         self,
@@ -78,8 +125,9 @@ class JobIdentities(Construct):
         *,
         cluster: ClusterConfig,
         namespace_teams: dict[str, tuple[str, ...]],
-        buckets: TeamBuckets,
         install_agent: bool,
+        buckets: TeamBuckets | None = None,
+        shared_policies: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.agent: eks.CfnAddon | None = None
@@ -93,15 +141,32 @@ class JobIdentities(Construct):
         self.roles: dict[str, iam.Role] = {}
         self.associations: dict[str, eks.CfnPodIdentityAssociation] = {}
         for namespace, teams in sorted(namespace_teams.items()):
-            role = iam.Role(
-                self,
-                f"{namespace}-Role",
-                assumed_by=pod_identity_principal(
-                    self, cluster=cluster, namespace=namespace, service_account=constants.JOB_SERVICE_ACCOUNT
-                ),
-                description=f"Squall jobs of {', '.join(teams)} (namespace {namespace})"[:1000],
-                inline_policies={"team-buckets": job_policy(teams=teams, buckets=buckets)},
+            principal = pod_identity_principal(
+                self, cluster=cluster, namespace=namespace, service_account=constants.JOB_SERVICE_ACCOUNT
             )
+            description = f"Squall jobs of {', '.join(teams)} (namespace {namespace})"
+            if shared_policies is not None:
+                role = iam.Role(
+                    self,
+                    f"{namespace}-Role",
+                    assumed_by=principal,
+                    description=f"{description} on cluster {cluster.name}"[:1000],
+                    managed_policies=[
+                        iam.ManagedPolicy.from_managed_policy_name(
+                            self, f"{namespace}-Policy", shared_policies[namespace]
+                        )
+                    ],
+                )
+            else:
+                assert buckets is not None, "a role needs its buckets or a shared policy"
+                role = iam.Role(
+                    self,
+                    f"{namespace}-Role",
+                    assumed_by=principal,
+                    description=description[:1000],
+                    inline_policies={"team-buckets": job_policy(teams=teams, buckets=buckets)},
+                )
+                _suppress_prefix_wildcards(role)
             association = eks.CfnPodIdentityAssociation(
                 self,
                 f"{namespace}-Association",
@@ -112,7 +177,6 @@ class JobIdentities(Construct):
             )
             if self.agent is not None:
                 association.add_dependency(self.agent)
-            _suppress_prefix_wildcards(role)
             self.roles[namespace] = role
             self.associations[namespace] = association
 
@@ -142,9 +206,9 @@ def job_policy(*, teams: Sequence[str], buckets: TeamBuckets) -> iam.PolicyDocum
     return iam.PolicyDocument(statements=statements)
 
 
-def _suppress_prefix_wildcards(role: iam.Role) -> None:
+def _suppress_prefix_wildcards(holder: iam.Role | iam.ManagedPolicy) -> None:
     NagSuppressions.add_resource_suppressions(
-        role,
+        holder,
         [
             NagPackSuppression(
                 id="AwsSolutions-IAM5",

@@ -3,11 +3,12 @@
 One customer managed policy per team, ``<prefix>-researcher-<team>-<homeRegion>``,
 to attach to the team's users or roles:
 
-- logs:GetLogEvents on the team's streams of the application log group: the log
+- logs:GetLogEvents on the team's streams of every cluster's application log group
+  (``/aws/containerinsights/<cluster>/application``, in the cluster's region): the log
   agent names each stream ``<host>-application.var.log.containers.<pod>_<namespace>_<container>-<id>.log``
   and Kubernetes names hold no ``_``, so ``*_<namespace>_*`` matches the team
   namespace's streams and no other's;
-- logs:DescribeLogStreams on the group (IAM cannot scope it below a group: it lists
+- logs:DescribeLogStreams on those groups (IAM cannot scope it below a group: it lists
   every stream's name, not its content); with ``researcherLogAccess: group`` also
   logs:FilterLogEvents, which is group-level too and so reads every team's output;
 - read of the team's ``teams/<team>/`` prefixes (event files, checkpoints, outputs)
@@ -25,6 +26,8 @@ to attach to the team's users or roles:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
@@ -33,13 +36,16 @@ from constructs import Construct
 from squall.core.logstreams import log_group
 from stacks import constants
 from stacks.artifacts import TeamBuckets, code_objects, list_prefixes, team_objects
+from stacks.config import ClusterConfig
 
 
-def log_group_arn(scope: Construct, cluster_name: str) -> str:
+def log_group_arn(scope: Construct, cluster: ClusterConfig) -> str:
+    """A cluster's application log group, in the cluster's region (where its log agent writes)."""
     return cdk.Stack.of(scope).format_arn(
         service="logs",
+        region=cluster.region,
         resource="log-group",
-        resource_name=log_group(cluster_name),
+        resource_name=log_group(cluster.name),
         arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
     )
 
@@ -88,24 +94,24 @@ class ResearcherPolicies(Construct):
         *,
         prefix: str,
         home_region: str,
-        cluster_name: str,
+        clusters: Sequence[ClusterConfig],
         teams: dict[str, str],
         buckets: TeamBuckets,
         filter_whole_group: bool,
     ) -> None:
         super().__init__(scope, construct_id)
-        group_arn = log_group_arn(self, cluster_name)
+        group_arns = [log_group_arn(self, cluster) for cluster in clusters]
         table_arn = job_table_arn(self, prefix)
         # DescribeLogStreams is authorised on the group; older IAM examples write it
         # with ":*", which names the same group and no more actions.
-        group_resources = [group_arn, f"{group_arn}:*"]
+        group_resources = [arn for group_arn in group_arns for arn in (group_arn, f"{group_arn}:*")]
         self.policies: dict[str, iam.ManagedPolicy] = {}
         for team, namespace in sorted(teams.items()):
             statements = [
                 iam.PolicyStatement(
                     sid="ReadTeamLogStreams",
                     actions=["logs:GetLogEvents"],
-                    resources=[team_streams_arn(group_arn, namespace)],
+                    resources=[team_streams_arn(group_arn, namespace) for group_arn in group_arns],
                 ),
                 iam.PolicyStatement(
                     sid="ListLogStreams",
@@ -164,8 +170,8 @@ class ResearcherPolicies(Construct):
                         reason=(
                             "Wildcards only inside the team's own scope: its S3 prefixes (keys chosen "
                             "at run time), its namespace's log streams (*_<namespace>_*, named by node "
-                            "and container id), and the one application log group's streams for "
-                            "DescribeLogStreams, which IAM authorises on the group."
+                            "and container id), and each cluster's application log group's streams "
+                            "for DescribeLogStreams, which IAM authorises on the group."
                         ),
                         applies_to=[
                             RegexAppliesTo(regex=r"/^Resource::.*\/(code|teams)\/[A-Za-z0-9._-]+\/\*$/"),

@@ -26,7 +26,7 @@ DATA_BUCKET = "shared-datasets-123456789012"
 def full_context() -> dict[str, Any]:
     """cdk.json's settings with every optional feature switched on."""
     context = copy.deepcopy(load_cdk_json_context())
-    context["cluster"]["certificateAuthority"] = FAKE_CA
+    context["clusters"][0]["certificateAuthority"] = FAKE_CA
     context["vpc"] = {"vpcId": "vpc-0a1b2c3d", "subnetIds": [PRIVATE_SUBNETS[0], PRIVATE_SUBNETS[1]]}
     context["nodeGroups"].append(
         {
@@ -69,7 +69,7 @@ def full_context() -> dict[str, Any]:
 def large_context(ca: str) -> dict[str, Any]:
     """A real-size deployment: ten node groups in three regions, a real certificate, created groups."""
     context = copy.deepcopy(load_cdk_json_context())
-    context["cluster"]["certificateAuthority"] = ca
+    context["clusters"][0]["certificateAuthority"] = ca
     context["regions"] = [HOME, REMOTE, THIRD]
     shapes = [
         ("p4d", "p4d.24xlarge", {"cpu": "95", "memory": "1100Gi", "nvidia.com/gpu": 8, "pods": 737}, "a100"),

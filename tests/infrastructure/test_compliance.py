@@ -170,7 +170,7 @@ def test_a_real_size_deployment_fits_lambdas_environment(large: Synthesis) -> No
     # given ten node groups in three regions, a real certificate and a dozen teams with submitters
     config = large.stacks.control_plane.functions._config
     assert len(config.node_groups) == 10 and len(config.group_regions) == 3
-    assert len(config.cluster.certificate_authority) > 1400
+    assert len(config.clusters[0].certificate_authority) > 1400
     template = large.template(large.stacks.control_plane).to_json()
     # then every function's environment stays far below Lambda's 4 KB
     functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
@@ -187,6 +187,6 @@ def test_a_real_size_deployment_fits_lambdas_environment(large: Synthesis) -> No
     submit = json.loads((staged / constants.SETTINGS_DIR / "submit.json").read_text())
     assert (
         len(scale["node_groups"]) == 10
-        and scale["cluster"]["certificate_authority"] == config.cluster.certificate_authority
+        and scale["clusters"][0]["certificate_authority"] == config.clusters[0].certificate_authority
     )
     assert len(submit["submitters"]) == 12 and "node_groups" not in submit

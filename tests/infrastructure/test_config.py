@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +22,8 @@ def context() -> dict[str, Any]:
 def test_cdk_json_documents_every_setting_and_nothing_else(context: dict[str, Any]) -> None:
     documented = set(context["//"]) - {"about"}
     assert documented == set(SETTINGS)
-    assert set(setting_keys(context)) == set(SETTINGS)
+    # cluster, the one-cluster form of clusters, is documented and accepted, not set
+    assert set(setting_keys(context)) == set(SETTINGS) - {"cluster"}
     assert all(len(text.split()) >= 5 for text in context["//"].values())
 
 
@@ -62,7 +64,7 @@ def test_every_problem_is_reported_at_once_with_its_setting(context: dict[str, A
         "nodeGroups[1]: needs 0 <= minSize <= maxSize",
         "capacity.us-east-1.subnetIds: required",
         "capacity.us-east-1.securityGroupIds: required",
-        "cluster.certificateAuthority: required",
+        "clusters[0].certificateAuthority: required",
         "policy.provisionTimeout",
         "clusterAccess: one of accessEntry, awsAuth",
     ):
@@ -82,9 +84,11 @@ def test_ids_and_types_are_checked(context: dict[str, Any]) -> None:
     assert "nodeGroups[0].minSize: expected a whole number, got true" in problems
 
 
-def test_the_cluster_must_be_in_the_home_region(context: dict[str, Any]) -> None:
-    context["cluster"]["region"] = "us-east-1"
-    with pytest.raises(ConfigError, match=r"cluster.region: must be the home region \(us-west-2\)"):
+def test_a_cluster_must_be_in_one_of_the_regions(context: dict[str, Any]) -> None:
+    context["clusters"][0]["region"] = "us-east-1"
+    assert [c.region for c in SquallConfig.from_context(context).clusters] == ["us-east-1"]
+    context["clusters"][0]["region"] = "eu-west-1"
+    with pytest.raises(ConfigError, match=re.escape("clusters[0].region: eu-west-1 is not one of regions")):
         SquallConfig.from_context(context)
 
 

@@ -26,8 +26,8 @@ def test_an_account_id_of_another_scripts_digits_is_refused(context: dict[str, A
 
 
 def test_a_kubernetes_version_of_another_scripts_digits_is_refused(context: dict[str, Any]) -> None:
-    context["cluster"] = {**context.get("cluster", {}), "kubernetesVersion": "1.\u0663\u0661"}
-    with pytest.raises(ConfigError, match="kubernetesVersion"):
+    context["clusters"][0]["kubernetesVersion"] = "1.\u0663\u0661"
+    with pytest.raises(ConfigError, match=re.escape("clusters[0].kubernetesVersion")):
         SquallConfig.from_context(context)
 
 

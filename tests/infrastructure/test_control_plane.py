@@ -171,12 +171,24 @@ def test_table_keys_index_ttl_and_protection(template: Template) -> None:
                             {"AttributeName": "gsi1sk", "KeyType": "RANGE"},
                         ],
                         "Projection": {"ProjectionType": "ALL"},
-                    }
+                    },
+                    # the queue: sparse, and only what admission reads of a queued job
+                    {
+                        "IndexName": "queue-index",
+                        "KeySchema": [
+                            {"AttributeName": "gsi2pk", "KeyType": "HASH"},
+                            {"AttributeName": "gsi2sk", "KeyType": "RANGE"},
+                        ],
+                        "Projection": {
+                            "ProjectionType": "INCLUDE",
+                            "NonKeyAttributes": list(constants.QUEUE_INDEX_ATTRIBUTES),
+                        },
+                    },
                 ],
                 "AttributeDefinitions": Match.array_with(
                     [
                         {"AttributeName": name, "AttributeType": "S"}
-                        for name in ("pk", "sk", "gsi1pk", "gsi1sk")
+                        for name in ("pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk")
                     ]
                 ),
             },
@@ -258,14 +270,16 @@ def test_each_function_reads_its_own_settings_file_from_the_asset(
         assert env["POWERTOOLS_LOG_LEVEL"] == "INFO"
         # and its settings file holds what that function reads, and nothing else
         content = json.loads((staged / env["SQUALL_SETTINGS_FILE"]).read_text())
-        assert set(content) == set(constants.SETTINGS_NEEDED[handler])
+        assert set(content) == {
+            "clusters" if k == "cluster" else k for k in constants.SETTINGS_NEEDED[handler]
+        }
         monkeypatch.setenv("LAMBDA_TASK_ROOT", str(staged))
         for key, value in env.items():
             monkeypatch.setenv(key, value if isinstance(value, str) else f"resolved-{key.lower()}")
         # when the function reads its settings
         settings = Settings()
         # then every value parses, and means what cdk.json said
-        assert settings.cluster.name == "gpu-training" and settings.cluster.region == HOME
+        assert [(c.name, c.region) for c in settings.clusters] == [("gpu-training", HOME)]
         assert settings.policy.provision_timeout.total_seconds() == 600
         assert settings.policy.max_runtime_limit.days == 30
         if handler in ("scale", "lifecycle", "drain"):

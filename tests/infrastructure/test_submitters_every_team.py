@@ -53,7 +53,10 @@ def intake_of(settings: Settings, unique_ids: Mapping[str, str]) -> Intake:
     }
     return Intake(
         store=InMemoryJobStore(),
-        cluster=SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=1)),
+        clusters={
+            cluster.name: SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=1))
+            for cluster in settings.clusters
+        },
         clock=clock,
         metrics=RecordingMetrics(clock),
         config=IntakeConfig(
@@ -100,7 +103,8 @@ def test_a_team_that_names_no_submitters_takes_nobody_when_another_team_names_so
         assert "team 'vision'" in result.errors[0]["message"]
         job = intake.store.get(result.job_id)
         assert job is not None and job.reason == Reason.SENDER_NOT_ALLOWED
-    assert intake.store.get("v-1") is None and intake.cluster.list_jobs() == []
+    assert intake.store.get("v-1") is None
+    assert [job for cluster in intake.clusters.values() for job in cluster.list_jobs()] == []
     # and research's submitters still submit for research
     created = intake.handle(
         body=spec(settings, job_id="r-1", team="research"), message_id="m-r", sender_id=f"{ROLE_ID}:trainer"
