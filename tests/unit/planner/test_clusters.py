@@ -363,6 +363,23 @@ def test_a_running_gang_stays_in_its_cluster_though_another_has_room() -> None:
     assert result.stranded == ("pair",)
 
 
+def test_a_waiting_gang_reserves_room_in_one_site_and_the_jobs_behind_it_backfill_another() -> None:
+    # given: a free 8-GPU node in each of two clusters (one region); the head needs two in one
+    a = in_cluster(eight_gpus("p4d-a", nodes=1, max_size=4), "a")
+    b = in_cluster(eight_gpus("p4d-b", nodes=1, max_size=4), "b")
+    queue = parse_replica_jobs(
+        job_objects("head", replicas=2) + job_objects("next", minute=1) + job_objects("last", minute=2)
+    )
+    # when
+    admission = admit_on([a, b], queue)
+    # then: the head keeps a's node; the next job takes b's, the last waits
+    assert {x.job_id: x.region for x in admission.admitted} == {"next": "b/us-west-2"}
+    assert [(w.job_id, w.reserved_region) for w in admission.waiting] == [
+        ("head", "a/us-west-2"),
+        ("last", None),
+    ]
+
+
 def test_an_admission_placed_in_a_site_is_finished_there() -> None:
     # given: a job placed in b's us-east-1 whose objects are not created yet (a PLACED queue entry)
     a = in_cluster(eight_gpus("p4d-a", nodes=2, priority=1), "a")
