@@ -37,6 +37,7 @@ def test_a_job_runs_succeeds_and_its_objects_are_cleaned_up(world: World) -> Non
     assert reasons(world, "ok-1") == [
         Reason.SUBMITTED,
         "Admitted:us-west-2",
+        "ObjectsCreated",
         Reason.STARTED,
         Reason.COMPLETED,
     ]
@@ -92,14 +93,21 @@ def test_retries_run_out(world: World) -> None:
     assert job is not None and job.status is JobStatus.FAILED and job.reason == Reason.RETRIES_EXHAUSTED
 
 
-def test_objects_deleted_behind_squalls_back_are_recreated(world: World) -> None:
+def test_a_running_job_whose_objects_were_deleted_behind_squalls_back_goes_back_in_the_queue(
+    world: World,
+) -> None:
     world.add_gpu_nodes(1)
-    submit(world, "gone-1")
+    submit(world, "gone-1", retries=1)
+    world.cluster.set_behaviour("gone-1", run_for=timedelta(minutes=3))
+    world.run(minutes=1)
+    assert world.store.get("gone-1").status is JobStatus.RUNNING  # type: ignore[union-attr]
     world.cluster.delete_job_objects(namespace="team-research", job_id="gone-1")
     world.run(minutes=2)
-    assert Reason.OBJECTS_MISSING in reasons(world, "gone-1")
+    assert "NodeLost:retry 1/1" in reasons(world, "gone-1")
     world.run(minutes=5)
-    assert world.store.get("gone-1").status is JobStatus.SUCCEEDED  # type: ignore[union-attr]
+    job = world.store.get("gone-1")
+    assert job is not None and job.status is JobStatus.SUCCEEDED and job.retries_used == 1
+    assert reasons(world, "gone-1").count("ObjectsCreated") == 2, "admitted again from the queue"
 
 
 def test_an_image_that_cannot_be_pulled_fails_after_the_grace(world: World) -> None:

@@ -11,6 +11,14 @@ import pytest
 from squall.core.jobs import JobStatus
 from squall.local.memory import InMemoryJobStore
 from tests.integration.conftest import IMAGE, World
+from tests.integration.test_reconcile_clusters import place
+
+
+def placed(world: World, job_id: str) -> None:
+    """Admit one job by hand, whatever its place in the queue: its objects made in the world's cluster."""
+    job = world.store.get(job_id)
+    assert job is not None
+    place(world.store, world.cluster, job, cluster_name="local", region="us-west-2", at=world.clock.now())
 
 
 def test_a_job_behind_a_thousand_queued_ones_is_still_seen_to_fail() -> None:
@@ -26,10 +34,8 @@ def test_a_job_behind_a_thousand_queued_ones_is_still_seen_to_fail() -> None:
         }
         world.intake.handle(body=json.dumps(body), message_id=f"m-{i}")
         world.clock.advance(timedelta(seconds=1))
-    # the newest job's Job is let go and runs into its deadline (no node to run on)
-    world.cluster.patch_job(
-        namespace="team-research", name="j1099-worker-0", patch={"spec": {"suspend": False}}
-    )
+    # the newest job is admitted and runs into its deadline (no node to run on)
+    placed(world, "j1099")
     world.clock.advance(timedelta(minutes=5))
     world.cluster.advance()
     world.reconciler.run()
@@ -54,6 +60,7 @@ def test_a_run_that_reads_what_the_last_one_read_observes_nothing_until_a_grace_
     reconciler = world.reconciler
     body = {"name": "t", "id": "lost", "team": "research", "image": IMAGE, "resources": {"gpu": 1}}
     world.intake.handle(body=json.dumps(body), message_id="m-lost")
+    placed(world, "lost")
     world.cluster.delete_job_objects(namespace="team-research", job_id="lost")  # its objects went missing
     reconciler.run()
     first = len(calls)
@@ -61,7 +68,7 @@ def test_a_run_that_reads_what_the_last_one_read_observes_nothing_until_a_grace_
     assert first == 1 and quiet is not None and quiet.until is not None  # waits out the create grace
     reconciler.run()
     assert len(calls) == first, "nothing changed, no grace due: nothing observed"
-    # when the grace is over, the same reads are looked at again, and the objects re-created
+    # when the grace is over, the same reads are looked at again, and the job goes back in the queue
     world.clock.advance(quiet.until - world.clock.now())
     report = reconciler.run()
     assert report.recreated == ["lost"]

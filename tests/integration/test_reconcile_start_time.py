@@ -51,6 +51,7 @@ def test_a_run_shorter_than_a_reconcile_period_has_its_started_event_at_the_real
     assert reasons(world, "short-1") == [
         Reason.SUBMITTED,
         "Admitted:us-west-2",
+        "ObjectsCreated",
         Reason.STARTED,
         Reason.COMPLETED,
     ]

@@ -24,6 +24,7 @@ from squall.services.intake import update_job
 from squall.services.reconcile import IMAGE_PULL_GRACE, ReconcileMemory, Reconciler
 from squall.services.versioned import CREATE_GRACE
 from tests.integration.conftest import IMAGE, World
+from tests.integration.test_reconcile_clusters import place
 
 NAMESPACE = "team-research"
 
@@ -62,10 +63,8 @@ class Rig:
         self.world.intake.handle(body=json.dumps(body | overrides), message_id=f"m-{job_id}")
 
     def start(self, job_id: str) -> None:
-        """Let the job's Job run, as admission does."""
-        self.world.cluster.patch_job(
-            namespace=NAMESPACE, name=f"{job_id}-worker-0", patch={"spec": {"suspend": False}}
-        )
+        """Let the job run, as admission does: its objects made, its record placed."""
+        admit(self.world, job_id)
 
     def minute(self, *, churn: bool = True, step: timedelta = timedelta(minutes=1)) -> None:
         """A minute (or `step`) on, then a reconcile run; `churn`: a new job comes first, so the
@@ -90,7 +89,7 @@ def rig(monkeypatch: pytest.MonkeyPatch) -> Rig:
     world = World.over(InMemoryJobStore(), run_for=timedelta(hours=3))
     world.add_gpu_nodes(1)
     listed = EditedLists(world.cluster)
-    world.reconciler.cluster = listed  # type: ignore[assignment]
+    world.reconciler.clusters = {"local": listed}  # type: ignore[dict-item]
     made = Rig(world, listed)
     real = Reconciler._job
 
@@ -100,6 +99,13 @@ def rig(monkeypatch: pytest.MonkeyPatch) -> Rig:
 
     monkeypatch.setattr(Reconciler, "_job", counted)
     return made
+
+
+def admit(world: World, job_id: str) -> None:
+    """Place a queued job in the world's one cluster and make its objects there (admission's part)."""
+    job = world.store.get(job_id)
+    assert job is not None
+    place(world.store, world.cluster, job, cluster_name="local", region="us-west-2", at=world.clock.now())
 
 
 def running(rig: Rig, job_id: str) -> None:
@@ -179,18 +185,21 @@ def test_a_job_waiting_out_the_image_pull_grace_fails_when_it_ends_though_nothin
     assert job.status is JobStatus.FAILED and job.reason == Reason.IMAGE_PULL_BACK_OFF
 
 
-def test_a_job_whose_objects_went_missing_is_recreated_when_the_create_grace_ends(rig: Rig) -> None:
+def test_a_job_whose_objects_went_missing_goes_back_in_the_queue_when_the_create_grace_ends(
+    rig: Rig,
+) -> None:
     rig.submit("lost")
+    rig.start("lost")
     rig.world.cluster.delete_job_objects(namespace=NAMESPACE, job_id="lost")
-    submitted = rig.job("lost").updated_at
+    placed = rig.job("lost").updated_at
     step = CREATE_GRACE / 4  # runs more often than the grace is long
-    while rig.world.clock.now() + step < submitted + CREATE_GRACE:
+    while rig.world.clock.now() + step < placed + CREATE_GRACE:
         rig.minute(step=step)
-        assert rig.world.cluster.list_jobs(job_id="lost") == []
+        assert rig.job("lost").cluster == "local"
     assert rig.observed["lost"] == 1, "observed once, then left to wait out the grace"
     rig.minute(step=step)
-    assert rig.world.cluster.list_jobs(job_id="lost") != []
-    assert rig.job("lost").reason == Reason.OBJECTS_MISSING
+    job = rig.job("lost")
+    assert job.reason == Reason.OBJECTS_MISSING and job.cluster is None and not job.objects_created
 
 
 def test_a_settled_job_whose_record_changed_is_observed_again(rig: Rig) -> None:
@@ -235,10 +244,9 @@ def _history(seed: int, *, forget: bool) -> list[tuple[Any, ...]]:
         for job_id in rng.sample(ids, k=min(len(ids), 2)):
             roll = rng.random()
             if roll < 0.4:
-                for obj in cluster.list_jobs(job_id=job_id):
-                    if obj["spec"].get("suspend"):
-                        name = obj["metadata"]["name"]
-                        cluster.patch_job(namespace=NAMESPACE, name=name, patch={"spec": {"suspend": False}})
+                job = world.store.get(job_id)
+                if job is not None and job.status is JobStatus.QUEUED and job.cluster is None:
+                    admit(world, job_id)
             elif roll < 0.5:
                 cluster.delete_job_objects(namespace=NAMESPACE, job_id=job_id)
         if minute % 13 == 12:
