@@ -20,6 +20,7 @@ from squall.cli.follow.watch import watch_job
 from squall.core.jobs import Job, JobStatus, new_job, note, transition
 from squall.core.spec import parse_spec, recorded
 from squall.local.memory import InMemoryJobStore
+from tests.unit.planner import test_offline_jobs as offline_jobs
 from tests.unit.test_cli_hostile_output import SteppingClock, Streams, hostile_logs
 
 START = datetime(2026, 12, 2, 8, 13, 21, tzinfo=UTC)
@@ -407,3 +408,300 @@ def test_list_json_records_carry_what_admission_reads_and_where_it_placed(
     # describe --json is the same record and more
     assert main(["describe", "gan-2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["cluster"] == "gpu-east"
+
+
+# ---- squall plan: one snapshot per cluster, the queue from `squall list --status QUEUED --json` ----
+
+PLAN_AT = "2026-01-05T12:00:00Z"
+
+
+def plan_group(name: str, *, cluster: str | None, region: str, max_size: int = 4) -> dict[str, Any]:
+    doc = offline_jobs.group(name, region=region, instances=1, max_size=max_size)
+    return doc | ({"cluster": cluster} if cluster else {})
+
+
+def busy_pod(node: str) -> dict[str, Any]:
+    """A running pod that takes the node's one GPU."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"busy-{node}",
+            "namespace": "team-vision",
+            "creationTimestamp": "2026-01-05T09:05:00Z",
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def queued_job(store: InMemoryJobStore, job_id: str, *, minutes: int, **fields: Any) -> Job:
+    """A job as intake records it now: QUEUED with its queue shape, no objects anywhere."""
+    from squall.core.queue import queue_shape
+    from squall.core.spec import load_spec
+    from tests.job_bodies import job_body
+
+    body = recorded(parse_spec(job_body(job_id, "research"), teams=TEAMS, registries=[REGISTRY]))
+    shape = queue_shape(load_spec(body), job_id=job_id, namespace="team-research")
+    job, event = new_job(
+        job_id=job_id,
+        name=job_id,
+        team="research",
+        namespace="team-research",
+        at=datetime(2026, 1, 5, 11, minutes, tzinfo=UTC),
+        spec=body,
+        replicas=1,
+        gpus=1,
+        priority=50,
+        queue_shape=shape,
+        **fields,
+    )
+    store.create(job, event)
+    return job
+
+
+@pytest.fixture
+def plan_files(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, jobs: InMemoryJobStore, capsys: pytest.CaptureFixture[str]
+) -> Any:
+    """Two clusters' snapshots (gpu-west's one node busy, gpu-east's free), their groups, and the queue file."""
+    monkeypatch.chdir(tmp_path)  # no cdk.json: the local defaults (no quota)
+    for name in ("SQUALL_TEAMS", "SQUALL_ALLOWED_REGISTRIES"):
+        monkeypatch.delenv(name, raising=False)
+    west, east = offline_jobs.node("p3-usw2", 0), offline_jobs.node("p3-use1", 0, region="us-east-1")
+    files = {
+        "west-nodes.json": {"items": [west]},
+        "west-pods.json": {"items": [busy_pod("p3-usw2-node-0")]},
+        "east-nodes.json": {"items": [east]},
+        "east-pods.json": {"items": []},
+        "groups.json": {
+            "nodeGroups": [
+                plan_group("p3-usw2", cluster="gpu-west", region="us-west-2", max_size=1),
+                plan_group("p3-use1", cluster="gpu-east", region="us-east-1"),
+            ]
+        },
+    }
+    for name, doc in files.items():
+        (tmp_path / name).write_text(json.dumps(doc))
+    queued_job(jobs, "a", minutes=1)
+    queued_job(jobs, "b", minutes=2)
+    assert main(["list", "--status", "QUEUED", "--json"]) == 0
+    (tmp_path / "queued.json").write_text(capsys.readouterr().out)
+    return tmp_path
+
+
+TWO_SNAPSHOTS = [
+    "--cluster",
+    "gpu-west=west-nodes.json,west-pods.json",
+    "--cluster",
+    "gpu-east=east-nodes.json,east-pods.json",
+]
+
+
+def plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
+    code = main(["plan", *argv, "--groups", "groups.json", "--now", PLAN_AT, "--json"])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return code, json.loads(captured.out) if code == 0 else None, captured.err
+
+
+def test_plan_admits_the_listed_queue_across_clusters_and_buys_where_it_can(
+    plan_files: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # when: gpu-west's only node is busy and its group at its max; gpu-east has a free node
+    code, result, err = plan(capsys, *TWO_SNAPSHOTS, "--queue", "queued.json")
+
+    # then: a takes gpu-east's free node; b waits, and gpu-east's group grows for it
+    assert (code, err) == (0, "")
+    assert [(a["job"], a["region"]) for a in result["admission"]["admitted"]] == [("a", "gpu-east/us-east-1")]
+    assert [w["job"] for w in result["admission"]["waiting"]] == ["b"]
+    assert [(u["group"], u["to"]) for u in result["scaleUp"]] == [("p3-use1", 2)]
+
+
+def test_plan_finishes_a_placed_job_where_it_was_placed(
+    plan_files: Any, jobs: InMemoryJobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given: a job admission placed in gpu-west whose objects are not created yet, listed with the rest
+    job = queued_job(jobs, "early", minutes=0)
+    placed(jobs, job, "gpu-west", "us-west-2")
+    assert main(["list", "--status", "QUEUED", "--json"]) == 0
+    (plan_files / "queued.json").write_text(capsys.readouterr().out)
+
+    code, result, _ = plan(capsys, *TWO_SNAPSHOTS, "--queue", "queued.json")
+
+    # then: it stays in gpu-west, first in line there; the free node in gpu-east goes to the next, a
+    assert code == 0
+    assert [(a["job"], a["region"]) for a in result["admission"]["admitted"]] == [("a", "gpu-east/us-east-1")]
+    assert [(w["job"], w["position"]) for w in result["admission"]["waiting"]] == [("early", 1), ("b", 2)]
+
+
+def test_plan_leaves_out_records_that_are_not_in_the_queue(
+    plan_files: Any, jobs: InMemoryJobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given: `squall list --json` of every status: one job running (placed, objects created)
+    running = placed(jobs, queued_job(jobs, "r", minutes=3), "gpu-east", "us-east-1")
+    moved(jobs, dataclasses.replace(running, objects_created=True), JobStatus.RUNNING, "Started")
+    assert main(["list", "--json"]) == 0
+    (plan_files / "every.json").write_text(capsys.readouterr().out)
+
+    code, result, err = plan(capsys, *TWO_SNAPSHOTS, "--queue", "every.json")
+
+    assert code == 0
+    assert (
+        err == "squall: every.json: 1 record not in the queue left out (not QUEUED, a sweep's parent, "
+        "a trial waiting for its slot, or placed with its objects created)\n"
+    )
+    assert sorted(w["job"] for w in result["admission"]["waiting"]) == ["b"]
+
+
+def test_plan_with_todays_flags_and_a_queue_plans_one_cluster_unqualified(
+    plan_files: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    groups = json.loads((plan_files / "groups.json").read_text())
+    groups["nodeGroups"] = groups["nodeGroups"][1:]  # gpu-east's group, which names its cluster
+    (plan_files / "groups.json").write_text(json.dumps(groups))
+
+    code, result, _ = plan(
+        capsys, "--nodes", "east-nodes.json", "--pods", "east-pods.json", "--queue", "queued.json"
+    )
+
+    assert code == 0
+    assert [(a["job"], a["region"]) for a in result["admission"]["admitted"]] == [("a", "us-east-1")]
+    # and one --cluster reads the same
+    code, named, _ = plan(
+        capsys, "--cluster", "gpu-east=east-nodes.json,east-pods.json", "--queue", "queued.json"
+    )
+    assert named == result
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["--cluster", "gpu-west"],
+            "squall: --cluster: expected NAME=nodes.json,pods.json[,jobs.json], got 'gpu-west'",
+        ),
+        (
+            ["--cluster", "Gpu=a,b"],
+            "squall: --cluster 'Gpu': a cluster's name is 1 to 100 lower-case letters",
+        ),
+        (
+            ["--cluster", "gpu-west=west-nodes.json"],
+            "squall: --cluster gpu-west: expected gpu-west=nodes.json,pods.json",
+        ),
+        (
+            [*TWO_SNAPSHOTS[:2], "--cluster", "gpu-west=east-nodes.json,east-pods.json"],
+            "squall: --cluster gpu-west: given twice",
+        ),
+        (
+            [*TWO_SNAPSHOTS, "--nodes", "west-nodes.json"],
+            "squall: --nodes with --cluster: give every cluster's snapshot",
+        ),
+        (
+            [*TWO_SNAPSHOTS, "--jobs", "jobs.json"],
+            "squall: --jobs with --cluster: give every cluster's snapshot",
+        ),
+        (
+            ["--queue", "queued.json"],
+            "squall: the cluster's snapshot is needed: --nodes and --pods for one cluster",
+        ),
+        (
+            ["--cluster", "gpu-west=west-nodes.json,missing.json", TWO_SNAPSHOTS[2], TWO_SNAPSHOTS[3]],
+            "squall: missing.json",
+        ),
+    ],
+)
+def test_plan_arguments_that_cannot_be_used_are_named(
+    plan_files: Any, capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    code, _, err = plan(capsys, *argv)
+    assert code == 2
+    assert err.startswith(words), err
+
+
+def test_a_bad_snapshot_is_named_by_its_clusters_file(
+    plan_files: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    east = json.loads((plan_files / "east-nodes.json").read_text())
+    east["items"][0]["status"]["allocatable"]["cpu"] = "lots"
+    (plan_files / "east-nodes.json").write_text(json.dumps(east))
+
+    code, _, err = plan(capsys, *TWO_SNAPSHOTS)
+
+    assert code == 2
+    assert err.startswith("squall: east-nodes.json: ") and "cpu" in err
+
+
+def test_a_group_of_no_given_cluster_is_named(plan_files: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = plan(capsys, *TWO_SNAPSHOTS[:2], "--cluster", "gpu-north=east-nodes.json,east-pods.json")
+    assert code == 2
+    assert err.startswith("squall: groups.json: ") and "nodeGroups[1].cluster: gpu-east is none" in err
+
+
+def record_edit(path: Any, index: int, **changes: Any) -> None:
+    records = json.loads(path.read_text())
+    records[index].update(changes)
+    path.write_text(json.dumps(records))
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"queueShape": '[{"n": 0, "pod": {}}]'}, ".queueShape: [0].n: expected a count from 1 to 1000"),
+        ({"queueShape": "not json"}, ".queueShape: not JSON"),
+        ({"queueShape": 7}, ".queueShape: expected a string (compact JSON), got a number"),
+        (
+            {"submittedAt": "yesterday"},
+            ".submittedAt: expected an ISO 8601 time with a timezone, got 'yesterday'",
+        ),
+        ({"priority": "high"}, ".priority: expected a whole number, got 'high'"),
+        ({"requeued": "yes"}, ".requeued: expected true or false, got 'yes'"),
+        ({"team": None}, ".team: expected a non-empty string, got None"),
+        ({"cluster": "gpu-east"}, ": cluster and region: a placed job has both, a waiting one neither"),
+        ({"id": "b"}, "queued.json: [1].id: job b is listed twice"),
+    ],
+)
+def test_a_queue_record_that_cannot_be_read_is_named_with_its_file_and_field(
+    plan_files: Any, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], words: str
+) -> None:
+    records = json.loads((plan_files / "queued.json").read_text())
+    first = [r["id"] for r in records].index("a")
+    record_edit(plan_files / "queued.json", first, **changes)
+
+    code, _, err = plan(capsys, *TWO_SNAPSHOTS, "--queue", "queued.json")
+
+    assert code == 2
+    assert err.startswith(
+        "squall: queued.json: [" if "id" in changes else f"squall: queued.json: [{first}] (job a)"
+    )
+    assert words in err, err
+
+
+def test_a_placed_record_in_no_given_cluster_is_named(
+    plan_files: Any, jobs: InMemoryJobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    placed(jobs, queued_job(jobs, "early", minutes=0), "gpu-north", "eu-west-1")
+    assert main(["list", "--status", "QUEUED", "--json"]) == 0
+    (plan_files / "queued.json").write_text(capsys.readouterr().out)
+
+    code, _, err = plan(capsys, *TWO_SNAPSHOTS, "--queue", "queued.json")
+
+    assert code == 2
+    assert err == (
+        "squall: queued.json: job early: placed in cluster gpu-north, which no --cluster gives (gpu-west, gpu-east)\n"
+    )
+
+
+def test_a_queue_file_that_is_no_list_of_records_is_refused(
+    plan_files: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (plan_files / "queued.json").write_text(json.dumps({"items": []}))
+    code, _, err = plan(capsys, *TWO_SNAPSHOTS, "--queue", "queued.json")
+    assert code == 2
+    assert err.startswith(
+        "squall: queued.json: expected the list of job records `squall list --status QUEUED --json`"
+    )

@@ -206,38 +206,99 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from squall.cli.plan_inputs import (
+        PlanArgumentError,
+        cluster_option,
+        job_ids,
+        queued_replica_jobs,
+        read_queue,
+        snapshots,
+    )
     from squall.planner.inputs import planner_policy
-    from squall.planner.offline import PlanInputError, plan_offline
+    from squall.planner.offline import ClusterSnapshot, PlanInputError, plan_offline
 
     now = _now(args.now) if args.now is not None else datetime.now(UTC)
-    paths = {"nodes": args.nodes, "pods": args.pods, "groups": args.groups}
-    if args.jobs is not None:
-        paths["jobs"] = args.jobs
+    try:
+        files = snapshots(
+            clusters=[cluster_option(text) for text in args.cluster or ()],
+            nodes=args.nodes,
+            pods=args.pods,
+            jobs=args.jobs,
+        )
+    except PlanArgumentError as exc:
+        raise CommandError(str(exc)) from exc
+    named = [f.name for f in files if f.name]
     # The deployment's policy (./cdk.json's, or --policy's), so that the plan is the one it would make.
     policy = planner_policy(configured_policy(args.policy))
     # Its teams' quotas and weights too, for admission (read only when there are jobs to admit).
-    teams = configured_team_shares() if args.jobs is not None else None
-    docs = {name: load_document(path) for name, path in paths.items()}
+    admitting = args.queue is not None or any(f.jobs for f in files)
+    teams = configured_team_shares() if admitting else None
+    groups_doc = load_document(args.groups)
+    taken = [
+        ClusterSnapshot(
+            name=f.name,
+            nodes_doc=load_document(f.nodes),
+            pods_doc=load_document(f.pods),
+            jobs_doc=load_document(f.jobs) if f.jobs else None,
+        )
+        for f in files
+    ]
+    queued = None
+    if args.queue is not None:
+        try:
+            queue = read_queue(load_document(args.queue), source=args.queue)
+            listed = {job_id for snapshot in taken for job_id in job_ids(snapshot.jobs_doc or [])}
+            queued = queued_replica_jobs(queue, clusters=named, listed=listed, source=args.queue)
+        except PlanArgumentError as exc:
+            raise CommandError(str(exc)) from exc
+        if queue.left_out:
+            print(
+                f"squall: {args.queue}: {counted(queue.left_out, 'record')} not in the queue left out "
+                "(not QUEUED, a sweep's parent, a trial waiting for its slot, or placed with its objects created)",
+                file=sys.stderr,
+            )
     # The snapshot's millions of objects hold no cycles: spare the cycle collector from
     # traversing them again and again while the planner runs.
     gc.freeze()
     try:
-        result = plan_offline(
-            nodes_doc=docs["nodes"],
-            pods_doc=docs["pods"],
-            groups_doc=docs["groups"],
-            jobs_doc=docs.get("jobs"),
-            teams=teams,
-            now=now,
-            policy=policy,
-        )
+        if named:
+            result = plan_offline(
+                clusters=taken, groups_doc=groups_doc, queued=queued, teams=teams, now=now, policy=policy
+            )
+        else:
+            (one,) = taken
+            result = plan_offline(
+                nodes_doc=one.nodes_doc,
+                pods_doc=one.pods_doc,
+                jobs_doc=one.jobs_doc,
+                groups_doc=groups_doc,
+                queued=queued,
+                teams=teams,
+                now=now,
+                policy=policy,
+            )
     except PlanInputError as exc:
-        where = f"--now {args.now}" if exc.document == "now" else paths[exc.document]
-        raise CommandError(f"{where}: {exc}") from exc
+        raise CommandError(f"{_plan_input(exc, args=args, files=files)}: {exc}") from exc
     finally:
         gc.unfreeze()
     print(json.dumps(result, indent=None if args.json else 2))
     return EXIT_OK
+
+
+def _plan_input(exc: Any, *, args: argparse.Namespace, files: Sequence[Any]) -> str:
+    """Which argument a PlanInputError is about: its file, or the option."""
+    if exc.document == "now":
+        return f"--now {args.now}"
+    if exc.document == "groups":
+        return str(args.groups)
+    if exc.document == "clusters":
+        return "--cluster"
+    for f in files:
+        if f.name == (exc.cluster or ""):
+            path = getattr(f, exc.document, None)
+            if path:
+                return str(path)
+    return str(exc.document)
 
 
 def _now(text: str) -> datetime:
@@ -646,8 +707,15 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_render)
 
     p = sub.add_parser("plan", help="run the capacity planner offline on kubectl output")
-    p.add_argument("--nodes", required=True, help="kubectl get nodes -o json")
-    p.add_argument("--pods", required=True, help="kubectl get pods -A -o json")
+    p.add_argument("--nodes", help="kubectl get nodes -o json (one cluster; else --cluster)")
+    p.add_argument("--pods", help="kubectl get pods -A -o json (one cluster; else --cluster)")
+    p.add_argument(
+        "--cluster",
+        action="append",
+        metavar="NAME=NODES,PODS[,JOBS]",
+        help="one cluster's snapshot (kubectl get nodes -o json, get pods -A -o json, and optionally "
+        "get jobs -A -o json), once per cluster; node groups name their cluster",
+    )
     p.add_argument("--groups", required=True, help="node groups with their live state (YAML)")
     p.add_argument("--now", help="ISO 8601 time to plan at (default: now)")
     p.add_argument(
@@ -656,9 +724,16 @@ def parser() -> argparse.ArgumentParser:
         help="the policy (a cdk.json, {policy: {...}}, or the policy object); default: ./cdk.json's",
     )
     p.add_argument(
+        "--queue",
+        metavar="FILE",
+        help="the queue: what `squall list --status QUEUED --json --limit 10000` prints; admit it first, "
+        "as the scale check does, with cdk.json's teams",
+    )
+    p.add_argument(
         "--jobs",
         metavar="FILE",
-        help="kubectl get jobs -A -o json: admit the suspended jobs first, as the scale check does, with cdk.json's teams",
+        help="kubectl get jobs -A -o json (one cluster): its running Jobs count toward the teams' quotas, "
+        "suspended ones queue",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_plan)
