@@ -96,7 +96,7 @@ class AdmissionCache:
     groups: dict[str, list[ReplicaJob]] = field(default_factory=dict)  # job id -> its replica Jobs
     kinds: dict[str, str] = field(default_factory=dict)  # job id -> queued | admitted | incomplete | finished
     # The latest call's waiting jobs by their place: the same job in the same place is the same Waiting.
-    waiting: dict[tuple[str, int, int, str | None, bool], tuple[QueuedJob, Waiting]] = field(
+    waiting: dict[tuple[str, int, int, str | None, bool, bool], tuple[QueuedJob, Waiting]] = field(
         default_factory=dict
     )
 
@@ -523,7 +523,7 @@ def admit(
     demand: list[Pod] = [*not_created]
     budget = DemandBudget(capacity, free=free_by_group(inventory), keys=every_key)
     position = 0
-    places: dict[tuple[str, int, int, str | None, bool], tuple[QueuedJob, Waiting]] = {}
+    places: dict[tuple[str, int, int, str | None, bool, bool], tuple[QueuedJob, Waiting]] = {}
     for job, held in in_admission_order((), in_use=in_use, teams=teams, bands=gathered.bands):
         if len(failed) == len(every_key) and len(waiting) >= MAX_LISTED and budget.spent:
             break  # no job further on can be admitted, reserve or be bought for: counted below
@@ -571,7 +571,7 @@ def admit(
                 demand.extend(ready.demand_at(MAX_DEMAND_JOBS - budget.jobs))
         if len(waiting) < MAX_LISTED:
             position += 1
-            place = (job.job_id, position, team_rank[job.team], reserved, not ever)
+            place = (job.job_id, position, team_rank[job.team], reserved, not ever, clusters)
             known = cache.waiting.get(place)
             if known is None or known[0] is not job:
                 known = (

@@ -55,7 +55,8 @@ class Gang:
 
     job_id: str
     pods_by_shape: dict[PodShape, list[Pod]]
-    # Set when replicas of the job already run somewhere: the rest must join them.
+    # Set when replicas of the job already run somewhere: the rest must join them (a site:
+    # the region, of its cluster when the planner sees several; planner/sites.py).
     region: str | None = None
     priority: int = 0
 

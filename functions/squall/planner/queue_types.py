@@ -41,7 +41,7 @@ class ReplicaJob:
     suspended: bool = False
     started: bool = False  # status.startTime is set: it has run (its scheduling directives are fixed)
     finished: bool = False  # Complete or Failed
-    admitted_region: str | None = None
+    admitted_region: str | None = None  # a site: "<cluster>/<region>" when read for one of several clusters
     # The pod its template describes, as a pending pod named after the Job.
     pod: Pod
 
