@@ -17,6 +17,7 @@ import pytest
 
 from squall.adapters.aws.job_store import to_item
 from squall.adapters.aws.model_service_store import service_from_item, service_values
+from squall.core.errors import PermanentError
 from squall.core.serving import ClusterRoom, ModelService, ServiceStatus, choose_serving_cluster
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
@@ -117,6 +118,16 @@ def test_a_cluster_that_cannot_be_read_is_not_chosen(
     world: ServingWorld, clusters: dict[str, SimulatedCluster]
 ) -> None:
     clusters["a"].outage(until=world.clock.now() + timedelta(minutes=5))
+    service, _ = a_service("small", at=world.clock.now())
+    assert world.serving.placed(service).cluster == "b"
+
+
+def test_clusters_that_will_not_list_their_nodes_are_placed_by_their_groups(
+    world: ServingWorld, clusters: dict[str, SimulatedCluster]
+) -> None:
+    # given a role that may not list nodes in either cluster (403): only b has a group that can grow
+    for cluster in clusters.values():
+        cluster.fail_calls("list_nodes", PermanentError("nodes is forbidden"), times=5)
     service, _ = a_service("small", at=world.clock.now())
     assert world.serving.placed(service).cluster == "b"
 

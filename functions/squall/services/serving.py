@@ -114,7 +114,8 @@ class ModelServing:
         """The record with the cluster chosen for it (``core.serving.choose_serving_cluster``).
 
         With one cluster nothing is asked of it. With more, each cluster's nodes and
-        pods are listed once; one that cannot be listed is chosen only when none can.
+        pods are listed once; one that cannot be reached is chosen only when none can,
+        one that refuses the lists (its role may not read nodes) counts its groups only.
         Intake records the result before it creates any object there.
         """
         names = list(self.clusters)
@@ -136,9 +137,14 @@ class ModelServing:
         try:
             nodes = parse_nodes(api.list_nodes())
             pods = parse_pods(api.list_pods())
-        except (SquallError, ValueError) as exc:
-            logger.warning("cluster not read to place a model service", cluster=name, error=str(exc))
+        except RetryableError as exc:
+            logger.warning("cluster unreachable to place a model service", cluster=name, error=str(exc))
             return ClusterRoom(name=name, groups=groups, reachable=False)
+        except (SquallError, ValueError) as exc:
+            # It answered, but not with its nodes (a role that may not list them, an object
+            # not understood): its ready room is unknown, its groups' room still counts.
+            logger.warning("cluster's nodes not read to place a model service", cluster=name, error=str(exc))
+            return ClusterRoom(name=name, groups=groups)
         return ClusterRoom(name=name, nodes=nodes, pods=pods, groups=groups)
 
     def create_objects(self, service: ModelService) -> int:
