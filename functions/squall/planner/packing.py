@@ -92,15 +92,16 @@ class GroupOption:
     gangs: list[str] = field(default_factory=list)
     # preferred groups passed over for new nodes -> why
     spilled_from: dict[str, str] = field(default_factory=dict)
+    # The group's site: its region, of its cluster when there are several (read in the hot loops).
+    region: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.region = self.group.site
 
     @property
     def name(self) -> str:
         return self.group.name
 
-    @property
-    def region(self) -> str:
-        """The group's site: its region, of its cluster when there are several."""
-        return self.group.site
 
     def add_booting(self, free: Vector, count: int = 1) -> None:
         """`count` nodes on their way with this much free room each."""
