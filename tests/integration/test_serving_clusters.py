@@ -308,3 +308,14 @@ def test_the_choice_prefers_ready_room_then_room_to_grow_then_the_first() -> Non
         )
         == "a"
     )
+
+
+def test_a_service_in_a_cluster_no_longer_configured_is_reported_not_failed(
+    world: ServingWorld, clusters: dict[str, SimulatedCluster]
+) -> None:
+    service, event = a_service("gone", at=world.clock.now())
+    world.services.create(replace(service, cluster="c"), event)
+    report = world.reconciler().run()
+    assert report.left == ["gone"] and any("'c' is not configured" in e for e in report.errors)
+    assert world.services.get("gone").status is ServiceStatus.DEPLOYING
+    assert all(deployments(cluster) == [] for cluster in clusters.values())
