@@ -25,11 +25,11 @@ from datetime import datetime
 from functools import cached_property, lru_cache
 from typing import Any
 
-from squall.conventions import JOB_ID_LABEL
 from squall.core.jobs import Job, JobStatus, Reason
 from squall.core.manifests import render
 from squall.core.spec import JobSpec
 from squall.planner.kube import parse_pod, pod_requests
+from squall.planner.model import Pod
 from squall.planner.queue_types import ReplicaJob
 from squall.planner.sites import site
 
@@ -134,25 +134,49 @@ class ReplicaShape:
 
 def decode_shape(text: str, *, job_id: str) -> tuple[ReplicaShape, ...]:
     """A stored queue shape; QueueShapeError naming the job and what is wrong."""
-    where = f"job {job_id}: stored queue shape"
+    try:
+        return _decode(text)
+    except ValueError as exc:
+        raise QueueShapeError(f"job {job_id}: stored queue shape: {exc}") from None
+
+
+def _decode(text: str) -> tuple[ReplicaShape, ...]:
     try:
         raw = json.loads(text)
     except (ValueError, RecursionError):
-        raise QueueShapeError(f"{where}: not JSON") from None
+        raise ValueError("not JSON") from None
     if not isinstance(raw, list) or not 1 <= len(raw) <= _MAX_SHAPE_TEMPLATES:
-        raise QueueShapeError(f"{where}: expected a list of 1 to {_MAX_SHAPE_TEMPLATES} pod templates")
+        raise ValueError(f"expected a list of 1 to {_MAX_SHAPE_TEMPLATES} pod templates")
     shapes = []
     for i, entry in enumerate(raw):
         count = entry.get("n") if isinstance(entry, dict) else None
         pod = entry.get("pod") if isinstance(entry, dict) else None
         if type(count) is not int or not 1 <= count <= _MAX_SHAPE_REPLICAS:
-            raise QueueShapeError(f"{where}: [{i}].n: expected a count from 1 to {_MAX_SHAPE_REPLICAS}")
+            raise ValueError(f"[{i}].n: expected a count from 1 to {_MAX_SHAPE_REPLICAS}")
         if not isinstance(pod, dict):
-            raise QueueShapeError(f"{where}: [{i}].pod: expected an object")
+            raise ValueError(f"[{i}].pod: expected an object")
         shapes.append(ReplicaShape(count=count, pod=pod))
     if sum(s.count for s in shapes) > _MAX_SHAPE_REPLICAS:
-        raise QueueShapeError(f"{where}: more than {_MAX_SHAPE_REPLICAS} replicas")
+        raise ValueError(f"more than {_MAX_SHAPE_REPLICAS} replicas")
     return tuple(shapes)
+
+
+@lru_cache(maxsize=4096)
+def _templates(text: str, namespace: str, cluster: str | None) -> tuple[tuple[int, Pod], ...]:
+    """Each template's count and pending pod (named for none yet), parsed once per distinct shape.
+
+    Jobs of one kind share their shape's text exactly (`queue_shape` is deterministic and
+    names no job), so a queue of 100,000 parses a few hundred pods, not 100,000.
+    """
+    templates = []
+    for i, shape in enumerate(_decode(text)):
+        obj = {"metadata": {"name": "template", "namespace": namespace}, "spec": shape.pod}
+        try:
+            pod = parse_pod(obj, cluster=cluster)
+        except ValueError as exc:
+            raise ValueError(f"[{i}].pod: {str(exc).split(': ', 1)[-1]}") from None
+        templates.append((shape.count, pod))
+    return tuple(templates)
 
 
 @dataclass(frozen=True)
@@ -185,12 +209,18 @@ class QueueEntry:
 
     @property
     def replicas(self) -> int:
-        return sum(s.count for s in self.shape)
+        return sum(count for count, _ in self._templates(None))
 
     @property
     def gpus(self) -> int:
         """GPUs of the whole gang."""
-        return sum(s.count * s.gpus for s in self.shape)
+        return sum(count * pod.requests.gpu for count, pod in self._templates(None))
+
+    def _templates(self, cluster: str | None) -> tuple[tuple[int, Pod], ...]:
+        try:
+            return _templates(self.queue_shape, self.namespace, cluster)
+        except ValueError as exc:
+            raise QueueShapeError(f"job {self.job_id}: stored queue shape: {exc}") from None
 
 
 def queue_entry(job: Job) -> QueueEntry:
@@ -214,35 +244,26 @@ def replica_jobs(entry: QueueEntry, *, qualify_cluster: bool) -> list[ReplicaJob
 
     A QUEUE entry's replicas are suspended; a PLACED one's are not, and are admitted to
     its site: ``<cluster>/<region>`` when `qualify_cluster` (more than one cluster is
-    configured; its pods then only fit that cluster's nodes), else its region. Parsed
-    once per entry and version (an entry is immutable: a changed record is a new version).
-    QueueShapeError or ValueError name the job when its stored shape cannot be read.
+    configured; its pods then only fit that cluster's nodes), else its region. Each
+    distinct shape is parsed once, and an entry's ReplicaJobs are kept while it is
+    unchanged (an entry is immutable: a changed record is a new version), so a warm
+    check reads a queue it has seen at the cost of a lookup per job.
+    QueueShapeError names the job when its stored shape cannot be read.
     """
     return list(_replica_jobs(entry, qualify_cluster))
 
 
-@lru_cache(maxsize=100_000)
+@lru_cache(maxsize=200_000)
 def _replica_jobs(entry: QueueEntry, qualify_cluster: bool) -> tuple[ReplicaJob, ...]:
     cluster = entry.cluster if qualify_cluster else None
     admitted_region = None
     if entry.placed and entry.region:
         admitted_region = site(entry.region, cluster or "")
-    total = entry.replicas
+    templates = entry._templates(cluster)
+    total = sum(count for count, _ in templates)
     jobs: list[ReplicaJob] = []
-    for shape in entry.shape:
-        obj = {
-            "metadata": {
-                "name": f"{entry.job_id}-r{len(jobs)}",
-                "namespace": entry.namespace,
-                "labels": {JOB_ID_LABEL: entry.job_id},
-            },
-            "spec": shape.pod,
-        }
-        try:
-            pod = parse_pod(obj, cluster=cluster)
-        except ValueError as exc:
-            raise QueueShapeError(f"job {entry.job_id}: stored queue shape: {exc}") from None
-        for _ in range(shape.count):
+    for count, template in templates:
+        for _ in range(count):
             name = f"{entry.job_id}-r{len(jobs)}"
             jobs.append(
                 ReplicaJob(
@@ -256,7 +277,7 @@ def _replica_jobs(entry: QueueEntry, qualify_cluster: bool) -> tuple[ReplicaJob,
                     replicas=total,
                     suspended=not entry.placed,
                     admitted_region=admitted_region,
-                    pod=pod if pod.name == name else dataclasses.replace(pod, name=name),
+                    pod=dataclasses.replace(template, name=name, job_id=entry.job_id),
                 )
             )
     return tuple(jobs)
