@@ -72,7 +72,13 @@ def test_logs_errors_say_what_is_wrong(
 
 @pytest.mark.timeout(120)
 def test_a_job_without_streams_yet_says_so(aws: LocalAws, capsys: pytest.CaptureFixture[str]) -> None:
-    record_job(aws.store, "fresh-00000001")
+    # placed in the cluster (admission created its pods), nothing shipped yet
+    record_job(aws.store, "fresh-00000001", cluster="squall", region="us-west-2")
     assert squall("logs", "fresh-00000001") == 0
     captured = capsys.readouterr()
     assert captured.out == "" and "no log streams of job fresh-00000001" in captured.err
+    # still in the queue: no cluster has its pods yet
+    record_job(aws.store, "queued-00000001")
+    assert squall("logs", "queued-00000001") == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "not placed in a cluster yet, so it has no logs yet" in captured.err

@@ -260,15 +260,53 @@ def test_with_one_cluster_a_job_that_ran_is_read_there_as_before(
 def test_logs_say_what_to_set_when_the_jobs_cluster_is_not_named(
     logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # given a shell that names only the old single cluster, and a job placed in gpu-east
+    # given a shell whose SQUALL_CLUSTERS names only gpu-west, and a job placed in gpu-east
+    monkeypatch.setenv(deployment.CLUSTERS_ENV, json.dumps(TWO[:1]))
     placed(logs_world.store, queued(logs_world.store), "gpu-east", "us-east-1")
 
     assert main(["logs", "gan-1"]) == 1
 
     err = capsys.readouterr().err
-    assert "job gan-1 is in cluster gpu-east, which this shell's clusters (squall) do not include" in err
+    assert "job gan-1 is in cluster gpu-east, which this shell's clusters (gpu-west) do not include" in err
     assert "set SQUALL_CLUSTERS" in err
     assert logs_world.clients == []
+
+
+def test_with_squall_cluster_name_a_placed_job_is_read_in_that_one_cluster(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given the one-cluster variable (a deployment of one cluster, or the local runtime's), and a
+    # job placed in a cluster its configuration names otherwise
+    monkeypatch.setenv(deployment.CLUSTER_ENV, "gpu-training")
+    placed(logs_world.store, queued(logs_world.store), "local", "us-west-2")
+
+    assert main(["logs", "gan-1"]) == 0
+
+    assert logs_world.groups == ["/aws/containerinsights/gpu-training/application"]
+    assert logs_world.clients == [("logs", None)]
+    assert capsys.readouterr().out.count("[chief-0]") == 2
+
+
+def test_a_missing_log_group_of_the_one_cluster_says_what_the_record_names(
+    logs_world: LogWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from squall.core.errors import NotFoundError
+
+    class Missing(Streams):
+        def streams(self) -> Any:
+            raise NotFoundError(f"list the streams of {self.group}")
+
+    logs_world.source = Missing()
+    placed(logs_world.store, queued(logs_world.store), "gpu-training", "us-west-2")
+
+    assert main(["logs", "gan-1"]) == 1
+
+    err = capsys.readouterr().err
+    assert "/aws/containerinsights/squall/application: no such log group. Is the cluster's log agent" in err
+    assert (
+        "is SQUALL_CLUSTER_NAME (squall) the cluster's name? (the job's record names cluster gpu-training)"
+        in err
+    )
 
 
 def test_an_old_record_with_several_clusters_names_the_groups_it_may_be_in(
@@ -705,3 +743,30 @@ def test_a_queue_file_that_is_no_list_of_records_is_refused(
     assert err.startswith(
         "squall: queued.json: expected the list of job records `squall list --status QUEUED --json`"
     )
+
+
+def test_queue_says_in_which_cluster_a_check_admitted_a_job(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from squall.local.memory import InMemoryScaleState
+
+    # given the latest check admitted one job in a cluster's region (a site), and one where there is one cluster
+    state = InMemoryScaleState()
+    monkeypatch.setattr(deployment, "scale_state", lambda: state)
+    admitted = [
+        {"job": "a", "team": "research", "gpus": 8, "region": "gpu-east/us-east-1"},
+        {"job": "b", "team": "research", "gpus": 1, "region": "us-west-2"},
+    ]
+    state.record_decision(
+        at=START,
+        trigger="schedule",
+        dry_run=False,
+        plan={"admission": {"waiting": [], "waitingTotal": 0, "admitted": admitted}},
+        acted={},
+    )
+
+    assert main(["queue"]) == 0
+
+    out = capsys.readouterr().out.splitlines()
+    assert "admitted in that check: a (research, 8 GPUs) in cluster gpu-east, us-east-1" in out
+    assert "admitted in that check: b (research, 1 GPU) in us-west-2" in out

@@ -664,7 +664,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
         job, team, region = (_shown(entry.get(key)) for key in ("job", "team", "region"))
         gpus = entry.get("gpus")
         asks = counted(gpus, "GPU") if isinstance(gpus, int) else f"{_shown(gpus)} GPUs"
-        print(f"admitted in that check: {job} ({team}, {asks}) in {region}")
+        print(f"admitted in that check: {job} ({team}, {asks}) in {_site_words(region)}")
     if rows:
         keys = ("teamPosition", "job", "team", "priority", "gpus", "reason", "message")
         # position 0: held back by the team's quota, not in the admission order
@@ -683,6 +683,15 @@ def cmd_queue(args: argparse.Namespace) -> int:
     if more:
         print(f"{more} more not listed (the scale check records the first {len(listed)} of the queue)")
     return EXIT_OK
+
+
+def _site_words(site: str) -> str:
+    """Where admission placed a gang, as a decision records it: `us-west-2`, or `gpu-east/us-east-1`
+    (a cluster's region, when there are several) written `cluster gpu-east, us-east-1`."""
+    from squall.planner.sites import split_site
+
+    cluster, region = split_site(site)
+    return f"cluster {cluster}, {region}" if cluster else site
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

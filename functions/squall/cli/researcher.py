@@ -65,10 +65,15 @@ def _sweep_refused(job: Job, what: str) -> CommandError:
 def log_cluster(job: Job, configured: list[ClusterPlace]) -> ClusterPlace | None:
     """The cluster whose log group holds the job's output; None when it was never placed in one.
 
-    The record names it (admission sets `cluster`). A job that waits in the queue has none
-    (requeued after its pods were lost, it may be placed in another cluster next); with one
-    cluster, a job that ran (its record may be from before Squall recorded clusters) ran there.
+    The record names it (admission sets `cluster`) and SQUALL_CLUSTERS says where that
+    cluster's group is. A job that waits in the queue has none (requeued after its pods were
+    lost, it may be placed in another cluster next). With SQUALL_CLUSTER_NAME's one cluster,
+    a job placed or run is read there, as before there were several (its record may be from
+    before Squall recorded clusters, or name the cluster otherwise than the log group does).
     """
+    legacy = len(configured) == 1 and configured[0].region is None
+    if job.cluster and legacy:
+        return configured[0]
     if job.cluster:
         for place in configured:
             if place.name == job.cluster:
@@ -167,7 +172,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
     except NotFoundError as exc:
         raise CommandError(
             f"{exc}: no such log group{_in_region(place)}. Is the cluster's log agent installed (docs/deploy.md, "
-            f"the CloudWatch Observability add-on), and is {_named_by(configured)} ({place.name}) the cluster's name?",
+            f"the CloudWatch Observability add-on), and is {_named_by(configured)} ({place.name}) the cluster's name?"
+            + (
+                f" (the job's record names cluster {printable(job.cluster, newlines=False)})"
+                if job.cluster and job.cluster != place.name
+                else ""
+            ),
             code=EXIT_FAILED,
         ) from exc
     except LogAccessDenied as exc:
