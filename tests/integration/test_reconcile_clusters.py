@@ -44,7 +44,7 @@ class Report:
 
 
 @dataclass
-class TwoClusters:
+class ClusterWorld:
     clock: VirtualClock
     clusters: dict[str, SimulatedCluster]
     store: InMemoryJobStore
@@ -109,14 +109,16 @@ class TwoClusters:
         return [c.args for c in self.clusters[cluster].calls if c.method == method]
 
 
-@pytest.fixture
-def two() -> TwoClusters:
+def world_of(*names: str) -> ClusterWorld:
+    """The world over the named clusters of REGIONS (a one-cluster deployment: one name)."""
     clock = VirtualClock()
     store = InMemoryJobStore()
     metrics = RecordingMetrics(clock)
     clusters = {
-        name: SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=30), name=name, region=region)
-        for name, region in REGIONS.items()
+        name: SimulatedCluster(
+            clock=clock, default_run_for=timedelta(minutes=30), name=name, region=REGIONS[name]
+        )
+        for name in names
     }
     intake = Intake(
         store=store,
@@ -126,7 +128,17 @@ def two() -> TwoClusters:
         config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
     )
     reconciler = Reconciler(store=store, clusters=clusters, clock=clock, metrics=metrics, intake=intake)
-    return TwoClusters(clock, clusters, store, metrics, intake, reconciler)
+    return ClusterWorld(clock, clusters, store, metrics, intake, reconciler)
+
+
+@pytest.fixture
+def two() -> ClusterWorld:
+    return world_of("west", "east")
+
+
+@pytest.fixture
+def one() -> ClusterWorld:
+    return world_of("west")
 
 
 def place(
@@ -158,7 +170,7 @@ def place(
     return placed
 
 
-def test_each_job_is_reconciled_from_its_own_cluster(two: TwoClusters) -> None:
+def test_each_job_is_reconciled_from_its_own_cluster(two: ClusterWorld) -> None:
     # given one node in each cluster and two jobs that fill one node each
     two.node("west")
     two.node("east")
@@ -185,7 +197,7 @@ def test_each_job_is_reconciled_from_its_own_cluster(two: TwoClusters) -> None:
 
 
 def test_an_unreachable_cluster_leaves_its_jobs_running_and_catches_up_when_it_answers(
-    two: TwoClusters,
+    two: ClusterWorld,
 ) -> None:
     # given a running job in each cluster
     two.node("west")
@@ -225,7 +237,7 @@ def test_an_unreachable_cluster_leaves_its_jobs_running_and_catches_up_when_it_a
 
 
 def test_a_job_placed_in_an_unreachable_cluster_whose_objects_went_missing_waits_for_it(
-    two: TwoClusters,
+    two: ClusterWorld,
 ) -> None:
     # given a running job in east whose objects go while east cannot be reached
     two.node("east")
@@ -244,7 +256,7 @@ def test_a_job_placed_in_an_unreachable_cluster_whose_objects_went_missing_waits
     assert two.job("j").retries_used == 1
 
 
-def test_objects_missing_after_creation_put_the_job_back_in_the_queue(two: TwoClusters) -> None:
+def test_objects_missing_after_creation_put_the_job_back_in_the_queue(two: ClusterWorld) -> None:
     # given a gang of two placed in east, its objects made, and one of its replica Jobs deleted
     two.node("east", "gpu-0")
     two.node("east", "gpu-1")
@@ -280,7 +292,7 @@ def test_objects_missing_after_creation_put_the_job_back_in_the_queue(two: TwoCl
     assert two.job("gang").cluster == "west" and two.where("gang") == {"west"}
 
 
-def test_a_running_job_whose_objects_went_missing_is_requeued_with_a_retry(two: TwoClusters) -> None:
+def test_a_running_job_whose_objects_went_missing_is_requeued_with_a_retry(two: ClusterWorld) -> None:
     two.node("east")
     two.submit("j", retries=2)
     two.run(minutes=2)
@@ -298,7 +310,7 @@ def test_a_running_job_whose_objects_went_missing_is_requeued_with_a_retry(two: 
     assert two.job("j").cluster == "west" and two.where("j") == {"west"}
 
 
-def test_a_queued_job_not_yet_placed_is_left_to_admission(two: TwoClusters) -> None:
+def test_a_queued_job_not_yet_placed_is_left_to_admission(two: ClusterWorld) -> None:
     # given a job in the queue and no room anywhere
     two.submit("waits")
     # when reconcile runs long past the create grace
@@ -311,7 +323,7 @@ def test_a_queued_job_not_yet_placed_is_left_to_admission(two: TwoClusters) -> N
         assert two.calls(name, "create") == [] and two.calls(name, "delete_job_objects") == []
 
 
-def test_a_placed_job_whose_objects_are_not_made_yet_is_the_scale_checks_to_finish(two: TwoClusters) -> None:
+def test_a_placed_job_whose_objects_are_not_made_yet_is_the_scale_checks_to_finish(two: ClusterWorld) -> None:
     # given a job placed in west whose objects could not be made (a create failed)
     two.node("west")
     two.submit("j")
@@ -332,7 +344,7 @@ def test_a_placed_job_whose_objects_are_not_made_yet_is_the_scale_checks_to_fini
 
 
 def test_a_finished_jobs_objects_left_by_a_failed_delete_are_deleted_by_a_later_run(
-    two: TwoClusters,
+    two: ClusterWorld,
 ) -> None:
     two.node("west")
     two.submit("j")
@@ -349,7 +361,7 @@ def test_a_finished_jobs_objects_left_by_a_failed_delete_are_deleted_by_a_later_
     assert report.cleaned == ["j"] and two.where("j") == set()
 
 
-def test_a_trial_whose_slot_opens_goes_in_the_queue(two: TwoClusters) -> None:
+def test_a_trial_whose_slot_opens_goes_in_the_queue(two: ClusterWorld) -> None:
     two.node("west")
     two.submit("sw", sweep={"parameters": {"lr": [1, 2]}, "maxTrials": 2, "parallelism": 1})
     two.clusters["west"].set_behaviour("sw-t000", run_for=timedelta(minutes=1))
@@ -368,51 +380,66 @@ def test_a_trial_whose_slot_opens_goes_in_the_queue(two: TwoClusters) -> None:
     assert two.where("sw-t001") == {"west"}
 
 
-def test_a_record_from_before_jobs_named_their_cluster_is_observed_in_the_only_one() -> None:
-    # given one cluster, and a running job whose record names none (written before clusters were)
-    clock = VirtualClock()
-    store = InMemoryJobStore()
-    metrics = RecordingMetrics(clock)
-    cluster = SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=2))
-    cluster.add_node(
-        name="gpu-0", allocatable=P3, labels={"topology.kubernetes.io/region": "us-west-2"}, taints=GPU_TAINT
-    )
-    intake = Intake(
-        store=store,
-        clusters={"only": cluster},
-        clock=clock,
-        metrics=metrics,
-        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
-    )
-    body = {"name": "t", "id": "old", "team": "research", "image": IMAGE, "resources": {"gpu": 1}}
-    intake.handle(body=json.dumps(body), message_id="m-old")
-    job = store.get("old")
-    assert job is not None
-    at = clock.now()
-    placed = place(store, cluster, job, cluster_name="only", region="us-west-2", at=at)
+def from_before_the_queue(world: ClusterWorld, job_id: str, **changes: Any) -> Job:
+    """The job's record as written before the queue was kept in the job table: no cluster, no shape."""
+    at = world.clock.now()
     old = update_job(
-        store,
-        placed,
+        world.store,
+        world.job(job_id),
         lambda current: transition(
-            current, to=JobStatus.QUEUED, reason="Edited", at=at, cluster=None, region=None, queue_shape=""
+            current,
+            to=current.status,
+            reason="Edited",
+            at=at,
+            cluster=None,
+            region=None,
+            queue_shape="",
+            objects_created=False,
+            **changes,
         ),
     )
-    assert old is not None and old.cluster is None
-    reconciler = Reconciler(
-        store=store, clusters={"only": cluster}, clock=clock, metrics=metrics, intake=intake
-    )
+    assert old is not None and queue_key(old) is None, "in no queue"
+    return old
+
+
+def test_a_record_from_before_jobs_named_their_cluster_is_observed_in_the_only_one(one: ClusterWorld) -> None:
+    # given one cluster, and a job running there whose record names none
+    one.node("west")
+    one.submit("old")
+    one.clusters["west"].set_behaviour("old", run_for=timedelta(minutes=2))
+    one.admit()
+    one.minute()
+    from_before_the_queue(one, "old")
     # when it runs to its end
-    for _ in range(4):
-        clock.advance(timedelta(minutes=1))
-        cluster.advance()
-        reconciler.run()
+    for _ in range(3):
+        one.minute()
     # then it was observed in the only cluster, and its objects deleted there
-    done = store.get("old")
-    assert done is not None and done.status is JobStatus.SUCCEEDED
-    assert cluster.list_jobs(job_id="old") == []
+    assert one.job("old").status is JobStatus.SUCCEEDED
+    assert one.where("old") == set()
 
 
-def test_a_job_whose_cluster_is_not_configured_is_reported_and_left_as_it_is(two: TwoClusters) -> None:
+def test_a_job_queued_before_the_queue_was_kept_in_the_job_table_joins_it(one: ClusterWorld) -> None:
+    # given a queued record without a shape whose suspended Jobs wait in the only cluster
+    one.submit("old")
+    job = from_before_the_queue(one, "old")
+    for manifest in render(load_spec(job.spec), job_id="old", namespace="team-research"):
+        one.clusters["west"].create(manifest)  # suspended: how jobs waited then
+    # when reconcile runs
+    one.minute()
+    # then its Jobs are gone and its record is in the queue, as if submitted now
+    queued = one.job("old")
+    assert queued.status is JobStatus.QUEUED and queued.reason == Reason.QUEUED
+    assert queue_key(queued) is not None and queue_key(queued)[0] == "QUEUE"  # type: ignore[index]
+    assert queued.queue_shape != ""
+    assert one.where("old") == set()
+    # and admission lets it run where there is room
+    one.node("west")
+    one.admit()
+    one.minute()
+    assert one.job("old").status is JobStatus.RUNNING and one.where("old") == {"west"}
+
+
+def test_a_job_whose_cluster_is_not_configured_is_reported_and_left_as_it_is(two: ClusterWorld) -> None:
     two.node("west")
     two.submit("j")
     two.admit()

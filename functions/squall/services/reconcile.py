@@ -178,7 +178,13 @@ class Reconciler:
                 and job.reason != Reason.IMAGE_PULL_BACK_OFF
                 and len(listed_jobs.by_job.get(job.id, ())) >= max(job.replicas, 1)
             ):
-                continue  # all its replica Jobs there, suspended: the scale check's to let go
+                # All its replica Jobs there, suspended: queued before the queue was kept in
+                # the job table (a placed job's are made let go), and no admission reads them.
+                if job.cluster is None:
+                    self._located[job.id] = where
+                    step = functools.partial(self._into_queue, job, cluster=where, report=report)
+                    self._isolated(job, report, step)
+                continue
             self._located[job.id] = where
             inputs = (where, job.version, listed_jobs.changes_of(job.id), listed_pods.changes_of(job.id))
             last = last_settled.get(job.id)
@@ -457,8 +463,7 @@ class Reconciler:
                 job, to=JobStatus.FAILED, reason=Reason.RETRIES_EXHAUSTED, message=seen.message, report=report
             )
             return
-        # SpecError: a recorded spec that does not load fails the job
-        shape = job.queue_shape or queue_shape(load_spec(job.spec), job_id=job.id, namespace=job.namespace)
+        entry = self._queue_entry(job)
         self.clusters[cluster].delete_job_objects(namespace=job.namespace, job_id=job.id)
         reason = (
             reason_code(Reason.NODE_LOST, f"retry {used}/{job.max_retries}")
@@ -475,12 +480,39 @@ class Reconciler:
             message=seen.message or "its Kubernetes objects are gone",
             report=report,
             retries_used=used,
-            queue_shape=shape,
+            **entry,
             **placement,
         )
         if queued is not None:
             report.recreated.append(job.id)
             logger.info("job back in the queue", job_id=job.id, cluster=cluster, reason=reason)
+
+    def _into_queue(self, job: Job, *, cluster: str, report: ReconcileReport) -> None:
+        """A job queued before the queue was kept in the job table: its suspended Jobs in `cluster`
+        are deleted, then its record joins the queue (admission places it, anywhere)."""
+        entry = self._queue_entry(job)
+        self.clusters[cluster].delete_job_objects(namespace=job.namespace, job_id=job.id)
+        self._record(
+            job,
+            to=JobStatus.QUEUED,
+            reason=Reason.QUEUED,
+            message=f"its suspended Jobs in cluster {cluster} deleted: it waits in the queue",
+            report=report,
+            cluster=None,
+            region=None,
+            objects_created=False,
+            **entry,
+        )
+
+    def _queue_entry(self, job: Job) -> dict[str, Any]:
+        """What a record from before the queue was kept in the job table lacks to be in it."""
+        if job.queue_shape:
+            return {}
+        spec = load_spec(job.spec)  # SpecError: a recorded spec that does not load fails the job
+        return {
+            "queue_shape": queue_shape(spec, job_id=job.id, namespace=job.namespace),
+            "priority": spec.priority,
+        }
 
     def _record(
         self,
