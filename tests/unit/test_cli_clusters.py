@@ -770,3 +770,44 @@ def test_queue_says_in_which_cluster_a_check_admitted_a_job(
     out = capsys.readouterr().out.splitlines()
     assert "admitted in that check: a (research, 8 GPUs) in cluster gpu-east, us-east-1" in out
     assert "admitted in that check: b (research, 1 GPU) in us-west-2" in out
+
+
+# ---- model services: where each runs; predict sends to the endpoint its record names ----
+
+
+def test_services_and_describe_say_which_cluster_a_model_service_runs_in(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from squall.core.serving import ServiceStatus, transition_service
+    from squall.local.model_service_store import InMemoryModelServiceStore
+    from tests.serving_records import first_record
+
+    services = InMemoryModelServiceStore()
+    monkeypatch.setattr(deployment, "service_store", lambda: services)
+    monkeypatch.setattr(deployment, "job_store", InMemoryJobStore)
+    for name, cluster in (("gan", "gpu-east"), ("old", None)):
+        service, event = first_record(name, at=START, message_id=f"m-{name}")
+        services.create(service, event)
+        service, event = transition_service(
+            service,
+            to=ServiceStatus.SERVING,
+            reason="Ready",
+            at=START + timedelta(minutes=1),
+            ready_replicas=1,
+            rest_url=f"http://{name}.example:8501",
+            cluster=cluster,
+        )
+        services.save(service, event)
+
+    assert main(["services"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:6] == ["NAME", "STATUS", "REASON", "JOB", "CLUSTER", "READY"]
+    assert {row.split()[0]: row.split()[4] for row in rows} == {"gan": "gpu-east", "old": "-"}
+
+    assert main(["describe", "gan"]) == 0
+    assert ", cluster gpu-east, model " in capsys.readouterr().out
+    assert main(["services", "--json"]) == 0
+    assert {s["name"]: s["cluster"] for s in json.loads(capsys.readouterr().out)} == {
+        "gan": "gpu-east",
+        "old": None,
+    }

@@ -109,6 +109,7 @@ def service_dict(service: ModelService) -> dict[str, Any]:
         "resources": {"gpu": service.gpus, "cpu": service.cpu, "memory": service.memory},
         "restUrl": service.rest_url,
         "grpcTarget": service.grpc_target,
+        "cluster": service.cluster,  # where its objects are (null: a record from before several clusters)
         "createdAt": service.created_at.isoformat(),
         "updatedAt": service.updated_at.isoformat(),
         "errors": list(service.errors),
@@ -158,7 +159,8 @@ def print_history(service: ModelService, events: Sequence[ServiceEvent], *, out:
     )
     print(
         f"  job {_shown(service.job_id)}, team {_shown(service.team)}, namespace {_shown(service.namespace)}, "
-        f"model {_shown(service.model_uri)} as version {service.model_version}",
+        + (f"cluster {_shown(service.cluster)}, " if service.cluster else "")
+        + f"model {_shown(service.model_uri)} as version {service.model_version}",
         file=out,
     )
     print(
@@ -395,6 +397,9 @@ def cmd_services(args: argparse.Namespace) -> int:
         ]
         for s in services
     ]
+    if any(s.cluster for s in services):  # a column only when a record names its cluster
+        for row, s in zip(table, [None, *services], strict=True):
+            row.insert(4, "CLUSTER" if s is None else _shown(s.cluster or "-"))
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     for *cells, last in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)), last, sep="  ")
