@@ -455,3 +455,22 @@ def test_a_job_whose_cluster_is_not_configured_is_reported_and_left_as_it_is(two
         report = two.minute()
     assert any("j: its cluster gone is not configured" in e for e in report.errors)
     assert two.job("j").version == moved.version
+
+
+def test_a_jobs_leftover_in_another_cluster_is_deleted_and_never_read(two: ClusterWorld) -> None:
+    # given a job placed in west, and a Job of it left in east (a delete east never got)
+    two.node("west")
+    two.node("east")
+    two.submit("j")
+    two.admit()
+    job = two.job("j")
+    other = ({"west", "east"} - {job.cluster}).pop()
+    two.clusters[other].set_behaviour("j", run_for=timedelta(0), exit_code=1)  # fails there at once
+    for manifest in render(load_spec(job.spec), job_id="j", namespace="team-research", region=REGIONS[other]):
+        two.clusters[other].create(manifest)
+    # when reconcile runs (a fresh process looks for such leftovers)
+    two.minute()
+    # then the leftover is gone, and the job is as its own cluster says
+    assert two.clusters[other].list_jobs(job_id="j") == [], "deleted"
+    assert two.where("j") == {job.cluster}
+    assert two.job("j").status is JobStatus.RUNNING, "the leftover's failure is not the job's"
