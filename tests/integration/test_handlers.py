@@ -33,7 +33,14 @@ def test_submit_fails_only_the_message_that_hit_a_transient_error(
 ) -> None:
     from squall.core.errors import RetryableError
 
-    world.cluster.next_error = RetryableError("503 from the API server")
+    original = world.store.create
+
+    def throttled_for_specs(job: Any, event: Any) -> None:
+        if job.status.value == "QUEUED":
+            raise RetryableError("PutItem: ProvisionedThroughputExceededException")
+        original(job, event)  # the rejected body's record is written
+
+    world.store.create = throttled_for_specs  # type: ignore[method-assign]
     event = load_event("sqs_jobs_batch")
     response = submit.handler(event, lambda_context)
     failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}

@@ -577,7 +577,7 @@ def test_a_decision_too_large_for_one_item_records_the_first_part_of_its_lists(
 
 
 def test_shrunk_to_fit_cuts_the_longest_list_first_and_keeps_small_documents_as_they_are() -> None:
-    from squall.services.scale import shrunk_to_fit
+    from squall.services.decision_record import shrunk_to_fit
 
     small = {"scaleUp": [1, 2], "admission": {"waiting": [3]}}
     assert shrunk_to_fit(small, 1_000) == small

@@ -26,7 +26,7 @@ def intake() -> Intake:
     clock = VirtualClock()
     return Intake(
         store=InMemoryJobStore(),
-        cluster=SimulatedCluster(clock=clock),
+        clusters={"local": SimulatedCluster(clock=clock)},
         clock=clock,
         metrics=RecordingMetrics(clock),
         config=IntakeConfig(teams=TEAMS, registries=REGISTRIES),
@@ -42,7 +42,7 @@ def rejected_fields(intake: Intake, text: str) -> list[str]:
     assert result.outcome is IntakeOutcome.REJECTED, result
     job = intake.store.get(result.job_id)
     assert job is not None and job.status is JobStatus.REJECTED
-    assert intake.cluster.list_jobs() == []
+    assert intake.store.queue() == [], "nothing queued"
     return [e["field"] for e in result.errors]
 
 

@@ -77,8 +77,10 @@ def rig() -> Rig:
     )
     metrics = RecordingMetrics(clock)
     config = IntakeConfig(teams=TEAMS, registries=[REGISTRY], submitters=SUBMITTERS)
-    intake = Intake(store=store, cluster=cluster, clock=clock, metrics=metrics, config=config)
-    reconciler = Reconciler(store=store, cluster=cluster, clock=clock, metrics=metrics, intake=intake)
+    intake = Intake(store=store, clusters={"local": cluster}, clock=clock, metrics=metrics, config=config)
+    reconciler = Reconciler(
+        store=store, clusters={"local": cluster}, clock=clock, metrics=metrics, intake=intake
+    )
     return Rig(clock, store, cluster, metrics, intake, reconciler)
 
 

@@ -236,11 +236,13 @@ def pod_cache(cluster: str | None = None) -> ParseCache[Pod]:
     return ParseCache(_for_cluster(parse_pod, cluster), "pod")
 
 
-class _Parser(Protocol[_Covariant]):
+class _ObjectParser(Protocol[_Covariant]):
     def __call__(self, obj: Mapping[str, Any], *, cluster: str | None = None) -> _Covariant: ...
 
 
-def _for_cluster(parse: _Parser[_Parsed], cluster: str | None) -> Callable[[Mapping[str, Any]], _Parsed]:
+def _for_cluster(
+    parse: _ObjectParser[_Parsed], cluster: str | None
+) -> Callable[[Mapping[str, Any]], _Parsed]:
     """The parser as one cluster's objects are read (itself, for no cluster)."""
     return parse if not cluster else functools.partial(parse, cluster=cluster)
 

@@ -16,6 +16,7 @@ alone where there is no fleet (service tests).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -248,7 +249,9 @@ class Admitter:
                 logger.warning("cluster unreachable", cluster=name, error=str(exc)[:MAX_ERROR_TEXT])
                 continue
             nodes += node_cache(cluster=where).parse_all(listed_nodes, unreadable=lambda item, why: None)
-            pods += pod_cache(cluster=where).parse_all(listed_pods, unreadable=busy_stand_in)
+            pods += pod_cache(cluster=where).parse_all(
+                listed_pods, unreadable=functools.partial(busy_stand_in, cluster=where)
+            )
         decided = self.decide(jobs=self.read_queue(), nodes=nodes, pods=pods, groups=groups, now=now)
         self.act(decided, now=now, outcome=outcome)
         self.note_queue(decided, now=now, outcome=outcome)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import operator
 import uuid
 from collections.abc import Mapping, Sequence
@@ -44,6 +43,7 @@ from squall.planner.sites import split_site
 from squall.planner.timers import next_timer
 from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
 from squall.services.admission import AdmissionMemory, Admitter, job_failed, note_or_report
+from squall.services.decision_record import shrunk_to_fit
 from squall.services.intake import Change, update_job
 from squall.services.quiet import Quiet
 
@@ -339,7 +339,9 @@ class Scaler:
             cache = self.parsed.pods.get(name)
             if cache is None:
                 cache = self.parsed.pods[name] = pod_cache(cluster=name if self.qualified else None)
-            pods += cache.parse_all(raw, unreadable=busy_stand_in)
+            pods += cache.parse_all(
+                raw, unreadable=functools.partial(busy_stand_in, cluster=name if self.qualified else None)
+            )
             changed = changed or cache.changed
             self._count_unreadable("pod", cache.unreadable)
         self.parsed.pods_changed = changed or self._reach_changed()
@@ -734,45 +736,6 @@ def fallbacks(
             origin = min(preferred, key=lambda g: g.priority)
             found.append(reason_code(Reason.REGION_FALLBACK, f"{origin.region}->{target.region}"))
     return found
-
-
-def shrunk_to_fit(doc: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
-    """A copy of `doc` whose compact JSON is at most `max_bytes`: its longest lists cut, again and again.
-
-    Each list cut is named under "truncated" (its path, and how long it was), so a
-    reader of the record knows it holds the first part only.
-    """
-    # ASCII: as many bytes as characters. A check's record holds no cycles: none to look for.
-    text = json.dumps(doc, separators=(",", ":"), check_circular=False)
-    if len(text) <= max_bytes:
-        return dict(doc)
-    copy: dict[str, Any] = json.loads(text)
-    cut: dict[str, int] = {}
-    for _ in range(64):  # each pass halves a list: enough for any list a check makes
-        if len(text) <= max_bytes:
-            break
-        found = _longest_list(copy, "")
-        if found is None or len(found[1]) <= 1:
-            break
-        path, items = found
-        cut.setdefault(path, len(items))
-        del items[max(1, len(items) // 2) :]
-        text = json.dumps(copy, separators=(",", ":"), check_circular=False)
-    if cut:
-        copy["truncated"] = cut
-    return copy
-
-
-def _longest_list(doc: Any, path: str) -> tuple[str, list[Any]] | None:
-    best: tuple[str, list[Any]] | None = None
-    children = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
-    if isinstance(doc, list):
-        best = (path, doc)
-    for key, value in children:
-        found = _longest_list(value, f"{path}.{key}" if path else str(key))
-        if found is not None and (best is None or len(found[1]) > len(best[1])):
-            best = found
-    return best
 
 
 def _plan_acts(decided: Plan) -> bool:
