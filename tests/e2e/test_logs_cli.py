@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -82,3 +83,32 @@ def test_a_job_without_streams_yet_says_so(aws: LocalAws, capsys: pytest.Capture
     assert squall("logs", "queued-00000001") == 0
     captured = capsys.readouterr()
     assert captured.out == "" and "not placed in a cluster yet, so it has no logs yet" in captured.err
+
+
+@pytest.mark.timeout(120)
+def test_logs_read_the_jobs_cluster_group_in_that_clusters_region(
+    aws: LocalAws, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given two clusters, and a group of gpu-east's name in both regions (only us-east-1's is gpu-east's)
+    from squall.core.logstreams import log_group
+    from squall.local.aws import client
+
+    monkeypatch.setenv(
+        "SQUALL_CLUSTERS",
+        json.dumps(
+            [{"name": "gpu-west", "region": "us-west-2"}, {"name": "gpu-east", "region": "us-east-1"}]
+        ),
+    )
+    group, job_id = log_group("gpu-east"), "east-00000001"
+    for region in ("us-east-1", "us-west-2"):
+        logs = client("logs", aws.endpoint, region=region)
+        logs.create_log_group(logGroupName=group)
+        put_lines(logs, stream_name(f"{job_id}-chief-0-xk2q9"), [(START, f"from {region}")], group=group)
+    job = record_job(aws.store, job_id, cluster="gpu-east", region="us-east-1")
+    move(aws.store, job, JobStatus.RUNNING, "Started", at=START)
+
+    # when
+    assert squall("logs", job_id, "--replica", "chief-0") == 0
+
+    # then
+    assert capsys.readouterr().out.splitlines() == ["[chief-0] from us-east-1"]
