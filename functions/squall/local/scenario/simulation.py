@@ -427,8 +427,10 @@ class Simulation:
             )
         elif isinstance(fault, FunctionDies):
             cluster.kill_at(fault.call, after=fault.after)
+            where = f" to cluster {cluster.name}" if len(self.clusters) > 1 else ""
             self._note(
-                at, f"the function making Kubernetes call {fault.call} #{fault.after + 1} will be killed"
+                at,
+                f"the function making Kubernetes call {fault.call} #{fault.after + 1}{where} will be killed",
             )
 
     def _pick_nodes(self, local: LocalRuntime, fault: _NodeSelector) -> list[str]:
