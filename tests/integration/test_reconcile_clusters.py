@@ -428,7 +428,11 @@ def test_a_job_queued_before_the_queue_was_kept_in_the_job_table_joins_it(one: C
     one.minute()
     # then its Jobs are gone and its record is in the queue, as if submitted now
     queued = one.job("old")
-    assert queued.status is JobStatus.QUEUED and queued.reason == Reason.QUEUED
+    assert queued.status is JobStatus.QUEUED and queued.reason == Reason.SUBMITTED
+    assert (
+        one.store.events("old")[-1].message
+        == "its suspended Jobs in cluster west deleted: it waits in the queue"
+    )
     assert queue_key(queued) is not None and queue_key(queued)[0] == "QUEUE"  # type: ignore[index]
     assert queued.queue_shape != ""
     assert one.where("old") == set()

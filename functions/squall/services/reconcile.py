@@ -495,7 +495,8 @@ class Reconciler:
         self._record(
             job,
             to=JobStatus.QUEUED,
-            reason=Reason.QUEUED,
+            # Not admission's Queued: that note says its place once the job is in the queue.
+            reason=Reason.SUBMITTED,
             message=f"its suspended Jobs in cluster {cluster} deleted: it waits in the queue",
             report=report,
             cluster=None,
