@@ -17,21 +17,18 @@ Nothing here imports pydantic or an AWS client: `squall plan` starts without the
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from squall.core.jobs import Reason
+from squall.planner.inputs import CLUSTER_NAME
 from squall.planner.text import kind, shown
 
 if TYPE_CHECKING:
     from squall.core.queue import QueueEntry
     from squall.planner.queue_types import ReplicaJob
-
-# A node group's cluster as planner/inputs.py reads it.
-_CLUSTER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
-_NOT_QUEUED_REASONS = ("WaitingForTrialSlot",)
 
 
 class PlanArgumentError(ValueError):
@@ -47,11 +44,6 @@ class ClusterFiles:
     pods: str
     jobs: str | None = None
 
-    @property
-    def option(self) -> str:
-        """How the command line gave it, for messages."""
-        return f"--cluster {self.name}" if self.name else "--nodes/--pods"
-
 
 def cluster_option(text: str) -> ClusterFiles:
     """`NAME=nodes.json,pods.json[,jobs.json]`; PlanArgumentError saying what is wrong."""
@@ -60,7 +52,7 @@ def cluster_option(text: str) -> ClusterFiles:
         raise PlanArgumentError(
             f"--cluster: expected NAME=nodes.json,pods.json[,jobs.json], got {shown(text)}"
         )
-    if not _CLUSTER_NAME.fullmatch(name):
+    if not CLUSTER_NAME.fullmatch(name):
         raise PlanArgumentError(
             f"--cluster {shown(name)}: a cluster's name is 1 to 100 lower-case letters, digits, '-' or '_'"
         )
@@ -113,13 +105,12 @@ class Queue:
     left_out: int = 0
 
 
-def read_queue(doc: Any, *, source: str) -> Queue:
-    """Queue entries from `squall list --json` records (a list, or a {"jobs": [...]} object)."""
-    records = doc.get("jobs") if isinstance(doc, Mapping) else doc
+def read_queue(records: Any, *, source: str) -> Queue:
+    """Queue entries from the records `squall list --json` prints (a list)."""
     if not isinstance(records, list):
         raise PlanArgumentError(
             f"{source}: expected the list of job records `squall list --status QUEUED --json` prints, "
-            f"got {kind(doc)}"
+            f"got {kind(records)}"
         )
     queue = Queue()
     seen: set[str] = set()
@@ -184,7 +175,7 @@ def _waits_elsewhere(record: Mapping[str, Any], where: str) -> bool:
     if not isinstance(trials, list):
         raise PlanArgumentError(f"{where}.trials: expected a list, got {kind(trials)}")
     reason = record.get("reason")
-    return bool(trials) or (isinstance(reason, str) and reason in _NOT_QUEUED_REASONS)
+    return bool(trials) or reason == Reason.WAITING_FOR_TRIAL_SLOT
 
 
 def _after_job(message: str) -> str:
