@@ -297,13 +297,6 @@ class SquallConfig:
     def groups_in(self, region: str) -> tuple[NodeGroupConfig, ...]:
         return tuple(g for g in self.node_groups if g.region == region)
 
-    def cluster_named(self, name: str) -> ClusterConfig:
-        return next(c for c in self.clusters if c.name == name)
-
-    def group_cluster(self, group: NodeGroupConfig) -> ClusterConfig:
-        """The cluster a group's nodes join."""
-        return self.cluster_named(group.cluster_name)
-
     @property
     def primary_cluster(self) -> ClusterConfig | None:
         """The first cluster in the home region: its resources live in the home stacks, where a
