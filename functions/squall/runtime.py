@@ -106,6 +106,7 @@ class Services:
             saved_models=self.saved_models,
             clusters=self.clusters,
             settings=self.settings.serving,
+            groups=self.node_groups,
         )
 
     @functools.cached_property

@@ -444,6 +444,7 @@ class Intake:
             service, event = serve_record(
                 plan, at=self.clock.now(), message_id=message_id, submitted_by=sender_id
             )
+            service = serving.placed(service)  # its cluster, recorded before any object is made
             try:
                 if plan.action is ServeAction.CREATE:
                     serving.store.create(service, event)
