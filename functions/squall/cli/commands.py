@@ -31,8 +31,10 @@ from squall.planner.inputs import InputError, read_policy
 from squall.planner.text import counted
 
 if TYPE_CHECKING:
+    from squall.cli.plan_inputs import ClusterFiles
     from squall.core.spec import JobSpec
     from squall.planner.admission import TeamShare
+    from squall.planner.offline import PlanInputError
 
 CDK_JSON = Path("cdk.json")
 
@@ -285,7 +287,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _plan_input(exc: Any, *, args: argparse.Namespace, files: Sequence[Any]) -> str:
+def _plan_input(exc: PlanInputError, *, args: argparse.Namespace, files: Sequence[ClusterFiles]) -> str:
     """Which argument a PlanInputError is about: its file, or the option."""
     if exc.document == "now":
         return f"--now {args.now}"
