@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import kmock
@@ -26,9 +27,12 @@ from squall.core.manifests import render
 from squall.core.serving import ServiceReason, ServiceStatus, object_name
 from squall.core.serving_manifests import render_model_service
 from squall.core.spec import parse_spec
+from squall.core.telemetry import RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
+from squall.planner import Policy
 from squall.ports import KubeObject
+from squall.services.admission import Admitter
 from tests.integration.serving_world import SETTINGS, ServingWorld, a_service, serving_world
 from tests.job_bodies import job_body
 
@@ -169,8 +173,31 @@ def names(objects: list[KubeObject], *, label: str | None = None, value: str | N
 
 
 def submit_job(world: ServingWorld, job_id: str) -> Any:
+    """Submit a job of two CPU workers and let admission create its objects (it fits cpu-0)."""
     body = job_body(job_id, "research", gpu=0, workers=2)
-    return world.handle(body, message_id=f"m-{job_id}")
+    result = world.handle(body, message_id=f"m-{job_id}")
+    admit(world)
+    return result
+
+
+@dataclass
+class _Report:
+    done: dict[str, list[Any]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def admit(world: ServingWorld) -> _Report:
+    """Admission as the scale check runs it: what fits gets its objects."""
+    report = _Report()
+    Admitter(
+        clusters={"local": world.cluster},
+        metrics=RecordingMetrics(world.clock),
+        teams={},
+        policy=Policy(),
+        store=world.jobs,
+    ).run(now=world.clock.now(), outcome=report)
+    return report
 
 
 def test_a_job_whose_service_an_old_model_service_holds_fails_and_leaves_it(world: ServingWorld) -> None:
@@ -178,12 +205,12 @@ def test_a_job_whose_service_an_old_model_service_holds_fails_and_leaves_it(worl
     legacy_service(world, "x-worker-0")
     cluster: SimulatedCluster = world.cluster
 
-    # when job model-x (workers 0 and 1) is submitted
+    # when job model-x (workers 0 and 1) is submitted and admitted
     result = submit_job(world, "model-x")
 
     # then the job fails, saying whose the name is; nothing of the model service is taken or deleted
     job = world.jobs.get("model-x")
-    assert result.outcome.value == "failed"
+    assert result.outcome.value == "created"
     assert (job.status, job.reason) == (JobStatus.FAILED, Reason.CLUSTER_REFUSED)
     message = world.jobs.events("model-x")[-1].message
     assert "model-x-worker-0 exists already and belongs to model service 'x-worker-0'" in message
@@ -286,13 +313,16 @@ def test_a_sweep_whose_later_trial_finds_its_name_taken_leaves_no_trial_to_run(w
     }
     assert cluster.create(squatter) is True
 
-    # when a sweep of three distributed trials is submitted (trial 0's objects are made first)
+    # when a sweep of three distributed trials is submitted and admitted
     body = job_body("sw", "research", gpu=0, workers=2) | {"sweep": {"parameters": {"lr": [1, 2, 3]}}}
-    assert world.handle(body, message_id="m-sw").outcome.value == "failed"
+    assert world.handle(body, message_id="m-sw").outcome.value == "created"
+    admit(world)
 
-    # then the sweep and every recorded trial failed, and no trial's Job is left to be admitted
-    for job_id in ("sw", "sw-t000", "sw-t001"):
-        job = world.jobs.get(job_id)
-        assert job is not None and (job.status, job.reason) == (JobStatus.FAILED, Reason.CLUSTER_REFUSED)
-    assert cluster.list_jobs() == []
-    assert names(cluster.list_services(namespace=TEAM_NS)) == ["sw-t001-worker-0"]  # left as it was
+    # then trial 1 failed with why, none of its objects is left; the other trials are not held up
+    job = world.jobs.get("sw-t001")
+    assert job is not None and (job.status, job.reason) == (JobStatus.FAILED, Reason.CLUSTER_REFUSED)
+    assert cluster.list_jobs(job_id="sw-t001") == []
+    assert world.jobs.get("sw-t000").status is JobStatus.QUEUED  # type: ignore[union-attr]
+    assert cluster.list_jobs(job_id="sw-t000"), "trial 0 was admitted"
+    kept = [n for n in names(cluster.list_services(namespace=TEAM_NS)) if n.startswith("sw-t001")]
+    assert kept == ["sw-t001-worker-0"]  # left as it was
