@@ -145,9 +145,11 @@ def cluster_certificate() -> str:
 
 
 def configured() -> tuple[SquallConfig, dict[str, dict[str, Any]]]:
-    """cdk.json's configuration, with the cluster's certificate set (no DescribeCluster first)."""
+    """cdk.json's configuration, with the clusters' certificates set (no DescribeCluster first)."""
     context = load_cdk_json_context()
-    context["cluster"] = {**context["cluster"], "certificateAuthority": cluster_certificate()}
+    context["clusters"] = [
+        {**cluster, "certificateAuthority": cluster_certificate()} for cluster in context["clusters"]
+    ]
     config = SquallConfig.from_context(context)
     return config, {handler: function_settings(config, handler) for handler in constants.FUNCTIONS}
 
