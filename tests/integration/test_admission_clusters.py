@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from squall.core.errors import RetryableError
+from squall.core.errors import PermanentError, RetryableError
 from squall.core.telemetry import RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
@@ -183,3 +183,13 @@ def test_one_check_creates_a_bounded_number_of_objects_and_the_rest_keep_their_p
         checks += 1
     assert checks == 3, "each check creates its share; the rest wait their turn"
     assert all(len(two.where(f"j-{i:04d}")) == 1 for i in range(jobs))
+
+
+def test_expired_credentials_for_one_cluster_leave_it_out_like_an_outage(two: TwoClusters) -> None:
+    two.nodes(two.west, "us-west-2", 2)
+    two.nodes(two.east, "us-east-1", 2)
+    two.west.fail_calls("list_nodes", PermanentError("list nodes: 401 Unauthorized (token expired)"))
+    two.submit("j")
+    report = two.admit()
+    assert two.where("j") == {"east"} and two.store.get("j").cluster == "east"  # type: ignore[union-attr]
+    assert not report.errors

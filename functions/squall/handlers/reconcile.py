@@ -20,16 +20,19 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "reconciled",
         transitions=dict(report.transitions),
         retries=report.retries,
-        recreated=len(report.recreated),
+        requeued=len(report.recreated),
         cleaned=len(report.cleaned),
         errors=len(report.errors),
+        unreachable_clusters=report.unreachable_clusters,
         serving=serving,
     )
     return {
         "transitions": dict(report.transitions),
         "retries": report.retries,
-        "recreated": report.recreated,
+        # jobs put back in the queue (their objects went missing after admission created them)
+        "requeued": report.recreated,
         "cleaned": report.cleaned,
         "errors": report.errors,
+        "unreachableClusters": report.unreachable_clusters,
         **({"serving": serving} if serving is not None else {}),
     }

@@ -158,7 +158,7 @@ class Admitter:
             cache = self.parsed.jobs_of(name, qualified=self.qualified)
             try:
                 raw_jobs = cluster.list_jobs()
-            except RetryableError as exc:
+            except SquallError as exc:  # a timeout, a 5xx, expired credentials: not readable now
                 self.unreachable.add(name)
                 logger.warning(
                     "cluster unreachable: its Jobs could not be listed", cluster=name, error=str(exc)
@@ -244,7 +244,7 @@ class Admitter:
             where = name if self.qualified else None
             try:
                 listed_nodes, listed_pods = cluster.list_nodes(), cluster.list_pods()
-            except RetryableError as exc:
+            except SquallError as exc:
                 self.unreachable.add(name)
                 logger.warning("cluster unreachable", cluster=name, error=str(exc)[:MAX_ERROR_TEXT])
                 continue

@@ -21,7 +21,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall.conventions import CORDONED_AT_ANNOTATION, EMPTY_SINCE_ANNOTATION, TERMINATION_REASON_ANNOTATION
-from squall.core.errors import MAX_ERROR_TEXT, NotFoundError, RetryableError, SquallError
+from squall.core.errors import MAX_ERROR_TEXT, NotFoundError, SquallError
 from squall.core.jobs import JobStatus, Reason, reason_code, transition
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import (
@@ -237,7 +237,9 @@ class Scaler:
             return None
         try:
             return list(read())
-        except RetryableError as exc:
+        except SquallError as exc:
+            # Timeouts and 5xx (retryable), and expired credentials or a revoked role (permanent
+            # for the call, not for the cluster): either way it cannot be read now.
             self._unreachable.add(name)
             logger.warning("cluster unreachable", cluster=name, listing=what, error=str(exc)[:MAX_ERROR_TEXT])
             return None
