@@ -382,6 +382,7 @@ def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:
         teams=tuple(
             dashboard.DashboardTeam(name, team.gpu_quota) for name, team in config.team_configs.items()
         ),
+        clusters=tuple(cluster.name for cluster in config.clusters),
     )
 
 

@@ -204,6 +204,7 @@ class Deployment:
     dead_letter_queues: tuple[str, ...]
     groups: tuple[DashboardGroup, ...] = ()
     teams: tuple[DashboardTeam, ...] = ()  # the configured teams (cdk.json ``teams``)
+    clusters: tuple[str, ...] = ()  # the configured clusters' names (cdk.json ``clusters``)
 
 
 @dataclass(frozen=True)
@@ -426,6 +427,21 @@ def _capacity(deployment: Deployment) -> Section:
                 left_label="count / minute",
                 width=12,
             ),
+            *(
+                (
+                    Graph(
+                        "Clusters the functions could not reach (1: its API failed in that minute)",
+                        left=tuple(
+                            squall(Metric.CLUSTER_UNREACHABLE, Stat.MAXIMUM, label=name, Cluster=name)
+                            for name in deployment.clusters
+                        ),
+                        left_label="unreachable",
+                        width=24,
+                    ),
+                )
+                if len(deployment.clusters) > 1
+                else ()
+            ),
         ),
     )
 
@@ -563,6 +579,22 @@ def _alarms(deployment: Deployment, thresholds: Thresholds) -> tuple[Alarm, ...]
             ),
             metric=squall(Metric.DRAINS_PAST_DEADLINE, Stat.SUM, period_seconds=300),
             threshold=thresholds.drains_past_deadline,
+        ),
+        *(
+            Alarm(
+                name=f"{prefix}-cluster-unreachable-{name}",
+                description=(
+                    f"Cluster {name}'s API could not be read for 5 minutes in a row (timeouts, 5xx or "
+                    "expired credentials): its jobs are left as they are and new work goes to the "
+                    "other clusters. Check its endpoint, the functions' access entries and its health."
+                ),
+                metric=squall(Metric.CLUSTER_UNREACHABLE, Stat.MAXIMUM, Cluster=name),
+                threshold=1,
+                evaluation_periods=5,
+                datapoints_to_alarm=5,
+            )
+            for name in deployment.clusters
+            if len(deployment.clusters) > 1
         ),
     )
 
