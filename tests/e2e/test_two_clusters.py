@@ -21,7 +21,7 @@ import pytest
 from squall.core.jobs import Job
 from squall.core.telemetry import Metric
 from squall.local.runtime import LocalRuntime
-from squall.local.scenario import Simulation, SimulationResult, load_scenario
+from squall.local.scenario import Simulation, SimulationResult, compile_scenario, load_document, load_scenario
 from squall.local.summary import Recorder
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
@@ -182,3 +182,25 @@ def test_a_cluster_outage_sends_new_work_elsewhere_and_loses_or_repeats_nothing(
     assert outage.unreachable.get("gpu-east", 0) == 0
     assert summary["functionErrors"] == {}
     assert_each_pod_on_its_own_clusters_nodes(outage.view)
+
+
+def test_faults_aimed_at_one_cluster_hit_only_that_cluster() -> None:
+    document = load_document(SCENARIOS / "two-clusters.yaml")
+    document["faults"] = [
+        {"at": "5m", "type": "functionDies", "cluster": "gpu-east", "call": "create"},
+        {"at": "15m", "type": "spotReclaim", "cluster": "gpu-east", "count": 2},
+    ]
+    plan = compile_scenario(document, base=SCENARIOS)
+    simulation = Simulation(plan, backend="memory", pace=False, lists="checked")
+    result = simulation.run()
+    summary = result.summary
+    assert summary["invariants"] == INVARIANTS_HOLD
+    assert summary["jobs"] == {"SUCCEEDED": 8}
+    # the first create in gpu-east killed its caller, a scale check: the next one finished its work
+    assert summary["functionErrors"] == {"scale": 1}
+    assert any("create #1 to cluster gpu-east will be killed" in note for note in result.notes)
+    assert any("the scale function was killed half way (killed at create)" in note for note in result.notes)
+    # the reclaimed nodes were gpu-east's, the busiest first
+    (reclaimed,) = [note for note in result.notes if "spot reclaim:" in note]
+    names = reclaimed.split("spot reclaim: ", 1)[1].split(", ")
+    assert len(names) == 2 and all(name.startswith("p3-use1-") for name in names)
