@@ -20,6 +20,7 @@ Two stores answer:
   so botocore's parsing, the paginator and the store's decoding all run as in the
   function. What it leaves out is the network: one round trip per page printed.
 
+Times are wall and this process's CPU seconds (on a shared machine, CPU says more).
 Also timed at both sizes: `replica_jobs` of every entry (what admission parses), the
 first time and again (cached per entry, as a warm scale function reads it).
 
@@ -37,6 +38,7 @@ import json
 import math
 import os
 import random
+import resource
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -190,18 +192,25 @@ def wire_client(pages: dict[str, Pages], served: list[str]) -> Any:
     return client
 
 
-def timed(read: Callable[[], T]) -> tuple[float, T]:
-    started = time.perf_counter()
+def timed(read: Callable[[], T]) -> tuple[tuple[float, float], T]:
+    """(wall seconds, this process's CPU seconds) of `read`, and its result."""
+    started, cpu = time.perf_counter(), time.process_time()
     result = read()
-    return time.perf_counter() - started, result
+    return (time.perf_counter() - started, time.process_time() - cpu), result
 
 
-def measure(store: DynamoJobStore, count: int) -> dict[str, float]:
+def seconds(spent: tuple[float, float]) -> str:
+    return f"{spent[0]:7.2f} s ({spent[1]:.2f} s of CPU)"
+
+
+def measure(store: DynamoJobStore, count: int) -> dict[str, Any]:
     queue_s, entries = timed(lambda: store.queue())
     baseline_s, records = timed(lambda: store.list_by_status(JobStatus.QUEUED, limit=count))
     assert len(entries) == len(records) == count, (len(entries), len(records))
     assert [e.job_id for e in entries] == [r.id for r in records]
+    before = rss_mb()
     cold_s, replicas = timed(lambda: [replica_jobs(e, qualify_cluster=True) for e in entries])
+    kept = rss_mb() - before
     warm_s, _ = timed(lambda: [replica_jobs(e, qualify_cluster=True) for e in entries])
     return {
         "queue": queue_s,
@@ -209,17 +218,27 @@ def measure(store: DynamoJobStore, count: int) -> dict[str, float]:
         "cold": cold_s,
         "warm": warm_s,
         "replicas": sum(len(r) for r in replicas),
+        "kept": kept,
     }
 
 
-def report(title: str, count: int, times: dict[str, float], values: list[dict[str, Any]]) -> None:
+def rss_mb() -> float:
+    """This process's resident memory now (Linux), in MB."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 1024**2
+
+
+def report(title: str, count: int, times: dict[str, Any], values: list[dict[str, Any]]) -> None:
     entry_sizes = [item_size(projected(v)) for v in values]
     record_sizes = [item_size(v) for v in values]
     entry_bytes, record_bytes = sum(entry_sizes) / count, sum(record_sizes) / count
     print(f"-- {title}: {count} queued jobs")
-    print(f"store.queue():                    {times['queue']:7.2f} s")
-    print(f"baseline list_by_status(QUEUED):  {times['baseline']:7.2f} s (the same jobs' whole records)")
-    print(f"ratio queue / baseline:           {times['queue'] / times['baseline']:7.2f}")
+    print(f"store.queue():                    {seconds(times['queue'])}")
+    print(f"baseline list_by_status(QUEUED):  {seconds(times['baseline'])}: the same jobs' whole records")
+    print(
+        f"ratio queue / baseline:           {times['queue'][0] / times['baseline'][0]:7.2f} (CPU: "
+        f"{times['queue'][1] / times['baseline'][1]:.2f})"
+    )
     print(
         f"index entry {entry_bytes:.0f} bytes on average (largest {max(entry_sizes)}; "
         f"{entry_bytes + INDEX_ITEM_OVERHEAD:.0f} as DynamoDB counts index storage), "
@@ -232,8 +251,9 @@ def report(title: str, count: int, times: dict[str, float], values: list[dict[st
     )
     print(
         f"replica_jobs of every entry ({times['replicas']:.0f} replicas): "
-        f"{times['cold']:.2f} s the first time, {times['warm']:.2f} s again"
+        f"{seconds(times['cold']).strip()} the first time, {seconds(times['warm']).strip()} again"
     )
+    print(f"memory the ReplicaJobs (and the entries they are kept by) hold: {times['kept']:.0f} MB")
 
 
 def on_moto(count: int) -> None:
