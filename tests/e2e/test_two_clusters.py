@@ -9,7 +9,9 @@ handlers against one simulated cluster per configured cluster, as
 
 from __future__ import annotations
 
+import csv
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -17,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from squall.cli import main
 from squall.core.jobs import Job
 from squall.core.telemetry import Metric
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario import Simulation, SimulationResult, compile_scenario, load_document, load_scenario
 from squall.local.summary import Recorder
+from tests.groups import gpu_group
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 INVARIANTS_HOLD = {
@@ -204,3 +209,50 @@ def test_faults_aimed_at_one_cluster_hit_only_that_cluster() -> None:
     (reclaimed,) = [note for note in result.notes if "spot reclaim:" in note]
     names = reclaimed.split("spot reclaim: ", 1)[1].split(", ")
     assert len(names) == 2 and all(name.startswith("p3-use1-") for name in names)
+
+
+@pytest.mark.timeout(120)
+def test_simulate_replays_against_two_clusters_and_says_where_each_job_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a groups file of two clusters, the preferred one able to run one node
+    west = gpu_group("g5-usw2", "g5.12xlarge", max_size=1, priority=10, cluster="gpu-west")
+    east = gpu_group(
+        "g5-use1", "g5.12xlarge", region="us-east-1", max_size=4, priority=20, cluster="gpu-east"
+    )
+    groups = tmp_path / "groups.yaml"
+    groups.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [
+                    {"name": "gpu-west", "region": "us-west-2"},
+                    {"name": "gpu-east", "region": "us-east-1"},
+                ],
+                "nodeGroups": [west, east],
+                "policy": {"idleThreshold": "PT5M"},
+            }
+        )
+    )
+    (tmp_path / "trace.csv").write_text(
+        "submit_s,team,gpus,replicas,run_s\n0,research,4,1,600\n0,research,4,2,600\n"
+    )
+    out = tmp_path / "jobs.csv"
+    # when it is replayed with --jobs-out
+    code = main(
+        ["simulate", "--trace", str(tmp_path / "trace.csv"), "--groups", str(groups), "--json",
+         "--jobs-out", str(out)]
+    )  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0, summary
+    assert summary["invariants"] == INVARIANTS_HOLD
+    assert list(summary["clusters"]) == ["gpu-west", "gpu-east"]
+    # then the cluster column says where each ran, and that cluster had the nodes for it
+    with out.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and all(row["state"] == "SUCCEEDED" for row in rows)
+    assert {row["cluster"] for row in rows} <= {"gpu-west", "gpu-east"}
+    for row in rows:
+        assert summary["clusters"][row["cluster"]]["peakGpusBusy"] >= 4 * int(row["replicas"])
+    # the gang of two 4-GPU replicas can only have run where two nodes fit: gpu-east
+    (gang,) = [row for row in rows if row["replicas"] == "2"]
+    assert gang["cluster"] == "gpu-east"
