@@ -87,8 +87,12 @@ def test_a_group_naming_a_cluster_of_a_scenario_without_clusters_is_told_to_list
 def test_cluster_entries_are_checked_field_by_field() -> None:
     twice = [*CLUSTERS, {"name": "gpu-west", "region": "eu-west-1"}]
     assert "clusters[2].name: gpu-west is named twice" in errors_of(scenario(clusters=twice))
-    (bad,) = errors_of(scenario(clusters=[{"name": "Gpu West!", "region": "us-west-2"}, CLUSTERS[1]]))
-    assert bad.startswith("clusters[0].name: String should match pattern")
+    bad = errors_of(scenario(clusters=[{"name": "Gpu West!", "region": "us-west"}, CLUSTERS[1]]))
+    assert bad == [
+        "clusters[0].name: expected a cluster's name (lower-case letters, digits, '-' and '_', 1 to 100 of them), "
+        "got 'Gpu West!'",
+        "clusters[0].region: expected an AWS region name such as us-west-2, got 'us-west'",
+    ]
     assert errors_of(scenario(clusters=[])) == [
         "clusters: give at least one cluster, or leave clusters out for one",
         "nodeGroups[0].cluster: 'gpu-west' is not one of the clusters (local) "

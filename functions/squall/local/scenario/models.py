@@ -28,7 +28,8 @@ from pydantic.alias_generators import to_camel
 
 from squall.core.settings import Duration
 from squall.local.clock import EPOCH
-from squall.planner.inputs import parse_duration
+from squall.planner.inputs import AWS_REGION, CLUSTER_NAME, parse_duration
+from squall.planner.text import shown
 
 ZERO = timedelta(0)
 KubernetesMethod = Literal["list_jobs", "list_pods", "list_nodes", "get_node", "patch_node", "create"]
@@ -64,15 +65,31 @@ class RegionModel(StrictModel):
     boot_time: Span = timedelta(minutes=3)
 
 
-# A cluster's name, as node groups name it (planner/inputs.py reads a group's `cluster` alike).
-CLUSTER_NAME = r"^[a-z0-9_-]{1,100}$"
-
-
 class ClusterModel(StrictModel):
-    """One simulated cluster: its own API, nodes, scheduler and faults."""
+    """One simulated cluster: its own API, nodes, scheduler and faults.
 
-    name: Annotated[str, Field(pattern=CLUSTER_NAME)]
-    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")]
+    Its name and region read as a node group's `cluster` and `region` do (planner/inputs.py).
+    """
+
+    name: str
+    region: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not CLUSTER_NAME.fullmatch(name):
+            raise ValueError(
+                f"expected a cluster's name (lower-case letters, digits, '-' and '_', 1 to 100 of them), "
+                f"got {shown(name)}"
+            )
+        return name
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, region: str) -> str:
+        if not AWS_REGION.fullmatch(region):
+            raise ValueError(f"expected an AWS region name such as us-west-2, got {shown(region)}")
+        return region
 
 
 class ClockModel(StrictModel):
