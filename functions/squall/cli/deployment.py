@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from squall.cli.errors import EXIT_FAILED, CommandError
 from squall.core import documents
+from squall.planner.inputs import AWS_REGION
 
 TABLE_ENV = "SQUALL_TABLE_NAME"
 QUEUE_ENV = "SQUALL_JOBS_QUEUE_URL"
@@ -126,7 +127,6 @@ def cluster_name() -> str:
 
 
 _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
-_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}")
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def _read_clusters(text: str) -> list[ClusterPlace]:
             raise CommandError(
                 f"{where}.name: expected an EKS cluster name (letters, digits, '-', '_'), got {_given(name)}"
             )
-        if not isinstance(region, str) or not _REGION.fullmatch(region):
+        if not isinstance(region, str) or not AWS_REGION.fullmatch(region):
             raise CommandError(
                 f"{where}.region: expected an AWS region such as us-east-1, got {_given(region)}"
             )
