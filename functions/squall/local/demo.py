@@ -161,7 +161,7 @@ def run_demo(
                     say(f"    {error['field']}: {error['message']}")
         extra.update(
             {
-                "kubernetesJobs": local.cluster.stats()["jobs_created"],
+                "kubernetesJobs": local.cluster_stats()["jobs_created"],
                 "deadLetters": len(local.dead_letters()),
                 "duplicatesIgnored": int(local.metrics.total("JobsDuplicate")),
                 "redeliveries": local.deliveries.redelivered,

@@ -228,12 +228,12 @@ def _loop(
         if now >= next_status:
             _write_status(local, runner, state_dir, started=started)
             next_status = now + STATUS_SECONDS
-        upcoming = [t for t in (local.next_event_time(), local.cluster.next_event_time()) if t is not None]
+        upcoming = [t for t in (local.next_event_time(), local.clusters_next_event_time()) if t is not None]
         wait = TICK_SECONDS
         if upcoming:
             wait = min(wait, clock.wall_seconds(min(upcoming) - clock.now()))
         stop.wait(max(wait, 0.01))
-        local.cluster.advance()
+        local.advance_clusters()
 
 
 def _write_status(local: Any, runner: Any, state_dir: Path, *, started: datetime) -> None:
@@ -247,7 +247,7 @@ def _write_status(local: Any, runner: Any, state_dir: Path, *, started: datetime
                 jobs[status.value] = f"{COUNT_LIMIT}+" if count > COUNT_LIMIT else count
     except Exception as exc:  # a status that cannot be counted does not stop the runtime
         jobs = {"error": str(exc)[:200]}
-    stats = local.cluster.stats()
+    stats = local.cluster_stats()
     write_json(
         state_dir / STATUS_FILE,
         {
