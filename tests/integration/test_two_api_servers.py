@@ -10,6 +10,7 @@ that the other goes on through, and nothing made twice when it answers again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -17,6 +18,7 @@ import kmock
 import pytest
 
 from squall.conventions import EMPTY_SINCE_ANNOTATION, REGION_LABEL
+from squall.core.errors import RetryableError
 from squall.core.jobs import JobStatus, Reason
 from squall.local.memory import InMemoryScaleState
 from squall.planner import Policy
@@ -331,3 +333,38 @@ def test_a_gang_placed_in_a_server_that_cannot_be_read_is_not_told_it_can_never_
     # then its record still says it waits for west, not that it can never run anywhere
     messages = [event.message for event in two.store.events("mid")]
     assert not any("can ever hold it" in message for message in messages), messages
+
+
+# ==== cancel: wherever the job is =====================================================
+
+
+def test_a_cancel_deletes_in_the_jobs_server_only_and_waits_out_a_storm_there(two: TwoApis) -> None:
+    # given a gang running in each server
+    for name in ("west", "east"):
+        two.node(name, "gpu-0")
+    two.submit("g-1", gpus=2, workers=2)
+    two.submit("g-2", gpus=2, workers=2)
+    two.admit()
+    where = {job_id: str(two.job(job_id).cluster) for job_id in ("g-1", "g-2")}
+    in_east = next(job_id for job_id, name in where.items() if name == "east")
+    in_west = next(job_id for job_id, name in where.items() if name == "west")
+    west_requests = len(two.west.kube.requests())
+    # when east's is cancelled
+    two.intake.handle(body=json.dumps({"action": "cancel", "id": in_east}), message_id="m-cancel-1")
+    # then its objects go from east, and west is sent nothing
+    assert two.job(in_east).status is JobStatus.CANCELLED
+    assert objects_of(two, in_east, in_west) == {in_east: {}, in_west: gang(in_west, "west")}
+    assert len(two.west.kube.requests()) == west_requests
+    # when west's is cancelled while west answers 503 to everything
+    storm = Storm(two.west.kube)
+    storm.on = True
+    cancel = json.dumps({"action": "cancel", "id": in_west})
+    with pytest.raises(RetryableError):
+        two.intake.handle(body=cancel, message_id="m-cancel-2")
+    # then it is not recorded cancelled while its objects are there (the message comes back)
+    assert two.job(in_west).status is not JobStatus.CANCELLED
+    # and once west answers, the redelivered cancel deletes them there
+    storm.on = False
+    two.intake.handle(body=cancel, message_id="m-cancel-2")
+    assert two.job(in_west).status is JobStatus.CANCELLED
+    assert objects_of(two, in_west) == {in_west: {}}
