@@ -312,11 +312,6 @@ def test_reconcile_observes_each_job_in_its_server_and_a_storm_loses_none(two: T
     assert not [r for r in two.east.kube.requests(kmock.method.DELETE) if r.name == "w-worker-0"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="services/admission.py notes a placed gang whose cluster cannot be read as a queued one "
-    "that no region can ever hold (its cluster's groups are left out of the plan)",
-)
 def test_a_gang_placed_in_a_server_that_cannot_be_read_is_not_told_it_can_never_run(two: TwoApis) -> None:
     # given a gang placed in west whose objects could not be made, and west then failing everything
     checks = Checks(two)

@@ -179,6 +179,10 @@ class Admitter:
         jobs = [job for job in listed if job.job_id not in placed]
         kept: dict[tuple[str, int, bool], list[ReplicaJob]] = {}
         for entry, is_placed in entries:
+            if is_placed and entry.cluster in self.unreachable:
+                # Placed in a cluster this check cannot reach: it waits for that cluster, and
+                # neither its place there nor a reason from this check's view is changed.
+                continue
             key = (entry.job_id, entry.version, is_placed)
             seen.append(key)
             replicas = self.parsed.entries.get(key)
