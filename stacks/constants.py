@@ -108,6 +108,8 @@ TABLE_ACTIONS: dict[str, tuple[str, ...]] = {
 STATUS_INDEX_READERS = frozenset({RECONCILE})
 # The scale check reads the queue (JobStore.queue): a query on the queue index.
 QUEUE_INDEX_READERS = frozenset({SCALE})
+# Every function that queries one of the table's indexes (their ARNs: table/<name>/index/*).
+INDEX_READERS = STATUS_INDEX_READERS | QUEUE_INDEX_READERS
 # Model services share the job table (core/serving.py): pk=SERVICE#<name> for a service's
 # record and events, gsi1pk=SERVICE_STATUS#<status> in the status index.
 SERVICE_KEY_PREFIX = "SERVICE#"
