@@ -40,6 +40,36 @@ def test_demo_bursts_falls_back_and_scales_to_zero(demo: tuple[DemoResult, str])
     assert summary["nodesAtEnd"] == 0, "scaled back to zero"
 
 
+def test_demo_burst_spills_from_the_us_west_2_cluster_into_the_us_east_1_cluster(
+    demo: tuple[DemoResult, str],
+) -> None:
+    result, text = demo
+    summary = result.summary
+    placed = {job.id: job.cluster for job in result.jobs if job.state != "REJECTED"}
+    assert len(placed) == 8 and all(job.state == "SUCCEEDED" for job in result.jobs if job.id in placed)
+    # every job was placed in one of the two clusters, and jobs landed in both
+    assert set(placed.values()) == {"gpu-west", "gpu-east"}, placed
+    assert sum(1 for c in placed.values() if c == "gpu-east") >= 3, (
+        "most of the burst ran in us-east-1's cluster"
+    )
+    # each job's objects were in exactly one cluster
+    assert summary["invariants"]["jobsInTwoClusters"] == 0
+    assert list(summary["clusters"]) == ["gpu-west", "gpu-east"]
+    assert all(summary["clusters"][c]["peakGpusBusy"] > 0 for c in ("gpu-west", "gpu-east"))
+    # and the story says so, per cluster
+    count = {c: sum(1 for p in placed.values() if p == c) for c in ("gpu-west", "gpu-east")}
+    west, east = summary["clusters"]["gpu-west"], summary["clusters"]["gpu-east"]
+    assert (
+        f"gpu-west (us-west-2): {count['gpu-west']} jobs, at most {west['peakNodes']} nodes and "
+        f"{west['peakGpusBusy']} GPUs busy" in text
+    )
+    assert (
+        f"gpu-east (us-east-1): {count['gpu-east']} jobs, at most {east['peakNodes']} nodes and "
+        f"{east['peakGpusBusy']} GPUs busy" in text
+    )
+    assert "the burst spilled from gpu-west (us-west-2) into gpu-east (us-east-1)" in text
+
+
 def test_demo_progress_view_names_jobs_nodes_and_errors(demo: tuple[DemoResult, str]) -> None:
     text = demo[1]
     assert "gan-dist-1" in text and "SUCCEEDED (Completed)" in text
@@ -85,4 +115,6 @@ def test_the_squall_command_ends_with_one_json_summary(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "dashboard" / "squall.png").exists()
     lines = completed.stdout.strip().splitlines()
     assert len(lines) == 1, "--json prints the summary alone"
-    assert json.loads(lines[0])["jobs"]["SUCCEEDED"] == 8
+    summary = json.loads(lines[0])
+    assert summary["jobs"]["SUCCEEDED"] == 8
+    assert set(summary["clusters"]) == {"gpu-west", "gpu-east"}

@@ -1,10 +1,15 @@
 """`squall demo`: the burst story, through the real handlers, on the embedded default.
 
-One researcher iterates on one GPU; eight minutes in, a 60-GPU experiment lands
-(five distributed TensorFlow jobs of 12 GPUs); us-west-2 runs out of p3.8xlarge
-after four instances and the rest spills to us-east-1; the jobs finish and every
-group scales back to zero. An invalid spec, a body that is not JSON, a message
-delivered twice and a client id used twice ride along.
+Two EKS clusters, one per region, as GPU fleets are run: gpu-west in us-west-2
+(preferred) and gpu-east in us-east-1, each simulated on its own (its API, nodes and
+scheduler). One researcher iterates on one GPU; eight minutes in, a 60-GPU
+experiment lands (five distributed TensorFlow jobs of 12 GPUs); us-west-2 runs out
+of p3.8xlarge after four instances and the rest of the burst spills into gpu-east;
+each job's objects are in exactly one cluster, the jobs finish and every group
+scales back to zero. An invalid spec, a body that is not JSON, a message delivered
+twice and a client id used twice ride along. At the end the story says where the
+jobs ran: per cluster, the jobs admission placed there (the records' `cluster`) and
+the cluster's peaks (the summary's `clusters`).
 
 The story is the scenario in scenarios/burst.yaml (a test keeps the two equal); it
 is spelled out here too so that `squall demo` works from any directory. On a
@@ -17,8 +22,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -27,6 +33,7 @@ from squall.local.live import RichLiveView, make_view
 from squall.local.render import DashboardFiles, write_dashboard
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario import ScenarioPlan, Simulation, SimulationResult, compile_scenario
+from squall.local.summary import JobRow
 
 IMAGE = "registry.example.com/squall/tf-trainer:1.0"
 DASHBOARD_DIR = Path("out/dashboard")
@@ -78,8 +85,16 @@ M5 = {"cpu": "15890m", "memory": "57Gi", "pods": 58}
 GPU_TAINTS = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 
 
+# The demo's clusters, in preference order: one per region.
+CLUSTERS = [{"name": "gpu-west", "region": "us-west-2"}, {"name": "gpu-east", "region": "us-east-1"}]
+
+
 def node_groups() -> list[dict[str, Any]]:
-    """Two regions; us-west-2 is preferred (priority 10), us-east-1 is the fallback."""
+    """Two regions; us-west-2 is preferred (priority 10), us-east-1 is the fallback.
+
+    As one cluster's groups (they name none): `squall local up`'s default. The demo puts
+    each region's groups in that region's cluster (`demo_scenario`).
+    """
     v100 = {"squall.io/accelerator": "v100"}
     return [
         {"name": "p3-usw2", "region": "us-west-2", "asgName": "squall-p3-usw2", "instanceType": "p3.8xlarge",
@@ -98,17 +113,20 @@ def node_groups() -> list[dict[str, Any]]:
 def demo_scenario() -> dict[str, Any]:
     """scenarios/burst.yaml, as data."""
     second = single_gpu_job(2)
+    in_cluster = {c["region"]: c["name"] for c in CLUSTERS}
     return {
         "name": "burst",
-        "description": "one GPU, then 60 GPUs; us-west-2 runs out, us-east-1 takes the rest; back to zero",
+        "description": "one GPU, then 60 GPUs; us-west-2's cluster runs out, the burst spills into us-east-1's; "
+        "back to zero",
         "clock": {"speed": 300},
         "policy": {"idleThreshold": "PT5M", "bootGrace": "PT2M"},
+        "clusters": [dict(c) for c in CLUSTERS],
         # us-west-2 runs out of p3.8xlarge after four instances; us-east-1 has plenty.
         "regions": {
             "us-west-2": {"capacity": {"p3.8xlarge": 4}, "bootTime": "3m"},
             "us-east-1": {"capacity": {"p3.8xlarge": 40}, "bootTime": "3m"},
         },
-        "nodeGroups": node_groups(),
+        "nodeGroups": [group | {"cluster": in_cluster[group["region"]]} for group in node_groups()],
         "arrivals": [
             {"at": "0s", "spec": single_gpu_job(1), "runTime": "4m"},
             {"at": "0s", "spec": second, "runTime": "4m", "deliverTwice": True},
@@ -131,6 +149,7 @@ class DemoResult:
     summary: dict[str, Any]
     ok: bool
     dashboard: DashboardFiles | None = None
+    jobs: list[JobRow] = field(default_factory=list)  # every job record at the end (its cluster among it)
 
 
 def run_demo(
@@ -142,9 +161,10 @@ def run_demo(
 ) -> DemoResult:
     plan = compile_scenario(demo_scenario(), source="demo")
     say: Callable[[str], None] = (lambda _line: None) if as_json else (lambda line: print(line, file=out))
-    say(f"Squall demo: the real handlers on {_where(backend)} and a simulated cluster.")
-    say("Node groups: p3.8xlarge (4 GPUs) in us-west-2 (preferred, room for 4) and us-east-1;")
-    say("CPU groups beside them. Every group starts at zero.\n")
+    say(f"Squall demo: the real handlers on {_where(backend)} and two simulated EKS clusters.")
+    say("Clusters: gpu-west in us-west-2 (preferred; its region has room for four p3.8xlarge)")
+    say("and gpu-east in us-east-1, each with a p3.8xlarge group (4 GPUs) and a CPU group.")
+    say("Every group starts at zero.\n")
     view = None if as_json else make_view(out, title="Squall demo: the burst", follow_jobs=True)
     extra: dict[str, Any] = {}
     drawn: list[DashboardFiles] = []
@@ -174,13 +194,46 @@ def run_demo(
     simulation = Simulation(plan, backend=backend, view=view, pace=isinstance(view, RichLiveView))
     result = simulation.run(before=before, after=after)
     summary = _ordered(result.summary | extra)
+    say("")
+    for line in where_jobs_ran(plan, summary, result.jobs):
+        say(f"  {line}")
     say("\n  " + json.dumps(summary))
     if as_json:
         print(json.dumps(summary), file=out)
-    return DemoResult(summary=summary, ok=result.ok, dashboard=drawn[0] if drawn else None)
+    return DemoResult(summary=summary, ok=result.ok, dashboard=drawn[0] if drawn else None, jobs=result.jobs)
 
 
-def _dashboard(local: LocalRuntime, plan: ScenarioPlan, directory: Path, say: Callable[[str], None]) -> DashboardFiles:
+def where_jobs_ran(plan: ScenarioPlan, summary: dict[str, Any], jobs: Sequence[JobRow]) -> list[str]:
+    """Per cluster, in preference order: the jobs placed there (records' `cluster`) and its peaks."""
+    placed = Counter(job.cluster for job in jobs if job.cluster)
+    peaks = summary.get("clusters", {})
+    lines = ["where the jobs ran:"]
+    for entry in plan.clusters:
+        peak = peaks.get(entry.name, {})
+        count = placed[entry.name]
+        lines.append(
+            f"  {entry.name} ({entry.region}): {count} job{'' if count == 1 else 's'}, "
+            f"at most {peak.get('peakNodes', 0)} nodes and {peak.get('peakGpusBusy', 0)} GPUs busy"
+        )
+    used = [e for e in plan.clusters if placed[e.name]]
+    if len(used) > 1:
+        first, rest = used[0], used[1:]
+        into = ", ".join(f"{e.name} ({e.region})" for e in rest)
+        twice = summary.get("invariants", {}).get("jobsInTwoClusters")
+        lines.append(
+            f"the burst spilled from {first.name} ({first.region}) into {into}; "
+            + (
+                "each job's objects were in one cluster only"
+                if twice == 0
+                else f"{twice} job(s) had objects in two clusters"
+            )
+        )
+    return lines
+
+
+def _dashboard(
+    local: LocalRuntime, plan: ScenarioPlan, directory: Path, say: Callable[[str], None]
+) -> DashboardFiles:
     endpoint = local.backend.resources.endpoint if local.backend.resources is not None else None
     files = write_dashboard(
         directory,
