@@ -127,7 +127,7 @@ class SquallFunctions(Construct):
         # The job table: what each function's code calls (constants.TABLE_ACTIONS).
         for handler, function in self.by_handler.items():
             resources = [table.table_arn]
-            if handler in constants.STATUS_INDEX_READERS:
+            if handler in constants.INDEX_READERS:
                 resources.append(f"{table.table_arn}/index/*")
             self._allow(function, actions=constants.TABLE_ACTIONS[handler], resources=resources)
 
@@ -489,7 +489,8 @@ def _suppress_scoped_wildcards(function: lambda_.Function) -> None:
             NagPackSuppression(
                 id="AwsSolutions-IAM5",
                 reason=(
-                    "The job table's status index: queries by status need the index ARN, "
+                    "The job table's indexes (status-index for reconcile, queue-index for the scale "
+                    "check): queries need the index ARN, "
                     "table/<name>/index/*, which grants this one table's indexes only."
                 ),
                 applies_to=[RegexAppliesTo(regex=r"/^Resource::<.*Table.*\.Arn>\/index\/\*$/")],

@@ -57,7 +57,7 @@ def test_every_table_call_of_every_function_is_one_its_role_allows() -> None:
         for handler, operations in calls.items():
             granted = {action.removeprefix("dynamodb:") for action in constants.TABLE_ACTIONS[handler]}
             assert operations <= granted, (handler, operations - granted)
-        assert index_queries <= constants.STATUS_INDEX_READERS
+        assert index_queries <= constants.INDEX_READERS
         # and the grants are not wider than the calls: nothing granted goes unused
         used = {f"dynamodb:{op}" for ops in calls.values() for op in ops}
         assert used == {a for actions in constants.TABLE_ACTIONS.values() for a in actions}

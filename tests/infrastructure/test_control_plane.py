@@ -506,10 +506,10 @@ def test_table_access_is_what_each_functions_code_calls(
         ]
         (statement,) = statements
         assert set(as_list(statement["Action"])) == expected[handler], handler
-        # only reconcile queries the status index
+        # only reconcile queries the status index, and only the scale check the queue index
         index = {"Fn::Join": ["", [_arn(table), "/index/*"]]}
         assert as_list(statement["Resource"]) == (
-            [_arn(table), index] if handler == "reconcile" else [_arn(table)]
+            [_arn(table), index] if handler in {"reconcile", "scale"} else [_arn(table)]
         )
     assert not {"dynamodb:Scan", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"} & actions_of(
         function_statements(raw, fns["submit"])

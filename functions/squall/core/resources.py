@@ -70,11 +70,14 @@ def _scheduled_check(
 
 
 FUNCTIONS: dict[str, FunctionSpec] = {
-    SUBMIT: _on_event(SUBMIT, "Records queued jobs and creates their Kubernetes objects"),
+    SUBMIT: _on_event(SUBMIT, "Records queued jobs in the job table's queue"),
     SCALE: _scheduled_check(
         name=SCALE,
-        description="Plans and applies GPU capacity in every region",
-        memory_mb=1024,
+        description="Admits queued jobs to a cluster and plans GPU capacity in every region",
+        # One full vCPU (Lambda gives CPU in proportion to memory): reading a queue of 100,000
+        # jobs is about 4.3 s of CPU (botocore parsing 52 pages; bench_queue_read.py), which
+        # would be 8-9 s at 1,024 MB.
+        memory_mb=1769,
         # One planner at a time: two concurrent plans would both launch for the
         # same pending pods.
         reserved_concurrency=1,
