@@ -128,10 +128,12 @@ SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
         "namespaces",
         "allowed_registries",
         "policy",
-        "cluster",
+        "clusters",
         "event_bus_name",
-        # A serve request renders the model service's objects and creates them.
+        # A serve request renders the model service's objects and creates them, in the cluster
+        # whose ready nodes or node groups have room for it.
         "serving",
+        "node_groups",
     ),
     SCALE: (
         "node_groups",
@@ -140,13 +142,13 @@ SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
         "quotas",
         "namespaces",
         "cluster_wide_pods",
-        "cluster",
+        "clusters",
         "dry_run",
     ),
-    LIFECYCLE: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
-    DRAIN: ("node_groups", "policy", "cluster", "launch_hook_name", "terminate_hook_name"),
+    LIFECYCLE: ("node_groups", "policy", "clusters", "launch_hook_name", "terminate_hook_name"),
+    DRAIN: ("node_groups", "policy", "clusters", "launch_hook_name", "terminate_hook_name"),
     # Reconcile creates a model service's objects again when its Deployment is gone.
-    RECONCILE: ("teams", "namespaces", "allowed_registries", "policy", "cluster", "serving"),
+    RECONCILE: ("teams", "namespaces", "allowed_registries", "policy", "clusters", "serving"),
 }
 
 # -- events ---------------------------------------------------------------------------

@@ -387,11 +387,7 @@ def function_settings(config: SquallConfig, handler: str) -> dict[str, Any]:
         # Model services: the images their objects run and how their Service is exposed.
         "serving": settings_of(config.serving, ServingSettings),
     }
-    # "cluster" (one) is what constants listed before there were many: the file holds "clusters".
-    needed = dict.fromkeys(
-        "clusters" if key == "cluster" else key for key in constants.SETTINGS_NEEDED[handler]
-    )
-    return {key: everything[key] for key in needed}
+    return {key: everything[key] for key in constants.SETTINGS_NEEDED[handler]}
 
 
 def saved_model_objects(bucket: str) -> str:
