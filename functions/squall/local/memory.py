@@ -152,6 +152,9 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
         # each queued job's key and entry, so that reading the queue never passes over every job.
         self._queue: dict[str, list[tuple[str, str]]] = {QUEUE_PARTITION: [], PLACED_PARTITION: []}
         self._queued: dict[str, tuple[tuple[str, str], QueueEntry]] = {}
+        # (partition, limit) -> the list last read, handed out again while the queue is unchanged
+        # (as a lister hands out the same objects: admission then knows at once nothing changed)
+        self._read: dict[tuple[str, int], list[QueueEntry]] = {}
 
     def create(self, job: Job, event: JobEvent) -> None:
         values = creation_values(job, event)
@@ -170,13 +173,23 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
         self._index_queue(job)
 
     def queue(self, *, placed: bool = False, limit: int = 200_000) -> list[QueueEntry]:
-        keys = self._queue[PLACED_PARTITION if placed else QUEUE_PARTITION]
-        return [self._queued[job_id][1] for _, job_id in keys[: max(limit, 0)]]
+        """The partition's entries, oldest first; the very same list while nothing in it changed
+        (callers read it, never change it)."""
+        partition = PLACED_PARTITION if placed else QUEUE_PARTITION
+        read = self._read.get((partition, limit))
+        if read is None:
+            keys = self._queue[partition]
+            read = self._read[(partition, limit)] = [
+                self._queued[job_id][1] for _, job_id in keys[: max(limit, 0)]
+            ]
+        return read
 
     def _index_queue(self, job: Job) -> None:
         """Moves the job's queue index entry as its stored record now says (as DynamoDB's GSI does)."""
         key = queue_key(job)
         held = self._queued.pop(job.id, None)
+        if held is not None or key is not None:
+            self._read.clear()
         if held is not None:
             (partition, sort_key), _ = held
             keys = self._queue[partition]

@@ -116,6 +116,8 @@ class AdmissionMemory:
     # what the last read of the queue was made of: changed when a Job or an entry is new, changed or gone
     seen: tuple[object, ...] = ()
     changed: bool = True
+    # the last read: the store's two lists as handed out, the clusters left out, what was made of them
+    read: tuple[list[QueueEntry], list[QueueEntry], frozenset[str], list[ReplicaJob]] | None = None
     prepared: AdmissionCache = field(default_factory=AdmissionCache)
     # job id -> the queue reason last written on its record by this process
     noted: dict[str, str] = field(default_factory=dict)
@@ -171,10 +173,22 @@ class Admitter:
             if problems:
                 logger.warning("jobs admission cannot read", count=len(problems), first=problems[0][:500])
                 self.metrics.add(Metric.UNREADABLE_OBJECTS, len(problems), dimensions={"Kind": "job"})
-        entries: list[tuple[QueueEntry, bool]] = []
+        placed_entries: list[QueueEntry] = []
+        waiting_entries: list[QueueEntry] = []
         if self.store is not None:
-            entries = [(e, True) for e in self.store.queue(placed=True)]
-            entries += [(e, False) for e in self.store.queue()]
+            placed_entries, waiting_entries = self.store.queue(placed=True), self.store.queue()
+        memo = self.parsed.read
+        if (
+            memo is not None
+            and not changed
+            and memo[0] is placed_entries
+            and memo[1] is waiting_entries
+            and memo[2] == frozenset(self.unreachable)
+        ):
+            # The very lists again (a store that hands out what it holds) and no Job changed.
+            self.parsed.changed = False
+            return memo[3]
+        entries = [(e, True) for e in placed_entries] + [(e, False) for e in waiting_entries]
         placed = {entry.job_id for entry, is_placed in entries if is_placed}
         jobs = [job for job in listed if job.job_id not in placed]
         kept: dict[tuple[str, int, bool], list[ReplicaJob]] = {}
@@ -201,6 +215,7 @@ class Admitter:
         signature = tuple(seen)
         self.parsed.changed = changed or signature != self.parsed.seen
         self.parsed.seen = signature
+        self.parsed.read = (placed_entries, waiting_entries, frozenset(self.unreachable), jobs)
         return jobs
 
     def _replicas(self, entry: QueueEntry, *, placed: bool) -> list[ReplicaJob]:
