@@ -84,6 +84,8 @@ def test_up_status_down(local_dir: Local, capsys: pytest.CaptureFixture[str]) ->
     shown = json.loads(capsys.readouterr().out)
     assert shown["running"] and shown["pid"] == state["pid"] and shown["port"] == local_dir.port
     assert "nodes" in shown and "jobs" in shown
+    # without --groups: the demo's groups, in one cluster
+    assert [c["name"] for c in shown["clusters"]] == ["local"] and shown["groups"] is None
     assert main(["local", "status", *local_dir.args()]) == 0
     assert f"port {local_dir.port}" in capsys.readouterr().out
 

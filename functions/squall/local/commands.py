@@ -1,10 +1,12 @@
 """`squall local run|up|down|status` and `squall simulate`: the local runtime from the command line.
 
 `local run` and `simulate`: scenarios and trace replays. `local up` starts the
-embedded default as a long-running process (local/server.py) and prints the
-environment that points the CLI at it (with the session's credentials: the local
-endpoint accepts no others); `local env` prints it again, for another shell;
-`local down` stops it, and its state goes with it; `local status` shows it.
+embedded default as a long-running process (local/server.py; with `--groups FILE`,
+a groups file's node groups, one simulated cluster per entry of its `clusters`, the
+file checked here first) and prints the environment that points the CLI at it (with
+the session's credentials: the local endpoint accepts no others); `local env` prints
+it again, for another shell; `local down` stops it, and its state goes with it;
+`local status` shows it, cluster by cluster.
 
 Exit codes as the rest of `squall`: 0 when the run reached its end with every
 invariant holding, 1 when it did not, 2 for a scenario, trace or groups file that
@@ -55,6 +57,13 @@ def add_local_commands(subparsers: Any) -> None:
         "every tag); default: the examples' worker image",
     )
     up.add_argument("--no-real-pods", action="store_true", help="simulate every pod's run time")
+    up.add_argument(
+        "--groups",
+        metavar="GROUPS.yaml",
+        help="serve these node groups, as `squall simulate --groups` reads them: one simulated cluster per "
+        "entry of its clusters (none: one), its policy, teams and regions' capacity (nodes still boot in "
+        "seconds); default: the demo's groups in one cluster",
+    )
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for it to be ready")
     up.set_defaults(run=cmd_local_up)
 
@@ -249,6 +258,16 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     if not 1 <= port <= 65535:
         print(f"squall: --port must be 1..65535, got {port}", file=sys.stderr)
         return EXIT_USAGE
+    groups = None
+    if args.groups is not None:
+        from squall.local.scenario import ScenarioError
+        from squall.local.trace import load_configuration
+
+        groups = Path(args.groups).absolute()  # the server reads it, from its own directory
+        try:  # here, before anything starts: a file that cannot be served starts nothing
+            load_configuration(groups)
+        except ScenarioError as exc:
+            return _bad_input(exc)
     try:
         state = control.up(
             state_dir=control.state_dir(args.state_dir),
@@ -257,13 +276,18 @@ def cmd_local_up(args: argparse.Namespace) -> int:
             real_pods=not args.no_real_pods,
             images=args.real_image,
             timeout=args.timeout,
+            groups=groups,
         )
     except control.ControlError as exc:
         print(f"squall: {printable(str(exc))}", file=sys.stderr)
         return exc.code
     print(control.exports(state["env"]))
+    clusters = ", ".join(
+        f"{c.get('name')} ({c.get('region')})" for c in state.get("clusters") or () if isinstance(c, dict)
+    )
     print(
-        f"# squall local: up on {state['endpoint']} (pid {state['pid']}); state in {state['stateDir']}; "
+        f"# squall local: up on {state['endpoint']} (pid {state['pid']}), clusters {clusters}; "
+        f"state in {state['stateDir']}; "
         f"another shell: `{control.ENV_COMMAND}`; stop it with `squall local down`",
         file=sys.stderr,
     )

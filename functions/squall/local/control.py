@@ -4,7 +4,8 @@
 port is taken, starts the server in a session of its own with its output in
 `server.log`, and returns its state once the state file is written and the
 endpoint answers (or says why it did not come up, with the log's last lines).
-`down` sends SIGTERM, waits, then SIGKILLs the server's process group and its real
+`up --groups FILE` hands the server a groups file (`squall simulate --groups`), which the
+CLI has checked first (commands.py). `down` sends SIGTERM, waits, then SIGKILLs the server's process group and its real
 pods' groups, and removes the state files; with nothing running it says so and
 succeeds. `status` reads the state and status files; `environment` the exports
 of the one running, for another shell.
@@ -116,8 +117,13 @@ def up(
     real_pods: bool = True,
     images: Sequence[str] = (),
     timeout: float = 120.0,
+    groups: Path | None = None,
 ) -> dict[str, Any]:
-    """Start the server; its state (pid, port, endpoint, env) once it is ready."""
+    """Start the server; its state (pid, port, endpoint, env, clusters) once it is ready.
+
+    `groups`: a groups file to serve (its node groups and clusters), as an absolute path:
+    the server reads it itself; None: the demo's node groups, in one cluster.
+    """
     try:
         private_dir(state_dir)
     except OSError as exc:
@@ -141,6 +147,8 @@ def up(
         command.append("--no-real-pods")
     for image in images:
         command += ["--real-image", image]
+    if groups is not None:
+        command += ["--groups", str(groups)]
     log_path = state_dir / LOG_FILE
     try:
         descriptor = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -210,14 +218,17 @@ def status(*, state_dir: Path) -> dict[str, Any]:
         "stateDir": str(state_dir),
         "speed": state.get("speed"),
         "realPods": state.get("realPods"),
+        "groups": state.get("groups"),
+        "clusters": state.get("clusters"),
         "log": state.get("log"),
     }
     with contextlib.suppress(KeyError, TypeError, ValueError):
         started = datetime.fromisoformat(state["startedAt"])
         shown["uptimeSeconds"] = int((datetime.now(UTC) - started).total_seconds())
     live = _read_json(state_dir / STATUS_FILE) or {}
+    # status.json's clusters (with their counts) replace local.json's (names and regions)
     for key in ("clock", "heartbeat", "jobs", "nodes", "nodesReady", "podsRunning", "podsPending",
-                "gpusInUse", "gpusAllocatable", "processes", "functionErrors"):  # fmt: skip
+                "gpusInUse", "gpusAllocatable", "clusters", "processes", "functionErrors"):  # fmt: skip
         if key in live:
             shown[key] = live[key]
     return shown
@@ -240,6 +251,13 @@ def describe(shown: Mapping[str, Any]) -> str:
             f"{shown.get('gpusInUse', 0)}/{shown.get('gpusAllocatable', 0)}; pods running "
             f"{shown.get('podsRunning', 0)}, pending {shown.get('podsPending', 0)}"
         )
+    clusters = [c for c in shown.get("clusters") or () if isinstance(c, dict)]
+    if clusters:
+        lines.append(
+            f"cluster{'s' if len(clusters) > 1 else ''}: "
+            + "; ".join(_cluster_line(c) for c in clusters)
+            + (f" (groups {shown['groups']})" if shown.get("groups") else "")
+        )
     processes = shown.get("processes") or []
     if processes:
         lines.append(
@@ -250,6 +268,19 @@ def describe(shown: Mapping[str, Any]) -> str:
 
 
 # ---- helpers ----
+
+
+def _cluster_line(cluster: Mapping[str, Any]) -> str:
+    """`gpu-west (us-west-2): 2 nodes (2 ready), GPUs in use 4/8, pods running 1, pending 0`."""
+    where = f"{cluster.get('name')} ({cluster.get('region')})"
+    if "nodes" not in cluster:  # local.json's entry: the server has not counted yet
+        return where
+    return (
+        f"{where}: {cluster['nodes']} node{'' if cluster['nodes'] == 1 else 's'} "
+        f"({cluster.get('nodesReady', 0)} ready), GPUs in use {cluster.get('gpusInUse', 0)}/"
+        f"{cluster.get('gpusAllocatable', 0)}, pods running {cluster.get('podsRunning', 0)}, "
+        f"pending {cluster.get('podsPending', 0)}"
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

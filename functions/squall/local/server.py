@@ -1,24 +1,34 @@
 """`squall local up`'s long-running process: the embedded default, on a real-time clock.
 
-Run as `python -m squall.local.server --state-dir D --port P [--speed N]` (the
-`up` command starts it in a session of its own and waits for it). It runs
+Run as `python -m squall.local.server --state-dir D --port P [--speed N] [--groups FILE]`
+(the `up` command starts it in a session of its own and waits for it). It runs
 moto's server on 127.0.0.1:P with Squall's resources (local/aws.py), the
-simulated cluster and fleet of the demo's node groups, and the real handlers
-(local/runtime.py), on `WallClock(speed=N)`: the jobs queue is delivered, the
-debounced scale checks, schedules, hooks and drains run as their time comes, and
-the cluster is advanced every `TICK_SECONDS` of wall time. With real pods (the
-default here), the worker image's pods run as local processes
-(local/processes.py).
+simulated clusters and fleet, and the real handlers (local/runtime.py), on
+`WallClock(speed=N)`: the jobs queue is delivered, the debounced scale checks,
+schedules, hooks and drains run as their time comes, and every cluster is advanced
+every `TICK_SECONDS` of wall time. With real pods (the default here), the worker
+image's pods run as local processes (local/processes.py), whichever cluster they
+are in.
+
+The node groups are the demo's (one cluster, `local`), or with `--groups FILE` a
+groups file as `squall simulate --groups` reads it (local/trace.py
+load_configuration): its node groups, its `clusters` (one simulated cluster per
+entry, each group in the cluster it names; none named: one cluster), its policy,
+its teams (namespaces and GPU quotas; anyone may submit locally) and its regions'
+`capacity` (instances per type; unlimited where it says nothing). Nodes boot in
+`BOOT_TIME` whatever the file's `bootTime` says: a researcher waits for a node in
+seconds here.
 
 The state directory holds:
 
 - `local.json`: pid, the process's start time as the system counts it (what
   `down` and `status` recognise the process by: a pid alone may be reused by
-  another program), port, endpoint, start time, speed and the environment that
+  another program), port, endpoint, start time, speed, the groups file and the
+  clusters (`[{name, region}]`) it serves, and the environment that
   points the CLI at it (what `up` and `local env` print, this session's credentials
   among it); written once everything is up, removed when the process stops;
 - `status.json`: rewritten every `STATUS_SECONDS`: the clock, jobs by state,
-  nodes, pods and the real pods' processes, each with its pid and start time (what
+  nodes, pods (in all and per cluster) and the real pods' processes, each with its pid and start time (what
   `status` shows; `down` kills a pod's process group only while its pid has that
   start time);
 - `server.log`: the process's own output.
@@ -73,7 +83,17 @@ def default_state_dir() -> Path:
 
 
 def cli_environment(resources: Any, *, teams: Mapping[str, str], registries: list[str]) -> dict[str, str]:
-    """What points `squall submit/status/...` (and boto3) at the local endpoint, with its credentials."""
+    """What points `squall submit/status/...` (and boto3) at the local endpoint, with its credentials.
+
+    SQUALL_CLUSTER_NAME names the local log group's cluster (`squall`), however many
+    clusters the server simulates: every real pod's output goes to that one group
+    (`/aws/containerinsights/squall/application`, the endpoint's region), and `squall logs`
+    with SQUALL_CLUSTER_NAME's one cluster reads that group for every placed job, whatever
+    cluster its record names (cli/researcher.py log_cluster). SQUALL_CLUSTERS is left out on
+    purpose: with it, `squall logs` would read each job's cluster's own group
+    (`/aws/containerinsights/gpu-west/application`, ...), which the local runner never
+    writes, and it would refuse SQUALL_CLUSTER_NAME's `squall` as a cluster it does not list.
+    """
     from squall.local.aws import endpoint_credentials
 
     credentials = endpoint_credentials(resources.endpoint)
@@ -138,16 +158,115 @@ class ServerOptions:
     speed: float = 1.0
     real_pods: bool = True
     images: tuple[str, ...] = ()  # empty: processes.WORKER_IMAGES
+    groups: Path | None = None  # a groups file (`squall simulate --groups`); None: the demo's groups
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the server runs: node groups, clusters, capacity, policy and teams."""
+
+    node_groups: list[dict[str, Any]]
+    clusters: list[Any]  # runtime.ClusterEntry; empty: the runtime's one default cluster
+    capacity: dict[str, Any]  # region -> fleet.RegionCapacity
+    policy: Any = None  # core.settings.PolicySettings; None: the runtime's default
+    teams: dict[str, str] | None = None  # team -> namespace; None: the runtime's default teams
+    quotas: dict[str, Any] | None = None  # team -> admission.TeamShare
+
+
+def served(groups: Path | None) -> Served:
+    """The demo's node groups (one cluster), or the groups file's; ScenarioError names what is wrong."""
+    from squall.local.demo import node_groups
+    from squall.local.fleet import RegionCapacity
+
+    def capacity(regions: list[str], limits: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            region: RegionCapacity(
+                instances=dict(limits[region].instances) if region in limits else {},
+                boot_time=BOOT_TIME,
+                gpu_plugin_delay=GPU_PLUGIN_DELAY,
+            )
+            for region in regions
+        }
+
+    if groups is None:
+        default = node_groups()
+        return Served(node_groups=default, clusters=[], capacity=capacity([g["region"] for g in default], {}))
+    from squall.local.trace import load_configuration
+
+    configuration = load_configuration(groups)
+    regions = [g.region for g in configuration.groups] + [c.region for c in configuration.clusters]
+    return Served(
+        node_groups=configuration.node_groups,
+        clusters=list(configuration.clusters),
+        capacity=capacity(regions, configuration.capacity),
+        policy=configuration.policy,
+        # submitters are left out: locally, anyone may submit for any team
+        teams={name: team.namespace for name, team in configuration.teams.items()} or None,
+        quotas=configuration.quotas() or None,
+    )
+
+
+class ClustersRunner:
+    """One ProcessRunner for the pods of every simulated cluster: it knows a pod by its node and uid.
+
+    The runner tells pods apart by their uid, and each simulated cluster draws its
+    objects' uids from a generator of its own, seeded alike: two clusters' first pods
+    have the same uid, and the second would be taken for the first (never started, its
+    exit the other's). A pod's node names its cluster (a node is its group's, and a group
+    is one cluster's), so the runner is handed each pod with `<node>/<uid>` as its uid.
+    """
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+
+    @staticmethod
+    def _scoped(pod: Mapping[str, Any]) -> dict[str, Any]:
+        metadata = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        return {**pod, "metadata": {**metadata, "uid": f"{node}/{metadata.get('uid')}"}}
+
+    def runs(self, pod: Mapping[str, Any]) -> bool:
+        return bool(self.runner.runs(self._scoped(pod)))
+
+    def start(self, pod: Mapping[str, Any]) -> bool:
+        return bool(self.runner.start(self._scoped(pod)))
+
+    def poll(self, pod: Mapping[str, Any]) -> int | None:
+        code = self.runner.poll(self._scoped(pod))
+        return None if code is None else int(code)
+
+    def stop(self, pod: Mapping[str, Any]) -> None:
+        self.runner.stop(self._scoped(pod))
+
+    def ready(self, pod: Mapping[str, Any]) -> bool:
+        return bool(self.runner.ready(self._scoped(pod)))
+
+    def ports(self, pod: Mapping[str, Any]) -> Mapping[int, int] | None:
+        found = self.runner.ports(self._scoped(pod))
+        return None if found is None else dict(found)
+
+    def running(self) -> list[dict[str, Any]]:
+        return list(self.runner.running())
+
+    def close(self, *, wait: float = 10.0) -> None:
+        self.runner.close(wait=wait)
 
 
 def serve(options: ServerOptions, *, stop: threading.Event | None = None) -> int:
     """Run until `stop` is set (SIGTERM/SIGINT set it when this is the main thread)."""
     from squall.local.aws import EndpointError
     from squall.local.clock import WallClock
-    from squall.local.demo import node_groups
-    from squall.local.fleet import RegionCapacity
     from squall.local.processes import WORKER_IMAGES, ProcessRunner
     from squall.local.runtime import DEFAULT_REGISTRIES, DEFAULT_TEAMS, LocalRuntime
+    from squall.local.scenario import ScenarioError
+
+    try:  # before anything starts: a groups file that cannot be served is said and nothing runs
+        serving = served(options.groups)
+    except ScenarioError as exc:
+        print(f"squall local: {exc.source or options.groups}: cannot serve it", file=sys.stderr, flush=True)
+        for error in exc.errors:
+            print(f"  {error}", file=sys.stderr, flush=True)
+        return 2
 
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -156,14 +275,10 @@ def serve(options: ServerOptions, *, stop: threading.Event | None = None) -> int
     state_dir = options.state_dir
     private_dir(state_dir)
     clock = WallClock(speed=options.speed)
-    groups = node_groups()
-    capacity = {
-        g["region"]: RegionCapacity(instances={}, boot_time=BOOT_TIME, gpu_plugin_delay=GPU_PLUGIN_DELAY)
-        for g in groups
-    }
+    teams = serving.teams or DEFAULT_TEAMS
     runner: ProcessRunner | None = None
 
-    def make_runner(resources: Any) -> ProcessRunner:
+    def make_runner(resources: Any) -> Any:
         nonlocal runner
         from squall.local.aws import client
 
@@ -174,21 +289,23 @@ def serve(options: ServerOptions, *, stop: threading.Event | None = None) -> int
             logs_client=client("logs", resources.endpoint),
             images=options.images or WORKER_IMAGES,
         )
-        return runner
+        return ClustersRunner(runner)
 
     started = datetime.now(UTC)
     try:
         with LocalRuntime.start(
             clock=clock,
-            node_groups=groups,
-            capacity=capacity,
+            node_groups=serving.node_groups,
+            clusters=serving.clusters or None,
+            capacity=serving.capacity,
+            policy=serving.policy,
+            teams=teams,
+            quotas=serving.quotas,
             port=options.port,
             pod_runner=make_runner if options.real_pods else None,
             log_level=logging.WARNING,
         ) as local:
-            environment = cli_environment(
-                local.resources, teams=DEFAULT_TEAMS, registries=list(DEFAULT_REGISTRIES)
-            )
+            environment = cli_environment(local.resources, teams=teams, registries=list(DEFAULT_REGISTRIES))
             state = {
                 "pid": os.getpid(),
                 "processStart": process_start(os.getpid()),
@@ -197,6 +314,8 @@ def serve(options: ServerOptions, *, stop: threading.Event | None = None) -> int
                 "startedAt": started.isoformat(),
                 "speed": options.speed,
                 "realPods": options.real_pods,
+                "groups": str(options.groups) if options.groups is not None else None,
+                "clusters": [{"name": c.name, "region": c.region} for c in local.clusters.values()],
                 "stateDir": str(state_dir),
                 "log": str(state_dir / LOG_FILE),
                 "env": environment,
@@ -262,10 +381,26 @@ def _write_status(local: Any, runner: Any, state_dir: Path, *, started: datetime
             "podsPending": stats["pods_pending"],
             "gpusInUse": stats["gpus_in_use"],
             "gpusAllocatable": stats["gpus_allocatable"],
+            "clusters": [_cluster_status(cluster) for cluster in local.clusters.values()],
             "processes": runner.running() if runner is not None else [],
             "functionErrors": len(local.function_errors),
         },
     )
+
+
+def _cluster_status(cluster: Any) -> dict[str, Any]:
+    """One simulated cluster's counts, as status.json shows them."""
+    stats = cluster.stats()
+    return {
+        "name": cluster.name,
+        "region": cluster.region,
+        "nodes": stats["nodes"],
+        "nodesReady": stats["nodes_ready"],
+        "podsRunning": stats["pods_running"],
+        "podsPending": stats["pods_pending"],
+        "gpusInUse": stats["gpus_in_use"],
+        "gpusAllocatable": stats["gpus_allocatable"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speed", type=float, default=1.0)
     parser.add_argument("--no-real-pods", action="store_true")
     parser.add_argument("--real-image", action="append", default=[])
+    parser.add_argument("--groups", type=Path, default=None)
     args = parser.parse_args(argv)
     return serve(
         ServerOptions(
@@ -283,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             speed=args.speed,
             real_pods=not args.no_real_pods,
             images=tuple(args.real_image),
+            groups=args.groups,
         )
     )
 
