@@ -193,3 +193,26 @@ def test_expired_credentials_for_one_cluster_leave_it_out_like_an_outage(two: Tw
     report = two.admit()
     assert two.where("j") == {"east"} and two.store.get("j").cluster == "east"  # type: ignore[union-attr]
     assert not report.errors
+
+
+def test_a_placed_job_is_finished_first_and_its_gpus_count_against_the_quota(two: TwoClusters) -> None:
+    from squall.planner.admission import TeamShare
+
+    two.nodes(two.west, "us-west-2", 2)
+    two.submit("placed")
+    two.west.fail_calls("create", RetryableError("create Job: 503"))
+    two.admit()
+    assert [e.job_id for e in two.store.queue(placed=True)] == ["placed"]
+    two.submit("next")
+    report = Report()
+    decided = Admitter(
+        clusters=two.clusters,
+        metrics=two.metrics,
+        teams={"research": TeamShare(quota=4)},
+        policy=Policy(),
+        store=two.store,
+    ).run(now=two.clock.now(), outcome=report)
+    assert [(a.job_id, a.resumed) for a in decided.admitted] == [("placed", True)]
+    assert decided.in_use == {"research": 4}, "a placed job's GPUs are in use"
+    assert [w.job_id for w in decided.waiting] == ["next"] and decided.waiting[0].held_by_quota
+    assert two.where("placed") == {"west"} and two.where("next") == set()

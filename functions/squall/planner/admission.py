@@ -143,18 +143,19 @@ class _Gathered:
                 resumed=True,
             )
         for place, replica in enumerate(replicas):
-            if not replica.suspended and not replica.finished:
+            # Let go, or of a job placed in a site (its objects on their way): its GPUs are in use.
+            if not replica.finished and (not replica.suspended or region is not None):
                 count, gpus = self.running.get(replica.team, (0, 0))
                 self.running[replica.team] = (count + 1, gpus + replica.gpus)
-            if not replica.finished and (not replica.suspended or region is not None):
                 entry = (job_id, place, _pinned(replica.pod, region))
                 self.awaiting.setdefault((replica.namespace, replica.name), []).append(entry)
 
     def remove_admitted(self, job_id: str) -> None:
         replicas = self.admitted.pop(job_id)
         self.resumed.pop(job_id, None)
+        region = next((r.admitted_region for r in replicas if r.admitted_region), None)
         for replica in replicas:
-            if not replica.suspended and not replica.finished:
+            if not replica.finished and (not replica.suspended or region is not None):
                 count, gpus = self.running[replica.team]
                 if count == 1:
                     del self.running[replica.team]
@@ -418,7 +419,8 @@ def _gather_afresh(
 def _classify(job_id: str, listed: list[ReplicaJob], gathered: _Gathered, cache: AdmissionCache) -> None:
     """File one job's replica Jobs under what they make it: queued, admitted, incomplete, or finished."""
     replicas = sorted(listed, key=lambda r: r.name)
-    if not all(r.suspended for r in replicas):
+    if not all(r.suspended for r in replicas) or any(r.admitted_region for r in replicas):
+        # Let go in part, or placed in a site whose objects are not all made: finished there.
         gathered.add_admitted(job_id, replicas)
         kind = "admitted"
     elif any(r.finished for r in replicas):

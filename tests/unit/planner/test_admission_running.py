@@ -28,13 +28,14 @@ def _every_replica(jobs: list[ReplicaJob], pods: list[Pod]) -> tuple[dict[str, i
     resumed, not_created = [], []
     for job_id, replicas in sorted(by_job.items()):
         replicas.sort(key=lambda r: r.name)
-        if all(r.suspended for r in replicas):
-            continue  # queued, incomplete or finished: not running
         region = next((r.admitted_region for r in replicas if r.admitted_region), None)
+        if all(r.suspended for r in replicas) and region is None:
+            continue  # queued, incomplete or finished: not running
         if region is not None and any(r.suspended for r in replicas):
             resumed.append(job_id)
         for replica in replicas:
-            if not replica.suspended and not replica.finished:
+            # let go, or of a job placed in a site (its objects on their way): in use
+            if not replica.finished and (not replica.suspended or region is not None):
                 in_use[replica.team] = in_use.get(replica.team, 0) + replica.gpus
             if replica.finished or (replica.namespace, replica.name) in with_pods:
                 continue
