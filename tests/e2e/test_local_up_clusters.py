@@ -179,3 +179,34 @@ def test_a_missing_groups_file_starts_nothing(
     )
     assert f"{missing} does not exist" in capsys.readouterr().err
     assert not (local_dir.state_dir / "local.json").exists()
+
+
+def test_the_server_serves_the_files_clusters_capacity_policy_and_teams(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from squall.local.server import BOOT_TIME, served
+
+    groups = tmp_path / "groups.json"
+    document = two_clusters(west_max=3) | {
+        "regions": {"us-west-2": {"capacity": {"p3.8xlarge": 2}, "bootTime": "4m"}},
+        "policy": {"idleThreshold": "PT7M"},
+        "teams": {"research": {"namespace": "team-research", "gpuQuota": 8}, "vision": "team-vision"},
+    }
+    groups.write_text(json.dumps(document))
+    serving = served(groups)
+    assert [(c.name, c.region) for c in serving.clusters] == [
+        ("gpu-west", "us-west-2"),
+        ("gpu-east", "us-east-1"),
+    ]
+    assert [g["cluster"] for g in serving.node_groups] == ["gpu-west", "gpu-east"]
+    # the file's instances per type; unlimited where it says nothing; nodes boot in seconds here
+    assert serving.capacity["us-west-2"].instances == {"p3.8xlarge": 2}
+    assert serving.capacity["us-east-1"].instances == {}
+    assert {c.boot_time for c in serving.capacity.values()} == {BOOT_TIME}
+    assert serving.policy.idle_threshold == timedelta(minutes=7)
+    assert serving.teams == {"research": "team-research", "vision": "team-vision"}
+    assert serving.quotas is not None and serving.quotas["research"].quota == 8
+    # without a file: the demo's groups, in one cluster
+    default = served(None)
+    assert default.clusters == [] and default.teams is None and default.policy is None
+    assert {g["region"] for g in default.node_groups} == {"us-west-2", "us-east-1"}
