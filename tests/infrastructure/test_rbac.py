@@ -58,7 +58,9 @@ def test_capacity_group_reads_pods_cordons_nodes_and_evicts(manifests: list[dict
 def test_jobs_group_reads_and_writes_only_in_team_namespaces(manifests: list[dict[str, Any]]) -> None:
     roles = _by(manifests, "ClusterRole")
     write = rbac_grants(roles["/squall-jobs-write"])
-    assert ("batch", "jobs", "create") in write and ("", "services", "create") in write
+    # Jobs are admission's to create (the scale function); a model service's Service is submit's
+    assert ("batch", "jobs", "create") not in write and ("batch", "jobs", "delete") in write
+    assert ("", "services", "create") in write
     assert not any(resource in ("pods", "nodes", "secrets") for _, resource, _ in write)
     read = rbac_grants(roles["/squall-jobs-read"])
     assert {verb for _, _, verb in read} == {"get", "list"}
@@ -85,15 +87,18 @@ def test_jobs_group_reads_and_writes_only_in_team_namespaces(manifests: list[dic
 
 
 def test_scale_may_admit_and_release_gangs_in_team_namespaces_only(manifests: list[dict[str, Any]]) -> None:
-    # The scale function lists the queue's Jobs and patches them to admit a job
-    # (services/scale.py), and deletes a stranded gang's Jobs and Services (_release).
+    # The scale function creates an admitted job's Jobs and Services (services/admission.py;
+    # get after a 409), lists Jobs for the quotas, and deletes a stranded gang's (_release).
     assert constants.KUBERNETES_GANGS_GROUP in constants.KUBERNETES_GROUPS["scale"]
     release = rbac_grants(_by(manifests, "ClusterRole")["/squall-gang-release"])
     assert release == {
+        ("batch", "jobs", "get"),
         ("batch", "jobs", "list"),
-        ("batch", "jobs", "patch"),
+        ("batch", "jobs", "create"),
         ("batch", "jobs", "delete"),
+        ("", "services", "get"),
         ("", "services", "list"),
+        ("", "services", "create"),
         ("", "services", "delete"),
     }
     bindings = {
@@ -102,8 +107,8 @@ def test_scale_may_admit_and_release_gangs_in_team_namespaces_only(manifests: li
         if b["subjects"][0]["name"] == constants.KUBERNETES_GANGS_GROUP
     }
     assert sorted(bindings) == ["team-research/squall-gang-release", "team-vision/squall-gang-release"]
-    # Only the scale function is in that group, and no other role patches or lists Jobs
-    # beyond the jobs functions' reads: Jobs are never patched cluster-wide.
+    # Only the scale function is in that group, and no role patches Jobs any more (admission
+    # creates them pinned to their region, let go): Jobs are never patched anywhere.
     assert [
         h for h, groups in constants.KUBERNETES_GROUPS.items() if constants.KUBERNETES_GANGS_GROUP in groups
     ] == ["scale"]
@@ -112,7 +117,7 @@ def test_scale_may_admit_and_release_gangs_in_team_namespaces_only(manifests: li
         for name, role in _by(manifests, "ClusterRole").items()
         if ("batch", "jobs", "patch") in rbac_grants(role)
     }
-    assert patching == {"/squall-gang-release"}
+    assert patching == set()
 
 
 def test_the_scale_function_lists_jobs_only_where_its_role_may() -> None:
