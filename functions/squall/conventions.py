@@ -37,10 +37,10 @@ EMPTY_SINCE_ANNOTATION = "squall.io/empty-since"
 TERMINATION_REASON_ANNOTATION = "squall.io/termination-reason"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
-# On every replica Job Squall creates (admission reads them from the Job, so that the
-# queue is the cluster's suspended Jobs and `squall plan --jobs` sees what production does):
-# the spec's priority (0..100), when the job was submitted (ISO time), and "true" on a job
-# that is back in the queue after losing its objects (it goes first within its priority).
+# On every replica Job Squall creates, for people and tools reading the cluster (admission
+# reads the queue from the job table, core/queue.py; `squall plan --jobs` still reads them
+# from a snapshot): the spec's priority (0..100), when the job was submitted (ISO time), and
+# "true" on a job that was back in the queue after losing its objects.
 PRIORITY_ANNOTATION = "squall.io/priority"
 SUBMITTED_AT_ANNOTATION = "squall.io/submitted-at"
 REQUEUED_ANNOTATION = "squall.io/requeued"

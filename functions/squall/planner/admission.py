@@ -1,8 +1,10 @@
 """Admission: which queued jobs run now, and in what order the others wait. Pure.
 
-Squall creates every replica Job suspended, so the queue is the cluster's suspended
-Jobs (`squall.planner.kube.parse_replica_job` reads them). The scale check, the single
-writer, asks `admit` each time which of them to let run:
+The queue is read as replica Jobs: a queued job's are suspended (core/queue.py makes them
+from its entry in the job table, as `squall.planner.kube.parse_replica_job` reads a suspended
+Job), a job placed in a site but whose objects are not all made has its site as
+`admitted_region`, and a running job's are the clusters' own Jobs. The scale check, the
+single writer, asks `admit` each time which queued jobs to let run, and where:
 
 - Order: priority (0..100, higher first); within a priority, a job back in the queue
   after losing its objects first, then fair share between teams (the team with the

@@ -1,11 +1,13 @@
-"""Intake: one queue message in, one job (or model service) recorded, its Kubernetes objects created.
+"""Intake: one queue message in, one job (or model service) recorded; a job's record is its queue entry.
 
 Order matters for "nothing lost, nothing twice": the job record is written first
-under a condition (so a second delivery finds it), then the objects are created
-with deterministic names (so creating them again is harmless), then a scale check
-is requested. A redelivery of the same message after a crash half way re-runs the
-idempotent steps; a different message reusing a client id is reported as a
-duplicate and creates nothing.
+under a condition (so a second delivery finds it), with what admission needs of it
+(its queue shape, core/queue.py), which puts it in the job table's queue index; then a
+scale check is requested. No Kubernetes object is made here: admission (the scale
+check) chooses a cluster and a region for the whole gang and creates them there. A
+redelivery of the same message finds the record and asks for the check again; a
+different message reusing a client id is reported as a duplicate and records nothing.
+A cancel deletes a placed job's objects in the cluster its record names.
 
 A serve message goes the same way (`core/serving_requests.plan_serve` decides whether
 it can be met): the model service's record first, then its Deployment, Service and

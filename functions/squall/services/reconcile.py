@@ -49,8 +49,8 @@ from squall.services.versioned import CREATE_GRACE
 logger = Logger(service=SERVICE, child=True)
 
 IMAGE_PULL_GRACE = timedelta(minutes=5)
-# Active jobs one run reads at most; far beyond the queue the admission and the
-# Kubernetes API are sized for (docs/design.md, "Admission": at size).
+# Active jobs one run reads at most; far beyond the queue admission is sized for
+# (docs/design.md, "At size": 100,000 queued jobs).
 MAX_ACTIVE_JOBS = 200_000
 # Runs between two looks for the Jobs of jobs that are no longer active (Reconciler._strays).
 STRAY_RUNS = 60
