@@ -22,6 +22,7 @@ from squall.core.resources import (
 from squall.core.settings import PolicySettings
 from squall.core.telemetry import RecordedMetric
 from squall.local.clock import VirtualClock
+from squall.local.lambda_events import InvocationKilled
 from squall.local.runtime import LocalRuntime
 from squall.local.summary import ObservedCluster
 from squall.ports import GroupRef, LifecycleAction, LifecycleResult
@@ -115,8 +116,16 @@ def test_a_failed_scheduled_invocation_is_an_error_and_waits_for_its_next_period
     local: LocalRuntime, world: World
 ) -> None:
     t0 = local.clock.now()
-    # given the Kubernetes API refuses the reconcile function's first list
-    world.cluster.fail_calls("list_pods", RetryableError("list_pods: 429 Too Many Requests"), times=1)
+    # given the job table refuses the reconcile function's first read (a cluster's API refusing
+    # its lists is not the function's failure: the cluster is unreachable for that run)
+    store = local.store
+    original = store.list_by_status
+
+    def throttled(*args: Any, **kwargs: Any) -> Any:
+        store.list_by_status = original
+        raise RetryableError("Query: 429 ThrottlingException")
+
+    store.list_by_status = throttled
     local.clock.advance(timedelta(minutes=1))
     # when the schedule fires
     local.step(ZERO)
@@ -136,30 +145,42 @@ def test_a_failed_scheduled_invocation_is_an_error_and_waits_for_its_next_period
     assert total(local, "Errors", FunctionName="squall-reconcile") == 1
 
 
+def kill_store_create(local: Any) -> None:
+    """The next invocation recording a job dies as it writes (its only write: the job is its queue entry)."""
+    store = local.store
+    original = store.create
+
+    def killed(job: Any, event: Any) -> None:
+        store.create = original
+        raise InvocationKilled("killed at create")
+
+    store.create = killed
+
+
 def test_a_killed_submit_batch_comes_back_and_the_redrive_still_applies(world: World, backend: str) -> None:
     with world.start(backend) as local:
         # given the submit invocation dies half way through its batch
         t0 = local.clock.now()
         local.send(gan_job("gan-1"))
-        world.cluster.kill_at("create")
+        kill_store_create(local)
         local.step(ZERO)
         (error,) = local.function_errors
         assert (error.function, error.killed, error.error) == ("submit", True, "killed at create")
         assert total(local, "Errors", FunctionName="squall-submit") == 1
         # then nothing of the batch was deleted: it stays hidden for the jobs queue's
-        # visibility timeout (the stack's six minutes), then the next delivery makes the objects
+        # visibility timeout (the stack's six minutes), then the next delivery records the job
         assert local.queue.next_visible_at() == t0 + JOBS_VISIBILITY_TIMEOUT
         local.step(ZERO)
-        assert not world.cluster.list_jobs(namespace="team-research"), "still hidden"
+        assert local.store.get("gan-1") is None, "still hidden"
         local.clock.advance(JOBS_VISIBILITY_TIMEOUT)
         local.step(ZERO)
-        assert world.cluster.list_jobs(namespace="team-research")
+        assert local.store.get("gan-1") is not None
         assert local.dead_letters() == []
         # and a message whose every delivery dies goes to the dead-letter queue on the
         # receive after the stack's maximum (five)
         local.send(gan_job("gan-2"))
         for _ in range(JOBS_MAX_RECEIVE_COUNT):
-            world.cluster.kill_at("create")
+            kill_store_create(local)
             local.step(ZERO)
             local.clock.advance(JOBS_VISIBILITY_TIMEOUT)
         assert local.dead_letters() == []
