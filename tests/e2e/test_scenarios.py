@@ -162,7 +162,9 @@ def test_throttling_and_a_killed_admission_lose_and_double_nothing(scenario: Cal
     assert throttling.lambda_errors == errors
 
 
-def test_an_instance_lost_without_notice_retries_its_job_and_every_invariant_holds(scenario: Callable[[str], Run]) -> None:
+def test_an_instance_lost_without_notice_retries_its_job_and_every_invariant_holds(
+    scenario: Callable[[str], Run],
+) -> None:
     lost = scenario("instance-lost")
     summary = lost.summary
     assert_invariants_hold(summary)
@@ -171,7 +173,7 @@ def test_an_instance_lost_without_notice_retries_its_job_and_every_invariant_hol
     # the job on the lost node lost its pod with it and ran again, within its retries
     (job,) = [job for job, reasons in lost.history.items() if any(r.startswith("NodeLost") for r in reasons)]
     assert lost.history[job] == [
-        "Submitted", "Queued", "Admitted:us-west-2", "ObjectsCreated", "Started", "NodeLost:retry 1/2", "Started",
+        "Submitted", "Queued", "Placed:us-west-2", "Admitted:us-west-2", "Started", "NodeLost:retry 1/2", "Started",
         "Completed",
     ]  # fmt: skip
     # no drain had the chance to note the job before its node went (as a spot reclaim's does)

@@ -47,8 +47,8 @@ def test_admission_creates_the_objects_in_the_cluster_and_records_where(world: W
     assert queued(world) == [] and world.store.queue(placed=True) == []
     assert [e.reason for e in world.store.events("t-1")] == [
         "Submitted",
+        "Placed:us-west-2",
         "Admitted:us-west-2",
-        "ObjectsCreated",
     ]
 
 
@@ -135,7 +135,7 @@ def test_a_transient_kubernetes_error_at_admission_leaves_it_placed_and_the_next
     world.admit()
     assert len(world.cluster.list_jobs(job_id="t-1")) == 1
     assert world.store.get("t-1").objects_created  # type: ignore[union-attr]
-    assert [e.reason for e in world.store.events("t-1")].count("Admitted:us-west-2") == 1, "placed once"
+    assert [e.reason for e in world.store.events("t-1")].count("Placed:us-west-2") == 1, "placed once"
 
 
 def test_a_permanent_kubernetes_refusal_at_admission_fails_the_job_with_the_reason(world: World) -> None:

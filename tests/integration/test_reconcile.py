@@ -36,8 +36,8 @@ def test_a_job_runs_succeeds_and_its_objects_are_cleaned_up(world: World) -> Non
     assert job is not None and job.status is JobStatus.SUCCEEDED and job.started_at and job.finished_at
     assert reasons(world, "ok-1") == [
         Reason.SUBMITTED,
+        "Placed:us-west-2",
         "Admitted:us-west-2",
-        "ObjectsCreated",
         Reason.STARTED,
         Reason.COMPLETED,
     ]
@@ -107,7 +107,7 @@ def test_a_running_job_whose_objects_were_deleted_behind_squalls_back_goes_back_
     world.run(minutes=5)
     job = world.store.get("gone-1")
     assert job is not None and job.status is JobStatus.SUCCEEDED and job.retries_used == 1
-    assert reasons(world, "gone-1").count("ObjectsCreated") == 2, "admitted again from the queue"
+    assert reasons(world, "gone-1").count("Admitted:us-west-2") == 2, "admitted again from the queue"
 
 
 def test_an_image_that_cannot_be_pulled_fails_after_the_grace(world: World) -> None:

@@ -159,7 +159,7 @@ def place(
         lambda current: transition(
             current,
             to=JobStatus.QUEUED,
-            reason="ObjectsCreated",
+            reason=f"Admitted:{region}",
             at=at,
             cluster=cluster_name,
             region=region,

@@ -50,8 +50,8 @@ def test_a_run_shorter_than_a_reconcile_period_has_its_started_event_at_the_real
     assert job is not None and job.status is JobStatus.SUCCEEDED
     assert reasons(world, "short-1") == [
         Reason.SUBMITTED,
+        "Placed:us-west-2",
         "Admitted:us-west-2",
-        "ObjectsCreated",
         Reason.STARTED,
         Reason.COMPLETED,
     ]

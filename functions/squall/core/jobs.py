@@ -75,6 +75,8 @@ class Reason(StrEnum):
     # admission: waiting in the queue (with its position), held by the team's quota, let run
     QUEUED = "Queued"
     QUOTA_EXCEEDED = "QuotaExceeded"
+    # placed: the record says where (cluster, region) before its objects are made there
+    PLACED = "Placed"
     ADMITTED = "Admitted"
 
 

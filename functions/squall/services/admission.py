@@ -62,8 +62,6 @@ MAX_QUEUE_NOTES = 100
 # Kubernetes objects one check creates at most (each a create call of about 20-50 ms): the
 # admissions past it keep their place and are finished first by the next check.
 MAX_CREATES = 400
-# An admitted job's objects were created: its record leaves the placed part of the queue.
-OBJECTS_CREATED = "ObjectsCreated"
 
 
 class Report(Protocol):
@@ -367,9 +365,9 @@ class Admitter:
                 else transition(
                     current,
                     to=JobStatus.QUEUED,
-                    reason=OBJECTS_CREATED,
+                    reason=reason_code(Reason.ADMITTED, job.region or region),
                     at=now,
-                    message=f"{counted(len(objects), 'object')} created in cluster {job.cluster}",
+                    message=self._admitted(job, admitted, objects=len(objects)),
                     objects_created=True,
                 )
             ),
@@ -383,10 +381,7 @@ class Admitter:
         """Record where the job goes, once: None when its record moved on meanwhile."""
         assert self.store is not None
         where = f"cluster {cluster}, {region}" if self.qualified else region
-        message = (
-            f"admitted whole in {where}: {_asks(admitted)} over "
-            f"{counted(len(admitted.jobs), 'replica Job')}; its run time counts from now"
-        )
+        message = f"placed in {where}: its objects are being created there"
         try:
             return update_job(
                 self.store,
@@ -397,7 +392,7 @@ class Admitter:
                     else transition(
                         current,
                         to=JobStatus.QUEUED,
-                        reason=reason_code(Reason.ADMITTED, region),
+                        reason=reason_code(Reason.PLACED, region),
                         at=now,
                         message=message,
                         cluster=cluster,
@@ -408,6 +403,15 @@ class Admitter:
             )
         except ConflictError:
             return None
+
+    def _admitted(self, job: Job, admitted: Admitted, *, objects: int) -> str:
+        """`admitted whole in us-east-1: 16 GPUs over 2 replica Jobs (4 objects); its run time counts from now`."""
+        where = f"cluster {job.cluster}, {job.region}" if self.qualified else job.region
+        return (
+            f"admitted whole in {where}: {_asks(admitted)} over "
+            f"{counted(len(admitted.jobs), 'replica Job')} ({counted(objects, 'object')}); "
+            "its run time counts from now"
+        )
 
     def _refused(
         self, job: Job, *, cluster: Cluster, exc: PermanentError, now: datetime, outcome: Report
