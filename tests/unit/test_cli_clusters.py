@@ -571,10 +571,14 @@ def test_plan_finishes_a_placed_job_where_it_was_placed(
 
     code, result, _ = plan(capsys, *TWO_SNAPSHOTS, "--queue", "queued.json")
 
-    # then: it stays in gpu-west, first in line there; the free node in gpu-east goes to the next, a
+    # then: its admission is finished in gpu-west (where it was placed, though gpu-east has the free
+    # node), and the free node goes to the first in line, a
     assert code == 0
-    assert [(a["job"], a["region"]) for a in result["admission"]["admitted"]] == [("a", "gpu-east/us-east-1")]
-    assert [(w["job"], w["position"]) for w in result["admission"]["waiting"]] == [("early", 1), ("b", 2)]
+    assert [(a["job"], a["region"]) for a in result["admission"]["admitted"]] == [
+        ("early", "gpu-west/us-west-2"),
+        ("a", "gpu-east/us-east-1"),
+    ]
+    assert [w["job"] for w in result["admission"]["waiting"]] == ["b"]
 
 
 def test_plan_leaves_out_records_that_are_not_in_the_queue(
