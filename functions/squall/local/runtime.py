@@ -387,12 +387,16 @@ class LocalRuntime:
                 if close is not None:
                     stack.callback(close)
             made: dict[str, SimulatedCluster] = {}
-            for entry in entries:
+            for index, entry in enumerate(entries):
                 given = (simulated or {}).get(entry.name)
                 made[entry.name] = (
                     given
                     if given is not None
-                    else SimulatedCluster(clock=clock, name=entry.name, region=entry.region, runner=runner)
+                    # A seed per cluster: pod uids differ between clusters, as real clusters' do
+                    # (one pod runner serves them all and tells pods apart by uid).
+                    else SimulatedCluster(
+                        clock=clock, name=entry.name, region=entry.region, runner=runner, seed=index
+                    )
                 )
             settings = Settings(
                 table_name=local_resources.table_name if local_resources else "memory",

@@ -167,8 +167,9 @@ class Simulation:
                 region=entry.region,
                 default_run_for=plan.default_run_time,
                 lists=self.lists,
+                seed=index,  # pod uids differ between clusters, as real clusters' do
             )
-            for entry in plan.clusters or clusters_of_groups(plan.node_groups)
+            for index, entry in enumerate(plan.clusters or clusters_of_groups(plan.node_groups))
         }
         self.clusters = clusters
         with start_runtime(
