@@ -157,4 +157,5 @@ def test_a_cold_start_resolves_submitters_and_reads_the_certificate_it_was_not_g
         # and the certificate came from DescribeCluster, once
         assert described == ["gpu-training"]
         # and its Kubernetes lists stay in the team namespaces
-        assert isinstance(services.cluster, NamespacedCluster)
+        assert list(services.clusters) == ["gpu-training"]
+        assert isinstance(services.clusters["gpu-training"], NamespacedCluster)
