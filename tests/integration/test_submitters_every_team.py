@@ -70,10 +70,10 @@ def test_a_job_of_a_team_that_names_no_submitters_cannot_be_cancelled_by_another
     intake = world.new_intake(submitters=RESEARCH_ONLY)
     cancel = json.dumps({"action": "cancel", "id": "v-1"})
     refused = intake.handle(body=cancel, message_id="m-2", sender_id=f"{ALICE}:alice")
-    # then the cancel is refused and the job still waits with its objects
+    # then the cancel is refused and the job still waits in the queue
     assert refused.outcome is IntakeOutcome.FORBIDDEN
     assert world.store.get("v-1").status is JobStatus.QUEUED  # type: ignore[union-attr]
-    assert len(world.cluster.list_jobs(job_id="v-1")) == 1
+    assert [entry.job_id for entry in world.store.queue()] == ["v-1"]
 
 
 @pytest.fixture
