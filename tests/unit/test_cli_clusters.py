@@ -148,7 +148,6 @@ class LogWorld:
 def logs_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[LogWorld]:
     """The logs command's store, clients and log group in memory; which client and group it asked for."""
     import squall.adapters.aws.logs as cloudwatch
-    import squall.cli.researcher as researcher
 
     world = LogWorld(store=InMemoryJobStore(), clients=[], groups=[], source=hostile_logs())
 
@@ -161,8 +160,8 @@ def logs_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[LogWorld]:
         world.source.group = group
         return world.source
 
-    monkeypatch.setattr(researcher, "job_store", lambda: world.store)
-    monkeypatch.setattr(researcher, "aws_client", client)
+    monkeypatch.setattr(deployment, "job_store", lambda: world.store)
+    monkeypatch.setattr(deployment, "aws_client", client)
     monkeypatch.setattr(cloudwatch, "CloudWatchLogReader", reader)
     yield world
 

@@ -284,7 +284,6 @@ def test_the_logs_command_escapes_lines_and_its_own_notes(
     # (placed in the cluster already, when its logs are read at once: one not placed has none yet)
     import squall.adapters.aws.logs as cloudwatch
     import squall.cli.follow.clock as clocks
-    import squall.cli.researcher as researcher
 
     store = InMemoryJobStore()
     job = hostile_job(store)
@@ -297,8 +296,8 @@ def test_the_logs_command_escapes_lines_and_its_own_notes(
         source.lines.update(hostile_logs().lines)
         finish(store, "gan-1", at=START + timedelta(minutes=1))
 
-    monkeypatch.setattr(researcher, "job_store", lambda: store)
-    monkeypatch.setattr(researcher, "aws_client", lambda service, region=None: None)
+    monkeypatch.setattr(deployment, "job_store", lambda: store)
+    monkeypatch.setattr(deployment, "aws_client", lambda service, region=None: None)
     monkeypatch.setattr(cloudwatch, "CloudWatchLogReader", lambda client, group: source)
     monkeypatch.setattr(clocks, "RealClock", lambda: SteppingClock(steps=[start]))
 

@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from squall.cli import deployment
 from squall.cli.argtypes import port, seconds
-from squall.cli.deployment import CLUSTER_ENV, CLUSTERS_ENV, ClusterPlace, aws_client, clusters, job_store
+from squall.cli.deployment import CLUSTER_ENV, CLUSTERS_ENV, ClusterPlace
 from squall.cli.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CommandError, reported
 from squall.cli.human import moment
 from squall.cli.text import printable
@@ -124,7 +125,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     )
     from squall.core.logstreams import log_group
 
-    store = job_store()
+    store = deployment.job_store()
     job = _job(store, args.id)
     if job.is_sweep:
         raise _sweep_refused(job, "logs")
@@ -141,7 +142,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         replica = check_replica(args.replica, job_id=job.id, replicas=replicas) if args.replica else None
     except LogsError as exc:
         raise CommandError(str(exc)) from exc
-    configured = clusters()
+    configured = deployment.clusters()
     place = log_cluster(job, configured)
     if place is None and args.follow and job.status is JobStatus.QUEUED:
         job = await_placement(job, store=store, clock=clock, on_status=say)
@@ -151,7 +152,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return EXIT_OK
     group = log_group(place.name)
     follower = LogFollower(
-        source=CloudWatchLogReader(aws_client("logs", region=place.region), group),
+        source=CloudWatchLogReader(deployment.aws_client("logs", region=place.region), group),
         job_id=job.id,
         namespace=job.namespace,
         replicas=replicas,
@@ -215,7 +216,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from squall.cli.follow.clock import RealClock
     from squall.cli.follow.watch import watch_job
 
-    store = job_store()
+    store = deployment.job_store()
     live = False if args.plain else None
     status = watch_job(args.id, store=store, clock=RealClock(), out=sys.stdout, live=live, poll=args.poll)
     return exit_code(status)
@@ -241,7 +242,7 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         warnings,
     )
 
-    store = job_store()
+    store = deployment.job_store()
     job = _job(store, args.id)
     sources = job_sources(job)
     if not sources:
@@ -254,7 +255,7 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CommandError(f"--dir {dest}: cannot write there: {exc.strerror}") from exc
-    mirror = EventFileMirror(S3ObjectReader(aws_client("s3")), dest, sources)
+    mirror = EventFileMirror(S3ObjectReader(deployment.aws_client("s3")), dest, sources)
 
     def report(result: SyncReport) -> None:
         for line in warnings(result):
