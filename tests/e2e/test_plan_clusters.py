@@ -100,3 +100,22 @@ def test_a_listed_queue_is_planned_across_two_clusters(queued: Path) -> None:
     ]
     assert [w["job"] for w in planned["admission"]["waiting"]] == [second]
     assert [(u["group"], u["to"]) for u in planned["scaleUp"]] == [("p3-use1", 2)]
+
+
+def test_plan_with_a_queue_starts_without_pydantic_or_aws_clients(queued: Path) -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from squall.cli import main\n"
+        "code = main(['plan', '--cluster', 'gpu-west=west-nodes.json,west-pods.json',"
+        " '--cluster', 'gpu-east=east-nodes.json,east-pods.json', '--groups', 'groups.json',"
+        " '--queue', 'queued.json', '--now', '2026-01-05T12:00:00Z', '--json'])\n"
+        "heavy = sorted(m for m in ('pydantic', 'boto3', 'botocore', 'kubernetes', 'yaml') if m in sys.modules)\n"
+        "print(code, heavy, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, cwd=queued
+    )
+    assert result.stderr.strip().splitlines()[-1] == "0 []", result.stderr

@@ -23,15 +23,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from squall.core.jobs import Job, JobStatus, Reason
-from squall.core.manifests import render
-from squall.core.spec import JobSpec
 from squall.planner.kube import parse_pod, pod_requests
 from squall.planner.model import Pod
 from squall.planner.queue_types import ReplicaJob
 from squall.planner.sites import site
+
+if TYPE_CHECKING:
+    # Only queue_shape reads a spec (and renders it): `squall plan --queue` reads entries
+    # without loading the spec's pydantic models.
+    from squall.core.spec import JobSpec
 
 QUEUE_PARTITION = "QUEUE"
 PLACED_PARTITION = "PLACED"
@@ -90,6 +93,8 @@ def queue_shape(spec: JobSpec, *, job_id: str, namespace: str) -> str:
     """
     counts: dict[str, int] = {}
     pods: dict[str, dict[str, Any]] = {}
+    from squall.core.manifests import render
+
     for obj in render(spec, job_id=job_id, namespace=namespace):
         if obj.get("kind") != "Job":
             continue
