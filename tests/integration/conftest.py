@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from squall.ports import JobStore
 from squall.services.admission import Admitter
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.reconcile import Reconciler
+from tests.job_records import StepReport
 
 from .kube_server import KubeApi, running_kube_api
 
@@ -87,7 +88,7 @@ class World:
             policy=Policy(),
             store=self.store,
         )
-        admitter.run(now=self.clock.now(), outcome=_Report())
+        admitter.run(now=self.clock.now(), outcome=StepReport())
 
     def new_intake(self, **config: Any) -> Intake:
         """A fresh intake, as each Lambda invocation builds one; `config` as for IntakeConfig."""
@@ -112,13 +113,6 @@ class World:
             self.clock.advance(timedelta(minutes=1))
             self.cluster.advance()
             self.reconciler.run()
-
-
-@dataclass
-class _Report:
-    done: dict[str, list[Any]] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
 
 
 @pytest.fixture

@@ -8,9 +8,8 @@ there or not, so this is admission alone (the scale check's planning is test_sca
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -22,16 +21,10 @@ from squall.local.memory import InMemoryJobStore
 from squall.planner import Policy
 from squall.services.admission import MAX_CREATES, Admitter
 from squall.services.intake import Intake, IntakeConfig
+from tests.job_records import StepReport
 
 P3 = {"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"}
 GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
-
-
-@dataclass
-class Report:
-    done: dict[str, list[Any]] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -67,8 +60,8 @@ class TwoClusters:
         }
         self.intake.handle(body=json.dumps(body), message_id=f"m-{job_id}")
 
-    def admit(self) -> Report:
-        report = Report()
+    def admit(self) -> StepReport:
+        report = StepReport()
         Admitter(
             clusters=self.clusters, metrics=self.metrics, teams={}, policy=Policy(), store=self.store
         ).run(now=self.clock.now(), outcome=report)
@@ -204,7 +197,7 @@ def test_a_placed_job_is_finished_first_and_its_gpus_count_against_the_quota(two
     two.admit()
     assert [e.job_id for e in two.store.queue(placed=True)] == ["placed"]
     two.submit("next")
-    report = Report()
+    report = StepReport()
     decided = Admitter(
         clusters=two.clusters,
         metrics=two.metrics,

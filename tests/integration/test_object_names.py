@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import kmock
@@ -35,6 +34,7 @@ from squall.ports import KubeObject
 from squall.services.admission import Admitter
 from tests.integration.serving_world import SETTINGS, ServingWorld, a_service, serving_world
 from tests.job_bodies import job_body
+from tests.job_records import StepReport
 
 from .kube_resources import NS
 from .kube_server import KubeApi, resource_of
@@ -180,16 +180,9 @@ def submit_job(world: ServingWorld, job_id: str) -> Any:
     return result
 
 
-@dataclass
-class _Report:
-    done: dict[str, list[Any]] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
-def admit(world: ServingWorld) -> _Report:
+def admit(world: ServingWorld) -> StepReport:
     """Admission as the scale check runs it: what fits gets its objects."""
-    report = _Report()
+    report = StepReport()
     Admitter(
         clusters={"local": world.cluster},
         metrics=RecordingMetrics(world.clock),

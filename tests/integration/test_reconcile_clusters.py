@@ -9,7 +9,7 @@ jobs, as the scale check does, and reconcile runs every minute.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,18 +29,12 @@ from squall.ports import Cluster, JobStore
 from squall.services.admission import Admitter
 from squall.services.intake import Intake, IntakeConfig, update_job
 from squall.services.reconcile import Reconciler, ReconcileReport
+from tests.job_records import StepReport
 
 P3 = {"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"}
 GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 REGIONS = {"west": "us-west-2", "east": "us-east-1"}
 IMAGE = "registry.example.com/squall/t:1"
-
-
-@dataclass
-class Report:
-    done: dict[str, list[Any]] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -72,8 +66,8 @@ class ClusterWorld:
         } | overrides
         self.intake.handle(body=json.dumps(body), message_id=f"m-{job_id}")
 
-    def admit(self) -> Report:
-        report = Report()
+    def admit(self) -> StepReport:
+        report = StepReport()
         Admitter(
             clusters=self.clusters, metrics=self.metrics, teams={}, policy=Policy(), store=self.store
         ).run(now=self.clock.now(), outcome=report)

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,6 +35,7 @@ from squall.planner import Policy
 from squall.services.admission import Admitter
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.reconcile import Reconciler
+from tests.job_records import StepReport
 
 from .kube_server import KubeApi, running_kube_api
 
@@ -85,13 +86,6 @@ class Storm:
             raise NotImplementedError
 
         kube.call(lambda: kube.emulator[criteria] << answer)
-
-
-@dataclass
-class Report:
-    done: dict[str, list[Any]] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -240,9 +234,9 @@ class TwoApis:
         }
         self.intake.handle(body=json.dumps(body), message_id=f"m-{job_id}")
 
-    def admit(self) -> Report:
+    def admit(self) -> StepReport:
         """Admission as the scale check runs it, without a fleet to plan for."""
-        report = Report()
+        report = StepReport()
         Admitter(
             clusters=self.clusters, metrics=self.metrics, teams={}, policy=Policy(), store=self.store
         ).run(now=self.clock.now(), outcome=report)
