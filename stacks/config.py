@@ -25,6 +25,7 @@ from squall.core.settings import PolicySettings, ServingSettings
 from squall.core.spec.limits import IMAGE_REF, MAX_IMAGE_LENGTH, MAX_IMAGE_NAME_LENGTH
 from squall.planner.inputs import (
     AWS_REGION,
+    CLUSTER_NAME,
     IAM_PRINCIPAL_ARN,
     IAM_UNIQUE_ID,
     GroupsError,
@@ -90,7 +91,6 @@ LOAD_BALANCER_SCHEMES = ("internal", "internet-facing")
 _FLOATING_TAG = re.compile(r"latest([-_.].*)?", re.IGNORECASE | re.ASCII)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 # An EKS cluster's name (CreateCluster: 1-100 characters, a letter or digit first).
-_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 # Node groups, teams and policy are read by squall/planner/inputs.py, as every other
 # reader reads them; this module adds what only a deployment needs (regions, capacity).
 __all__ = [
@@ -638,7 +638,7 @@ class _Reader:
         )
         if not cluster.name:
             self.problem(f"{path}.name", "the EKS cluster's name is required")
-        elif not _CLUSTER_NAME.fullmatch(cluster.name):
+        elif not CLUSTER_NAME.fullmatch(cluster.name):
             self.problem(
                 f"{path}.name",
                 f"{json.dumps(cluster.name)[:120]} is not an EKS cluster name (1-100 letters, digits, '-' or '_')",

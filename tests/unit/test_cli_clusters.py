@@ -627,8 +627,8 @@ def test_plan_with_todays_flags_and_a_queue_plans_one_cluster_unqualified(
             "squall: --cluster: expected NAME=nodes.json,pods.json[,jobs.json], got 'gpu-west'",
         ),
         (
-            ["--cluster", "Gpu=a,b"],
-            "squall: --cluster 'Gpu': a cluster's name is 1 to 100 lower-case letters",
+            ["--cluster", "gpu.west=a,b"],
+            "squall: --cluster 'gpu.west': expected a cluster's name (a letter or digit",
         ),
         (
             ["--cluster", "gpu-west=west-nodes.json"],

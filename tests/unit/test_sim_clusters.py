@@ -89,7 +89,7 @@ def test_cluster_entries_are_checked_field_by_field() -> None:
     assert "clusters[2].name: gpu-west is named twice" in errors_of(scenario(clusters=twice))
     bad = errors_of(scenario(clusters=[{"name": "Gpu West!", "region": "us-west"}, CLUSTERS[1]]))
     assert bad == [
-        "clusters[0].name: expected a cluster's name (lower-case letters, digits, '-' and '_', 1 to 100 of them), "
+        "clusters[0].name: expected a cluster's name (a letter or digit, then letters, digits, '-' and '_', 1 to 100 of them), "
         "got 'Gpu West!'",
         "clusters[0].region: expected an AWS region name such as us-west-2, got 'us-west'",
     ]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from urllib.parse import urlsplit
 
 from squall.cli.errors import EXIT_FAILED, CommandError
 from squall.core import documents
-from squall.planner.inputs import AWS_REGION
+from squall.planner.inputs import AWS_REGION, CLUSTER_NAME
 
 TABLE_ENV = "SQUALL_TABLE_NAME"
 QUEUE_ENV = "SQUALL_JOBS_QUEUE_URL"
@@ -119,14 +118,11 @@ def artifacts_bucket() -> str:
 def cluster_name() -> str:
     """The one cluster SQUALL_CLUSTER_NAME names (default "squall")."""
     name = os.environ.get(CLUSTER_ENV, "").strip() or DEFAULT_CLUSTER
-    if not _CLUSTER_NAME.fullmatch(name):
+    if not CLUSTER_NAME.fullmatch(name):
         raise CommandError(
             f"{CLUSTER_ENV}: expected an EKS cluster name (letters, digits, '-', '_'), got {name[:60]!r}"
         )
     return name
-
-
-_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -169,7 +165,7 @@ def _read_clusters(text: str) -> list[ClusterPlace]:
                 f"{where}: expected an object with name and region, got {documents.kind(entry)}"
             )
         name, region = entry.get("name"), entry.get("region")
-        if not isinstance(name, str) or not _CLUSTER_NAME.fullmatch(name):
+        if not isinstance(name, str) or not CLUSTER_NAME.fullmatch(name):
             raise CommandError(
                 f"{where}.name: expected an EKS cluster name (letters, digits, '-', '_'), got {_given(name)}"
             )

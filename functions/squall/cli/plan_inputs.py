@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from squall.core.jobs import Reason
-from squall.planner.inputs import CLUSTER_NAME
+from squall.planner.inputs import CLUSTER_NAME, CLUSTER_NAME_WORDS
 from squall.planner.text import kind, shown
 
 if TYPE_CHECKING:
@@ -53,9 +53,7 @@ def cluster_option(text: str) -> ClusterFiles:
             f"--cluster: expected NAME=nodes.json,pods.json[,jobs.json], got {shown(text)}"
         )
     if not CLUSTER_NAME.fullmatch(name):
-        raise PlanArgumentError(
-            f"--cluster {shown(name)}: a cluster's name is 1 to 100 lower-case letters, digits, '-' or '_'"
-        )
+        raise PlanArgumentError(f"--cluster {shown(name)}: expected {CLUSTER_NAME_WORDS}")
     files = paths.split(",")
     if not 2 <= len(files) <= 3 or not all(files):
         raise PlanArgumentError(

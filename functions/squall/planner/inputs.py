@@ -48,8 +48,13 @@ MAX_ERRORS_SHOWN = 50
 # digits and letters ("us-west-\u0662"), which AWS and Kubernetes refuse.
 GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}", re.ASCII)
 AWS_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]", re.ASCII)
-# A cluster's name as a node group names it (whether it is a configured one, the caller checks).
-CLUSTER_NAME = re.compile(r"[a-z0-9_-]{1,100}", re.ASCII)
+# A cluster's name as EKS allows it (a letter or digit, then letters, digits, '-' and '_', 100
+# at most): the one rule wherever Squall reads one (a node group's, the CLI's, a scenario's).
+# Whether it is a configured one, the caller checks. Never a "/": sites are "<cluster>/<region>".
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", re.ASCII)
+CLUSTER_NAME_WORDS = (
+    "a cluster's name (a letter or digit, then letters, digits, '-' and '_', 1 to 100 of them)"
+)
 ASG_NAME = re.compile(r"[\w.+=@/-]{1,255}", re.ASCII)  # what an ARN's autoScalingGroupName can hold
 _Value = TypeVar("_Value")
 
@@ -452,7 +457,7 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
     price = fields_.number("pricePerHour")
     spot = fields_.boolean("spot")
     asg_name = fields_.text("asgName", pattern=ASG_NAME, what="an Auto Scaling group name") or name
-    cluster_name = "a cluster's name (lower-case letters, digits, '-' and '_', 1 to 100 of them)"
+    cluster_name = CLUSTER_NAME_WORDS
     cluster = fields_.text("cluster", pattern=CLUSTER_NAME, what=cluster_name)
     if fields_.raw.get("cluster") == "":
         fields_.error("cluster", f"expected {cluster_name}, got ''")

@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from squall.planner.admission import TeamShare, admit
-from squall.planner.inputs import CLUSTER_NAME, GroupsError, read_node_groups
+from squall.planner.inputs import CLUSTER_NAME, CLUSTER_NAME_WORDS, GroupsError, read_node_groups
 from squall.planner.kube import parse_nodes, parse_pods, parse_replica_jobs, parse_time
 from squall.planner.model import GroupHealth, Node, NodeGroup, Pod, Policy
 from squall.planner.planning import plan
@@ -169,9 +169,7 @@ def _snapshots(
     names = [snapshot.name for snapshot in clusters]
     for name in names:
         if not CLUSTER_NAME.fullmatch(name):
-            raise PlanInputError(
-                "clusters", f"{name!r} is not a cluster name (lower-case letters, digits, '-', '_')"
-            )
+            raise PlanInputError("clusters", f"{name!r} is not {CLUSTER_NAME_WORDS}")
         if names.count(name) > 1:
             raise PlanInputError("clusters", f"cluster {name} is given twice")
     return list(clusters)

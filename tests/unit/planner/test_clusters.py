@@ -187,7 +187,14 @@ def test_a_node_group_may_name_its_cluster_and_its_nodes_carry_it() -> None:
     assert CLUSTER_LABEL not in unnamed.template_labels()
 
 
-@pytest.mark.parametrize("bad", ["", "West", "a/b", "x" * 101, 7])
+@pytest.mark.parametrize("name", ["GpuTraining", "gpu-training", "a", "x" * 100, "7_west"])
+def test_every_name_eks_allows_is_a_cluster_name(name: str) -> None:
+    # the CDK app writes each group's cluster into the functions' settings: any EKS name
+    [[group], _] = read_node_groups([GROUP | {"cluster": name}])
+    assert group.cluster == name
+
+
+@pytest.mark.parametrize("bad", ["", "-west", "a/b", "x" * 101, "gpu west", "gpu.west", 7])
 def test_a_cluster_name_that_is_no_name_is_refused_naming_the_field(bad: object) -> None:
     with pytest.raises(GroupsError) as raised:
         read_node_groups([GROUP | {"cluster": bad}])

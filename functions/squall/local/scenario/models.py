@@ -28,7 +28,7 @@ from pydantic.alias_generators import to_camel
 
 from squall.core.settings import Duration
 from squall.local.clock import EPOCH
-from squall.planner.inputs import AWS_REGION, CLUSTER_NAME, parse_duration
+from squall.planner.inputs import AWS_REGION, CLUSTER_NAME, CLUSTER_NAME_WORDS, parse_duration
 from squall.planner.text import shown
 
 ZERO = timedelta(0)
@@ -78,10 +78,7 @@ class ClusterModel(StrictModel):
     @classmethod
     def _name(cls, name: str) -> str:
         if not CLUSTER_NAME.fullmatch(name):
-            raise ValueError(
-                f"expected a cluster's name (lower-case letters, digits, '-' and '_', 1 to 100 of them), "
-                f"got {shown(name)}"
-            )
+            raise ValueError(f"expected {CLUSTER_NAME_WORDS}, got {shown(name)}")
         return name
 
     @field_validator("region")
