@@ -47,7 +47,7 @@ def test_a_cpu_job_waits_and_is_admitted_in_cpus_and_memory(
             for m in messages
         ), messages
         assert (
-            "admitted whole in us-west-2: 8 CPUs and 32Gi of memory over 2 replica Jobs; its run time counts from now"
+            "admitted whole in us-west-2: 8 CPUs and 32Gi of memory over 2 replica Jobs (4 objects); its run time counts from now"
             in messages
         ), messages
         assert not any("GPU" in m for m in messages), messages

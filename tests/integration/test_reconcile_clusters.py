@@ -437,7 +437,7 @@ def test_a_job_queued_before_the_queue_was_kept_in_the_job_table_joins_it(one: C
     assert one.job("old").status is JobStatus.RUNNING and one.where("old") == {"west"}
 
 
-def test_a_job_whose_cluster_is_not_configured_is_reported_and_left_as_it_is(two: ClusterWorld) -> None:
+def test_a_job_whose_cluster_is_no_longer_configured_fails_saying_so(two: ClusterWorld) -> None:
     two.node("west")
     two.submit("j")
     two.admit()
@@ -449,10 +449,12 @@ def test_a_job_whose_cluster_is_not_configured_is_reported_and_left_as_it_is(two
         lambda current: transition(current, to=JobStatus.RUNNING, reason="Started", at=at, cluster="gone"),
     )
     assert moved is not None
-    for _ in range(3):
-        report = two.minute()
-    assert any("j: its cluster gone is not configured" in e for e in report.errors)
-    assert two.job("j").version == moved.version
+    two.minute()
+    failed = two.job("j")
+    assert (failed.status, failed.reason) == (JobStatus.FAILED, "ClusterNotConfigured:gone")
+    assert "no longer configured" in two.store.events("j")[-1].message
+    report = two.minute()
+    assert report.errors == [] and two.job("j").version == failed.version, "once, then left"
 
 
 def test_a_jobs_leftover_in_another_cluster_is_deleted_and_never_read(two: ClusterWorld) -> None:

@@ -65,6 +65,8 @@ class Reason(StrEnum):
     RETRIES_EXHAUSTED = "RetriesExhausted"
     OBJECTS_MISSING = "ObjectsMissing"
     CLUSTER_REFUSED = "ClusterRefused"
+    # the cluster its record names is no longer in the configuration
+    CLUSTER_NOT_CONFIGURED = "ClusterNotConfigured"
     CANCEL_REQUESTED = "CancelRequested"
     TRIALS_FINISHED = "TrialsFinished"
     GANG_RELEASED = "GangReleased"

@@ -34,7 +34,7 @@ from squall.core.errors import (
 )
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal, reason_code, transition
 from squall.core.queue import QueueEntry, replica_jobs
-from squall.core.spec import load_spec
+from squall.core.spec import SpecError, load_spec
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import Node, NodeGroup, Pod, Policy
 from squall.planner.admission import (
@@ -137,13 +137,15 @@ class Admitter:
     ttl_after_finished: timedelta = manifests.DEFAULT_TTL_AFTER_FINISHED
     # clusters this check could not reach: nothing is read from or created in them
     unreachable: set[str] = field(default_factory=set)
+    # queue entries the latest read could not make replica Jobs of: (job id, version, why)
+    unreadable_entries: list[tuple[str, int, str]] = field(default_factory=list)
 
     @property
     def qualified(self) -> bool:
         """Whether the planner tells clusters apart (only when there are several)."""
         return len(self.clusters) > 1
 
-    def read_queue(self) -> list[ReplicaJob]:
+    def read_queue(self, listed_jobs: Mapping[str, list[Any]] | None = None) -> list[ReplicaJob]:
         """The queue's entries as replica Jobs, with each reachable cluster's running ones (quotas).
 
         An unreadable Job or entry is left out, logged and counted; a cluster whose list
@@ -152,18 +154,22 @@ class Admitter:
         listed: list[ReplicaJob] = []
         changed = False
         seen: list[object] = []
+        self.unreadable_entries = []
         for name, cluster in self.clusters.items():
             if name in self.unreachable:
                 continue
             cache = self.parsed.jobs_of(name, qualified=self.qualified)
-            try:
-                raw_jobs = cluster.list_jobs()
-            except SquallError as exc:  # a timeout, a 5xx, expired credentials: not readable now
-                self.unreachable.add(name)
-                logger.warning(
-                    "cluster unreachable: its Jobs could not be listed", cluster=name, error=str(exc)
-                )
-                continue
+            if listed_jobs is not None:
+                raw_jobs = listed_jobs[name]  # as the scale check listed them with its nodes and pods
+            else:
+                try:
+                    raw_jobs = cluster.list_jobs()
+                except SquallError as exc:  # a timeout, a 5xx, expired credentials: not readable now
+                    self.unreachable.add(name)
+                    logger.warning(
+                        "cluster unreachable: its Jobs could not be listed", cluster=name, error=str(exc)
+                    )
+                    continue
             parsed = cache.parse_all(raw_jobs, unreadable=lambda item, why: None)
             changed = changed or cache.changed
             listed.extend(job for job in parsed if job is not None and not job.suspended)
@@ -187,8 +193,11 @@ class Admitter:
             self.parsed.changed = False
             return memo[3]
         entries = [(e, True) for e in placed_entries] + [(e, False) for e in waiting_entries]
-        placed = {entry.job_id for entry, is_placed in entries if is_placed}
-        jobs = [job for job in listed if job.job_id not in placed]
+        # A job with an entry is counted by its entry, never also by Jobs a cluster lists of it:
+        # a placed one's made in part, or a waiting one's when the index (eventually consistent)
+        # has not caught up with its admission yet (admission reads its record before acting).
+        entered = {entry.job_id for entry, _ in entries}
+        jobs = [job for job in listed if job.job_id not in entered]
         kept: dict[tuple[str, int, bool], list[ReplicaJob]] = {}
         for entry, is_placed in entries:
             if is_placed and entry.cluster in self.unreachable:
@@ -206,6 +215,8 @@ class Admitter:
                         "queue entry admission cannot read", job_id=entry.job_id, error=str(exc)[:500]
                     )
                     self.metrics.add(Metric.UNREADABLE_OBJECTS, 1, dimensions={"Kind": "queue entry"})
+                    # It would wait forever, unseen: the act step fails it with why.
+                    self.unreadable_entries.append((entry.job_id, entry.version, str(exc)))
                     replicas = []
             kept[key] = replicas
             jobs.extend(replicas)
@@ -221,10 +232,10 @@ class Admitter:
         if placed:
             # Admitted, objects not all created: the planner finishes it where it was placed.
             site = entry_site(entry.region or "", (entry.cluster or "") if self.qualified else "")
-            replicas = [replace(r, suspended=True, admitted_region=site) for r in replicas]
-        else:
-            replicas = [replace(r, suspended=True, admitted_region=None) for r in replicas]
-        return replicas
+            return [replace(r, suspended=True, admitted_region=site) for r in replicas]
+        if all(r.suspended and r.admitted_region is None for r in replicas):
+            return replicas  # a waiting entry's, as replica_jobs makes them: no copy
+        return [replace(r, suspended=True, admitted_region=None) for r in replicas]
 
     @property
     def queue_changed(self) -> bool:
@@ -288,7 +299,14 @@ class Admitter:
         Admissions an earlier check began (`resumed`) are finished first. One job's trouble
         never costs the others; past MAX_CREATES objects the rest wait for the next check.
         """
-        if not admission.admitted or self.store is None:
+        if self.store is None:
+            return
+        for job_id, version, why in self.unreadable_entries:
+            try:
+                self._fail_unreadable(job_id, version, why, now=now)
+            except Exception as exc:
+                self._job_failed(outcome, job_id, f"fail {job_id}", exc)
+        if not admission.admitted:
             return
         budget = MAX_CREATES
         ordered = sorted(admission.admitted, key=lambda a: not a.resumed)
@@ -316,6 +334,16 @@ class Admitter:
         ):
             outcome.skipped.append(f"{admitted.job_id}: no longer waiting for admission")
             return 0
+        if job.cluster is not None and job.cluster not in self.clusters:
+            self._back_in_queue(job, now=now, outcome=outcome)
+            return 0
+        try:
+            spec = load_spec(job.spec)
+        except SpecError as exc:
+            # Nothing can be made of it, now or later: it fails with why, before it holds a place.
+            self._fail(job, Reason.INVALID_STORED_SPEC, f"the recorded spec does not load: {exc}", now=now)
+            outcome.errors.append(f"{job.id}: {Reason.INVALID_STORED_SPEC}: {exc}"[:MAX_ERROR_TEXT])
+            return 0
         if job.cluster is None:
             if cluster_name in self.unreachable:
                 return 0
@@ -333,7 +361,7 @@ class Admitter:
             outcome.skipped.append(f"{job.id}: its cluster {job.cluster} cannot be reached; its objects wait")
             return 0
         objects = manifests.render(
-            load_spec(job.spec),
+            spec,
             job_id=job.id,
             namespace=job.namespace,
             ttl_after_finished=self.ttl_after_finished,
@@ -343,7 +371,9 @@ class Admitter:
         )
         cluster = self.clusters[job.cluster]
         try:
-            for manifest in objects:
+            # Services first: a replica's pod starts as soon as its Job exists, and its peers'
+            # names (TF_CONFIG) must resolve by then.
+            for manifest in sorted(objects, key=lambda obj: obj.get("kind") == "Job"):
                 cluster.create(manifest)
         except RetryableError as exc:
             outcome.errors.append(f"create {job.id} in {job.cluster}: {exc}"[:MAX_ERROR_TEXT])
@@ -403,6 +433,51 @@ class Admitter:
             )
         except ConflictError:
             return None
+
+    def _back_in_queue(self, job: Job, *, now: datetime, outcome: Report) -> None:
+        """Placed in a cluster no longer configured, its objects not all made: placed afresh."""
+        assert self.store is not None
+        outcome.skipped.append(
+            f"{job.id}: its cluster {job.cluster} is no longer configured; back in the queue"
+        )
+        update_job(
+            self.store,
+            job,
+            lambda current: (
+                None
+                if current.version != job.version
+                else transition(
+                    current,
+                    to=JobStatus.QUEUED,
+                    reason=reason_code(Reason.CLUSTER_NOT_CONFIGURED, job.cluster),
+                    at=now,
+                    message=f"its cluster {job.cluster} is no longer configured: it waits to be placed again",
+                    cluster=None,
+                    region=None,
+                    objects_created=False,
+                )
+            ),
+        )
+
+    def _fail_unreadable(self, job_id: str, version: int, why: str, *, now: datetime) -> None:
+        """A queue entry whose shape does not read: its job fails with why (it would wait unseen)."""
+        assert self.store is not None
+        job = self.store.get(job_id)
+        if job is not None and job.version == version and job.status is JobStatus.QUEUED:
+            self._fail(job, Reason.INVALID_STORED_SPEC, f"its queue entry does not read: {why}", now=now)
+
+    def _fail(self, job: Job, reason: str, message: str, *, now: datetime) -> None:
+        assert self.store is not None
+        update_job(
+            self.store,
+            job,
+            lambda current: (
+                None
+                if is_terminal(current.status)
+                else transition(current, to=JobStatus.FAILED, reason=reason, at=now, message=message[:2000])
+            ),
+        )
+        self.metrics.add(Metric.JOBS_FAILED, 1)
 
     def _admitted(self, job: Job, admitted: Admitted, *, objects: int) -> str:
         """`admitted whole in us-east-1: 16 GPUs over 2 replica Jobs (4 objects); its run time counts from now`."""

@@ -163,6 +163,10 @@ class Reconciler:
                 continue
             if job.reason == Reason.WAITING_FOR_TRIAL_SLOT:
                 continue
+            if job.status is JobStatus.QUEUED and job.cluster is not None and not job.objects_created:
+                # Placed, its objects still being made: the scale check's until it records them
+                # made (a RUNNING record here would leave the queue index before its Services).
+                continue
             where = self._cluster_of(job, reachable, report)
             if where is None:
                 # In the queue (no objects anywhere yet), or its cluster cannot be read now:
@@ -235,9 +239,7 @@ class Reconciler:
         """The cluster to observe the job in this run; None: nothing to observe now."""
         if job.cluster is not None:
             if job.cluster not in self.clusters:
-                report.errors.append(
-                    f"{job.id}: its cluster {job.cluster} is not configured"[:MAX_ERROR_TEXT]
-                )
+                self._isolated(job, report, functools.partial(self._unconfigured, job, report))
                 return None
             return job.cluster if job.cluster in reachable else None
         if job.status is JobStatus.QUEUED and job.queue_shape:
@@ -448,6 +450,20 @@ class Reconciler:
             return None
         return min(max(at, not_before), self.clock.now())
 
+    def _unconfigured(self, job: Job, report: ReconcileReport) -> None:
+        """Its cluster was taken out of the configuration: nothing can see or clean up its objects."""
+        self._record(
+            job,
+            to=JobStatus.FAILED,
+            reason=reason_code(Reason.CLUSTER_NOT_CONFIGURED, job.cluster),
+            message=(
+                f"its cluster {job.cluster} is no longer configured: Squall can neither follow nor "
+                "clean up its objects there (delete them there by hand if the cluster still runs)"
+            ),
+            report=report,
+            strict=True,
+        )
+
     def _requeue(self, job: Job, seen: Observation, *, cluster: str, report: ReconcileReport) -> None:
         """Its objects went missing (deleted by hand, lost with their nodes): back in the queue.
 
@@ -464,6 +480,11 @@ class Reconciler:
             )
             return
         entry = self._queue_entry(job)
+        latest = self.store.get(job.id)
+        if latest is None or latest.version != job.version:
+            # Its record moved on since this run read it (released and admitted again, maybe to
+            # another cluster): what this run saw is stale; the next run looks again.
+            return
         self.clusters[cluster].delete_job_objects(namespace=job.namespace, job_id=job.id)
         reason = (
             reason_code(Reason.NODE_LOST, f"retry {used}/{job.max_retries}")
@@ -480,6 +501,7 @@ class Reconciler:
             message=seen.message or "its Kubernetes objects are gone",
             report=report,
             retries_used=used,
+            strict=True,
             **entry,
             **placement,
         )
@@ -524,14 +546,16 @@ class Reconciler:
         message: str,
         report: ReconcileReport,
         happened_at: datetime | None = None,
+        strict: bool = False,
         **changes: Any,
     ) -> Job | None:
         """Record the transition (at `happened_at`, when Kubernetes says it happened earlier); the
-        stored job, or None when there was nothing to record."""
+        stored job, or None when there was nothing to record. `strict`: only onto the very version
+        this run read (a change made on what it saw, which a newer record may have overtaken)."""
         now = self.clock.now()
 
         def change(current: Job) -> tuple[Job, Any] | None:
-            if current.version != job.version and is_terminal(current.status):
+            if current.version != job.version and (strict or is_terminal(current.status)):
                 return None
             return transition(
                 current, to=to, reason=reason, at=now, message=message, happened_at=happened_at, **changes

@@ -172,6 +172,8 @@ class Scaler:
     parsed: ParsedObjects = field(default_factory=ParsedObjects)
     # the clusters this check could not reach (their lists failed now)
     _unreachable: set[str] = field(default_factory=set, init=False)
+    # each reachable cluster's Squall Jobs, as this check listed them with its nodes and pods
+    _listed_jobs: dict[str, list[Any]] = field(default_factory=dict, init=False)
 
     def check(self, *, trigger: str, asked_for: Sequence[str] | None = None) -> ScaleResult:
         """One scale check. `asked_for`: the jobs a submission asked this check for.
@@ -259,10 +261,13 @@ class Scaler:
                         reason=activity.status_message or activity.description,
                     )
                 )
-        # A node the planner cannot read is left out: its room goes unused and it is
-        # never scaled down. One object never stops the check for everyone.
-        nodes = self._nodes()
-        pods = self._pods()
+        # A cluster is read whole (its nodes, pods and Jobs) or not at all: a half view would
+        # see a busy node as free room. A node the planner cannot read is left out: its room
+        # goes unused and it is never scaled down. One object never stops the check for everyone.
+        read = self._read_clusters()
+        nodes = self._nodes({name: lists[0] for name, lists in read.items()})
+        pods = self._pods({name: lists[1] for name, lists in read.items()})
+        self._listed_jobs = {name: lists[2] for name, lists in read.items()}
         groups = []
         for ref, template in self.config.group_refs:
             if self.cluster_of(template) in self._unreachable:
@@ -290,13 +295,22 @@ class Scaler:
             groups.append(group)
         return groups, self.state.load_health(), nodes, pods
 
-    def _nodes(self) -> list[Node]:
+    def _read_clusters(self) -> dict[str, tuple[list[Any], list[Any], list[Any]]]:
+        """Each reachable cluster's nodes, pods and Squall Jobs, listed; a cluster whose lists
+        fail is unreachable for this check and nothing of it is kept."""
+        read: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
+        for name, cluster in self.clusters.items():
+            nodes = self._listed(name, "nodes", cluster.list_nodes)
+            pods = self._listed(name, "pods", cluster.list_pods) if nodes is not None else None
+            jobs = self._listed(name, "jobs", cluster.list_jobs) if pods is not None else None
+            if nodes is not None and pods is not None and jobs is not None:
+                read[name] = (nodes, pods, jobs)
+        return read
+
+    def _nodes(self, listed: Mapping[str, list[Any]]) -> list[Node]:
         nodes: list[Node] = []
         changed = False
-        for name, cluster in self.clusters.items():
-            raw = self._listed(name, "nodes", cluster.list_nodes)
-            if raw is None:
-                continue
+        for name, raw in listed.items():
             cache = self.parsed.nodes.get(name)
             if cache is None:
                 cache = self.parsed.nodes[name] = node_cache(cluster=name if self.qualified else None)
@@ -330,14 +344,18 @@ class Scaler:
         self.metrics.add(Metric.PENDING_PODS, counted[0])
         self.metrics.add(Metric.PENDING_GPUS, counted[1])
 
-    def _pods(self) -> list[Pod]:
+    def _pods(self, listed: Mapping[str, list[Any]] | None = None) -> list[Pod]:
+        """The pods of `listed` (cluster -> its pod list); None: every reachable cluster's, listed now."""
+        if listed is None:
+            listed = {
+                name: raw
+                for name, cluster in self.clusters.items()
+                if (raw := self._listed(name, "pods", cluster.list_pods)) is not None
+            }
         # An unreadable pod bound to a node keeps that node busy; one not bound is left out.
         pods: list[Pod] = []
         changed = False
-        for name, cluster in self.clusters.items():
-            raw = self._listed(name, "pods", cluster.list_pods)
-            if raw is None:
-                continue
+        for name, raw in listed.items():
             cache = self.parsed.pods.get(name)
             if cache is None:
                 cache = self.parsed.pods[name] = pod_cache(cluster=name if self.qualified else None)
@@ -372,7 +390,7 @@ class Scaler:
     def _check(self, *, trigger: str, now: datetime) -> ScaleResult:
         groups, health, nodes, pods = self._observe(now)
         admitter = self.admitter
-        jobs = admitter.read_queue()
+        jobs = admitter.read_queue(self._listed_jobs)
         seen = self._fingerprint(groups, health)
         quiet = self.parsed.quiet
         if quiet is not None and quiet.holds(seen, now) and not self._inputs_changed(admitter):
