@@ -692,14 +692,14 @@ def record_edit(path: Any, index: int, **changes: Any) -> None:
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
-        ({"queueShape": '[{"n": 0, "pod": {}}]'}, ".queueShape: [0].n: expected a count from 1 to 1000"),
+        ({"queueShape": '[{"n": 0, "pod": {}}]'}, ".queueShape: [0].n: expected a count from 1 to 82"),
         ({"queueShape": "not json"}, ".queueShape: not JSON"),
         ({"queueShape": 7}, ".queueShape: expected a string (compact JSON), got a number"),
         (
             {"submittedAt": "yesterday"},
             ".submittedAt: expected an ISO 8601 time with a timezone, got 'yesterday'",
         ),
-        ({"priority": "high"}, ".priority: expected a whole number, got 'high'"),
+        ({"priority": "high"}, ".priority: expected a whole number from 0 to 100, got 'high'"),
         ({"requeued": "yes"}, ".requeued: expected true or false, got 'yes'"),
         ({"team": None}, ".team: expected a non-empty string, got None"),
         ({"cluster": "gpu-east"}, ": cluster and region: a placed job has both, a waiting one neither"),
@@ -733,7 +733,8 @@ def test_a_placed_record_in_no_given_cluster_is_named(
 
     assert code == 2
     assert err == (
-        "squall: queued.json: job early: placed in cluster gpu-north, which no --cluster gives (gpu-west, gpu-east)\n"
+        "squall: queued.json: [0] (job early).cluster: placed in cluster gpu-north, which no --cluster gives "
+        "(gpu-west, gpu-east)\n"
     )
 
 

@@ -283,7 +283,7 @@ def test_a_placed_entry_reads_as_admitted_to_its_region() -> None:
     entry = queue_entry(job)
     assert entry.placed and entry.gpus == 1 and entry.replicas == 1
     [replica] = replica_jobs(entry, qualify_cluster=False)
-    assert not replica.suspended and replica.admitted_region == "us-east-1"
+    assert replica.suspended and replica.admitted_region == "us-east-1"
 
 
 def test_with_many_clusters_a_placed_entry_is_admitted_to_its_site_and_fits_only_its_cluster() -> None:

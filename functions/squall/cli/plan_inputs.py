@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from squall.core.jobs import Reason
-from squall.planner.inputs import CLUSTER_NAME, CLUSTER_NAME_WORDS
+from squall.planner.inputs import AWS_REGION, CLUSTER_NAME, CLUSTER_NAME_WORDS
 from squall.planner.text import kind, shown
 
 if TYPE_CHECKING:
@@ -94,6 +94,17 @@ def snapshots(
 
 # ---- the queue ----
 
+# The most records a queue file may hold: as many as the scale check reads of one
+# partition (JobStore.queue's limit).
+MAX_QUEUE_RECORDS = 200_000
+# The most replicas the queue's entries may stand for together. Each becomes a ReplicaJob
+# and a pending pod for the planner: about 0.5 KiB and 10 us to build each, so 1,000,000
+# is about 0.5 GiB and 10 s before planning starts (200,000 jobs of 5 replicas on
+# average; one job has at most core/queue.py MAX_SHAPE_REPLICAS). A file beyond it is
+# not a deployment's queue to plan on a workstation.
+MAX_QUEUE_REPLICAS = 1_000_000
+PRIORITIES = range(0, 101)  # a spec's priority: 0 to 100 (core/spec/model.py)
+
 
 @dataclass
 class Queue:
@@ -101,6 +112,8 @@ class Queue:
 
     entries: list[QueueEntry] = field(default_factory=list)
     left_out: int = 0
+    # Where each entry is in the file (``FILE: [i] (job ID)``), in the entries' order.
+    records: list[str] = field(default_factory=list)
 
 
 def read_queue(records: Any, *, source: str) -> Queue:
@@ -110,17 +123,31 @@ def read_queue(records: Any, *, source: str) -> Queue:
             f"{source}: expected the list of job records `squall list --status QUEUED --json` prints, "
             f"got {kind(records)}"
         )
+    if len(records) > MAX_QUEUE_RECORDS:
+        raise PlanArgumentError(
+            f"{source}: {len(records):,} records, more than the {MAX_QUEUE_RECORDS:,} the scale check "
+            "reads of its queue"
+        )
     queue = Queue()
     seen: set[str] = set()
+    replicas = 0
     for index, record in enumerate(records):
-        entry = queue_record(record, where=f"{source}: [{index}]")
+        where = f"{source}: [{index}]"
+        entry = queue_record(record, where=where)
         if entry is None:
             queue.left_out += 1
             continue
         if entry.job_id in seen:
-            raise PlanArgumentError(f"{source}: [{index}].id: job {entry.job_id} is listed twice")
+            raise PlanArgumentError(f"{where}.id: job {entry.job_id} is listed twice")
         seen.add(entry.job_id)
+        replicas += sum(shape.count for shape in entry.shape)
+        if replicas > MAX_QUEUE_REPLICAS:
+            raise PlanArgumentError(
+                f"{where} (job {entry.job_id}): the queue's jobs up to here have {replicas:,} replicas, more "
+                f"than the {MAX_QUEUE_REPLICAS:,} squall plan reads"
+            )
         queue.entries.append(entry)
+        queue.records.append(f"{where} (job {entry.job_id})")
     return queue
 
 
@@ -134,7 +161,13 @@ def queue_record(record: Any, *, where: str) -> QueueEntry | None:
     where = f"{where} (job {job_id})"
     status = _text(record, "status", where)
     cluster = _optional_text(record, "cluster", where)
+    if cluster is not None and not CLUSTER_NAME.fullmatch(cluster):
+        raise PlanArgumentError(f"{where}.cluster: expected {CLUSTER_NAME_WORDS}, got {shown(cluster)}")
     region = _optional_text(record, "region", where)
+    if region is not None and not AWS_REGION.fullmatch(region):
+        raise PlanArgumentError(
+            f"{where}.region: expected an AWS region name such as us-west-2, got {shown(region)}"
+        )
     if (cluster is None) != (region is None):
         raise PlanArgumentError(f"{where}: cluster and region: a placed job has both, a waiting one neither")
     shape = record.get("queueShape", "")
@@ -152,7 +185,7 @@ def queue_record(record: Any, *, where: str) -> QueueEntry | None:
         job_id=job_id,
         team=_text(record, "team", where),
         namespace=_text(record, "namespace", where),
-        priority=_whole(record, "priority", where, default=0),
+        priority=_priority(record, where),
         submitted_at=_time(record, "submittedAt", where),
         requeued=_flag(record, "requeued", where),
         queue_shape=shape,
@@ -205,6 +238,16 @@ def _whole(record: Mapping[str, Any], key: str, where: str, *, default: int) -> 
     return value
 
 
+def _priority(record: Mapping[str, Any], where: str) -> int:
+    value = record.get("priority", 0)
+    if type(value) is not int or value not in PRIORITIES:
+        raise PlanArgumentError(
+            f"{where}.priority: expected a whole number from {PRIORITIES[0]} to {PRIORITIES[-1]}, "
+            f"got {shown(value)}"
+        )
+    return value
+
+
 def _flag(record: Mapping[str, Any], key: str, where: str) -> bool:
     value = record.get(key, False)
     if not isinstance(value, bool):
@@ -238,21 +281,22 @@ def queued_replica_jobs(
 
     A waiting entry's replicas are suspended and unpinned; a placed one's (admitted, its
     objects not all created) are suspended and pinned to its site, so that admission
-    finishes it where it was placed. `clusters`: the names given (with more than one, a
-    placed job must be in one of them); `listed`: job ids whose Jobs a jobs.json holds
-    (they speak for the job: its entry is left out rather than counted twice).
+    finishes it where it was placed. `clusters`: the names given (when any is, a placed
+    job must be in one of them); `listed`: job ids whose Jobs a jobs.json holds (they
+    speak for the job: its entry is left out rather than counted twice).
     """
     from squall.core.queue import QueueShapeError, replica_jobs
     from squall.planner.sites import site
 
     qualified = len(clusters) > 1
     jobs: list[ReplicaJob] = []
-    for entry in queue.entries:
+    for index, entry in enumerate(queue.entries):
         if entry.job_id in listed:
             continue
-        if qualified and entry.cluster is not None and entry.cluster not in clusters:
+        if clusters and entry.cluster is not None and entry.cluster not in clusters:
+            where = queue.records[index] if index < len(queue.records) else f"{source}: job {entry.job_id}"
             raise PlanArgumentError(
-                f"{source}: job {entry.job_id}: placed in cluster {entry.cluster}, which no --cluster gives "
+                f"{where}.cluster: placed in cluster {entry.cluster}, which no --cluster gives "
                 f"({', '.join(clusters)})"
             )
         try:

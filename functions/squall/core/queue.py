@@ -60,8 +60,11 @@ QUEUE_INDEX_ATTRIBUTES = (
 # characters each), the GPU toleration and a node affinity of at most 16 regions and 64
 # node groups (63 characters each): about 22 kB. A usual job's is about 200 bytes.
 MAX_QUEUE_SHAPE_BYTES = 32_000
-# What a shape may hold when read back: a job has at most 82 replicas (limits.MAX_REPLICAS).
-_MAX_SHAPE_REPLICAS = 1_000
+# What a shape may hold when read back: at most the replicas a valid spec may have, the sum
+# of core/spec/limits.py MAX_REPLICAS (chief 1, workers 64, parameter servers 16, evaluator 1).
+# Written out rather than imported: importing the spec package loads its pydantic models,
+# which `squall plan --queue` does without (tests/unit/test_review26_fixes.py holds the two equal).
+MAX_SHAPE_REPLICAS = 82
 _MAX_SHAPE_TEMPLATES = 16
 
 
@@ -156,13 +159,14 @@ def _decode(text: str) -> tuple[ReplicaShape, ...]:
     for i, entry in enumerate(raw):
         count = entry.get("n") if isinstance(entry, dict) else None
         pod = entry.get("pod") if isinstance(entry, dict) else None
-        if type(count) is not int or not 1 <= count <= _MAX_SHAPE_REPLICAS:
-            raise ValueError(f"[{i}].n: expected a count from 1 to {_MAX_SHAPE_REPLICAS}")
+        if type(count) is not int or not 1 <= count <= MAX_SHAPE_REPLICAS:
+            raise ValueError(f"[{i}].n: expected a count from 1 to {MAX_SHAPE_REPLICAS}")
         if not isinstance(pod, dict):
             raise ValueError(f"[{i}].pod: expected an object")
         shapes.append(ReplicaShape(count=count, pod=pod))
-    if sum(s.count for s in shapes) > _MAX_SHAPE_REPLICAS:
-        raise ValueError(f"more than {_MAX_SHAPE_REPLICAS} replicas")
+    total = sum(s.count for s in shapes)
+    if total > MAX_SHAPE_REPLICAS:
+        raise ValueError(f"{total} replicas, more than a job may have ({MAX_SHAPE_REPLICAS})")
     return tuple(shapes)
 
 
@@ -247,9 +251,12 @@ def queue_entry(job: Job) -> QueueEntry:
 def replica_jobs(entry: QueueEntry, *, qualify_cluster: bool) -> list[ReplicaJob]:
     """The planner's ReplicaJob for each replica of the entry's job (synthetic names ``<id>-r<i>``).
 
-    A QUEUE entry's replicas are suspended; a PLACED one's are not, and are admitted to
-    its site: ``<cluster>/<region>`` when `qualify_cluster` (more than one cluster is
-    configured; its pods then only fit that cluster's nodes), else its region. Each
+    Every replica is suspended: a queued job has no objects in any cluster, and a PLACED
+    one's are not all created yet. A PLACED entry's replicas are also admitted to its
+    site, ``<cluster>/<region>`` when `qualify_cluster` (more than one cluster is
+    configured; its pods then only fit that cluster's nodes), else its region: the planner
+    reads them as an admission to finish there (as services/admission.py and `squall plan`
+    give them to it); a QUEUE entry's are admitted nowhere yet. Each
     distinct shape is parsed once, and an entry's ReplicaJobs are kept while it is
     unchanged (an entry is immutable: a changed record is a new version), so a warm
     check reads a queue it has seen at the cost of a lookup per job.
@@ -280,7 +287,7 @@ def _replica_jobs(entry: QueueEntry, qualify_cluster: bool) -> tuple[ReplicaJob,
                     submitted_at=entry.submitted_at,
                     requeued=entry.requeued,
                     replicas=total,
-                    suspended=not entry.placed,
+                    suspended=True,
                     admitted_region=admitted_region,
                     pod=dataclasses.replace(template, name=name, job_id=entry.job_id),
                 )

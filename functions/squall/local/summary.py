@@ -78,17 +78,18 @@ class ObjectChange:
 class PlacementWatch:
     """The observed clusters of one run, and the jobs whose objects two of them held at once.
 
-    Checked when a Job is created, against the other clusters' objects at that moment:
-    a look per creation and cluster, nothing per event.
+    A job's objects are its Kubernetes Jobs and its Services. Checked when one of them is
+    created, against the other clusters' objects at that moment: a look per creation and
+    cluster, nothing per event.
     """
 
-    clusters: list[SimulatedCluster] = field(default_factory=list)
+    clusters: list[ObservedCluster] = field(default_factory=list)
     jobs_in_two_clusters: set[str] = field(default_factory=set)
 
-    def created(self, cluster: SimulatedCluster, job_id: str) -> None:
+    def created(self, cluster: ObservedCluster, job_id: str) -> None:
         if job_id in self.jobs_in_two_clusters:
             return
-        if any(other is not cluster and other.holds_job(job_id) for other in self.clusters):
+        if any(other is not cluster and other.holds_objects(job_id) for other in self.clusters):
             self.jobs_in_two_clusters.add(job_id)
 
 
@@ -125,9 +126,17 @@ class ObservedCluster(SimulatedCluster):
         del self._kills[method]
         raise InvocationKilled(f"killed at {method}")
 
+    def holds_objects(self, job_id: str) -> bool:
+        """Whether a Kubernetes Job or a Service of Squall job `job_id` exists here now; not a port call."""
+        return self.holds_job(job_id) or bool(self._state.services_by_id.get(job_id))
+
     def create(self, manifest: KubeObject) -> bool:
         self._maybe_kill("create")
         created = super().create(manifest)
+        if created and manifest.get("kind") == "Service":
+            job_id = ((manifest.get("metadata") or {}).get("labels") or {}).get(JOB_ID_LABEL)
+            if job_id is not None:
+                self.watch.created(self, job_id)
         if created and manifest.get("kind") == "Job":
             metadata = manifest.get("metadata") or {}
             job_id = (metadata.get("labels") or {}).get(JOB_ID_LABEL)

@@ -493,23 +493,26 @@ def load_configuration(path: str | Path | None) -> Configuration:
 def _cdk_clusters(context: dict[str, Any]) -> dict[str, Any]:
     """A cdk.json's clusters as a groups file has them ({name, region} each), or its one `cluster`.
 
-    Only name and region matter to a replay; a cluster without a region (the old one-cluster
-    form may leave it to the deployment's) is taken to be in the first group's region.
+    Only name and region matter to a replay. A cluster without a region is where the CDK app
+    puts it (stacks/config.py): in `homeRegion`; in a context without one (which cdk synth
+    refuses), in the first group's region.
     """
     found = context.get("clusters")
     if found is None and isinstance(context.get("cluster"), dict):
         found = [context["cluster"]] if context["cluster"].get("name") else None
     if not isinstance(found, list):
         return {} if found is None else {"clusters": found}  # not a list: the model says so
-    groups = context.get("nodeGroups")
-    first = (
-        groups[0].get("region")
-        if isinstance(groups, list) and groups and isinstance(groups[0], dict)
-        else None
-    )
+    home = context.get("homeRegion")
+    if not isinstance(home, str) or not home:
+        groups = context.get("nodeGroups")
+        home = (
+            groups[0].get("region")
+            if isinstance(groups, list) and groups and isinstance(groups[0], dict)
+            else None
+        )
     return {
         "clusters": [
-            {"name": c.get("name"), "region": c.get("region") or first} if isinstance(c, dict) else c
+            {"name": c.get("name"), "region": c.get("region") or home} if isinstance(c, dict) else c
             for c in found
         ]
     }

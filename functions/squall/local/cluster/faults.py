@@ -64,6 +64,11 @@ class PortFaults:
         """Whether the API cannot be reached now (an outage that has not ended)."""
         return self.unreachable_until is not None and self._now() < self.unreachable_until
 
+    def unreachable_for(self, until: datetime) -> None:
+        """An outage until then; one already under way that ends later keeps its end."""
+        if self.unreachable_until is None or until > self.unreachable_until:
+            self.unreachable_until = until
+
     def fail_calls(self, method_name: str, error: Exception, *, times: int = 1) -> None:
         if method_name not in PORT_METHODS:
             raise ValueError(f"{method_name!r} is not a Cluster port method: {sorted(PORT_METHODS)}")

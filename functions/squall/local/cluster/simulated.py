@@ -469,8 +469,9 @@ class SimulatedCluster:
         Only the API is down (a cluster outage as its callers see it: timeouts, 5xx):
         nodes, the scheduler and the pods go on, and what Squall does not call (the
         fleet's nodes joining and leaving) still happens. Afterwards it answers again.
+        Outages that overlap make one: it lasts until the later of their ends.
         """
-        self._faults.unreachable_until = until
+        self._faults.unreachable_for(until)
 
     @property
     def unreachable(self) -> bool:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -34,8 +35,24 @@ from squall.planner.text import shown
 ZERO = timedelta(0)
 KubernetesMethod = Literal["list_jobs", "list_pods", "list_nodes", "get_node", "patch_node", "create"]
 KUBERNETES_READS: tuple[KubernetesMethod, ...] = ("list_jobs", "list_pods", "list_nodes")
-# A duration in a scenario: seconds as a number, '90s', '4m', '1h30m', '2d', or ISO 8601 ('PT5M').
-Span = Duration
+# The longest span a scenario may give (an arrival's or a fault's time, a duration, the run's
+# limit): 10 years of virtual time, far more than any run simulates, and far enough from
+# datetime's end (year 9999) that the clock's start plus a few of them stays a time.
+MAX_SPAN = timedelta(days=3650)
+MAX_SPAN_WORDS = "at most 10 years (3650 days)"
+# The latest clock start: its spans added stay within datetime's range.
+LATEST_START = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _within_max_span(span: timedelta) -> timedelta:
+    if span > MAX_SPAN:
+        raise ValueError(f"must be {MAX_SPAN_WORDS}, got {span.days} days")
+    return span
+
+
+# A duration in a scenario: seconds as a number, '90s', '4m', '1h30m', '2d', or ISO 8601 ('PT5M'),
+# at most MAX_SPAN.
+Span = Annotated[Duration, AfterValidator(_within_max_span)]
 parse_span = parse_duration
 
 
@@ -94,6 +111,13 @@ class ClockModel(StrictModel):
     speed: Annotated[float, Field(gt=0)] | Literal["max"] = "max"
     start: AwareDatetime = EPOCH
 
+    @field_validator("start")
+    @classmethod
+    def _early_enough(cls, start: datetime) -> datetime:
+        if start >= LATEST_START:
+            raise ValueError(f"must be before {LATEST_START.date().isoformat()}, got {start.isoformat()}")
+        return start
+
 
 Expect = Literal["accepted", "rejected", "duplicate", "deadLetter"]
 
@@ -116,6 +140,15 @@ class ArrivalModel(StrictModel):
     )
     # What Squall should make of it: a job; REJECTED; ignored as a duplicate client id; dead-lettered.
     expect: Expect = "accepted"
+
+    @model_validator(mode="after")
+    def _last_within_max_span(self) -> ArrivalModel:
+        if self.at + (self.count - 1) * self.every > MAX_SPAN:
+            raise ValueError(
+                f"every: the last of {self.count} arrivals {self.every.total_seconds():g} s apart from "
+                f"at would come later than {MAX_SPAN_WORDS} after the start"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_source(self) -> ArrivalModel:
