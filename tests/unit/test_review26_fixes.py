@@ -287,3 +287,19 @@ def test_objects_deleted_from_one_cluster_before_the_other_creates_its_own_do_no
     east.create(job_manifest("moved-worker-0", job_id="moved"))
     assert east.create(service("moved"))
     assert in_two(west, east, recorder) == []
+
+
+def test_squall_local_run_of_an_outage_for_ever_exits_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (Path(__file__).parents[2] / "scenarios" / "cluster-outage.yaml").read_text()
+    assert "duration: 30m}" in text
+    path = tmp_path / "outage-forever.yaml"
+    path.write_text(text.replace("duration: 30m}", "duration: P100000Y}"))
+
+    code = main(["local", "run", "--scenario", str(path), "--json", "--speed", "max", "--backend", "memory"])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "faults[0].duration: must be at most 10 years (3650 days), got 36500000 days" in err
+    assert "Traceback" not in err and "OverflowError" not in err
