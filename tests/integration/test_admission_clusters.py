@@ -209,3 +209,28 @@ def test_a_placed_job_is_finished_first_and_its_gpus_count_against_the_quota(two
     assert decided.in_use == {"research": 4}, "a placed job's GPUs are in use"
     assert [w.job_id for w in decided.waiting] == ["next"] and decided.waiting[0].held_by_quota
     assert two.where("placed") == {"west"} and two.where("next") == set()
+
+
+def test_the_gpus_of_jobs_in_an_unreachable_cluster_still_count_against_the_quota(two: TwoClusters) -> None:
+    from squall.core.jobs import JobStatus, transition
+    from squall.planner.admission import TeamShare
+
+    two.nodes(two.west, "us-west-2", 2)
+    two.nodes(two.east, "us-east-1", 2)
+    two.submit("first")
+    two.admit()
+    first = two.store.get("first")
+    assert first is not None and first.objects_created
+    running, event = transition(first, to=JobStatus.RUNNING, reason="Started", at=two.clock.now())
+    two.store.save(running, event)
+    two.clusters[first.cluster or ""].outage(until=two.clock.now() + timedelta(minutes=30))
+    two.submit("second")
+    decided = Admitter(
+        clusters=two.clusters,
+        metrics=two.metrics,
+        teams={"research": TeamShare(quota=4)},
+        policy=Policy(),
+        store=two.store,
+    ).run(now=two.clock.now(), outcome=StepReport())
+    assert decided.in_use == {"research": 4}, "the running job's GPUs, though its cluster is not seen"
+    assert [(w.job_id, w.held_by_quota) for w in decided.waiting] == [("second", True)]

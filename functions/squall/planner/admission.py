@@ -477,8 +477,12 @@ def admit(
     now: datetime,
     cache: AdmissionCache | None = None,
     inventory: Inventory | None = None,
+    unseen: Mapping[str, int] | None = None,
 ) -> AdmissionPlan:
     """Decide which queued jobs run now (whole, in one region) and where the rest stand.
+
+    `unseen`: team -> GPUs its jobs hold where no replica Job of theirs could be read (a
+    cluster that cannot be reached now): in use all the same, for the quotas.
 
     `cache`: kept by a caller that admits again and again (see AdmissionCache).
     `inventory`: build_inventory's of these nodes, pods and groups, where the caller
@@ -491,6 +495,8 @@ def admit(
     if inventory is None:
         inventory = build_inventory(nodes=nodes, pods=pods, groups=groups, policy=policy, now=now)
     in_use = {team: gpus for team, (_, gpus) in gathered.running.items()}
+    for team, gpus in (unseen or {}).items():
+        in_use[team] = in_use.get(team, 0) + gpus
 
     # Admitted jobs: their replicas with no pod yet (the Job controller creates it in a
     # moment) wait like their pending pods; an admission begun earlier is finished.

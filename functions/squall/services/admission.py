@@ -262,7 +262,20 @@ class Admitter:
             now=now,
             cache=self.parsed.prepared,
             inventory=inventory,
+            unseen=self._unseen(),
         )
+
+    def _unseen(self) -> dict[str, int]:
+        """Team -> GPUs its jobs hold in clusters this check cannot read (their records say so):
+        running there, or placed there, they count against the quotas all the same."""
+        if not self.unreachable or self.store is None:
+            return {}
+        held: dict[str, int] = {}
+        placed = [e for e in self.store.queue(placed=True) if e.cluster in self.unreachable]
+        running = [j for j in self.store.list_by_status(JobStatus.RUNNING) if j.cluster in self.unreachable]
+        for team, gpus in [(e.team, e.gpus) for e in placed] + [(j.team, j.gpus) for j in running]:
+            held[team] = held.get(team, 0) + gpus
+        return held
 
     def run(self, *, now: datetime, outcome: Report, groups: Sequence[NodeGroup] = ()) -> AdmissionPlan:
         """Observe, decide and act, without a scale check around it (no fleet to plan for)."""
