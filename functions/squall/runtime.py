@@ -24,12 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from aws_lambda_powertools import Logger
 
 from squall.adapters.aws.identity import ClusterEndpoint
 from squall.core.drain import DrainPolicy
+from squall.core.errors import RetryableError, SquallError
 from squall.core.resources import DRAIN, FUNCTIONS
 from squall.core.settings import ClusterSettings, Settings
 from squall.core.telemetry import SERVICE
@@ -365,8 +366,7 @@ def _from_environment(metrics: Any | None) -> Services:
             clients[(service, region)] = session.client(service, region_name=region)
         return clients[(service, region)]
 
-    clusters: dict[str, ServingCluster] = {}
-    for configured in settings.clusters:
+    def built(configured: ClusterSettings) -> ServingCluster:
         if not (configured.certificate_authority and configured.endpoint):
             configured = _described(configured, _describer(regional, configured, session.region_name))
         cluster: ServingCluster = KubernetesCluster(api_client_for(configured, session=session))
@@ -374,7 +374,19 @@ def _from_environment(metrics: Any | None) -> Services:
             cluster = NamespacedCluster(
                 cluster, settings.namespaces, cluster_wide_pods=settings.cluster_wide_pods
             )
-        clusters[configured.name] = cluster
+        return cluster
+
+    clusters: dict[str, ServingCluster] = {}
+    for configured in settings.clusters:
+        try:
+            clusters[configured.name] = built(configured)
+        except SquallError as exc:
+            # One cluster's DescribeCluster failing must not take every function down with it:
+            # that cluster is unreachable (its calls raise RetryableError) until a call builds it.
+            logger.warning("cluster not built at cold start", cluster=configured.name, error=str(exc))
+            clusters[configured.name] = cast(
+                ServingCluster, BuiltLater(configured.name, functools.partial(built, configured))
+            )
     submitters: dict[str, frozenset[str]] = {}
     if settings.submitters:
         resolved = resolve_submitters(settings.submitters, IamPrincipals(session.client("iam")))
@@ -422,6 +434,27 @@ def _prepare_for_init() -> None:
 
 
 _prepare_for_init()
+
+
+class BuiltLater:
+    """A cluster whose client could not be built at cold start (its DescribeCluster failed):
+    every call tries to build it again first, and is RetryableError until that succeeds."""
+
+    def __init__(self, name: str, build: Callable[[], ServingCluster]) -> None:
+        self._name = name
+        self._build = build
+        self._built: ServingCluster | None = None
+
+    def _cluster(self) -> ServingCluster:
+        if self._built is None:
+            try:
+                self._built = self._build()
+            except SquallError as exc:
+                raise RetryableError(f"cluster {self._name} cannot be reached: {exc}") from exc
+        return self._built
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cluster(), name)
 
 
 def _describer(

@@ -159,3 +159,52 @@ def test_a_cold_start_resolves_submitters_and_reads_the_certificate_it_was_not_g
         # and its Kubernetes lists stay in the team namespaces
         assert list(services.clusters) == ["gpu-training"]
         assert isinstance(services.clusters["gpu-training"], NamespacedCluster)
+
+
+def test_a_cluster_whose_describe_fails_at_cold_start_is_unreachable_not_fatal(
+    aws_credentials: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from squall.core.errors import RetryableError
+
+    with mock_aws():
+        # given two clusters without certificates, one of which EKS does not know (yet)
+        boto3.client("eks", region_name="us-west-2").create_cluster(
+            name="gpu-west",
+            roleArn="arn:aws:iam::123456789012:role/eks",
+            resourcesVpcConfig={"subnetIds": ["subnet-0a000000000000001"]},
+        )
+        settings_file = tmp_path / "scale.json"
+        settings_file.write_text(
+            json.dumps(
+                {
+                    "teams": {"research": "team-research"},
+                    "clusters": [
+                        {"name": "gpu-west", "endpoint": "https://example.invalid", "region": "us-west-2"},
+                        {"name": "gpu-east", "endpoint": "https://example.invalid", "region": "us-east-1"},
+                    ],
+                }
+            )
+        )
+        monkeypatch.setenv("SQUALL_SETTINGS_FILE", str(settings_file))
+        monkeypatch.setenv("SQUALL_TABLE_NAME", "jobs")
+        import squall.adapters.aws.identity as identity
+
+        original = identity.describe_cluster
+
+        def with_certificate(client: Any, name: str) -> Any:
+            found = original(client, name)
+            return identity.ClusterEndpoint(endpoint=found.endpoint, certificate_authority=cluster_ca())
+
+        monkeypatch.setattr(identity, "describe_cluster", with_certificate)
+        runtime._from_environment.cache_clear()
+        try:
+            # when the services are built, as at a cold start
+            services = runtime._from_environment(None)
+        finally:
+            runtime._from_environment.cache_clear()
+        # then both clusters are there; the one EKS did not describe is unreachable, not fatal
+        assert list(services.clusters) == ["gpu-west", "gpu-east"]
+        assert not isinstance(services.clusters["gpu-west"], runtime.BuiltLater)
+        assert isinstance(services.clusters["gpu-east"], runtime.BuiltLater)
+        with pytest.raises(RetryableError, match="cluster gpu-east cannot be reached"):
+            services.clusters["gpu-east"].list_nodes()
