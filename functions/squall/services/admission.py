@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -48,7 +48,6 @@ from squall.planner.admission import (
 )
 from squall.planner.inventory import Inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, pod_cache, replica_job_cache
-from squall.planner.sites import site as entry_site
 from squall.planner.sites import split_site
 from squall.planner.text import amounts, counted
 from squall.ports import Cluster, JobStore, MetricsSink
@@ -209,7 +208,7 @@ class Admitter:
             replicas = self.parsed.entries.get(key)
             if replicas is None:
                 try:
-                    replicas = self._replicas(entry, placed=is_placed)
+                    replicas = self._replicas(entry)
                 except ValueError as exc:
                     logger.warning(
                         "queue entry admission cannot read", job_id=entry.job_id, error=str(exc)[:500]
@@ -227,15 +226,10 @@ class Admitter:
         self.parsed.read = (placed_entries, waiting_entries, frozenset(self.unreachable), jobs)
         return jobs
 
-    def _replicas(self, entry: QueueEntry, *, placed: bool) -> list[ReplicaJob]:
-        replicas = replica_jobs(entry, qualify_cluster=self.qualified)
-        if placed:
-            # Admitted, objects not all created: the planner finishes it where it was placed.
-            site = entry_site(entry.region or "", (entry.cluster or "") if self.qualified else "")
-            return [replace(r, suspended=True, admitted_region=site) for r in replicas]
-        if all(r.suspended and r.admitted_region is None for r in replicas):
-            return replicas  # a waiting entry's, as replica_jobs makes them: no copy
-        return [replace(r, suspended=True, admitted_region=None) for r in replicas]
+    def _replicas(self, entry: QueueEntry) -> list[ReplicaJob]:
+        """Its replicas as the planner reads a queue: suspended; a placed one's admitted to its
+        site (an admission to finish there)."""
+        return replica_jobs(entry, qualify_cluster=self.qualified)
 
     @property
     def queue_changed(self) -> bool:
