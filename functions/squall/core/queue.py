@@ -206,6 +206,9 @@ class QueueEntry:
     cluster: str | None
     region: str | None
     version: int
+    # Why the stored item could not be read as an entry (the store's word), "" when it could:
+    # such an entry fails its own job (QueueShapeError), never the read of the queue.
+    problem: str = ""
 
     @property
     def placed(self) -> bool:
@@ -226,6 +229,8 @@ class QueueEntry:
         return sum(count * pod.requests.gpu for count, pod in self._templates(None))
 
     def _templates(self, cluster: str | None) -> tuple[tuple[int, Pod], ...]:
+        if self.problem:
+            raise QueueShapeError(f"job {self.job_id}: {self.problem}")
         try:
             return _templates(self.queue_shape, self.namespace, cluster)
         except ValueError as exc:

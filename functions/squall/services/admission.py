@@ -265,9 +265,16 @@ class Admitter:
         if not self.unreachable or self.store is None:
             return {}
         held: dict[str, int] = {}
-        placed = [e for e in self.store.queue(placed=True) if e.cluster in self.unreachable]
-        running = [j for j in self.store.list_by_status(JobStatus.RUNNING) if j.cluster in self.unreachable]
-        for team, gpus in [(e.team, e.gpus) for e in placed] + [(j.team, j.gpus) for j in running]:
+        counted: list[tuple[str, int]] = []
+        for entry in self.store.queue(placed=True):
+            if entry.cluster in self.unreachable:
+                try:
+                    counted.append((entry.team, entry.gpus))
+                except ValueError:
+                    continue  # its shape does not read: its job fails when its cluster answers
+        running = self.store.list_by_status(JobStatus.RUNNING)
+        counted += [(job.team, job.gpus) for job in running if job.cluster in self.unreachable]
+        for team, gpus in counted:
             held[team] = held.get(team, 0) + gpus
         return held
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -295,26 +295,60 @@ def queue_entry_from_item(item: Mapping[str, Any]) -> QueueEntry:
     """A queue index item (its keys and projected attributes) as the entry admission reads.
 
     Read attribute by attribute, not through boto3's TypeDeserializer: a check reads the
-    whole queue, and this is most of its own work at 100,000 entries.
+    whole queue, and this is most of its own work at 100,000 entries. An item that does not
+    read (an attribute missing or of the wrong type, a priority outside 0..100, a time that
+    is none) is an entry with its `problem`: it fails its own job, never the whole read.
     """
 
     def text(name: str) -> str | None:
         value = item.get(name)
         return value["S"] if value else None
 
-    priority = item.get("priority")
-    requeued = item.get("requeued")
+    try:
+        priority = int(item["priority"]["N"]) if item.get("priority") else 0
+        if not 0 <= priority <= 100:
+            raise ValueError(f"priority {priority} is not from 0 to 100")
+        requeued = item.get("requeued")
+        submitted_at = datetime.fromisoformat(item["submittedAt"]["S"])
+        if submitted_at.tzinfo is None:
+            submitted_at = submitted_at.replace(tzinfo=UTC)
+        return QueueEntry(
+            job_id=item["pk"]["S"].removeprefix("JOB#"),
+            team=item["team"]["S"],
+            namespace=item["namespace"]["S"],
+            priority=priority,
+            submitted_at=submitted_at,
+            requeued=bool(requeued["BOOL"]) if requeued else False,
+            queue_shape=text("queueShape") or "",
+            cluster=text("cluster"),
+            region=text("region"),
+            version=int(item["version"]["N"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return _unreadable_entry(item, exc)
+
+
+def _unreadable_entry(item: Mapping[str, Any], exc: Exception) -> QueueEntry:
+    """What can be told of a queue item that does not read: its job (by its key) and why."""
+
+    def part(name: str, kind: str) -> Any:
+        value = item.get(name)
+        return value.get(kind) if isinstance(value, Mapping) else None
+
+    key = part("pk", "S")
+    version = part("version", "N")
     return QueueEntry(
-        job_id=item["pk"]["S"].removeprefix("JOB#"),
-        team=item["team"]["S"],
-        namespace=item["namespace"]["S"],
-        priority=int(priority["N"]) if priority else 0,
-        submitted_at=datetime.fromisoformat(item["submittedAt"]["S"]),
-        requeued=bool(requeued["BOOL"]) if requeued else False,
-        queue_shape=text("queueShape") or "",
-        cluster=text("cluster"),
-        region=text("region"),
-        version=int(item["version"]["N"]),
+        job_id=key.removeprefix("JOB#") if isinstance(key, str) else "",
+        team="",
+        namespace="",
+        priority=0,
+        submitted_at=datetime(1970, 1, 1, tzinfo=UTC),
+        requeued=False,
+        queue_shape="",
+        cluster=None,
+        region=None,
+        version=int(version) if isinstance(version, str) and version.isdigit() else 0,
+        problem=f"its queue entry does not read: {type(exc).__name__}: {exc}"[:500],
     )
 
 
