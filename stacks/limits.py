@@ -122,9 +122,11 @@ def scaling_settings(config: SquallConfig, stacks: SquallStacks) -> dict[str, st
     found = {
         stacks.workloads.stack_name: (
             f"teams ({len(teams)} teams, names up to {_longest(teams)} characters, namespaces up to "
-            f"{_longest(teams.values())}) and artifacts.buckets ({_buckets(buckets)}): each team adds a "
+            f"{_longest(teams.values())}), artifacts.buckets ({_buckets(buckets)}) and clusters "
+            f"({len(config.clusters)}): each team adds a "
             "job role, a pod identity association, a researcher policy and their outputs, each naming "
-            "the team and its namespace, and each bucket adds statements to every team's role and policy"
+            "the team and its namespace, each bucket adds statements to every team's role and policy, "
+            "and each cluster adds its log group (three ARNs) to every team's researcher policy"
         ),
         stacks.control_plane.stack_name: (
             f"nodeGroups ({groups} groups, named in the triggers' rules) and the teams' submitters "
