@@ -7,6 +7,7 @@ twice against its quota, or placed on a half view of a cluster; each says what h
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from squall.core.errors import RetryableError
 from squall.core.jobs import JobStatus, transition
@@ -24,6 +25,24 @@ from squall.services.intake import update_job
 from squall.services.scale import ScaleConfig, Scaler
 from tests.integration.test_reconcile_clusters import world_of
 from tests.job_records import StepReport as Report
+
+
+def placed_by_hand(w: Any, job: Any, *, cluster: str, region: str) -> None:
+    """The record as admission leaves it placed, before its objects are made (`Placed:<region>`)."""
+    update_job(
+        w.store,
+        job,
+        lambda c: transition(
+            c,
+            to=JobStatus.QUEUED,
+            reason=f"Placed:{region}",
+            at=w.clock.now(),
+            message="",
+            cluster=cluster,
+            region=region,
+            objects_created=False,
+        ),
+    )
 
 
 class LaggingIndex:
@@ -189,20 +208,7 @@ def test_a_placed_job_is_not_recorded_running_before_its_objects_are_all_made() 
     w.submit("d", replicas={"chief": 1, "worker": 2})
     job = w.job("d")
     # What Admitter._admit did before its create loop failed at the first Service:
-    update_job(
-        w.store,
-        job,
-        lambda c: transition(
-            c,
-            to=JobStatus.QUEUED,
-            reason="Placed:us-west-2",
-            at=w.clock.now(),
-            message="",
-            cluster="west",
-            region="us-west-2",
-            objects_created=False,
-        ),
-    )
+    placed_by_hand(w, job, cluster="west", region="us-west-2")
     objects = render(
         load_spec(job.spec),
         job_id="d",
@@ -323,20 +329,7 @@ def test_a_job_placed_in_a_cluster_no_longer_configured_is_placed_afresh() -> No
     w.submit("old")
     # Placed by an earlier deployment in a cluster since removed from the configuration
     # (the check was killed between placing and creating, or the objects were made there).
-    update_job(
-        w.store,
-        w.job("old"),
-        lambda c: transition(
-            c,
-            to=JobStatus.QUEUED,
-            reason="Placed:eu-west-1",
-            at=w.clock.now(),
-            message="",
-            cluster="gone",
-            region="eu-west-1",
-            objects_created=False,
-        ),
-    )
+    placed_by_hand(w, w.job("old"), cluster="gone", region="eu-west-1")
     w.submit("new")  # 4 GPUs, the team's quota is 4
     hours(w, 12, quota=4)
     old, _new = w.job("old"), w.job("new")

@@ -26,6 +26,25 @@ P3 = {"cpu": "32", "memory": "244Gi", "nvidia.com/gpu": "4", "pods": "58"}
 SHAPE = '[{"n":1,"pod":{"containers":[{"resources":{"requests":{"cpu":"4","nvidia.com/gpu":"1"}}}]}}]'
 
 
+def submit_good(store: Any, clusters: Any, clock: Any, metrics: Any) -> None:
+    """A good one-GPU job, "good", through intake: it must be admitted whatever else the queue holds."""
+    intake = Intake(
+        store=store,
+        clusters=clusters,
+        clock=clock,
+        metrics=metrics,
+        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
+    )
+    body = {
+        "name": "t",
+        "id": "good",
+        "team": "research",
+        "image": "registry.example.com/squall/t:1",
+        "resources": {"cpu": "1", "memory": "1Gi", "gpu": 1},
+    }
+    intake.handle(body=json.dumps(body), message_id="m-good")
+
+
 @pytest.mark.parametrize(
     "override",
     [
@@ -42,21 +61,7 @@ def test_a_good_job_is_admitted_beside_one_odd_record(jobs_table: Any, override:
     west = SimulatedCluster(clock=clock, default_run_for=timedelta(minutes=30))
     west.add_node(name="n1", allocatable=P3, labels={"topology.kubernetes.io/region": "us-west-2"}, taints=[])
     metrics = RecordingMetrics(clock)
-    intake = Intake(
-        store=store,
-        clusters={"west": west},
-        clock=clock,
-        metrics=metrics,
-        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
-    )
-    body = {
-        "name": "t",
-        "id": "good",
-        "team": "research",
-        "image": "registry.example.com/squall/t:1",
-        "resources": {"cpu": "1", "memory": "1Gi", "gpu": 1},
-    }
-    intake.handle(body=json.dumps(body), message_id="m-good")
+    submit_good(store, {"west": west}, clock, metrics)
     # another record in the queue index, as an older/newer writer or a hand edit left it
     job, _ = new_job(
         job_id="odd",
@@ -168,21 +173,7 @@ def test_bad_placed_entry_in_unreachable_cluster_does_not_stop_admission(shape: 
     )
     store.create(job, event)
     assert [e.job_id for e in store.queue(placed=True)] == ["odd"]
-    intake = Intake(
-        store=store,
-        clusters=clusters,
-        clock=clock,
-        metrics=metrics,
-        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
-    )
-    body = {
-        "name": "t",
-        "id": "good",
-        "team": "research",
-        "image": "registry.example.com/squall/t:1",
-        "resources": {"cpu": "1", "memory": "1Gi", "gpu": 1},
-    }
-    intake.handle(body=json.dumps(body), message_id="m-good")
+    submit_good(store, clusters, clock, metrics)
     west.outage(until=clock.now() + timedelta(minutes=30))
     report = StepReport()
     try:
