@@ -138,6 +138,8 @@ class Admitter:
     unreachable: set[str] = field(default_factory=set)
     # queue entries the latest read could not make replica Jobs of: (job id, version, why)
     unreadable_entries: list[tuple[str, int, str]] = field(default_factory=list)
+    # the placed entries the latest read_queue read
+    _placed_read: list[QueueEntry] = field(default_factory=list, init=False)
 
     @property
     def qualified(self) -> bool:
@@ -180,6 +182,7 @@ class Admitter:
         waiting_entries: list[QueueEntry] = []
         if self.store is not None:
             placed_entries, waiting_entries = self.store.queue(placed=True), self.store.queue()
+        self._placed_read = placed_entries  # _unseen counts those in clusters it cannot read
         memo = self.parsed.read
         if (
             memo is not None
@@ -266,7 +269,7 @@ class Admitter:
             return {}
         held: dict[str, int] = {}
         counted: list[tuple[str, int]] = []
-        for entry in self.store.queue(placed=True):
+        for entry in self._placed_read:
             if entry.cluster in self.unreachable:
                 try:
                     counted.append((entry.team, entry.gpus))
