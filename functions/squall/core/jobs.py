@@ -120,6 +120,22 @@ class Job:
     queue_shape: str = ""
     # Admission created its Kubernetes objects in `cluster` (a PLACED entry until then).
     objects_created: bool = False
+    # While queued, when it will start at the latest (from declared maxRuntimes, if nothing
+    # of higher priority arrives) and most likely (from how long its team's jobs really
+    # run); the first estimate made after submission is kept beside the latest.
+    starts_by: datetime | None = None
+    likely_start: datetime | None = None
+    first_starts_by: datetime | None = None
+    first_likely_start: datetime | None = None
+    # What it cost in dollars (so far while running, final once it ended), its rate while
+    # running (dollars per hour) and what spot capacity saved against on-demand prices.
+    cost: float | None = None
+    cost_rate: float | None = None
+    spot_savings: float | None = None
+    # Run time of earlier runs it was preempted from (kept: it resumes from its checkpoint),
+    # and when its trainer last reported a checkpoint.
+    ran_seconds: float = 0.0
+    checkpoint_at: datetime | None = None
 
     @property
     def is_sweep(self) -> bool:

@@ -255,7 +255,21 @@ def job_values(job: Job) -> dict[str, Any]:
         "requeued": job.requeued or None,
         "queueShape": job.queue_shape or None,
         "objectsCreated": job.objects_created or None,
+        "startsBy": iso(job.starts_by),
+        "likelyStart": iso(job.likely_start),
+        "firstStartsBy": iso(job.first_starts_by),
+        "firstLikelyStart": iso(job.first_likely_start),
+        "cost": _decimal(job.cost),
+        "costRate": _decimal(job.cost_rate),
+        "spotSavings": _decimal(job.spot_savings),
+        "ranSeconds": _decimal(job.ran_seconds or None),
+        "checkpointAt": iso(job.checkpoint_at),
     }
+
+
+def _decimal(value: float | None) -> Decimal | None:
+    """A float as DynamoDB takes a number (boto3 refuses floats), to a millionth."""
+    return None if value is None else Decimal(str(round(value, 6)))
 
 
 def job_from_item(item: dict[str, Any]) -> Job:
@@ -288,7 +302,20 @@ def job_from_item(item: dict[str, Any]) -> Job:
         requeued=bool(v.get("requeued", False)),
         queue_shape=v.get("queueShape") or "",
         objects_created=bool(v.get("objectsCreated", False)),
+        starts_by=from_iso(v.get("startsBy")),
+        likely_start=from_iso(v.get("likelyStart")),
+        first_starts_by=from_iso(v.get("firstStartsBy")),
+        first_likely_start=from_iso(v.get("firstLikelyStart")),
+        cost=_float(v.get("cost")),
+        cost_rate=_float(v.get("costRate")),
+        spot_savings=_float(v.get("spotSavings")),
+        ran_seconds=_float(v.get("ranSeconds")) or 0.0,
+        checkpoint_at=from_iso(v.get("checkpointAt")),
     )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def queue_entry_from_item(item: Mapping[str, Any]) -> QueueEntry:
