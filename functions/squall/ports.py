@@ -22,7 +22,7 @@ from squall.core.job_outputs import LogPage, LogStreamInfo, StoredObject
 from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.core.queue import QueueEntry
 from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
-from squall.planner import GroupHealth
+from squall.planner import GroupHealth, Node, NodeGroup, Pod
 
 KubeObject = dict[str, Any]
 
@@ -177,6 +177,25 @@ class JobStore(Protocol):
         Reads the queue index only (core/queue.py queue_key says which jobs it holds):
         one partition, page by page, never a scan of the table.
         """
+        ...
+
+
+class SpendLedger(Protocol):
+    """Dollars spent per team and calendar month (UTC), as budgets read them (core/costs.py)."""
+
+    def month_to_date(self, *, now: datetime) -> dict[str, float]:
+        """Team -> dollars spent in `now`'s calendar month so far: the costs of its jobs that
+        ended this month, and what its running jobs have cost this month until `now`."""
+        ...
+
+
+class CostMeter(Protocol):
+    """Counts what the fleet costs between scale checks: what no job held is overhead (services/costs.py)."""
+
+    def accrue(
+        self, *, nodes: Sequence[Node], pods: Sequence[Pod], groups: Sequence[NodeGroup], now: datetime
+    ) -> None:
+        """Add the fleet's cost since the last call, as these nodes, pods and groups stood then."""
         ...
 
 

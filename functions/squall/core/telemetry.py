@@ -55,6 +55,14 @@ class Metric(StrEnum):
     ADMITTED_GPUS = "AdmittedGpus"  # dimension: Team; GPUs of admitted, unfinished jobs: the quota in use
     GPU_QUOTA = "GpuQuota"  # dimension: Team; only for teams with a gpuQuota
     JOBS_ADMITTED = "JobsAdmitted"  # admitted by this check
+    # dimension: Team; held back by the team's monthly budget this check
+    JOBS_HELD_BY_BUDGET = "JobsHeldByBudget"
+    # costs (dollars): a team's spend this calendar month so far (the scale check, each check)
+    TEAM_MONTH_SPEND = "TeamMonthSpend"  # dimension: Team
+    TEAM_BUDGET = "TeamBudget"  # dimension: Team; only for teams with a monthly budget
+    JOB_COST = "JobCost"  # dimension: Team; a finished job's cost, when it is recorded
+    OVERHEAD_COST = "OverheadCost"  # dimension: Group; what no job held of its nodes since the last check
+    JOBS_PREEMPTED = "JobsPreempted"
     # lifecycle and drains
     # model services (the reconcile function's serving run)
     MODEL_SERVICES_IN_STATE = "ModelServicesInState"  # dimension: State (DEPLOYING, SERVING)

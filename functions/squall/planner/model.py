@@ -240,6 +240,10 @@ class NodeGroup:
     # The cluster its nodes join, named only when the planner sees more than one (its
     # nodes and pods are then read qualified by cluster: planner/kube.py).
     cluster: str = ""
+    # How long a new instance takes to become a Ready node (start estimates count it).
+    boot_time: timedelta = timedelta(minutes=5)
+    # The on-demand price of its instance type (spot savings are counted against it); None: price_per_hour.
+    on_demand_price_per_hour: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_size <= self.max_size:

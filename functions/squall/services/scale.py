@@ -41,7 +41,18 @@ from squall.planner.inventory import Inventory, build_inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, parse_pods, pod_cache
 from squall.planner.sites import split_site
 from squall.planner.timers import next_timer
-from squall.ports import Clock, Cluster, Fleet, FleetGroup, GroupRef, JobStore, MetricsSink, ScaleState
+from squall.ports import (
+    Clock,
+    Cluster,
+    CostMeter,
+    Fleet,
+    FleetGroup,
+    GroupRef,
+    JobStore,
+    MetricsSink,
+    ScaleState,
+    SpendLedger,
+)
 from squall.services.admission import AdmissionMemory, Admitter, job_failed, note_or_report
 from squall.services.decision_record import shrunk_to_fit
 from squall.services.intake import Change, update_job
@@ -66,6 +77,8 @@ class ScaleConfig:
     lease_duration: timedelta = timedelta(minutes=2)
     # what admission's objects are created with (the policy's jobTtlAfterFinished)
     ttl_after_finished: timedelta = timedelta(hours=1)
+    # team -> its monthly budget in dollars; a team not here has none
+    budgets: Mapping[str, float] = field(default_factory=dict)
 
     @functools.cached_property
     def group_refs(self) -> list[tuple[GroupRef, NodeGroup]]:
@@ -168,6 +181,10 @@ class Scaler:
     metrics: MetricsSink
     config: ScaleConfig
     store: JobStore | None = None  # for the reason codes on jobs; None: plan and act only
+    # what teams spent this month (budgets); None: no budget is enforced
+    ledger: SpendLedger | None = None
+    # counts the fleet's cost, check by check (what no job held is overhead); None: not counted
+    cost_meter: CostMeter | None = None
     holder: str = field(default_factory=lambda: uuid.uuid4().hex)
     parsed: ParsedObjects = field(default_factory=ParsedObjects)
     # the clusters this check could not reach (their lists failed now)
