@@ -15,10 +15,13 @@ arguments and seed:
   Philly and Helios traces are: most jobs small and short, a few huge or running for
   weeks.
 
-A trace cannot say a job's maxRuntime: every row is submitted with twice its run
-time, at least an hour (squall.local.trace.job_spec). The generators size run
-times with that in mind: an iterating job of minutes has an hour, so queueing of
-about an hour is what kills it when time queued counts against it.
+Without a `max_runtime_s` column every row is submitted with twice its run time, at
+least an hour (squall.local.trace.job_spec). The generators size run times with that
+in mind: an iterating job of minutes has an hour, so queueing of about an hour is what
+kills it when time queued counts against it. `long_history(..., declared_limits=True)`
+adds the column as users set limits (issue 27): coarse, and above the real run time
+(1.5 to 5 times it, rounded up to a whole hour or to a usual step: 1h, 2h, 4h, 8h,
+12h, 1d, 2d, 3d, 7d, 14d, 21d, 30d); the jobs are the same as without it.
 
 Run: .venv/bin/python benchmarks/histories.py burst|long [--jobs N] [--seed S] > TRACE.csv
 """
@@ -32,6 +35,7 @@ import sys
 from dataclasses import dataclass
 
 HEADER = "submit_s,team,gpus,replicas,run_s,priority,note"
+HEADER_WITH_LIMITS = "submit_s,team,gpus,replicas,run_s,priority,max_runtime_s,note"
 HOUR = 3600
 DAY = 24 * HOUR
 MINUTE = 60
@@ -46,17 +50,19 @@ class Row:
     run_s: float
     priority: int
     note: str
+    max_runtime_s: int | None = None  # the user's declared limit; None: no such column
 
     def line(self) -> str:
+        limit = "" if self.max_runtime_s is None else f"{self.max_runtime_s},"
         return (
             f"{self.submit_s:.1f},{self.team},{self.gpus},{self.replicas},{self.run_s:.0f},"
-            f"{self.priority},{self.note}"
+            f"{self.priority},{limit}{self.note}"
         )
 
 
-def render(rows: list[Row]) -> str:
+def render(rows: list[Row], *, header: str = HEADER) -> str:
     ordered = sorted(rows, key=lambda r: r.submit_s)
-    return "\n".join([HEADER, *(r.line() for r in ordered)]) + "\n"
+    return "\n".join([header, *(r.line() for r in ordered)]) + "\n"
 
 
 def _shape(gpus: int, max_gpus_per_replica: int) -> tuple[int, int]:
@@ -147,15 +153,29 @@ def _split(total: int, shares: list[float]) -> list[int]:
 SIZES = ((4, 0.38), (8, 0.34), (16, 0.13), (32, 0.09), (64, 0.045), (128, 0.015))
 LONG_TEAMS = ("research", "vision", "speech", "nlp")
 LONGEST = 21 * DAY  # within the default maxRuntimeLimit (30 days) with room for twice a run
+# The limits users write when not a whole number of hours: 1h, 2h, 4h, 8h, 12h, 1d, 2d, 3d, 7d, 14d, 21d,
+# and the default maxRuntimeLimit, 30d (no limit may pass it).
+LIMIT_STEPS = tuple(h * HOUR for h in (1, 2, 4, 8, 12)) + tuple(d * DAY for d in (1, 2, 3, 7, 14, 21, 30))
+MOST_DECLARED = 30 * DAY
 
 
-def long_history(jobs: int = 3_000, *, days: int = 109, seed: int = 109, longest: float = LONGEST) -> str:
+def long_history(
+    jobs: int = 3_000,
+    *,
+    days: int = 109,
+    seed: int = 109,
+    longest: float = LONGEST,
+    declared_limits: bool = False,
+) -> str:
     """`jobs` multi-GPU jobs over `days`: arrivals on weekday working hours, heavy tails.
 
     Run times are log-normal (median 90 minutes, sigma 2.2: a few minutes for the
     short end, days to `longest` for the long), longer for larger jobs.
+    `declared_limits`: each row also has the max_runtime_s its user would declare
+    (`declared_limit`), drawn from a generator of its own so that the jobs stay the same.
     """
     rng = random.Random(seed)
+    limits = random.Random(f"{seed}-limits")
     rows: list[Row] = []
     weights = [w for _, w in SIZES]
     for _ in range(jobs):
@@ -170,8 +190,25 @@ def long_history(jobs: int = 3_000, *, days: int = 109, seed: int = 109, longest
         per, replicas = _shape(gpus, 8)
         median = 90 * MINUTE * (1 + math.log2(gpus / 4) / 3)
         run = _lognormal(rng, median, 2.2, 2 * MINUTE, longest)
-        rows.append(Row(submit, rng.choice(LONG_TEAMS), per, replicas, run, 50, f"g{gpus}"))
-    return render(rows)
+        team = rng.choice(LONG_TEAMS)
+        limit = declared_limit(limits, round(run)) if declared_limits else None
+        rows.append(Row(submit, team, per, replicas, run, 50, f"g{gpus}", max_runtime_s=limit))
+    return render(rows, header=HEADER_WITH_LIMITS if declared_limits else HEADER)
+
+
+def declared_limit(rng: random.Random, run_s: float) -> int:
+    """A limit as a user sets one for a job that will run `run_s`: coarse, and well above the run.
+
+    Users do not know the run time; they guess high, 1.5 to 5 times it (log-uniform: as
+    often 2x as 4x), and write a round figure: half of them a whole number of hours, the
+    rest the next usual step (LIMIT_STEPS). Never past the default maxRuntimeLimit.
+    """
+    wanted = run_s * math.exp(rng.uniform(math.log(1.5), math.log(5.0)))
+    if rng.random() < 0.5:
+        limit = max(HOUR, math.ceil(wanted / HOUR) * HOUR)
+    else:
+        limit = next((step for step in LIMIT_STEPS if step >= wanted), MOST_DECLARED)
+    return min(limit, MOST_DECLARED)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,11 +216,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("which", choices=("burst", "long"))
     parser.add_argument("--jobs", type=int, default=3_000)
     parser.add_argument("--seed", type=int)
+    parser.add_argument(
+        "--declared-limits",
+        action="store_true",
+        help="long: add max_runtime_s, the limits users would declare",
+    )
     args = parser.parse_args(argv)
     if args.which == "burst":
         text = burst_history(args.jobs, **({"seed": args.seed} if args.seed is not None else {}))
     else:
-        text = long_history(args.jobs, **({"seed": args.seed} if args.seed is not None else {}))
+        text = long_history(
+            args.jobs,
+            declared_limits=args.declared_limits,
+            **({"seed": args.seed} if args.seed is not None else {}),
+        )
     sys.stdout.write(text)
     return 0
 

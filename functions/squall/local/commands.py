@@ -94,7 +94,7 @@ def add_local_commands(subparsers: Any) -> None:
         "--trace",
         required=True,
         metavar="TRACE.csv",
-        help="submit_s,team,gpus,replicas,run_s (optional priority,cpu,memory)",
+        help="submit_s,team,gpus,replicas,run_s (optional priority,cpu,memory,max_runtime_s)",
     )
     simulate.add_argument(
         "--groups",

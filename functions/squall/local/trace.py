@@ -10,9 +10,14 @@ group is back at its minimum, and reports the same summary as a scenario.
 Optional columns, read when the header has them (an empty cell takes the default):
 ``priority`` (a whole number 0..100, the spec's ``priority``; default the spec's
 default), ``cpu`` and ``memory`` (per replica, Kubernetes quantities as a spec's
-``resources`` takes them). Without them, requests per replica follow the GPUs:
+``resources`` takes them), ``max_runtime_s`` (the limit the job's user declared, in
+seconds: the spec's ``maxRuntime``, rounded up to a whole second, positive and at most
+the policy's maxRuntimeLimit). Without cpu and memory, requests per replica follow the GPUs:
 3 CPUs and 12 GiB per GPU, 2 CPUs and 8 GiB for a replica without GPUs (what a
 training pod typically asks for, and small enough for every common GPU instance type).
+Without max_runtime_s, maxRuntime is twice run_s, at least an hour (never cut short). A
+declared limit below run_s is kept: the job dies at its limit (DeadlineExceeded), as it
+would in a cluster.
 
 Numbers are plain ASCII decimals of at most 64 characters: whole numbers are digits with an
 optional sign, seconds may also have a fraction and an exponent (30, 2.5, 1e3). Underscores,
@@ -58,7 +63,7 @@ from squall.planner.admission import TeamShare
 from squall.planner.inputs import GroupsError, InputError, Team, read_node_groups, read_teams, team_shares
 
 COLUMNS = ("submit_s", "team", "gpus", "replicas", "run_s")
-OPTIONAL_COLUMNS = ("priority", "cpu", "memory")
+OPTIONAL_COLUMNS = ("priority", "cpu", "memory", "max_runtime_s")
 TEAM = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")
 # One grammar for the trace's numbers: plain ASCII decimals. int() and float() also take
 # underscores, other scripts' digits, "nan" and "inf", and int() refuses more than 4,300 digits.
@@ -90,6 +95,7 @@ class TraceRow(QuantityViews):
     priority: int | None = None  # None: the spec's default
     cpu_request: str | None = None  # per replica, a Kubernetes quantity; None: by the GPUs
     memory_request: str | None = None
+    max_runtime_s: float | None = None  # the declared limit; None: twice run_s, at least an hour
 
     @property
     def job_id(self) -> str:
@@ -194,6 +200,21 @@ def parse_trace(text: str, *, source: str = "trace", max_run: timedelta = DEFAUL
         )
         cpu = _quantity(cells.get("cpu", ""), "cpu", line, problems)
         memory = _quantity(cells.get("memory", ""), "memory", line, problems)
+        declared = (
+            _number(
+                cells["max_runtime_s"],
+                "max_runtime_s",
+                line,
+                problems,
+                minimum=0.0,
+                positive=True,
+                maximum=max_seconds,
+                why=limit,
+                always_name_maximum=True,
+            )
+            if cells.get("max_runtime_s")
+            else None
+        )
         errors.extend(problems)
         if not problems:
             rows.append(
@@ -207,6 +228,7 @@ def parse_trace(text: str, *, source: str = "trace", max_run: timedelta = DEFAUL
                     priority=priority,
                     cpu_request=cpu,
                     memory_request=memory,
+                    max_runtime_s=declared,
                 )
             )
     if not rows and not errors:
@@ -309,14 +331,19 @@ def _quantity(cell: str, column: str, line: int, problems: list[str]) -> str | N
 
 def job_spec(row: TraceRow, *, registry: str, max_run: timedelta = DEFAULT_MAX_RUN) -> dict[str, Any]:
     """The job spec a trace row stands for; its maxRuntime at most `max_run` (the policy's limit)."""
+    most = int(max_run.total_seconds())
+    if row.max_runtime_s is not None:
+        max_runtime = min(most, math.ceil(row.max_runtime_s))
+    else:
+        # Twice the recorded run time (at least an hour), so the deadline never cuts a replayed job.
+        max_runtime = min(most, max(3600, math.ceil(2 * row.run_s)))
     spec: dict[str, Any] = {
         "name": "replay",
         "id": row.job_id,
         "team": row.team,
         "image": f"{registry}/trainer:replay",
         "resources": {"cpu": row.cpu, "memory": row.memory, "gpu": row.gpus},
-        # Twice the recorded run time (at least an hour), so the deadline never cuts a replayed job.
-        "maxRuntime": f"{min(int(max_run.total_seconds()), max(3600, math.ceil(2 * row.run_s)))}s",
+        "maxRuntime": f"{max_runtime}s",
     }
     if row.priority is not None:
         spec["priority"] = row.priority
