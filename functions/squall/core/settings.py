@@ -37,9 +37,11 @@ from squall.core.spec import JobSpec
 from squall.planner.admission import TeamShare
 from squall.planner.inputs import (
     POLICY_DEFAULTS,
+    PREEMPTION_DEFAULTS,
     InputError,
     parse_duration,
     planner_policy,
+    read_budgets,
     read_policy,
     read_team_shares,
 )
@@ -78,6 +80,29 @@ def _read_quotas(value: Any) -> dict[str, TeamShare]:
 TeamShares = Annotated[dict[str, TeamShare], BeforeValidator(_read_quotas)]
 
 
+def _read_budgets(value: Any) -> dict[str, float]:
+    try:
+        return read_budgets(value)
+    except InputError as exc:
+        raise ValueError("; ".join(exc.errors)) from None
+
+
+# team -> dollars it may spend a calendar month, read by planner/inputs.py read_budgets.
+TeamBudgets = Annotated[dict[str, float], BeforeValidator(_read_budgets)]
+
+
+class PreemptionSettings(BaseModel):
+    """Policy ``preemption`` (cdk.json's {enabled, minPriorityGap, graceSeconds}), read by
+    planner/inputs.py read_policy: whether a job that cannot be admitted may take room from
+    running jobs at least `min_priority_gap` below it, giving them `grace` to checkpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = PREEMPTION_DEFAULTS["enabled"]
+    min_priority_gap: int = PREEMPTION_DEFAULTS["min_priority_gap"]
+    grace: timedelta = PREEMPTION_DEFAULTS["grace"]
+
+
 class PolicySettings(BaseModel):
     """Planner and drain policy (cdk.json context ``policy``), read by planner/inputs.py read_policy.
 
@@ -99,12 +124,16 @@ class PolicySettings(BaseModel):
     job_ttl_after_finished: timedelta = _DEFAULTS["job_ttl_after_finished"]
     scale_check_debounce: timedelta = _DEFAULTS["scale_check_debounce"]
     max_runtime_limit: timedelta = _DEFAULTS["max_runtime_limit"]
+    backfill: bool = _DEFAULTS["backfill"]
+    preemption: PreemptionSettings = Field(default_factory=PreemptionSettings)
 
     @model_validator(mode="before")
     @classmethod
     def _read(cls, data: Any) -> Any:
         if isinstance(data, PolicySettings):
             return data
+        if isinstance(data, Mapping) and isinstance(data.get("preemption"), PreemptionSettings):
+            data = {**data, "preemption": dict(data["preemption"])}
         try:
             return read_policy(data)
         except InputError as exc:
@@ -258,6 +287,9 @@ class Settings(BaseSettings):
     # team -> its GPU quota (None: no limit) and weight in the scale check's admission
     # ({gpuQuota, weight}, as in cdk.json). A team not listed has no quota and weight 1.
     quotas: TeamShares = Field(default_factory=dict)
+    # team -> dollars it may spend a calendar month (UTC): admission holds its jobs past it
+    # (cdk.json's team `budget: {monthly}`). A team not listed has no budget.
+    budgets: TeamBudgets = Field(default_factory=dict)
     allowed_registries: list[str] = Field(default_factory=list)
     regions: list[str] = Field(default_factory=list)
     node_groups: list[dict[str, Any]] = Field(default_factory=list)

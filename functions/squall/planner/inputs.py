@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import date, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from squall.planner.admission import TeamShare
 from squall.planner.kube import parse_time
@@ -37,6 +37,9 @@ from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, pa
 from squall.planner.text import kind, shown
 
 DEFAULT_PODS_PER_NODE = 110
+# How long a new instance takes to become a Ready node, when a group does not say: the planner's default.
+DEFAULT_BOOT_TIME = cast(timedelta, next(f.default for f in fields(NodeGroup) if f.name == "boot_time"))
+MAX_BOOT_TIME = timedelta(days=1)
 # Bounds on what a group may declare: more than any real Auto Scaling group holds, and
 # small enough that the planner's work stays proportional to what it is given.
 MAX_GROUP_SIZE = 10_000
@@ -147,7 +150,7 @@ def _seconds(seconds: float, value: object) -> timedelta:
 class PolicyField:
     key: str  # as cdk.json writes it
     name: str  # the attribute
-    default: timedelta | float
+    default: timedelta | float | bool
     positive: bool  # zero is refused too
 
 
@@ -166,8 +169,23 @@ POLICY_FIELDS = (
     PolicyField("scaleCheckDebounce", "scale_check_debounce", timedelta(seconds=2), False),
     # The longest maxRuntime a job spec may ask for (operator policy).
     PolicyField("maxRuntimeLimit", "max_runtime_limit", timedelta(days=30), True),
+    # Admission lets a job use room reserved for the head of the queue when its maxRuntime ends
+    # before the head could start; false: today's rule, nothing passes a reservation.
+    PolicyField("backfill", "backfill", True, False),
 )
-POLICY_DEFAULTS: dict[str, Any] = {f.name: f.default for f in POLICY_FIELDS}
+# Preemption (`preemption: {enabled, minPriorityGap, graceSeconds}`): an object of its own.
+PREEMPTION = "preemption"
+PREEMPTION_KEYS = {"enabled": "enabled", "minPriorityGap": "min_priority_gap", "graceSeconds": "grace"}
+PREEMPTION_DEFAULTS: dict[str, Any] = {
+    "enabled": False,
+    "min_priority_gap": 30,
+    "grace": timedelta(seconds=120),
+}
+MAX_PRIORITY_GAP = 100  # job priorities run from 0 to 100
+POLICY_DEFAULTS: dict[str, Any] = {f.name: f.default for f in POLICY_FIELDS} | {
+    PREEMPTION: dict(PREEMPTION_DEFAULTS)
+}
+POLICY_KEYS = (*(f.key for f in POLICY_FIELDS), PREEMPTION)
 _PLANNER_FIELDS = frozenset(f.name for f in fields(Policy))
 
 
@@ -175,19 +193,21 @@ def read_policy(value: object, *, path: str = "policy") -> dict[str, Any]:
     """cdk.json's `policy` (keys as cdk.json writes them, or attribute names), every field
     defaulted: attribute name -> value. InputError names every problem; '//' keys are comments."""
     if value is None:
-        return dict(POLICY_DEFAULTS)
+        return _policy_defaults()
     if not isinstance(value, Mapping):
         raise InputError([f"{path}: expected an object, got {kind(value)}"])
     by_key = {f.key: f for f in POLICY_FIELDS} | {f.name: f for f in POLICY_FIELDS}
     errors: list[str] = []
-    values = dict(POLICY_DEFAULTS)
+    values = _policy_defaults()
     for key, raw in value.items():
         if isinstance(key, str) and key.startswith("//"):
             continue
+        if key == PREEMPTION:
+            values[PREEMPTION] = _preemption(raw, f"{path}.{PREEMPTION}", errors)
+            continue
         known = by_key.get(key) if isinstance(key, str) else None
         if known is None:
-            allowed = ", ".join(f.key for f in POLICY_FIELDS)
-            errors.append(f"{path}.{key}: unknown field (allowed: {allowed})")
+            errors.append(f"{path}.{key}: unknown field (allowed: {', '.join(POLICY_KEYS)})")
             continue
         try:
             values[known.name] = _policy_value(known, raw)
@@ -200,7 +220,15 @@ def read_policy(value: object, *, path: str = "policy") -> dict[str, Any]:
     return values
 
 
-def _policy_value(field: PolicyField, raw: object) -> timedelta | float:
+def _policy_defaults() -> dict[str, Any]:
+    return dict(POLICY_DEFAULTS) | {PREEMPTION: dict(PREEMPTION_DEFAULTS)}
+
+
+def _policy_value(field: PolicyField, raw: object) -> timedelta | float | bool:
+    if isinstance(field.default, bool):
+        if not isinstance(raw, bool):
+            raise ValueError(f"expected true or false, got {shown_value(raw)}")
+        return raw
     if isinstance(field.default, float):
         if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw <= 1:
             raise ValueError(f"expected a number greater than 0 and at most 1, got {shown_value(raw)}")
@@ -211,6 +239,48 @@ def _policy_value(field: PolicyField, raw: object) -> timedelta | float:
     return span
 
 
+def _preemption(value: object, where: str, errors: list[str]) -> dict[str, Any]:
+    """`preemption: {enabled, minPriorityGap, graceSeconds}` (or its attribute names, as the
+    functions' settings hold it): enabled, min_priority_gap, grace. Problems join `errors`."""
+    values = dict(PREEMPTION_DEFAULTS)
+    if value is None:
+        return values
+    if not isinstance(value, Mapping):
+        errors.append(f"{where}: expected an object with {', '.join(PREEMPTION_KEYS)}, got {kind(value)}")
+        return values
+    by_key = PREEMPTION_KEYS | {name: name for name in PREEMPTION_KEYS.values()}
+    for key, raw in value.items():
+        name = by_key.get(key) if isinstance(key, str) else None
+        if name is None:
+            if not (isinstance(key, str) and key.startswith("//")):
+                errors.append(f"{where}.{key}: unknown field (allowed: {', '.join(PREEMPTION_KEYS)})")
+            continue
+        shown_key = next(k for k, n in PREEMPTION_KEYS.items() if n == name)
+        try:
+            values[name] = _preemption_value(name, raw)
+        except ValueError as exc:
+            errors.append(f"{where}.{shown_key}: {exc}")
+    return values
+
+
+def _preemption_value(name: str, raw: object) -> bool | int | timedelta:
+    if name == "enabled":
+        if not isinstance(raw, bool):
+            raise ValueError(f"expected true or false, got {shown_value(raw)}")
+        return raw
+    if name == "min_priority_gap":
+        if type(raw) is not int or not 1 <= raw <= MAX_PRIORITY_GAP:
+            raise ValueError(
+                f"expected a whole number of priority points from 1 to {MAX_PRIORITY_GAP}, got {shown_value(raw)}"
+            )
+        return raw
+    # graceSeconds: seconds as cdk.json writes it; a timedelta as the settings model holds it.
+    seconds = raw.total_seconds() if isinstance(raw, timedelta) else raw
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= 3600:
+        raise ValueError(f"expected a number of seconds from 0 to 3600, got {shown_value(raw)}")
+    return timedelta(seconds=seconds)
+
+
 def planner_policy(values: Mapping[str, Any]) -> Policy:
     """The planner's Policy from a policy's values (read_policy's, or PolicySettings')."""
     return Policy(**{name: values[name] for name in _PLANNER_FIELDS})
@@ -218,7 +288,9 @@ def planner_policy(values: Mapping[str, Any]) -> Policy:
 
 # ---- teams ------------------------------------------------------------------------------------
 
-TEAM_FIELDS = ("namespace", "submitters", "gpuQuota", "weight")
+TEAM_FIELDS = ("namespace", "submitters", "gpuQuota", "weight", "budget")
+BUDGET_FIELDS = ("monthly",)
+MAX_BUDGET = 1e12  # dollars a month: far above any team's, and a float that adds up exactly
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)  # a DNS-1123 label
 # A submitter: an IAM role or user ARN (the stack resolves it to its unique id), or the
 # unique id itself (AROA... for a role, AIDA... for a user), what SQS reports as SenderId.
@@ -241,10 +313,13 @@ class Team:
     submitters: tuple[str, ...] | None = None
     gpu_quota: int | None = None
     weight: float | None = None
+    # Dollars the team may spend in a calendar month (UTC): admission holds its jobs past it.
+    monthly_budget: float | None = None
 
 
 def read_teams(value: object, *, path: str = "teams", unique_ids_only: bool = False) -> dict[str, Team]:
-    """`{team: namespace | {namespace, submitters, gpuQuota, weight}}`; InputError names every problem.
+    """`{team: namespace | {namespace, submitters, gpuQuota, weight, budget: {monthly}}}`; InputError names
+    every problem.
 
     Submitters are IAM role or user ARNs or unique ids, as cdk.json holds them; with
     `unique_ids_only` (a scenario, where no IAM resolves an ARN) unique ids only.
@@ -288,6 +363,7 @@ def _team(entry: object, where: str, errors: list[str], *, unique_ids_only: bool
     if "submitters" in entry:
         _submitters(submitters, f"{where}.submitters", errors, unique_ids_only=unique_ids_only)
     quota, weight = _share_fields(entry, where, errors)
+    budget = _budget(entry.get("budget"), f"{where}.budget", errors)
     if len(errors) > before:
         return None
     return Team(
@@ -295,7 +371,61 @@ def _team(entry: object, where: str, errors: list[str], *, unique_ids_only: bool
         submitters=tuple(submitters) if submitters is not None else None,
         gpu_quota=quota,
         weight=weight,
+        monthly_budget=budget,
     )
+
+
+def _budget(value: object, where: str, errors: list[str]) -> float | None:
+    """A team's `budget: {monthly: dollars}`, None when left out; problems join `errors`."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        errors.append(f"{where}: expected an object {{monthly: dollars}}, got {kind(value)}")
+        return None
+    for key in value:
+        if key not in BUDGET_FIELDS:
+            errors.append(f"{where}.{key}: unknown field (allowed: {', '.join(BUDGET_FIELDS)})")
+    if "monthly" not in value:
+        errors.append(f"{where}.monthly: required (dollars a month, more than 0)")
+        return None
+    try:
+        return budget_dollars(value["monthly"])
+    except ValueError as exc:
+        errors.append(f"{where}.monthly: {exc}")
+        return None
+
+
+def budget_dollars(value: object) -> float:
+    """A monthly budget in dollars, more than 0; ValueError says what is allowed."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_BUDGET:
+        raise ValueError(
+            f"expected dollars a month, more than 0 and at most {MAX_BUDGET:,.0f}, got {shown_value(value)}"
+        )
+    return float(value)
+
+
+def team_budgets(teams: Mapping[str, Team]) -> dict[str, float]:
+    """Team -> its monthly budget in dollars, for the teams that have one (Settings.budgets)."""
+    return {name: team.monthly_budget for name, team in teams.items() if team.monthly_budget is not None}
+
+
+def read_budgets(value: object, *, path: str = "budgets") -> dict[str, float]:
+    """`{team: dollars a month}` (the functions' settings); InputError names every problem."""
+    if not isinstance(value, Mapping):
+        raise InputError([f"{path}: expected an object of team -> dollars a month, got {kind(value)}"])
+    errors: list[str] = []
+    budgets: dict[str, float] = {}
+    for name, dollars in value.items():
+        if not isinstance(name, str) or not name.strip():
+            errors.append(f"{path}: team names must be non-empty strings, got {shown_value(name)}")
+            continue
+        try:
+            budgets[name] = budget_dollars(dollars)
+        except ValueError as exc:
+            errors.append(f"{path}.{name}: {exc}")
+    if errors:
+        raise InputError(errors)
+    return budgets
 
 
 def _share_fields(entry: Mapping[Any, Any], where: str, errors: list[str]) -> tuple[int | None, float | None]:
@@ -455,6 +585,8 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
     taints = tuple(fields_.objects("taints", _taint))
     failures = tuple(fields_.objects("failures", _failure))
     price = fields_.number("pricePerHour")
+    on_demand_price = fields_.number("onDemandPricePerHour")
+    boot_time = fields_.parsed("bootTime", _boot_time, default=DEFAULT_BOOT_TIME)
     spot = fields_.boolean("spot")
     asg_name = fields_.text("asgName", pattern=ASG_NAME, what="an Auto Scaling group name") or name
     cluster_name = CLUSTER_NAME_WORDS
@@ -471,7 +603,13 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
             )
     if desired is not None and max_size is not None and desired > max_size:
         fields_.error("desired", f"must be at most maxSize ({max_size}), got {desired}")
-    if len(fields_.errors) > errors_before or allocatable is None or min_size is None or max_size is None:
+    if (
+        len(fields_.errors) > errors_before
+        or allocatable is None
+        or min_size is None
+        or max_size is None
+        or boot_time is None
+    ):
         return None
     group = NodeGroup(
         name=name,
@@ -490,8 +628,17 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
         spot=spot,
         asg_name=asg_name,
         cluster=cluster,
+        boot_time=boot_time,
+        on_demand_price_per_hour=on_demand_price,
     )
     return group, health
+
+
+def _boot_time(value: object) -> timedelta:
+    span = parse_duration(value)
+    if span > MAX_BOOT_TIME:
+        raise ValueError(f"must be at most a day, got {shown_value(value)}")
+    return span
 
 
 def _allocatable(fields_: Fields, *, name: str, instance_type: str) -> Resources | None:

@@ -94,7 +94,7 @@ def test_the_policy_has_one_set_of_defaults_the_deployments() -> None:
     assert Policy().max_scale_down_fraction == 0.2
     assert Policy().boot_grace == timedelta(minutes=5)
     assert PolicySettings().planner_policy() == Policy() == planner_policy(read_policy(None))
-    assert read_policy({}) == dict(PolicySettings())
+    assert read_policy({}) == PolicySettings().model_dump()
 
 
 def test_the_planner_policy_is_derived_from_every_planner_field() -> None:
@@ -138,7 +138,7 @@ def test_policy_problems_are_named_by_field_all_at_once() -> None:
         "policy.maxScaleDownFraction: expected a number greater than 0 and at most 1, got 0",
         "policy.colour: unknown field (allowed: provisionTimeout, idleThreshold, bootGrace, "
         "maxScaleDownFraction, backoffBase, backoffMax, failureWindow, drainDeadline, drainStepDelay, "
-        "jobTtlAfterFinished, scaleCheckDebounce, maxRuntimeLimit)",
+        "jobTtlAfterFinished, scaleCheckDebounce, maxRuntimeLimit, backfill, preemption)",
     ]
     with pytest.raises(InputError, match=r"policy\.backoffMax: must be at least backoffBase"):
         read_policy({"backoffBase": "PT10M", "backoffMax": "PT5M"})

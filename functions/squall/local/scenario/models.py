@@ -132,6 +132,8 @@ class ArrivalModel(StrictModel):
     count: Annotated[int, Field(ge=1, le=100_000)] = 1
     every: Span = ZERO
     run_time: Span | None = None  # how long each pod runs; default: the scenario's defaultRunTime
+    # How often the simulated job checkpoints (what a preemption keeps of its work); absent: never.
+    checkpoint_every: Span | None = None
     failure_probability: Annotated[float, Field(ge=0, le=1)] = 0.0
     deliver_twice: bool = False  # SQS hands the message over twice (at-least-once delivery)
     # Who sends it: a principal's unique id (AROA...), what SQS reports as the SenderId.
@@ -149,6 +151,13 @@ class ArrivalModel(StrictModel):
                 f"at would come later than {MAX_SPAN_WORDS} after the start"
             )
         return self
+
+    @field_validator("checkpoint_every")
+    @classmethod
+    def _checkpoints(cls, every: timedelta | None) -> timedelta | None:
+        if every is not None and every <= ZERO:
+            raise ValueError("must be positive (leave it out for a job that never checkpoints)")
+        return every
 
     @model_validator(mode="after")
     def _one_source(self) -> ArrivalModel:
@@ -291,7 +300,8 @@ class ScenarioModel(StrictModel):
     description: str = ""
     seed: int = 0
     clock: ClockModel = ClockModel()
-    # team -> namespace, or {namespace, submitters: [unique ids], gpuQuota, weight}; default: the local runtime's
+    # team -> namespace, or {namespace, submitters: [unique ids], gpuQuota, weight, budget: {monthly}};
+    # default: the local runtime's
     teams: dict[str, Any] | None = None
     registries: list[str] | None = None
     policy: dict[str, Any] = Field(default_factory=dict)  # cdk.json's policy keys

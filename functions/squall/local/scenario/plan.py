@@ -1,9 +1,9 @@
 """A scenario compiled: the ScenarioPlan a Simulation runs, every arrival checked as Squall will check it.
 
 `compile_scenario` takes a scenario document (models.py checks its shape), reads its
-node groups, teams (namespaces, submitters, GPU quotas and weights) and policy with the readers cdk synth uses (squall/planner/inputs.py),
-checks each arrival's spec as the submit function will, and lays out the submissions in
-time order. Trace replay (local/trace.py) builds a ScenarioPlan from a CSV instead.
+node groups, teams (namespaces, submitters, GPU quotas, weights and monthly budgets) and
+policy with the readers cdk synth uses (squall/planner/inputs.py), checks each arrival's
+spec as the submit function will, and lays out the submissions in time order. Trace replay (local/trace.py) builds a ScenarioPlan from a CSV instead.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from squall.planner.inputs import (
     read_node_groups,
     read_policy,
     read_teams,
+    team_budgets,
     team_shares,
 )
 
@@ -57,6 +58,7 @@ class Submission:
     exit_code: int = 0
     deliver_twice: bool = False
     sender: str | None = None  # the SenderId SQS reports for it
+    checkpoint_every: timedelta | None = None  # how often its job checkpoints; None: never
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class ScenarioPlan:
     submitters: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # team -> its GPU quota and weight in admission; a team left out has no quota and weight 1.
     quotas: dict[str, TeamShare] = field(default_factory=dict)
+    # team -> dollars it may spend a calendar month; a team left out has no budget.
+    budgets: dict[str, float] = field(default_factory=dict)
     # The clusters, in preference order (empty: the runtime's one default cluster).
     clusters: list[ClusterEntry] = field(default_factory=list)
 
@@ -122,6 +126,7 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
         entries = {}
     teams = {name: entry.namespace for name, entry in entries.items()}
     quotas = team_shares(entries)
+    budgets = team_budgets(entries)
     submitters = {name: entry.submitters for name, entry in entries.items() if entry.submitters is not None}
     registries = list(model.registries or DEFAULT_REGISTRIES)
     capacity = {
@@ -163,6 +168,7 @@ def compile_scenario(document: Any, *, base: Path = Path("."), source: str = "")
         default_run_time=model.default_run_time,
         submitters=submitters,
         quotas=quotas,
+        budgets=budgets,
         clusters=clusters,
     )
 
@@ -343,6 +349,7 @@ def _copies(
             exit_code=1 if fails else 0,
             deliver_twice=arrival.deliver_twice,
             sender=arrival.sender,
+            checkpoint_every=arrival.checkpoint_every,
         )
 
 
