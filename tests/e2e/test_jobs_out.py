@@ -25,6 +25,9 @@ HEADER = [
     "state",
     "reason",
     "cluster",
+    "starts_by_s",
+    "likely_start_s",
+    "cost",
 ]
 GROUP = gpu_group("g5-usw2", "g5.12xlarge", max_size=4, priority=10, minSize=0, pricePerHour=5.67)
 SPEC = {"name": "t", "team": "research", "image": "registry.example.com/squall/t:1", "resources": {"gpu": 1}}
@@ -80,7 +83,7 @@ def test_simulate_writes_a_row_per_job(tmp_path: Path, capsys: pytest.CaptureFix
     # and the summary has the new keys beside the old ones
     assert summary["gangsReleased"] == 0
     by_team = summary["queueWaitSeconds"].pop("byTeam")
-    assert set(summary["queueWaitSeconds"]) == {"p50", "p90", "max"}
+    assert set(summary["queueWaitSeconds"]) == {"p50", "p90", "p99", "max"}
     assert set(by_team) == {"research", "vision"}
     waits = {r["id"]: float(r["started_s"]) - float(r["submitted_s"]) for r in rows}
     assert by_team["vision"]["max"] == pytest.approx(waits["vision-000004"], abs=0.1)

@@ -30,7 +30,10 @@ from squall.local.summary import (
 
 CLOCK = VirtualClock()
 T0 = CLOCK.now()
-HEADER = "id,team,priority,gpus,replicas,submitted_s,started_s,finished_s,state,reason,cluster"
+HEADER = (
+    "id,team,priority,gpus,replicas,submitted_s,started_s,finished_s,state,reason,cluster,"
+    "starts_by_s,likely_start_s,cost"
+)
 
 
 def record(
@@ -75,10 +78,12 @@ def test_a_row_per_record_in_submission_order_with_times_from_the_start() -> Non
     rows = job_rows(records, start=T0)
     # the cluster column: where admission placed the job; empty while it waits in the queue
     assert [r.cells() for r in rows] == [
-        ["first", "research", "50", "1", "1", "30", "60", "400", "FAILED", "DeadlineExceeded", "gpu-west"],
-        ["queued", "research", "50", "1", "1", "30", "", "", "QUEUED", "Submitted", ""],
-        ["late", "research", "90", "32", "4", "90", "120.5", "3600.25", "SUCCEEDED", "Completed", "gpu-east"],
-    ]
+        ["first", "research", "50", "1", "1", "30", "60", "400", "FAILED", "DeadlineExceeded", "gpu-west",
+         "", "", ""],
+        ["queued", "research", "50", "1", "1", "30", "", "", "QUEUED", "Submitted", "", "", "", ""],
+        ["late", "research", "90", "32", "4", "90", "120.5", "3600.25", "SUCCEEDED", "Completed", "gpu-east",
+         "", "", ""],
+    ]  # fmt: skip
 
 
 def test_started_is_the_first_time_running_and_finished_empty_until_final() -> None:
@@ -120,7 +125,7 @@ def test_writing_replaces_the_file_whole_and_leaves_no_temporary_behind(tmp_path
     out = tmp_path / "jobs.csv"
     out.write_text("old\n")
     write_jobs_csv(out, job_rows([record("a", started=1, finished=2)], start=T0))
-    assert out.read_text().splitlines() == [HEADER, "a,research,50,1,1,0,1,2,SUCCEEDED,Completed,"]
+    assert out.read_text().splitlines() == [HEADER, "a,research,50,1,1,0,1,2,SUCCEEDED,Completed,,,,"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.csv"]
 
 
@@ -166,8 +171,8 @@ def test_queue_waits_by_team_over_the_records_that_started() -> None:
         record("hp", team="sweeps", gpus=0, replicas=0, trial_ids=("hp-t000",), started=5),
     ]
     assert queue_waits_by_team(records) == {
-        "research": {"p50": 30.0, "p90": 100.0, "max": 100.0},
-        "vision": {"p50": 30.0, "p90": 30.0, "max": 30.0},
+        "research": {"p50": 30.0, "p90": 100.0, "p99": 100.0, "max": 100.0},
+        "vision": {"p50": 30.0, "p90": 30.0, "p99": 30.0, "max": 30.0},
     }
 
 
@@ -204,8 +209,8 @@ def test_the_summary_keeps_its_keys_and_gains_the_new_ones() -> None:
         checks=checks,
         gangs_released=3,
     )
-    assert list(summary) == ["jobs", "queueWaitSeconds", "gpuHours", "cost", "peakNodes", "clusters",
-                             "scaleUps", "fallbacks", "scaleDowns", "gangsReleased", "drains",
+    assert list(summary) == ["jobs", "queueWaitSeconds", "estimates", "gpuHours", "cost", "costs", "peakNodes",
+                             "clusters", "scaleUps", "fallbacks", "scaleDowns", "gangsReleased", "drains",
                              "hooksCompleted", "invariants"]  # fmt: skip
     assert summary["gangsReleased"] == 3
     assert summary["clusters"] == {"local": {"peakNodes": 0, "peakGpusBusy": 0}}
@@ -214,7 +219,8 @@ def test_the_summary_keeps_its_keys_and_gains_the_new_ones() -> None:
     assert summary["queueWaitSeconds"] == {
         "p50": 20.0,
         "p90": 40.0,
+        "p99": 40.0,
         "max": 40.0,
-        "byTeam": {"research": {"p50": 20.0, "p90": 20.0, "max": 20.0},
-                   "vision": {"p50": 40.0, "p90": 40.0, "max": 40.0}},
+        "byTeam": {"research": {"p50": 20.0, "p90": 20.0, "p99": 20.0, "max": 20.0},
+                   "vision": {"p50": 40.0, "p90": 40.0, "p99": 40.0, "max": 40.0}},
     }  # fmt: skip

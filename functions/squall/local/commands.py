@@ -127,7 +127,7 @@ def _common(parser: argparse.ArgumentParser, *, backend: str) -> None:
         "--jobs-out",
         metavar="FILE.csv",
         help="also write one row per job (id,team,priority,gpus,replicas,submitted_s,started_s,finished_s,"
-        "state,reason) to FILE.csv",
+        "state,reason,cluster,starts_by_s,likely_start_s,cost) to FILE.csv",
     )
 
 
@@ -227,6 +227,8 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
         for note in result.notes:
             print(f"  {note}")
         print(json.dumps(result.summary, indent=2))
+        for line in summary_lines(result.summary):
+            print(line)
         if written:
             print(f"dashboard: {', '.join(written)}")
         if args.jobs_out and not jobs_out_failed:
@@ -236,6 +238,35 @@ def _run(plan: Any, args: argparse.Namespace, *, follow_jobs: bool) -> int:
     if jobs_out_failed:
         return EXIT_USAGE
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary's waits, estimates and costs in words, under its JSON."""
+    lines = []
+    waits = summary.get("queueWaitSeconds") or {}
+    if waits:
+        lines.append(
+            "queue wait: "
+            + ", ".join(f"{key} {waits[key]:,.0f} s" for key in ("p50", "p90", "p99", "max") if key in waits)
+        )
+    estimates = summary.get("estimates") or {}
+    if estimates.get("judged"):
+        median = estimates.get("likelyStartMedianError")
+        lines.append(
+            f"estimates: {estimates['startedByStartsBy']:.1%} of {estimates['judged']:,} judged jobs started by "
+            "their first startsBy; likelyStart median error "
+            + ("unknown" if median is None else f"{median:,.0f} s")
+        )
+    elif "estimates" in summary:
+        lines.append("estimates: no job judged (none waited with an estimate and started)")
+    costs = summary.get("costs")
+    if costs:
+        teams = ", ".join(f"{team} ${dollars:,.2f}" for team, dollars in costs["byTeam"].items())
+        lines.append(
+            f"costs: jobs ${costs['jobs']:,.2f} + overhead ${costs['overhead']:,.2f} = fleet ${costs['fleet']:,.2f}"
+            + (f" ({teams})" if teams else "")
+        )
+    return lines
 
 
 def _state_dir_option(parser: argparse.ArgumentParser) -> None:

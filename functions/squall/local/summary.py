@@ -3,14 +3,22 @@
 `squall local run` and `squall simulate` end with one JSON object built here:
 
 - ``jobs``: job records by the state they ended in (trials and rejected specs included).
-- ``queueWaitSeconds``: ``p50``/``p90``/``max`` of submitted-to-started over the job
+- ``queueWaitSeconds``: ``p50``/``p90``/``p99``/``max`` of submitted-to-started over the job
   records that started (the record's ``started_at``: when its containers really
   started, not when reconcile noticed; nearest-rank percentiles; sweep parents left out), and
-  ``byTeam``: the same three per team, for each team with a record that started.
+  ``byTeam``: the same four per team, for each team with a record that started.
+- ``estimates``: how good admission's first start estimates were (see `estimate_stats`):
+  ``judged`` jobs, the share of them that started by their first ``startsBy``
+  (``startedByStartsBy``), and the median absolute error in seconds of their first
+  ``likelyStart`` (``likelyStartMedianError``); null while no job is judged.
 - ``gpuHours``: ``busy`` is the integral over virtual time of the GPUs pods hold,
   ``idle`` of the GPUs allocatable on nodes but held by no pod.
 - ``cost``: instance-hours of every launched instance (booting ones included, as EC2
   bills them) times its group's ``pricePerHour``.
+- ``costs``: that fleet cost split (see `cost_stats`): ``jobs``, the sum of the job
+  records' ``cost``; ``overhead``, the fleet's cost less that sum (what no job held:
+  booting, idle and draining nodes, the unheld part of partly used ones); ``fleet``, the
+  ``cost`` above; ``byTeam``, each team's jobs' dollars.
 - ``peakNodes``: region -> the most nodes that region had at once.
 - ``clusters``: cluster -> ``peakNodes`` (the most nodes it had at once) and
   ``peakGpusBusy`` (the most GPUs its pods held at once).
@@ -30,15 +38,20 @@ while another still holds some (the ``jobsInTwoClusters`` invariant).
 
 `job_rows` and `write_jobs_csv` are the per-job report (`--jobs-out FILE.csv`): one
 row per job record, sweep parents included (gpus and replicas 0: their GPUs are their
-trials', each of which has its own row), so the rows' gpus add up to what ran.
+trials', each of which has its own row), so the rows' gpus add up to what ran. Beside
+the times, each row has the job's first start estimates (``starts_by_s``,
+``likely_start_s``, seconds from the run's start) and its ``cost`` in dollars, empty
+when the record has none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import itertools
 import math
 import os
+import statistics
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -331,10 +344,11 @@ def queue_waits(jobs: Iterable[Job]) -> list[float]:
 
 
 def wait_stats(waits: Sequence[float]) -> dict[str, float]:
-    """p50, p90 and max of queue waits, in seconds to a tenth."""
+    """p50, p90, p99 and max of queue waits, in seconds to a tenth."""
     return {
         "p50": round(percentile(waits, 0.5), 1),
         "p90": round(percentile(waits, 0.9), 1),
+        "p99": round(percentile(waits, 0.99), 1),
         "max": round(max(waits, default=0.0), 1),
     }
 
@@ -349,6 +363,84 @@ def queue_waits_by_team(jobs: Iterable[Job]) -> dict[str, dict[str, float]]:
         for team, records in sorted(by_team.items())
         if (waits := queue_waits(records))
     }
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A started job's first estimates, beside when it really started."""
+
+    job_id: str
+    started: datetime
+    starts_by: datetime
+    likely_start: datetime | None
+
+
+def judged_estimates(jobs: Iterable[Job]) -> list[Estimate]:
+    """The first estimates that can be held against their job's start, in submission order.
+
+    A job is judged when it started, had a first ``startsBy``, and no job of higher
+    priority was submitted after it and started before it: such an arrival is what
+    ``startsBy`` does not promise to beat. Jobs of equal or lower priority that start
+    first (backfilled into room the job could not use yet) do not excuse it. Read in
+    one pass from the latest submission back, keeping the earliest start seen per
+    priority, so a replay of thousands of jobs costs no pairwise comparison.
+    """
+    started = sorted(
+        (
+            (job.submitted_at, job.started_at, _job_priority(job), job)
+            for job in jobs
+            if job.started_at is not None and not job.is_sweep
+        ),
+        key=lambda entry: entry[0],
+        reverse=True,
+    )
+    earliest: dict[int, datetime] = {}  # priority -> the earliest start of a job submitted later
+    judged: list[Estimate] = []
+    # Jobs submitted at the same instant are not "after" one another: judge them all, then count them.
+    for _, group in itertools.groupby(started, key=lambda entry: entry[0]):
+        same = list(group)
+        for _, at, level, job in same:
+            overtaken = any(first < at for p, first in earliest.items() if p > level)
+            if job.first_starts_by is not None and not overtaken:
+                judged.append(Estimate(job.id, at, job.first_starts_by, job.first_likely_start))
+        for _, at, level, _ in same:
+            if level not in earliest or at < earliest[level]:
+                earliest[level] = at
+    judged.reverse()
+    return judged
+
+
+def estimate_stats(jobs: Iterable[Job]) -> dict[str, float | int | None]:
+    """judged, startedByStartsBy (a share, 0..1) and likelyStartMedianError (seconds) over `judged_estimates`."""
+    judged = judged_estimates(jobs)
+    on_time = sum(1 for e in judged if e.started <= e.starts_by)
+    errors = [abs((e.started - e.likely_start).total_seconds()) for e in judged if e.likely_start is not None]
+    return {
+        "startedByStartsBy": round(on_time / len(judged), 4) if judged else None,
+        "judged": len(judged),
+        "likelyStartMedianError": round(statistics.median(errors), 1) if errors else None,
+    }
+
+
+def cost_stats(jobs: Iterable[Job], *, fleet: float) -> dict[str, Any]:
+    """jobs, overhead, fleet and byTeam in dollars (to the cent); sweep parents left out, their trials counted."""
+    by_team: dict[str, float] = {}
+    for job in jobs:
+        if job.cost is not None and not job.is_sweep:
+            by_team[job.team] = by_team.get(job.team, 0.0) + job.cost
+    held = sum(by_team.values(), 0.0)
+    return {
+        "jobs": round(held, 2),
+        "overhead": round(fleet - held, 2),
+        "fleet": round(fleet, 2),
+        "byTeam": {team: round(dollars, 2) for team, dollars in sorted(by_team.items())},
+    }
+
+
+def _job_priority(job: Job) -> int:
+    """The priority its spec gives it (the record's own field when the spec has none)."""
+    found = _priority(job.spec)
+    return job.priority if found is None else found
 
 
 def gangs_released(jobs: Iterable[Job], *, events: Callable[[str], Sequence[JobEvent]]) -> int:
@@ -480,11 +572,13 @@ def build_summary(
     return {
         "jobs": dict(sorted(Counter(job.status.value for job in jobs).items())),
         "queueWaitSeconds": wait_stats(waits) | {"byTeam": queue_waits_by_team(jobs)},
+        "estimates": estimate_stats(jobs),
         "gpuHours": {
             "busy": round(recorder.gpu_busy_seconds / 3600, 2),
             "idle": round(recorder.gpu_idle_seconds / 3600, 2),
         },
         "cost": round(recorder.cost, 2),
+        "costs": cost_stats(jobs, fleet=recorder.cost),
         "peakNodes": dict(sorted(recorder.peak_nodes.items())),
         "clusters": recorder.cluster_peaks(),
         "scaleUps": int(metrics.total(Metric.SCALE_UPS)),
@@ -501,7 +595,7 @@ def build_summary(
 
 JOBS_CSV_COLUMNS = (
     "id", "team", "priority", "gpus", "replicas", "submitted_s", "started_s", "finished_s", "state", "reason",
-    "cluster",
+    "cluster", "starts_by_s", "likely_start_s", "cost",
 )  # fmt: skip
 
 
@@ -520,6 +614,10 @@ class JobRow:
     state: str
     reason: str
     cluster: str = ""  # where admission placed it (the record's cluster); empty until it is placed
+    # its first estimates after submission (seconds from the run's start); None: it had none
+    starts_by_s: float | None = None
+    likely_start_s: float | None = None
+    cost: float | None = None  # dollars, as its record has it; None: not counted (yet)
 
     def cells(self) -> list[str]:
         return [
@@ -534,6 +632,9 @@ class JobRow:
             self.state,
             self.reason,
             self.cluster,
+            "" if self.starts_by_s is None else _seconds(self.starts_by_s),
+            "" if self.likely_start_s is None else _seconds(self.likely_start_s),
+            "" if self.cost is None else _dollars(self.cost),
         ]
 
 
@@ -556,6 +657,9 @@ def job_rows(jobs: Iterable[Job], *, start: datetime) -> list[JobRow]:
             state=job.status.value,
             reason=job.reason,
             cluster=job.cluster or "",
+            starts_by_s=since(job.first_starts_by),
+            likely_start_s=since(job.first_likely_start),
+            cost=job.cost,
         )
         for job in jobs
     ]
@@ -571,6 +675,12 @@ def _seconds(value: float) -> str:
     """Seconds as few digits as say them exactly to the millisecond: 120, 0.5, 3600.25."""
     rounded = round(value, 3)
     return str(int(rounded)) if rounded.is_integer() else f"{rounded:.3f}".rstrip("0")
+
+
+def _dollars(value: float) -> str:
+    """Dollars to a hundredth of a cent, without trailing zeros: 12.5, 0.0042, 310."""
+    rounded = round(value, 4)
+    return str(int(rounded)) if rounded.is_integer() else f"{rounded:.4f}".rstrip("0")
 
 
 class JobsOutError(Exception):
