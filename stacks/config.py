@@ -143,7 +143,7 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class TeamConfig:
-    """A team (cdk.json ``teams``): its namespace, who may submit for it, its GPU quota and weight."""
+    """A team (cdk.json ``teams``): its namespace, who may submit for it, its GPU quota, weight and budget."""
 
     name: str
     namespace: str
@@ -153,6 +153,8 @@ class TeamConfig:
     submitters: tuple[str, ...] = ()
     gpu_quota: int | None = None
     weight: float | None = None
+    # Dollars a calendar month (``budget: {monthly}``); None: no budget.
+    monthly_budget: float | None = None
 
     @property
     def submitter_arns(self) -> tuple[str, ...]:
@@ -280,6 +282,15 @@ class SquallConfig:
             if share:
                 quotas[name] = share
         return quotas
+
+    @property
+    def budgets(self) -> dict[str, float]:
+        """Team -> its monthly budget in dollars, as the functions' settings hold them, for the teams with one."""
+        return {
+            name: team.monthly_budget
+            for name, team in self.team_configs.items()
+            if team.monthly_budget is not None
+        }
 
     @property
     def namespace_teams(self) -> dict[str, tuple[str, ...]]:
@@ -469,7 +480,7 @@ class _Reader:
         return config
 
     def teams(self) -> dict[str, TeamConfig]:
-        """``teams``: name -> a namespace, or {namespace, submitters, gpuQuota, weight}."""
+        """``teams``: name -> a namespace, or {namespace, submitters, gpuQuota, weight, budget}."""
         raw_all = self.get("teams", dict, {})
         if not raw_all:
             self.problem("teams", "expected an object of team name -> Kubernetes namespace or team object")
@@ -498,6 +509,7 @@ class _Reader:
                 submitters=team.submitters or (),
                 gpu_quota=team.gpu_quota,
                 weight=team.weight,
+                monthly_budget=team.monthly_budget,
             )
             for name, team in teams.items()
         }

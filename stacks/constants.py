@@ -140,6 +140,7 @@ SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
         "policy",
         "teams",
         "quotas",
+        "budgets",
         "namespaces",
         "cluster_wide_pods",
         "clusters",

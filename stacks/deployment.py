@@ -49,7 +49,7 @@ from stacks.forwarding import EventForwarding
 from stacks.functions import SquallFunctions
 from stacks.lifecycle import HookSettings, LifecycleHooks
 from stacks.log_agent import LogAgent
-from stacks.monitoring import Monitoring
+from stacks.monitoring import Monitoring, with_costs
 from stacks.pod_identity import JobIdentities, JobPolicies, job_policy_name
 from stacks.queues import JobQueues, failed_events_queue
 from stacks.rbac import function_role_name
@@ -201,7 +201,7 @@ class MonitoringStack(cdk.Stack):
         Monitoring(
             self,
             "Monitoring",
-            description=dashboard.describe(monitoring_deployment(config), config.alarms.thresholds),
+            description=monitoring_description(config),
             topic_name=f"{config.prefix}-alarms",
             alarm_email=config.alarms.email,
             prefix=config.prefix,
@@ -363,6 +363,18 @@ def output_keys(names: dict[str, Any]) -> dict[str, str]:
 def hook_timeout(config: SquallConfig) -> cdk.Duration:
     """How long a lifecycle event matters: past its hook's timeout Auto Scaling has answered it."""
     return cdk.Duration.seconds(HookSettings.from_config(config).longest_timeout_seconds)
+
+
+def monitoring_description(config: SquallConfig) -> dashboard.MonitoringDescription:
+    """The dashboard and alarms of the deployment: core/dashboard.py's, with the costs and budgets."""
+    deployment = monitoring_deployment(config)
+    return with_costs(
+        dashboard.describe(deployment, config.alarms.thresholds),
+        prefix=config.prefix,
+        teams=tuple(config.teams),
+        groups=deployment.groups,
+        budgets=config.budgets,
+    )
 
 
 def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:

@@ -368,6 +368,8 @@ def function_settings(config: SquallConfig, handler: str) -> dict[str, Any]:
         "submitters": {team: list(principals) for team, principals in config.submitters.items()},
         # Admission holds each team to its GPU quota, by its weight (teams that set either).
         "quotas": config.quotas,
+        # Admission holds a team's jobs past its monthly budget (teams that set one).
+        "budgets": config.budgets,
         # The jobs functions' Kubernetes role reads the team namespaces only, and so
         # does the scale function's for Jobs (it lists, admits and releases them there).
         "namespaces": sorted(set(config.teams.values())),

@@ -49,13 +49,15 @@ def full_context() -> dict[str, Any]:
         "securityGroupIds": [NODE_SECURITY_GROUP],
     }
     context["alarms"]["email"] = "gpu-oncall@example.com"
-    # One team that only some principals may submit for, with a GPU quota and a weight; one open to any.
+    # One team that only some principals may submit for, with a GPU quota, a weight and a monthly
+    # budget; one open to any.
     context["teams"] = {
         "research": {
             "namespace": "team-research",
             "submitters": [SUBMITTER_ROLE, SUBMITTER_USER, SUBMITTER_ID],
             "gpuQuota": 16,
             "weight": 2,
+            "budget": {"monthly": 20000},
         },
         "vision": "team-vision",
     }

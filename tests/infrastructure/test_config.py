@@ -134,6 +134,25 @@ def test_a_team_is_a_namespace_or_an_object_with_its_submitters(context: dict[st
     assert settings.team_shares() == {"research": TeamShare(quota=64, weight=2.0), "vision": TeamShare()}
 
 
+def test_a_teams_monthly_budget_reaches_the_scale_functions_settings(context: dict[str, Any]) -> None:
+    from squall.core.settings import Settings
+    from stacks.functions import function_settings
+
+    context["teams"] = {
+        "research": {"namespace": "team-research", "budget": {"monthly": 20000}},
+        "vision": "team-vision",
+    }
+    config = SquallConfig.from_context(context)
+    assert config.team_configs["research"].monthly_budget == 20000.0
+    scale = function_settings(config, "scale")
+    assert scale["budgets"] == {"research": 20000.0}
+    assert "budgets" not in function_settings(config, "submit")
+    assert Settings(table_name="t", budgets=scale["budgets"]).budgets == {"research": 20000.0}
+    context["teams"] = {"research": {"namespace": "team-research", "budget": {"monthly": 0}}}
+    with pytest.raises(ConfigError, match=r"teams\.research\.budget\.monthly: expected dollars a month"):
+        SquallConfig.from_context(context)
+
+
 def test_team_mistakes_are_named_by_their_field(context: dict[str, Any]) -> None:
     context["teams"] = {
         "research": {
@@ -156,7 +175,7 @@ def test_team_mistakes_are_named_by_their_field(context: dict[str, Any]) -> None
     # the messages of the one team reader (squall/planner/inputs.py), which cdk synth,
     # the CLI and scenarios share
     for expected in (
-        "teams.research.submitter: unknown field (allowed: namespace, submitters, gpuQuota, weight)",
+        "teams.research.submitter: unknown field (allowed: namespace, submitters, gpuQuota, weight, budget)",
         "teams.research.submitters[0]: 'arn:aws:iam::123:role/short' is not an IAM role or user ARN",
         "teams.research.submitters[1]: 7 is not an IAM role or user ARN",
         "teams.vision.namespace: 'Team_Vision' is not a Kubernetes namespace",
@@ -164,7 +183,7 @@ def test_team_mistakes_are_named_by_their_field(context: dict[str, Any]) -> None
         "teams.vision.weight: expected a positive number, got 0",
         "teams.nlp.namespace: required",
         "teams.nlp.submitters: expected a non-empty list of IAM role ARNs",
-        "teams.ops: expected a namespace or an object with namespace, submitters, gpuQuota, weight",
+        "teams.ops: expected a namespace or an object with namespace, submitters, gpuQuota, weight, budget",
         "teams.ml.submitters[0]:",
         "teams.ml.weight: expected a positive number, got true",
     ):

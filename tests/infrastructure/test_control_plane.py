@@ -293,6 +293,8 @@ def test_each_function_reads_its_own_settings_file_from_the_asset(
             assert settings.dry_run is False
             # admission holds each team to its quota and weight, and lists Jobs in the team namespaces
             assert content["quotas"] == {"research": {"gpuQuota": 16, "weight": 2.0}}
+            # and each team's monthly budget (the teams with one)
+            assert settings.budgets == {"research": 20000.0}
             assert settings.team_shares() == {
                 "research": TeamShare(quota=16, weight=2.0),
                 "vision": TeamShare(),
@@ -300,7 +302,7 @@ def test_each_function_reads_its_own_settings_file_from_the_asset(
             assert settings.namespaces == ["team-research", "team-vision"]
             assert settings.cluster_wide_pods is True
         else:
-            assert "quotas" not in content and not settings.cluster_wide_pods
+            assert "quotas" not in content and "budgets" not in content and not settings.cluster_wide_pods
         if handler in ("submit", "reconcile"):
             assert settings.teams == {"research": "team-research", "vision": "team-vision"}
             assert settings.namespaces == ["team-research", "team-vision"]

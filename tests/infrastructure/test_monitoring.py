@@ -215,6 +215,42 @@ def test_thresholds_come_from_the_settings() -> None:
     assert alarms["squall-repeated-fallbacks"].threshold == 5
 
 
+def test_costs_are_graphed_per_team_and_group_and_each_budget_alarms_at_80_and_100_percent(
+    description: dashboard.MonitoringDescription,
+) -> None:
+    from stacks.monitoring import with_costs
+
+    costed = with_costs(
+        description,
+        prefix="squall",
+        teams=("vision", "research"),
+        groups=DEPLOYMENT.groups,
+        budgets={"research": 20000.0},
+    )
+    assert dashboard.validate(costed) == []
+    spend, overhead = _section(costed, "Costs").widgets
+    assert isinstance(spend, dashboard.Graph) and isinstance(overhead, dashboard.Graph)
+    assert [(m.name, m.dimension_map) for m in spend.left] == [
+        (Metric.TEAM_MONTH_SPEND, {"service": "squall", "Team": team}) for team in ("research", "vision")
+    ]
+    assert [(m.name, m.stat, m.dimension_map) for m in overhead.left] == [
+        (Metric.OVERHEAD_COST, dashboard.Stat.SUM, {"service": "squall", "Group": group})
+        for group in ("p3-use1", "p3-usw2")
+    ]
+    budget = {a.name: a for a in costed.alarms if a.name.startswith("squall-budget-")}
+    assert {
+        name: (a.threshold, a.metric.name, a.metric.dimension_map["Team"]) for name, a in budget.items()
+    } == {
+        "squall-budget-research-80pct": (16000.0, Metric.TEAM_MONTH_SPEND, "research"),
+        "squall-budget-research-100pct": (20000.0, Metric.TEAM_MONTH_SPEND, "research"),
+    }
+    assert all(a.comparison is dashboard.Comparison.GREATER_THAN_OR_EQUAL for a in budget.values())
+    # a team without a budget has no alarm; the description's own alarms stay as they were
+    assert [a.name for a in costed.alarms if not a.name.startswith("squall-budget-")] == [
+        a.name for a in description.alarms
+    ]
+
+
 def test_rows_wrap_at_24_columns() -> None:
     many = replace(DEPLOYMENT, groups=tuple(dashboard.DashboardGroup(f"g{i}", "us-west-2") for i in range(7)))
     rows = dashboard.describe(many).dashboard.rows()
@@ -239,7 +275,7 @@ def _body(template: Template) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_cloudwatch_dashboard_graphs_exactly_the_description(full: Synthesis, template: Template) -> None:
-    config_description = dashboard.describe(monitoring_deployment_of(full))
+    config_description = monitoring_description_of(full)
     body = _body(template)
     graphed = [
         tuple(series[:2]) + tuple(series[2:-1]) + (series[-1]["stat"],)
@@ -261,11 +297,11 @@ def test_cloudwatch_dashboard_graphs_exactly_the_description(full: Synthesis, te
     template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": "squall"})
 
 
-def monitoring_deployment_of(full: Synthesis) -> dashboard.Deployment:
+def monitoring_description_of(full: Synthesis) -> dashboard.MonitoringDescription:
     from stacks.config import SquallConfig
-    from stacks.deployment import monitoring_deployment
+    from stacks.deployment import monitoring_description
 
-    return monitoring_deployment(SquallConfig.from_context(full.app.node.get_all_context()))
+    return monitoring_description(SquallConfig.from_context(full.app.node.get_all_context()))
 
 
 @pytest.mark.slow
@@ -327,7 +363,25 @@ def test_cloudwatch_alarms_notify_the_topic(template: Template) -> None:
                 "OKActions": [topic],
             },
         )
-    template.resource_count_is("AWS::CloudWatch::Alarm", 8)
+    # and two on the research team's spend this month: at 80% and 100% of its $20,000 budget
+    for percent, threshold in ((80, 16000), (100, 20000)):
+        template.has_resource_properties(
+            "AWS::CloudWatch::Alarm",
+            {
+                "AlarmName": f"squall-budget-research-{percent}pct",
+                "Namespace": NAMESPACE,
+                "MetricName": Metric.TEAM_MONTH_SPEND,
+                "Dimensions": [{"Name": "Team", "Value": "research"}, {"Name": "service", "Value": "squall"}],
+                "Statistic": "Maximum",
+                "Period": 300,
+                "Threshold": threshold,
+                "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+                "TreatMissingData": "notBreaching",
+                "AlarmActions": [topic],
+                "OKActions": [topic],
+            },
+        )
+    template.resource_count_is("AWS::CloudWatch::Alarm", 10)
 
 
 @pytest.mark.slow

@@ -67,7 +67,7 @@ def _environment(name: str) -> Any | None:
 def configured_team_entries() -> dict[str, documents.Team]:
     """Teams as SQUALL_TEAMS (JSON) or cdk.json's `teams` declare them, else the local defaults.
 
-    A team is a namespace, or {namespace, submitters, gpuQuota, weight}.
+    A team is a namespace, or {namespace, submitters, gpuQuota, weight, budget}.
     """
     found = _declared_teams()
     if found is None:
