@@ -1,0 +1,190 @@
+"""Costs as the functions count them: the fleet's overhead each scale check, each job's cost as
+reconcile sees it start and end, and a team's spend this month for budgets (core/costs.py
+has the arithmetic; the ledger, DynamoDB or memory, keeps the sums).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from aws_lambda_powertools import Logger
+
+from squall.core import costs
+from squall.core.costs import FleetAccrual, GroupOverhead, JobCharge, JobRate, TeamMonth
+from squall.core.jobs import Job, JobStatus
+from squall.core.telemetry import SERVICE, Metric
+from squall.planner import Node, NodeGroup, Pod
+from squall.ports import JobHistory, JobStore, MetricsSink
+
+logger = Logger(service=SERVICE, child=True)
+
+
+class CostLedger(Protocol):
+    """Where costs are summed (adapters/aws/cost_ledger.py, local/cost_ledger.py)."""
+
+    def add_job(self, charge: JobCharge) -> bool:
+        """Add a finished job's cost to its team's month once; False when it was added before."""
+        ...
+
+    def team_months(self, *, since: datetime, team: str | None = None) -> list[TeamMonth]: ...
+
+    def finished_in_month(self, *, now: datetime) -> dict[str, float]:
+        """Team -> dollars of its jobs that ended in `now`'s month."""
+        ...
+
+    def last_accrual(self) -> FleetAccrual | None: ...
+
+    def accrue(
+        self, *, previous: FleetAccrual | None, accrual: FleetAccrual, overhead: Sequence[GroupOverhead]
+    ) -> bool:
+        """Add `overhead` and move the accrual from `previous` to `accrual` together; False when
+        the stored accrual is no longer `previous` (nothing added)."""
+        ...
+
+    def overhead(self, *, since: datetime) -> list[GroupOverhead]: ...
+
+
+@dataclass
+class FleetCostMeter:
+    """The scale check's CostMeter: what no job held of the fleet since the last check, per group.
+
+    The interval since the last accrual is counted at the rates the fleet had then (each
+    check measures what holds until the next). The last accrual's time and rates are kept
+    in the ledger, so a cold Lambda goes on where the last one left off; the very first
+    call only records them.
+    """
+
+    ledger: CostLedger
+    metrics: MetricsSink
+
+    def accrue(
+        self, *, nodes: Sequence[Node], pods: Sequence[Pod], groups: Sequence[NodeGroup], now: datetime
+    ) -> None:
+        rates = costs.overhead_rates(nodes=nodes, pods=pods, groups=groups)
+        previous = self.ledger.last_accrual()
+        if previous is not None and now <= previous.at:
+            return  # a check whose clock is behind the last one's: nothing to count
+        overhead = costs.overhead_between(previous, now) if previous is not None else []
+        if not self.ledger.accrue(
+            previous=previous, accrual=FleetAccrual(at=now, rates=rates), overhead=overhead
+        ):
+            logger.info("overhead counted by another check already")
+            return
+        by_group: dict[str, float] = {}
+        for row in overhead:
+            by_group[row.group] = by_group.get(row.group, 0.0) + row.dollars
+        for group, dollars in sorted(by_group.items()):
+            self.metrics.add(Metric.OVERHEAD_COST, dollars, unit="None", dimensions={"Group": group})
+
+
+@dataclass
+class TeamSpend:
+    """The SpendLedger budgets read: the ledger's finished jobs of this month, plus what the
+    running jobs have cost this month so far (their records' rates)."""
+
+    ledger: CostLedger
+    store: JobStore
+
+    def month_to_date(self, *, now: datetime) -> dict[str, float]:
+        spend = dict(self.ledger.finished_in_month(now=now))
+        for job in self.store.list_by_status(JobStatus.RUNNING, limit=200_000):
+            if job.is_sweep:
+                continue  # its trials are counted
+            dollars = costs.month_to_date_of_running(job, run_start=run_start(job, self.store), now=now)
+            if dollars:
+                spend[job.team] = spend.get(job.team, 0.0) + dollars
+        return spend
+
+
+def run_start(job: Job, history: JobHistory) -> datetime | None:
+    """When the job's current (or last) run began.
+
+    Its `started_at` is its first run's start; a job that went back to the queue before
+    (it has `ran_seconds`) began its latest run when it last moved from QUEUED to RUNNING.
+    """
+    if job.ran_seconds <= 0:
+        return job.started_at
+    starts = [
+        event.at
+        for event in history.events(job.id)
+        if event.status is JobStatus.RUNNING and event.previous is not JobStatus.RUNNING
+    ]
+    return max(starts, default=job.started_at)
+
+
+@dataclass
+class JobCosting:
+    """What reconcile asks to cost a job: its rate from its pods, its record's cost fields as a
+    run starts and stops, and its final cost added to the ledger once."""
+
+    groups: Sequence[NodeGroup]
+    ledger: CostLedger | None
+    history: JobHistory
+    metrics: MetricsSink
+
+    def rate(self, *, pods: Sequence[Pod], nodes: Sequence[Node]) -> JobRate:
+        """The job's rate from its bound pods; UnpricedError says why it cannot be priced."""
+        return costs.job_rate(pods=pods, nodes=nodes, groups=self.groups)
+
+    def on_transition(
+        self, current: Job, *, to: JobStatus, at: datetime, rate: Callable[[], JobRate]
+    ) -> dict[str, Any]:
+        """The cost fields to change with `current`'s transition to `to` (at `at`).
+
+        A run starting records its rate (`rate` prices its pods, asked only when needed); a run stopping keeps what it cost in `cost` (a
+        job going back to the queue also keeps its run time); a final cost is added to the
+        ledger here, before the record is written: the ledger adds it once however often
+        a lost race or a retry brings the same end back.
+        """
+        if current.is_sweep:
+            return {}
+        if to is JobStatus.RUNNING and current.status is not JobStatus.RUNNING:
+            return costs.started(current, rate=_priced(current, rate, when="started"))
+        if current.status is not JobStatus.RUNNING or to is JobStatus.RUNNING:
+            return {}
+        started = run_start(current, self.history)
+        priced = _priced(current, rate, when="stopped", quiet=current.cost_rate is not None)
+        ratio = (
+            priced.savings_per_hour / priced.dollars_per_hour if priced and priced.dollars_per_hour else None
+        )
+        if current.cost_rate is None and priced is not None:
+            current = _with_rate(current, priced)  # unknown when it started: its pods say now
+        changes = costs.stopped(
+            current, run_start=started, end=at, requeued=to is JobStatus.QUEUED, savings_ratio=ratio
+        )
+        if to is JobStatus.QUEUED:
+            return changes
+        if changes["cost"] is None:
+            logger.info("job ended with no known cost", job_id=current.id, status=to.value)
+            return changes
+        final = _finished(current, changes, at=at)
+        charge = costs.charge(final, run_start=started)
+        if charge is not None and self.ledger is not None and self.ledger.add_job(charge):
+            self.metrics.add(Metric.JOB_COST, charge.dollars, unit="None", dimensions={"Team": charge.team})
+        return changes
+
+
+def _priced(job: Job, rate: Callable[[], JobRate], *, when: str, quiet: bool = False) -> JobRate | None:
+    try:
+        return rate()
+    except costs.UnpricedError as exc:
+        if not quiet:
+            logger.info("job cost unknown", job_id=job.id, run=when, why=str(exc))
+        return None
+
+
+def _with_rate(job: Job, rate: JobRate) -> Job:
+    return dataclasses.replace(
+        job,
+        cost_rate=rate.dollars_per_hour,
+        cost=job.cost or 0.0,
+        spot_savings=job.spot_savings or 0.0,
+    )
+
+
+def _finished(job: Job, changes: dict[str, Any], *, at: datetime) -> Job:
+    return dataclasses.replace(job, finished_at=at, **changes)

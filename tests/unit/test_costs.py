@@ -1,0 +1,264 @@
+"""core/costs.py: pods' shares of their nodes, jobs' rates, the fleet's overhead, months."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from squall.conventions import NODE_GROUP_LABEL, REGION_LABEL
+from squall.core import costs
+from squall.core.costs import FleetAccrual, JobRate, UnpricedError
+from squall.core.jobs import Job, JobStatus
+from squall.planner import GroupInstance, Node, NodeGroup, Pod, Resources
+from squall.planner.model import INSTANCE_TYPE_LABEL
+
+T0 = datetime(2026, 3, 31, 23, 0, tzinfo=UTC)
+GIB = 1024**3
+GPU_NODE = Resources(cpu=32_000, memory=244 * GIB, gpu=4, pods=58)
+CPU_NODE = Resources(cpu=16_000, memory=64 * GIB, pods=58)
+
+
+def group(name: str = "p3", *, price: float | None = 12.0, spot: bool = False, **fields: object) -> NodeGroup:
+    values: dict[str, object] = {
+        "name": name,
+        "region": "us-west-2",
+        "instance_type": "p3.8xlarge",
+        "allocatable": GPU_NODE,
+        "max_size": 10,
+        "price_per_hour": price,
+        "spot": spot,
+    }
+    values.update(fields)
+    return NodeGroup(**values)  # type: ignore[arg-type]
+
+
+def node(
+    name: str, *, of: NodeGroup | None = None, allocatable: Resources = GPU_NODE, **fields: object
+) -> Node:
+    labels = {NODE_GROUP_LABEL: of.name, **of.template_labels()} if of is not None else {}
+    return Node(name=name, allocatable=allocatable, labels=labels, **fields)  # type: ignore[arg-type]
+
+
+def pod(
+    name: str, *, on: str | None, gpu: int = 0, cpu: int = 0, memory: int = 0, job: str | None = "j-1"
+) -> Pod:
+    return Pod(
+        namespace="team-a",
+        name=name,
+        requests=Resources(cpu=cpu, memory=memory, gpu=gpu),
+        job_id=job,
+        node_name=on,
+        phase="Running" if on else "Pending",
+    )
+
+
+def job(**fields: object) -> Job:
+    values: dict[str, object] = {
+        "id": "j-1",
+        "name": "train",
+        "team": "research",
+        "namespace": "team-research",
+        "status": JobStatus.RUNNING,
+        "reason": "Started",
+        "submitted_at": T0 - timedelta(hours=2),
+        "updated_at": T0 - timedelta(hours=1),
+        "started_at": T0 - timedelta(hours=1),
+        "gpus": 2,
+    }
+    values.update(fields)
+    return Job(**values)  # type: ignore[arg-type]
+
+
+# ---- shares and rates --------------------------------------------------------
+
+
+def test_a_gpu_nodes_share_is_by_gpus_whatever_cpu_and_memory_the_pod_asks() -> None:
+    gpu_node = node("n1")
+    assert costs.pod_share(pod("a", on="n1", gpu=1, cpu=30_000, memory=200 * GIB), gpu_node) == 0.25
+    assert costs.pod_share(pod("b", on="n1", gpu=0, cpu=30_000), gpu_node) == 0.0
+
+
+def test_a_cpu_nodes_share_is_the_largest_of_cpu_and_memory() -> None:
+    cpu_node = node("c1", allocatable=CPU_NODE)
+    assert costs.pod_share(pod("a", on="c1", cpu=4_000, memory=32 * GIB), cpu_node) == 0.5
+    assert costs.pod_share(pod("b", on="c1", cpu=16_000, memory=1 * GIB), cpu_node) == 1.0
+
+
+def test_a_gpu_node_whose_gpus_are_not_advertised_yet_is_shared_by_its_groups_gpus() -> None:
+    p3 = group()
+    booting = node("n1", of=p3, allocatable=Resources(cpu=32_000, memory=244 * GIB, pods=58))
+    assert costs.pod_share(pod("a", on="n1", gpu=2), booting, p3) == 0.5
+
+
+def test_a_jobs_rate_adds_its_pods_shares_of_their_groups_prices_and_spot_savings() -> None:
+    on_demand = group("od", price=12.0)
+    spot = group("spot", price=4.0, spot=True, on_demand_price_per_hour=12.0)
+    nodes = [node("n1", of=on_demand), node("n2", of=spot)]
+    pods = [pod("a", on="n1", gpu=2), pod("b", on="n2", gpu=1), pod("c", on=None, gpu=1)]
+    rate = costs.job_rate(pods=pods, nodes=nodes, groups=[on_demand, spot])
+    assert rate == JobRate(dollars_per_hour=0.5 * 12 + 0.25 * 4, savings_per_hour=0.25 * 8)
+
+
+@pytest.mark.parametrize(
+    ("groups", "why"),
+    [
+        ([], "matches no configured node group"),
+        ([group(price=None)], "has no price per hour"),
+    ],
+)
+def test_a_job_on_a_node_that_cannot_be_priced_says_why(groups: list[NodeGroup], why: str) -> None:
+    nodes = [node("n1", of=group())]
+    with pytest.raises(UnpricedError, match=why):
+        costs.job_rate(pods=[pod("a", on="n1", gpu=1)], nodes=nodes, groups=groups)
+
+
+def test_a_job_with_no_bound_pod_or_on_an_unlisted_node_cannot_be_priced() -> None:
+    with pytest.raises(UnpricedError, match="none of its pods"):
+        costs.job_rate(pods=[pod("a", on=None)], nodes=[], groups=[group()])
+    with pytest.raises(UnpricedError, match="not listed"):
+        costs.job_rate(pods=[pod("a", on="gone")], nodes=[], groups=[group()])
+
+
+def test_nodes_join_their_group_by_instance_then_by_label_then_by_template_labels() -> None:
+    with_instance = group(
+        "a", instances=(GroupInstance(instance_id="i-1", lifecycle_state="InService", launch_time=T0),)
+    )
+    other = group("b", price=20.0, instance_type="p4d.24xlarge")
+    assert (
+        costs.group_of(Node(name="x", allocatable=GPU_NODE, instance_id="i-1"), [other, with_instance])
+        is with_instance
+    )
+    assert costs.group_of(node("y", of=other), [with_instance, other]) is other
+    labelled = Node(
+        name="z",
+        allocatable=GPU_NODE,
+        labels={REGION_LABEL: "us-west-2", INSTANCE_TYPE_LABEL: "p4d.24xlarge"},
+    )
+    assert costs.group_of(labelled, [with_instance, other]) is other
+
+
+def test_a_node_two_groups_of_different_prices_could_own_belongs_to_neither() -> None:
+    cheap, dear = group("cheap", price=4.0), group("dear", price=12.0)
+    labels = {REGION_LABEL: "us-west-2", INSTANCE_TYPE_LABEL: "p3.8xlarge"}
+    assert costs.group_of(Node(name="n", allocatable=GPU_NODE, labels=labels), [cheap, dear]) is None
+    same = dataclasses.replace(dear, name="same", price_per_hour=4.0)
+    assert costs.group_of(Node(name="n", allocatable=GPU_NODE, labels=labels), [cheap, same]) is cheap
+
+
+# ---- overhead ------------------------------------------------------------------
+
+
+def test_overhead_is_what_no_job_held_plus_booting_instances_whole() -> None:
+    instances = tuple(
+        GroupInstance(instance_id=f"i-{n}", lifecycle_state=state, launch_time=T0)
+        for n, state in ((1, "InService"), (2, "InService"), (3, "Pending"), (4, "Terminating:Wait"))
+    )
+    p3 = group(instances=instances)
+    nodes = [node("n1", of=p3, instance_id="i-1"), node("n2", of=p3, instance_id="i-2")]
+    pods = [
+        pod("a", on="n1", gpu=3),
+        pod("ds", on="n1", gpu=0, cpu=100, job=None),  # a DaemonSet's: holds nothing of the price
+        # finished: holds nothing any more
+        Pod(
+            namespace="team-a",
+            name="done",
+            requests=Resources(gpu=4),
+            job_id="j-2",
+            node_name="n2",
+            phase="Succeeded",
+        ),
+    ]
+    rates = costs.overhead_rates(nodes=nodes, pods=pods, groups=[p3])
+    # n1: a quarter unheld; n2: all of it; i-3 booting: whole; i-4 leaving: not billed as booting
+    assert rates == {"p3": pytest.approx(12 * (0.25 + 1 + 1))}
+
+
+def test_jobs_and_overhead_add_up_to_the_fleets_cost() -> None:
+    p3 = group()
+    nodes = [node("n1", of=p3), node("n2", of=p3)]
+    pods = [pod("a", on="n1", gpu=1), pod("b", on="n2", gpu=2, job="j-2")]
+    jobs = (
+        costs.job_rate(pods=pods[:1], nodes=nodes, groups=[p3]).dollars_per_hour
+        + costs.job_rate(pods=pods[1:], nodes=nodes, groups=[p3]).dollars_per_hour
+    )
+    overhead = costs.overhead_rates(nodes=nodes, pods=pods, groups=[p3])["p3"]
+    assert jobs + overhead == pytest.approx(2 * 12.0)
+
+
+def test_overhead_between_two_checks_is_split_at_the_month_boundary() -> None:
+    last = FleetAccrual(at=T0 + timedelta(minutes=30), rates={"p3": 12.0, "idle": 0.0})
+    rows = costs.overhead_between(last, T0 + timedelta(hours=2))
+    assert [(r.group, r.month, round(r.dollars, 6)) for r in rows] == [
+        ("p3", "2026-03", 6.0),
+        ("p3", "2026-04", 12.0),
+    ]
+    assert costs.overhead_between(last, last.at) == []
+
+
+# ---- a job's cost ------------------------------------------------------------
+
+
+def test_a_run_starting_records_its_rate_and_keeps_earlier_runs_cost() -> None:
+    rate = JobRate(dollars_per_hour=6.0, savings_per_hour=2.0)
+    assert costs.started(job(), rate=rate) == {"cost_rate": 6.0, "cost": 0.0, "spot_savings": 0.0}
+    assert costs.started(job(cost=4.5, spot_savings=1.0), rate=rate) == {
+        "cost_rate": 6.0,
+        "cost": 4.5,
+        "spot_savings": 1.0,
+    }
+    assert costs.started(job(), rate=None) == {"cost_rate": None, "cost": None, "spot_savings": None}
+
+
+def test_a_run_stopping_keeps_what_it_cost_and_a_requeued_run_keeps_its_time() -> None:
+    running = job(cost=1.0, cost_rate=6.0, spot_savings=0.0, ran_seconds=600.0)
+    start = T0 - timedelta(minutes=30)
+    ended = costs.stopped(running, run_start=start, end=T0, requeued=False, savings_ratio=0.5)
+    assert ended == {"cost": 4.0, "spot_savings": 1.5, "cost_rate": None}
+    requeued = costs.stopped(running, run_start=start, end=T0, requeued=True)
+    assert requeued == {"cost": 4.0, "spot_savings": 0.0, "cost_rate": None, "ran_seconds": 2400.0}
+    unpriced = costs.stopped(job(), run_start=start, end=T0, requeued=False)
+    assert unpriced["cost"] is None
+
+
+def test_a_finished_jobs_charge_is_its_cost_in_its_finish_month_with_all_its_gpu_hours() -> None:
+    finished = job(
+        status=JobStatus.SUCCEEDED,
+        cost=9.0,
+        spot_savings=3.0,
+        ran_seconds=1800.0,
+        finished_at=T0 + timedelta(hours=2),
+    )
+    charge = costs.charge(finished, run_start=T0)
+    assert charge is not None
+    assert (charge.team, charge.month, charge.dollars, charge.spot_savings) == (
+        "research",
+        "2026-04",
+        9.0,
+        3.0,
+    )
+    assert charge.gpu_hours == pytest.approx(2 * 2.5)
+    assert costs.charge(job(status=JobStatus.FAILED, finished_at=T0), run_start=T0) is None
+
+
+def test_a_running_jobs_month_to_date_counts_this_run_from_the_month_start_only() -> None:
+    running = job(cost=2.0, cost_rate=6.0, started_at=T0 - timedelta(hours=5))
+    now = T0 + timedelta(hours=3)  # 02:00 on April 1st
+    assert costs.month_to_date_of_running(running, run_start=running.started_at, now=now) == pytest.approx(
+        2.0 + 6.0 * 2
+    )
+    assert costs.month_to_date_of_running(job(cost=None), run_start=None, now=now) == 0.0
+
+
+def test_months_and_durations() -> None:
+    assert costs.month_key(datetime(2026, 12, 31, 23, 59, tzinfo=UTC)) == "2026-12"
+    assert costs.next_month_start(datetime(2026, 12, 5, tzinfo=UTC)) == datetime(2027, 1, 1, tzinfo=UTC)
+    assert costs.months_between(datetime(2026, 11, 20, tzinfo=UTC), datetime(2027, 1, 2, tzinfo=UTC)) == [
+        "2026-11",
+        "2026-12",
+        "2027-01",
+    ]
+    assert costs.since_duration(T0, "30d") == T0 - timedelta(days=30)
+    with pytest.raises(ValueError, match="such as 30d"):
+        costs.since_duration(T0, "30x")
