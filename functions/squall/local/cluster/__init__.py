@@ -4,6 +4,7 @@
 constants below) is the package's public face; its modules are its own business.
 """
 
+from squall.local.cluster.checkpoints import SimulatedCheckpoints
 from squall.local.cluster.simulated import DEFAULT_CLUSTER_NAME, SimulatedCluster
 from squall.local.cluster.state import (
     DELETED_BY_POD_GC,
@@ -42,5 +43,6 @@ __all__ = [
     "ClusterCall",
     "ClusterEvent",
     "SharedObjectChanged",
+    "SimulatedCheckpoints",
     "SimulatedCluster",
 ]

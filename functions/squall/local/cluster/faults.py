@@ -5,8 +5,8 @@ Models: the Cluster port's calls as a fake records them, one error for the next 
 method (an API server throttling or down for a while), an outage of the whole API
 until a time (a cluster that cannot be reached: every call fails as a timeout or a
 5xx does, while the nodes and their pods go on running), and per Squall job how long
-its containers run, what they exit with (on their own and on SIGTERM), and whether
-their image cannot be pulled; the same per model service, whose containers keep
+its containers run, what they exit with (on their own and on SIGTERM), whether
+their image cannot be pulled and how often they checkpoint (checkpoints.py); the same per model service, whose containers keep
 running unless told otherwise (they are restarted when they exit).
 
 Leaves out: latency, partial failures (a call either happens in full or raises
@@ -113,12 +113,16 @@ class Behaviours:
         exit_code: int,
         image_error: bool,
         evicted_exit_code: int = SIGTERM_EXIT_CODE,
+        checkpoint_every: timedelta | None = None,
     ) -> None:
+        if checkpoint_every is not None and checkpoint_every <= timedelta(0):
+            raise ValueError("checkpoint_every must be positive")
         self._by_job[job_id] = Behaviour(
             run_for=non_negative("run_for", run_for if run_for is not None else self.default.run_for),
             exit_code=exit_code,
             image_error=image_error,
             evicted_exit_code=evicted_exit_code,
+            checkpoint_every=checkpoint_every,
         )
 
     def of(self, job_id: str | None) -> Behaviour:

@@ -44,11 +44,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from squall.conventions import MODEL_SERVICE_LABEL
 from squall.local.cluster import containers
+from squall.local.cluster.checkpoints import SimulatedCheckpoints
 from squall.local.cluster.faults import Behaviours
 from squall.local.cluster.index import NodeIndex
 from squall.local.cluster.state import (
@@ -108,9 +109,16 @@ class PodRunner(Protocol):
 
 class PodLifecycle:
     def __init__(
-        self, state: ClusterState, index: NodeIndex, behaviours: Behaviours, runner: PodRunner | None = None
+        self,
+        state: ClusterState,
+        index: NodeIndex,
+        behaviours: Behaviours,
+        runner: PodRunner | None = None,
+        checkpoints: SimulatedCheckpoints | None = None,
     ) -> None:
         self._state = state
+        # The work a job's checkpoints hold (shared by the clusters of one run, as S3 is).
+        self.checkpoints = checkpoints if checkpoints is not None else SimulatedCheckpoints(state.clock)
         self._index = index
         self._behaviours = behaviours
         self._runner = runner
@@ -192,6 +200,7 @@ class PodLifecycle:
 
     def remove(self, pod: StoredPod) -> None:
         state = self._state
+        self._stopped(pod, at=state.now())
         self._stop_real(pod)
         self.release(pod)
         state.next_resource_version()  # a deletion moves the cluster's version on too
@@ -242,6 +251,7 @@ class PodLifecycle:
             ]
         pod.obj["metadata"]["deletionTimestamp"] = stamp
         pod.obj["metadata"]["deletionGracePeriodSeconds"] = 0
+        self._stopped(pod, at=at)
         self._stop_real(pod)
         if exit_code is not None:
             self._terminate_containers(pod, exit_code=exit_code, at=at)
@@ -277,6 +287,7 @@ class PodLifecycle:
         if pod.restart_always:
             self._crash(pod, at=at, exit_code=exit_code)
             return
+        self._stopped(pod, at=at)
         self._terminate_containers(pod, exit_code=exit_code, at=at)
         self.release(pod)
         self._state.set_phase(pod, SUCCEEDED if exit_code == 0 else FAILED)
@@ -406,6 +417,11 @@ class PodLifecycle:
         behaviour = pod.behaviour
         if real or behaviour is None:
             pod.ends_at = None  # a real pod ends when its process does; a model service's keeps running
+        elif behaviour.checkpoint_every is not None and pod.owner.job_id is not None:
+            resumed = self.checkpoints.begin(
+                pod.owner.job_id, pod.key, at=at, every=behaviour.checkpoint_every
+            )
+            pod.ends_at = at + max(behaviour.run_for - resumed, timedelta(0))
         else:
             pod.ends_at = at + behaviour.run_for
         stamp = timestamp(at)
@@ -484,6 +500,11 @@ class PodLifecycle:
             state.event(now, "Pod", pod.key[0], pod.key[1], "Started", "Started container")
             started += 1
         return started
+
+    def _stopped(self, pod: StoredPod, *, at: datetime) -> None:
+        """Its containers stop: the work its checkpoints hold is kept for the job's next run."""
+        if pod.owner.job_id is not None:
+            self.checkpoints.end(pod.owner.job_id, pod.key, at=at)
 
     def _terminate_containers(self, pod: StoredPod, *, exit_code: int, at: datetime) -> None:
         # The container's own start, as the kubelet reports it: later than the pod's

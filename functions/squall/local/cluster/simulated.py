@@ -16,6 +16,7 @@ parts, each in its own module with what it models and leaves out:
 - service_objects.py: a LoadBalancer Service's address, PodDisruptionBudgets from manifests;
 - pods.py: pod creation, the kubelet starting containers, readiness, restarts (with
   containers.py: container statuses and the back-off), exits and disruptions;
+  checkpoints.py: the trainers' checkpoints, from which a stopped job's next run resumes;
 - scheduler.py: kube-scheduler's filters and MostAllocated score, pod affinity,
   PodDisruptionBudgets for evictions; index.py: its node indexes;
 - nodes.py: nodes joining, readiness, GPUs, patches, removal (PodGC);
@@ -48,6 +49,7 @@ from squall.conventions import JOB_ID_LABEL, MANAGED_BY_LABEL, MODEL_SERVICE_LAB
 from squall.core.errors import NotFoundError, PermanentError
 from squall.core.manifests import name_taken, owned_alike
 from squall.local.cluster import service_objects
+from squall.local.cluster.checkpoints import SimulatedCheckpoints
 from squall.local.cluster.deployments import DeploymentController
 from squall.local.cluster.faults import Behaviours, PortFaults
 from squall.local.cluster.index import NodeIndex
@@ -103,8 +105,12 @@ class SimulatedCluster:
         runner: PodRunner | None = None,
         name: str = DEFAULT_CLUSTER_NAME,
         region: str = "",
+        checkpoints: SimulatedCheckpoints | None = None,
     ) -> None:
         """`runner`: runs the pods it chooses for real (see pods.py); None simulates every pod.
+
+        `checkpoints`: the work jobs' checkpoints hold (checkpoints.py); the clusters of one
+        run share one, as their trainers share S3, so a job resumes wherever it runs next.
 
         `name` and `region`: the cluster's entry in the configuration (`clusters`), which
         the local runtime keys its clusters by; the simulation itself does not read them.
@@ -128,7 +134,7 @@ class SimulatedCluster:
         self._faults = PortFaults(now=state.now, name=name)
         self._behaviours = Behaviours(default_run_for=default_run_for)
         index = NodeIndex()
-        self._pods = PodLifecycle(state, index, self._behaviours, runner)
+        self._pods = PodLifecycle(state, index, self._behaviours, runner, checkpoints)
         self._jobs = JobController(state, self._pods, pod_backoff=non_negative("pod_backoff", pod_backoff))
         self._deployments = DeploymentController(state, self._pods)
         self._pods.on_terminal = self._on_pod_terminal
@@ -449,15 +455,26 @@ class SimulatedCluster:
         exit_code: int = 0,
         image_error: bool = False,
         evicted_exit_code: int = SIGTERM_EXIT_CODE,
+        checkpoint_every: timedelta | None = None,
     ) -> None:
-        """How the pods of Squall job `job_id` behave; pods read it when they start."""
+        """How the pods of Squall job `job_id` behave; pods read it when they start.
+
+        `checkpoint_every`: its trainer checkpoints that often, and a run after one that
+        stopped early runs only for what was left after its latest checkpoint.
+        """
         self._behaviours.set(
             job_id,
             run_for=run_for,
             exit_code=exit_code,
             image_error=image_error,
             evicted_exit_code=evicted_exit_code,
+            checkpoint_every=checkpoint_every,
         )
+
+    @property
+    def checkpoints(self) -> SimulatedCheckpoints:
+        """The jobs' checkpoints as their trainers report them (a CheckpointReader)."""
+        return self._pods.checkpoints
 
     def fail_calls(self, method_name: str, error: Exception, *, times: int = 1) -> None:
         """The next `times` calls of one port method raise `error`."""

@@ -53,6 +53,8 @@ class Behaviour:
     exit_code: int = 0
     image_error: bool = False
     evicted_exit_code: int = SIGTERM_EXIT_CODE
+    # A checkpoint that often while it runs: a run after one stopped early resumes from it.
+    checkpoint_every: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The simulation driver: a LocalRuntime taken through a ScenarioPlan on a virtual clock.
 
 - Arrivals are sent to the jobs queue at their time, their pods told how long to
-  run and whether to fail.
+  run, whether to fail and how often to checkpoint (a run after a preemption resumes
+  from the latest checkpoint: the clusters share the checkpoints, as S3 is shared).
 - Faults happen at their time: a node terminated, a spot instance reclaimed, an
   instance lost without notice, a region out of capacity, Auto Scaling or
   Kubernetes API throttling, a cluster's API unreachable for a while, a function
@@ -33,7 +34,7 @@ from squall.core.errors import RetryableError
 from squall.core.jobs import JobStatus, is_terminal
 from squall.core.spec import derive_job_id, expand_sweep
 from squall.local.clock import VirtualClock
-from squall.local.cluster import SimulatedCluster
+from squall.local.cluster import SimulatedCheckpoints, SimulatedCluster
 from squall.local.runtime import LocalRuntime, clusters_of_groups
 from squall.local.scenario.models import (
     ZERO,
@@ -159,6 +160,7 @@ class Simulation:
         # Squall's functions only read what they list: shared objects spare a copy of
         # every node and pod per scale check (SimulatedCluster's `lists`).
         watch = PlacementWatch()
+        checkpoints = SimulatedCheckpoints(clock)
         clusters = {
             entry.name: ObservedCluster(
                 clock=clock,
@@ -168,6 +170,7 @@ class Simulation:
                 default_run_for=plan.default_run_time,
                 lists=self.lists,
                 seed=index,  # pod uids differ between clusters, as real clusters' do
+                checkpoints=checkpoints,
             )
             for index, entry in enumerate(plan.clusters or clusters_of_groups(plan.node_groups))
         }
@@ -353,9 +356,15 @@ class Simulation:
             else [job_id]
         )
         # Its pods behave alike in whichever cluster admission places it.
+        checkpoint_every = getattr(submission, "checkpoint_every", None)
         for cluster in self.clusters.values():
             for pod_job in pods_of:
-                cluster.set_behaviour(pod_job, run_for=submission.run_for, exit_code=submission.exit_code)
+                cluster.set_behaviour(
+                    pod_job,
+                    run_for=submission.run_for,
+                    exit_code=submission.exit_code,
+                    checkpoint_every=checkpoint_every,
+                )
 
     def _fault(self, local: LocalRuntime, recorder: Recorder, fault: Any) -> None:
         fleet = local.fleet
