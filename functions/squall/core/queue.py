@@ -21,7 +21,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,8 @@ MAX_QUEUE_SHAPE_BYTES = 32_000
 # which `squall plan --queue` does without (tests/unit/test_review26_fixes.py holds the two equal).
 MAX_SHAPE_REPLICAS = 82
 _MAX_SHAPE_TEMPLATES = 16
+# The longest run time a stored shape may declare: ten years (a policy's maxRuntimeLimit is far below).
+MAX_DEADLINE_SECONDS = 10 * 366 * 24 * 3600
 
 
 class QueueShapeError(ValueError):
@@ -96,6 +98,7 @@ def queue_shape(spec: JobSpec, *, job_id: str, namespace: str) -> str:
     """
     counts: dict[str, int] = {}
     pods: dict[str, dict[str, Any]] = {}
+    deadlines: dict[str, int] = {}
     from squall.core.manifests import render
 
     for obj in render(spec, job_id=job_id, namespace=namespace):
@@ -105,8 +108,16 @@ def queue_shape(spec: JobSpec, *, job_id: str, namespace: str) -> str:
         key = json.dumps(pod, sort_keys=True, separators=(",", ":"))
         counts[key] = counts.get(key, 0) + 1
         pods.setdefault(key, pod)
+        deadline = obj["spec"].get("activeDeadlineSeconds")
+        if isinstance(deadline, int):
+            deadlines[key] = deadline
     text = json.dumps(
-        [{"n": counts[key], "pod": pods[key]} for key in counts], sort_keys=True, separators=(",", ":")
+        [
+            {"n": counts[key], "pod": pods[key]} | ({"d": deadlines[key]} if key in deadlines else {})
+            for key in counts
+        ],
+        sort_keys=True,
+        separators=(",", ":"),
     )
     if len(text) > MAX_QUEUE_SHAPE_BYTES:
         raise ValueError(f"job {job_id}: queue shape of {len(text)} bytes, more than {MAX_QUEUE_SHAPE_BYTES}")
@@ -133,6 +144,8 @@ class ReplicaShape:
 
     count: int
     pod: Mapping[str, Any]
+    # Their Jobs' activeDeadlineSeconds: the job's declared maxRuntime (None in shapes stored before it was kept).
+    deadline: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -163,7 +176,10 @@ def _decode(text: str) -> tuple[ReplicaShape, ...]:
             raise ValueError(f"[{i}].n: expected a count from 1 to {MAX_SHAPE_REPLICAS}")
         if not isinstance(pod, dict):
             raise ValueError(f"[{i}].pod: expected an object")
-        shapes.append(ReplicaShape(count=count, pod=pod))
+        deadline = entry.get("d")
+        if deadline is not None and (type(deadline) is not int or not 1 <= deadline <= MAX_DEADLINE_SECONDS):
+            raise ValueError(f"[{i}].d: expected a run time in seconds from 1 to {MAX_DEADLINE_SECONDS}")
+        shapes.append(ReplicaShape(count=count, pod=pod, deadline=deadline))
     total = sum(s.count for s in shapes)
     if total > MAX_SHAPE_REPLICAS:
         raise ValueError(f"{total} replicas, more than a job may have ({MAX_SHAPE_REPLICAS})")
@@ -224,6 +240,11 @@ class QueueEntry:
         return sum(count for count, _ in self._templates(None))
 
     @property
+    def max_runtime(self) -> timedelta | None:
+        """Its declared run time, as its shape keeps it (None: a shape stored before it was kept)."""
+        return _max_runtime(self.queue_shape) if not self.problem else None
+
+    @property
     def gpus(self) -> int:
         """GPUs of the whole gang."""
         return sum(count * pod.requests.gpu for count, pod in self._templates(None))
@@ -235,6 +256,15 @@ class QueueEntry:
             return _templates(self.queue_shape, self.namespace, cluster)
         except ValueError as exc:
             raise QueueShapeError(f"job {self.job_id}: stored queue shape: {exc}") from None
+
+
+@lru_cache(maxsize=4096)
+def _max_runtime(text: str) -> timedelta | None:
+    try:
+        deadlines = [shape.deadline for shape in _decode(text) if shape.deadline is not None]
+    except ValueError:
+        return None
+    return timedelta(seconds=max(deadlines)) if deadlines else None
 
 
 def queue_entry(job: Job) -> QueueEntry:
@@ -277,6 +307,7 @@ def _replica_jobs(entry: QueueEntry, qualify_cluster: bool) -> tuple[ReplicaJob,
     if entry.placed and entry.region:
         admitted_region = site(entry.region, cluster or "")
     templates = entry._templates(cluster)
+    max_runtime = entry.max_runtime
     total = sum(count for count, _ in templates)
     jobs: list[ReplicaJob] = []
     for count, template in templates:
@@ -294,6 +325,7 @@ def _replica_jobs(entry: QueueEntry, qualify_cluster: bool) -> tuple[ReplicaJob,
                     replicas=total,
                     suspended=True,
                     admitted_region=admitted_region,
+                    max_runtime=max_runtime,
                     pod=dataclasses.replace(template, name=name, job_id=entry.job_id),
                 )
             )

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from squall.conventions import CLUSTER_LABEL
@@ -62,6 +63,7 @@ from squall.planner.queue_order import in_admission_order, ordinal
 from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamShare
 from squall.planner.sites import split_site
 from squall.planner.text import amounts
+from squall.planner.timeline import Booking, Timeline, seconds_until, timeline_of
 
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
 MAX_LISTED = 250
@@ -98,9 +100,10 @@ class AdmissionCache:
     groups: dict[str, list[ReplicaJob]] = field(default_factory=dict)  # job id -> its replica Jobs
     kinds: dict[str, str] = field(default_factory=dict)  # job id -> queued | admitted | incomplete | finished
     # The latest call's waiting jobs by their place: the same job in the same place is the same Waiting.
-    waiting: dict[tuple[str, int, int, str | None, bool, bool], tuple[QueuedJob, Waiting]] = field(
-        default_factory=dict
-    )
+    waiting: dict[
+        tuple[str, int, int, str | None, bool, bool, datetime | None, datetime | None],
+        tuple[QueuedJob, Waiting],
+    ] = field(default_factory=dict)
 
     @property
     def jobs(self) -> dict[str, _Prepared]:
@@ -251,6 +254,8 @@ class Admitted:
     # The replica Jobs still to unsuspend (all of them, or those a half-done admission left).
     jobs: tuple[ReplicaJob, ...]
     resumed: bool = False  # an admission an earlier check began, finished now
+    # Let run in room kept for a job ahead of it: its declared run time ends before that one starts.
+    backfilled: bool = False
 
 
 # Not frozen: a check makes hundreds (its first MAX_LISTED in line), and a frozen
@@ -279,6 +284,10 @@ class Waiting:
     memory_bytes: int = 0
     # The planner sees several clusters: a gang's place is one cluster's region.
     clusters: bool = False
+    # When it starts at the latest if nothing of higher priority arrives (declared run
+    # times), and most likely (run times as its team's jobs really run); None: not estimated.
+    starts_by: datetime | None = None
+    likely_start: datetime | None = None
     _entry: dict[str, object] | None = field(default=None, compare=False, repr=False)
 
     def entry(self) -> dict[str, object]:
@@ -294,6 +303,10 @@ class Waiting:
                 "reason": self.reason,
                 "message": self.message,
             }
+            if self.starts_by is not None:
+                entry["startsBy"] = self.starts_by.isoformat()
+            if self.likely_start is not None:
+                entry["likelyStart"] = self.likely_start.isoformat()
             self._entry = entry
             return entry
         return self._entry
@@ -458,6 +471,7 @@ def _prepare(
         requeued=first.requeued,
         replicas=tuple(replicas),
         gpus=sum(r.gpus for r in replicas),
+        max_runtime=max((r.max_runtime for r in replicas if r.max_runtime is not None), default=None),
     )
     by_shape: dict[PodShape, list[Pod]] = {}
     for replica in replicas:
@@ -478,12 +492,15 @@ def admit(
     cache: AdmissionCache | None = None,
     inventory: Inventory | None = None,
     unseen: Mapping[str, int] | None = None,
+    run_ratios: Mapping[str, float] | None = None,
 ) -> AdmissionPlan:
     """Decide which queued jobs run now (whole, in one region) and where the rest stand.
 
     `unseen`: team -> GPUs its jobs hold where no replica Job of theirs could be read (a
     cluster that cannot be reached now): in use all the same, for the quotas.
 
+    `run_ratios`: team -> how long its jobs really run, as a share of their declared
+    maxRuntime (learned from finished jobs; 1 when unknown): for `likelyStart`.
     `cache`: kept by a caller that admits again and again (see AdmissionCache).
     `inventory`: build_inventory's of these nodes, pods and groups, where the caller
     has it already (as for `plan`).
@@ -533,9 +550,16 @@ def admit(
     demand: list[Pod] = [*not_created]
     budget = DemandBudget(capacity, free=free_by_group(inventory), keys=every_key)
     position = 0
-    places: dict[tuple[str, int, int, str | None, bool, bool], tuple[QueuedJob, Waiting]] = {}
+    places: dict[
+        tuple[str, int, int, str | None, bool, bool, datetime | None, datetime | None],
+        tuple[QueuedJob, Waiting],
+    ] = {}
+    # Once a job does not fit, the rest are booked on the fleet's time profile (backfill: a
+    # job runs now only where it delays nobody ahead of it; each gets its start estimates).
+    timing: _Timing | None = None
     for job, held in in_admission_order((), in_use=in_use, teams=teams, bands=gathered.bands):
-        if len(failed) == len(every_key) and len(waiting) >= MAX_LISTED and budget.spent:
+        exhausted = len(failed) == len(every_key) if timing is None else timing.exhausted
+        if exhausted and len(waiting) >= MAX_LISTED and budget.spent:
             break  # no job further on can be admitted, reserve or be bought for: counted below
         team_rank[job.team] = team_rank.get(job.team, 0) + 1
         if held is not None:
@@ -546,8 +570,36 @@ def admit(
         ready = gathered.by_id[job.job_id]
         by_shape, key = ready.by_shape, ready.key
         reserved = None
+        estimate: tuple[datetime | None, datetime | None] = (None, None)
         first_miss = key not in failed
-        if first_miss:
+        if timing is not None:
+            first_miss = False
+            ever = ever_fits.get(key)
+            if ever is None:
+                ever = ever_fits[key] = capacity.could_hold(
+                    [(shape, len(pods)) for shape, pods in by_shape.items()]
+                )
+                budget.learn(key, by_shape, ever=ever)
+            booked = timing.book(job, by_shape) if ever else None
+            if booked is not None and booked.start <= 0:
+                admitted.append(
+                    Admitted(
+                        job_id=job.job_id,
+                        team=job.team,
+                        namespace=job.namespace,
+                        region=booked.site,
+                        gpus=job.gpus,
+                        jobs=job.replicas,
+                        backfilled=True,
+                    )
+                )
+                in_use[job.team] = in_use.get(job.team, 0) + job.gpus
+                demand.extend(_pinned(replica.pod, booked.site) for replica in job.replicas)
+                team_rank[job.team] -= 1
+                continue
+            reserved = booked.site if booked is not None else None
+            estimate = timing.estimate(booked)
+        elif first_miss:
             gang = Gang(job_id=job.job_id, pods_by_shape=by_shape, priority=job.priority)
             if packer.place_gang(gang) is None:
                 region = packer.placed_regions[job.job_id]
@@ -574,6 +626,22 @@ def admit(
             budget.learn(key, by_shape, ever=ever)
         if not ever and key not in unserved:
             unserved[key] = _regions_no_group_is_in(by_shape, served=served)
+        if ever and timing is None and first_miss and policy.backfill:
+            # The first job that does not fit: from here on, the time profile decides.
+            timing = _Timing.start(
+                inventory=inventory,
+                pods=pods,
+                gathered=gathered,
+                admitted=admitted,
+                earlier=earlier,
+                interned=interned,
+                now=now,
+                run_ratios=run_ratios or {},
+            )
+            first_miss = False
+            booked = timing.book(job, by_shape)
+            reserved = booked.site if booked is not None else None
+            estimate = timing.estimate(booked)
         if ever:
             if first_miss:
                 reserved = packer.hold_room(Gang(job_id=job.job_id, pods_by_shape=by_shape))
@@ -581,7 +649,7 @@ def admit(
                 demand.extend(ready.demand_at(MAX_DEMAND_JOBS - budget.jobs))
         if len(waiting) < MAX_LISTED:
             position += 1
-            place = (job.job_id, position, team_rank[job.team], reserved, not ever, clusters)
+            place = (job.job_id, position, team_rank[job.team], reserved, not ever, clusters, *estimate)
             known = cache.waiting.get(place)
             if known is None or known[0] is not job:
                 known = (
@@ -602,6 +670,8 @@ def admit(
                         unserved_regions=() if ever else unserved.get(key, ()),
                         served_regions=() if ever else served,
                         clusters=clusters,
+                        starts_by=estimate[0],
+                        likely_start=estimate[1],
                     ),
                 )
             places[place] = known
@@ -621,6 +691,128 @@ def admit(
         incomplete=tuple(sorted(gathered.incomplete)),
         queued=queued_by_team,
     )
+
+
+# Jobs in line booked on the time profile with start estimates, at most; those after them
+# are only tried now (backfill) and have no estimate, for at most MAX_TRIED_NOW more.
+MAX_SCHEDULED = 500
+MAX_TRIED_NOW = 2_000
+# A job that declares no run time is taken for the spec's default maxRuntime.
+DEFAULT_RUN_TIME = timedelta(hours=24)
+# A likely run time is never taken for less than this share of the declared one.
+LEAST_RATIO = 0.05
+
+
+@dataclass(slots=True)
+class _Timing:
+    """Admission's two time profiles once a job did not fit: declared run times (`startsBy`,
+    and who may run now) and likely ones (`likelyStart`), booked job by job in line."""
+
+    declared: Timeline
+    likely: Timeline
+    now: datetime
+    ratios: Mapping[str, float]
+    booked: int = 0
+    _likely: Booking | None = None
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        inventory: Inventory,
+        pods: Sequence[Pod],
+        gathered: _Gathered,
+        admitted: Sequence[Admitted],
+        earlier: Sequence[Pod],
+        interned: dict[tuple[object, ...], PodShape],
+        now: datetime,
+        run_ratios: Mapping[str, float],
+    ) -> _Timing:
+        """The profiles as admission found the fleet: running jobs end by their declared (or
+        likely) run time from their start, and admitted jobs whose pods are not bound yet,
+        and those admitted so far in this check, run from now."""
+        declared_ends: dict[str, float | None] = {}
+        likely_ends: dict[str, float | None] = {}
+        regions: dict[str, str] = {}
+        for job_id, replicas in gathered.admitted.items():
+            limit = max((r.max_runtime for r in replicas if r.max_runtime is not None), default=None)
+            site = next((r.admitted_region for r in replicas if r.admitted_region), None)
+            if site is not None:
+                regions[job_id] = site
+            if limit is None:
+                continue
+            starts = [r.started_at for r in replicas if r.started_at is not None]
+            began = min(starts) if starts else now
+            ratio = _ratio(run_ratios, replicas[0].team)
+            declared_ends[job_id] = (began + limit - now).total_seconds()
+            likely_ends[job_id] = (began + limit * ratio - now).total_seconds()
+        timing = cls(
+            declared=timeline_of(inventory=inventory, pods=pods, now=now, ends=declared_ends),
+            likely=timeline_of(inventory=inventory, pods=pods, now=now, ends=likely_ends),
+            now=now,
+            ratios=run_ratios,
+        )
+        waiting: dict[str, dict[PodShape, int]] = {}
+        for pod in earlier:
+            if pod.job_id is not None:
+                counts = waiting.setdefault(pod.job_id, {})
+                shape = shape_of(pod, interned)
+                counts[shape] = counts.get(shape, 0) + 1
+        for job_id, counts in waiting.items():
+            where = inventory.job_regions.get(job_id) or regions.get(job_id)
+            if where is not None:
+                parts = list(counts.items())
+                timing.declared.place_now(parts, seconds_until(declared_ends.get(job_id)), where)
+                timing.likely.place_now(parts, seconds_until(likely_ends.get(job_id)), where)
+        for a in admitted:
+            prepared = gathered.by_id.get(a.job_id)
+            if prepared is not None and not a.resumed:
+                parts = [(shape, len(pods)) for shape, pods in prepared.by_shape.items()]
+                timing.declared.place_now(parts, timing._declared(prepared.job), a.region)
+                timing.likely.place_now(parts, timing._likely_run(prepared.job), a.region)
+        return timing
+
+    @property
+    def exhausted(self) -> bool:
+        """No job further on is looked at for now or later."""
+        return self.booked >= MAX_SCHEDULED + MAX_TRIED_NOW
+
+    def _declared(self, job: QueuedJob) -> float:
+        return (job.max_runtime or DEFAULT_RUN_TIME).total_seconds()
+
+    def _likely_run(self, job: QueuedJob) -> float:
+        return self._declared(job) * _ratio(self.ratios, job.team)
+
+    def book(self, job: QueuedJob, by_shape: Mapping[PodShape, Sequence[Pod]]) -> Booking | None:
+        """Book the job at its earliest start by declared run times; start 0: it runs now."""
+        parts = [(shape, len(pods)) for shape, pods in by_shape.items()]
+        self.booked += 1
+        self._likely = None
+        if self.booked > MAX_SCHEDULED:
+            booking = self.declared.schedule(parts, self._declared(job), latest=0.0)
+        else:
+            booking = self.declared.schedule(parts, self._declared(job))
+        if booking is None:
+            return None
+        if booking.start <= 0:
+            self.likely.place_now(parts, self._likely_run(job), booking.site)
+        else:
+            self._likely = self.likely.schedule(parts, self._likely_run(job))
+        return booking
+
+    def estimate(self, booking: Booking | None) -> tuple[datetime | None, datetime | None]:
+        """(startsBy, likelyStart) of the job just booked, to the second; None: no estimate."""
+        if booking is None or booking.start == math.inf:
+            return (None, None)
+        starts_by = self.now + timedelta(seconds=math.ceil(booking.start))
+        if self._likely is None:
+            return (starts_by, starts_by)
+        likely = self.now + timedelta(seconds=math.ceil(min(self._likely.start, booking.start)))
+        return (starts_by, likely)
+
+
+def _ratio(ratios: Mapping[str, float], team: str) -> float:
+    return min(1.0, max(LEAST_RATIO, ratios.get(team, 1.0)))
 
 
 def _least_request(shapes: Iterable[PodShape]) -> Vector | None:

@@ -19,7 +19,7 @@ import functools
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from squall.conventions import (
@@ -362,9 +362,18 @@ def parse_replica_job(obj: Mapping[str, Any], *, cluster: str | None = None) -> 
             cluster=cluster,
         )
         conditions = _objects(status, "conditions", "status.")
-        finished = any(
-            c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
-        )
+        ended = [
+            c for c in conditions if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        ]
+        finished = bool(ended)
+        finished_at = _time(status, "completionTime", "status.")
+        if finished and finished_at is None:
+            finished_at = _time(ended[0], "lastTransitionTime", "status.conditions[].")
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None and (type(deadline) is not int or deadline <= 0):
+            raise ValueError(
+                f"spec.activeDeadlineSeconds: expected a positive whole number, got {deadline!r:.40}"
+            )
         return ReplicaJob(
             name=name,
             namespace=namespace,
@@ -376,8 +385,11 @@ def parse_replica_job(obj: Mapping[str, Any], *, cluster: str | None = None) -> 
             requeued=annotations.get(REQUEUED_ANNOTATION) == "true",
             replicas=_annotation_int(annotations, REPLICAS_ANNOTATION, 1, 10_000, default=1),
             suspended=_flag(spec, "suspend", "spec."),
-            started=_time(status, "startTime", "status.") is not None,
+            started=(started_at := _time(status, "startTime", "status.")) is not None,
+            started_at=started_at,
             finished=finished,
+            finished_at=finished_at,
+            max_runtime=timedelta(seconds=deadline) if deadline is not None else None,
             admitted_region=_admitted_site(annotations, cluster),
             pod=dataclasses.replace(pod, job_id=job_id),
         )

@@ -300,6 +300,9 @@ class Policy:
     max_scale_down_fraction: float = 0.2
     backoff_base: timedelta = timedelta(minutes=5)
     backoff_max: timedelta = timedelta(minutes=30)
+    # Admission lets a job use room kept for one ahead of it when its declared maxRuntime
+    # ends before that one's estimated start (planner/timeline.py); False: today's reservations only.
+    backfill: bool = True
     # Failures older than this no longer back a group off, and a group that has
     # not failed for this long starts again from the base backoff.
     failure_window: timedelta = timedelta(hours=1)

@@ -7,7 +7,7 @@ Their own module, so that the queue's order (queue_order.py) and admission
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from squall.planner.model import Pod, require_aware
 
@@ -42,11 +42,17 @@ class ReplicaJob:
     started: bool = False  # status.startTime is set: it has run (its scheduling directives are fixed)
     finished: bool = False  # Complete or Failed
     admitted_region: str | None = None  # a site: "<cluster>/<region>" when read for one of several clusters
+    # Its declared run time (activeDeadlineSeconds: counted from its start); None: not declared.
+    max_runtime: timedelta | None = None
+    started_at: datetime | None = None  # status.startTime: when it was let go (admission resumes it)
+    finished_at: datetime | None = None  # status.completionTime, or when its Failed condition came
     # The pod its template describes, as a pending pod named after the Job.
     pod: Pod
 
     def __post_init__(self) -> None:
         require_aware(f"job {self.name} submitted_at", self.submitted_at)
+        require_aware(f"job {self.name} started_at", self.started_at)
+        require_aware(f"job {self.name} finished_at", self.finished_at)
 
     @property
     def gpus(self) -> int:
@@ -65,6 +71,7 @@ class QueuedJob:
     requeued: bool
     replicas: tuple[ReplicaJob, ...]
     gpus: int  # all replicas together
+    max_runtime: timedelta | None = None  # declared; None: not known
 
     def order_key(self) -> tuple[bool, datetime, str]:
         return (not self.requeued, self.submitted_at or _EARLIEST, self.job_id)

@@ -379,12 +379,13 @@ def test_a_waiting_gang_reserves_room_in_one_site_and_the_jobs_behind_it_backfil
     )
     # when
     admission = admit_on([a, b], queue)
-    # then: the head keeps a's node; the next job takes b's, the last waits
+    # then: the head keeps a's node; the next job takes b's; the last waits for a node to boot
     assert {x.job_id: x.region for x in admission.admitted} == {"next": "b/us-west-2"}
     assert [(w.job_id, w.reserved_region) for w in admission.waiting] == [
         ("head", "a/us-west-2"),
-        ("last", None),
+        ("last", "a/us-west-2"),
     ]
+    assert {w.starts_by for w in admission.waiting} == {NOW + timedelta(minutes=5)}
 
 
 def test_an_admission_placed_in_a_site_is_finished_there() -> None:

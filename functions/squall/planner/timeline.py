@@ -1,0 +1,385 @@
+"""When can a queued gang start? A time profile of each site's room, for backfill and estimates. Pure.
+
+Every job declares `maxRuntime`, and Squall buys its capacity itself, so it knows when
+the room on each node frees up: a running pod's room comes back when its job's declared
+run time ends (counted from the job's start, as `activeDeadlineSeconds` is), a booting
+instance becomes a node after its group's boot time, and a group below its max size can
+add nodes that arrive after that boot time. A `Timeline` holds, for every node up and
+every node to come in each site (a region, of one cluster when there are several), its
+free room as a step function of time from now on.
+
+Admission walks the queue in its order and asks `schedule` for each job: the earliest
+time its whole gang fits in one site for its whole declared run time, without touching
+room any job ahead of it was given at its own time (its reservation). That time is the
+job's `startsBy`, the latest it starts if nothing of higher priority arrives and every
+job runs to its limit. A job whose time is now runs now: it fits in room that is free
+for as long as it declares, so it can delay nobody ahead of it (conservative backfill,
+as Slurm's; docs/design.md says what holds).
+
+Bounded work: the caller schedules at most its first jobs in line, and each search looks
+at no more than MAX_CANDIDATES start times per site (later, the job has no estimate
+and reserves nothing). Times are seconds from now, floats; `math.inf`: never.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from squall.planner.demand import PodShape
+from squall.planner.fit import blocking_taints, fit_count
+from squall.planner.inventory import InstanceStatus, Inventory
+from squall.planner.model import Pod, Taint, Vector
+from squall.planner.sites import site as site_of
+
+# Start times a search tries in one site before it gives up on the job (no estimate).
+MAX_CANDIDATES = 400
+# A running job past its declared end is ending: its room comes back in about this many seconds.
+ENDING_SOON = 60.0
+_ZERO: Vector = (0, 0, 0, 0)
+
+
+def _plus(a: Vector, b: Vector, times: int = 1) -> Vector:
+    return (a[0] + times * b[0], a[1] + times * b[1], a[2] + times * b[2], a[3] + times * b[3])
+
+
+@dataclass(slots=True)
+class Slot:
+    """A node's free room over time: `frees[i]` from `times[i]` until `times[i + 1]` (the last for ever).
+
+    Before `up_at` the node is not up (nothing fits); a node up now is up at 0.
+    """
+
+    name: str
+    site: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    times: list[float]
+    frees: list[Vector]
+    up_at: float = 0.0  # when it is up: 0 for a node up now
+
+    @classmethod
+    def up(
+        cls,
+        *,
+        name: str,
+        site: str,
+        labels: Mapping[str, str],
+        taints: tuple[Taint, ...],
+        free: Vector,
+        at: float,
+    ) -> Slot:
+        return cls(name=name, site=site, labels=labels, taints=taints, times=[at], frees=[free], up_at=at)
+
+    def _at(self, t: float) -> tuple[int, bool]:
+        """The index of the step that starts at `t`, made when there is none; and whether it is new."""
+        i = bisect.bisect_left(self.times, t)
+        if i < len(self.times) and self.times[i] == t:
+            return i, False
+        self.times.insert(i, t)
+        self.frees.insert(i, self.frees[i - 1] if i > 0 else _ZERO)
+        return i, True
+
+    def change(self, start: float, end: float, delta: Vector, times: int) -> list[float]:
+        """Add `times` x `delta` to the room in [start, end); returns the step times it made."""
+        made: list[float] = []
+        first, new = self._at(start)
+        if new:
+            made.append(start)
+        last = len(self.times)
+        if end != math.inf:
+            last, new = self._at(end)
+            if new:
+                made.append(end)
+        for i in range(first, last):
+            self.frees[i] = _plus(self.frees[i], delta, times)
+        return made
+
+    def fits(self, start: float, end: float, request: Vector) -> int:
+        """How many pods of `request` fit here for all of [start, end)."""
+        times = self.times
+        if start < self.up_at:
+            return 0
+        i = bisect.bisect_right(times, start) - 1
+        count = fit_count(self.frees[i], request)
+        i += 1
+        while count and i < len(times) and times[i] < end:
+            count = min(count, fit_count(self.frees[i], request))
+            i += 1
+        return count
+
+
+@dataclass(slots=True)
+class _Site:
+    slots: list[Slot]
+    times: list[float] = field(default_factory=list)  # every step time of its slots, sorted, no repeats
+    known: set[float] = field(default_factory=set)
+
+    def note(self, made: Iterable[float]) -> None:
+        for t in made:
+            if t not in self.known:
+                self.known.add(t)
+                bisect.insort(self.times, t)
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """Where and when a gang runs: its site, start and end (seconds from now), and its pods' slots."""
+
+    site: str
+    start: float
+    end: float
+    placed: tuple[tuple[Slot, Vector, int], ...]  # (slot, a pod's request, how many pods)
+
+    @property
+    def to_come(self) -> int:
+        """Its pods on nodes not up yet: of two sites where it starts as soon, the one with
+        fewer keeps the next check's choice the same (and buys no more than it must)."""
+        return sum(count for slot, _, count in self.placed if slot.up_at > 0)
+
+
+class Timeline:
+    """Every site's room over time; `schedule` books gangs into it (earliest start, whole run)."""
+
+    def __init__(self, slots: Iterable[Slot], *, site_order: Sequence[str] = ()) -> None:
+        self._sites: dict[str, _Site] = {}
+        for slot in slots:
+            site = self._sites.setdefault(slot.site, _Site(slots=[]))
+            site.slots.append(slot)
+            site.note(slot.times)
+        rank = {name: i for i, name in enumerate(site_order)}
+        self.site_order = sorted(self._sites, key=lambda s: (rank.get(s, len(rank)), s))
+        self._fitting: dict[tuple[PodShape, str], list[Slot]] = {}
+        # Searches start no earlier than a job alike (same pods, no shorter) found last time:
+        # room only ever gets taken, so it cannot start earlier either.
+        self._found: dict[tuple[tuple[int, int], ...], list[tuple[float, float]]] = {}
+        # The shortest run of each kind of gang that could not start now.
+        self._not_now: dict[tuple[tuple[int, int], ...], float] = {}
+
+    @property
+    def sites(self) -> list[str]:
+        return list(self.site_order)
+
+    def release(self, slot: Slot, request: Vector, count: int, at: float) -> None:
+        """A running pod's room (`count` x `request`) comes back to its node at `at`."""
+        if at != math.inf:
+            self._sites[slot.site].note(slot.change(at, math.inf, request, count))
+
+    def _slots_for(self, shape: PodShape, site: str) -> list[Slot]:
+        key = (shape, site)
+        slots = self._fitting.get(key)
+        if slots is None:
+            slots = self._fitting[key] = [
+                s for s in self._sites[site].slots if shape.placement_mismatch(s.labels, s.taints) is None
+            ]
+        return slots
+
+    def schedule(
+        self,
+        parts: Sequence[tuple[PodShape, int]],
+        duration: float,
+        *,
+        sites: Sequence[str] | None = None,
+        book: bool = True,
+        latest: float = math.inf,
+    ) -> Booking | None:
+        """The earliest start of the gang (its `parts`: pods of each shape) for `duration` seconds in one site.
+
+        `sites`: where it may go (its pinned site, say); every site by default. Booked (its
+        room taken for that time) unless `book` is False. `latest`: no later start is looked
+        for (0: only whether it can start now). None: no start within the search.
+        """
+        if not parts:
+            return None
+        key = tuple(sorted((id(shape), count) for shape, count in parts))
+        if duration >= self._not_now.get(key, math.inf) and latest <= 0:
+            return None  # one alike and no longer could not start now: room only gets taken
+        floor = max((start for start, d in self._found.get(key, ()) if d <= duration), default=0.0)
+        if floor > latest:
+            return None
+        ordered = sorted(parts, key=lambda part: part[0].request, reverse=True)
+        best: Booking | None = None
+        for site in sites if sites is not None else self.site_order:
+            if site not in self._sites:
+                continue
+            before = min(
+                math.nextafter(best.start, math.inf) if best else math.inf, math.nextafter(latest, math.inf)
+            )
+            found = self._earliest(ordered, duration, site, floor=floor, before=before)
+            if found is not None and (
+                best is None or (found.start, found.to_come) < (best.start, best.to_come)
+            ):
+                best = found
+                if found.start <= floor and not found.to_come:
+                    break  # nothing can start earlier, nor on more of the room there is now
+        if best is None or best.start > 0:
+            self._not_now[key] = min(self._not_now.get(key, math.inf), duration)
+        if best is None:
+            return None
+        found_alike = self._found.setdefault(key, [])
+        found_alike.append((best.start, duration))
+        if len(found_alike) > 8:
+            del found_alike[0]
+        if book:
+            self.book(best)
+        return best
+
+    def book(self, booking: Booking) -> None:
+        site = self._sites[booking.site]
+        for slot, request, count in booking.placed:
+            site.note(slot.change(booking.start, booking.end, request, -count))
+
+    def place_now(self, parts: Sequence[tuple[PodShape, int]], duration: float, site: str) -> Booking | None:
+        """Book a gang that runs from now (admitted, its pods not bound yet) wherever it fits in its site."""
+        if site not in self._sites:
+            return None
+        ordered = sorted(parts, key=lambda part: part[0].request, reverse=True)
+        booking = self._fit_at(ordered, 0.0, duration, site)
+        if booking is not None:
+            self.book(booking)
+        return booking
+
+    def _earliest(
+        self,
+        parts: Sequence[tuple[PodShape, int]],
+        duration: float,
+        site: str,
+        *,
+        floor: float,
+        before: float,
+    ) -> Booking | None:
+        times = self._sites[site].times
+        candidates = times[bisect.bisect_left(times, floor) :]
+        if not candidates or candidates[0] > floor:
+            candidates = [floor, *candidates]
+        for tried, start in enumerate(candidates):
+            if start >= before or tried >= MAX_CANDIDATES:
+                return None
+            booking = self._fit_at(parts, start, duration, site)
+            if booking is not None:
+                return booking
+        return None
+
+    def _fit_at(
+        self, parts: Sequence[tuple[PodShape, int]], start: float, duration: float, site: str
+    ) -> Booking | None:
+        end = start + duration
+        taken: dict[int, Vector] = {}  # id(slot) -> what earlier parts of this gang took of it
+        placed: list[tuple[Slot, Vector, int]] = []
+        for shape, count in parts:
+            request = shape.request
+            left = count
+            for slot in self._slots_for(shape, site):
+                fits = slot.fits(start, end, request)
+                if not fits:
+                    continue
+                used = taken.get(id(slot))
+                if used is not None:
+                    fits = _fewer(slot, start, end, request, used)
+                    if not fits:
+                        continue
+                take = min(fits, left)
+                placed.append((slot, request, take))
+                taken[id(slot)] = _plus(used or _ZERO, request, take)
+                left -= take
+                if not left:
+                    break
+            if left:
+                return None
+        return Booking(site=site, start=start, end=end, placed=tuple(placed))
+
+
+def _fewer(slot: Slot, start: float, end: float, request: Vector, used: Vector) -> int:
+    """How many pods of `request` fit on the slot for [start, end) besides `used` (this gang's other pods)."""
+    times = slot.times
+    i = bisect.bisect_right(times, start) - 1
+    count = None
+    while i < len(times) and (times[i] < end or count is None):
+        free = slot.frees[i]
+        left = (free[0] - used[0], free[1] - used[1], free[2] - used[2], free[3] - used[3])
+        fit = fit_count(left, request) if min(left) >= 0 else 0
+        count = fit if count is None else min(count, fit)
+        i += 1
+    return count or 0
+
+
+def seconds_until(end: float | None) -> float:
+    """A job's end as the profile takes it: never for none, soon for one already past its end."""
+    if end is None:
+        return math.inf
+    return max(end, ENDING_SOON)
+
+
+def sites_in_order(groups_by_site: Mapping[str, int]) -> list[str]:
+    """Sites by their most preferred group (lower priority first), then by name."""
+    return sorted(groups_by_site, key=lambda s: (groups_by_site[s], s))
+
+
+# Nodes a group may still add that a profile counts, at most (a gang has at most 82 pods).
+MAX_NODES_TO_COME = 256
+
+
+def timeline_of(
+    *,
+    inventory: Inventory,
+    pods: Iterable[Pod],
+    now: datetime,
+    ends: Mapping[str, float | None],
+) -> Timeline:
+    """The profile of the fleet as it stands: nodes up, with their running pods' room coming back
+    at their jobs' `ends` (job id -> seconds from now; None or absent: never), and nodes to come.
+
+    Nodes to come: each group's booting instances, up once booted (launch time plus the
+    group's boot time, at least now), and the nodes it may still add up to its max size,
+    up after its boot time from now. Cordoned nodes are left out (admission does not place
+    on them).
+    """
+    slots: list[Slot] = []
+    by_name: dict[str, Slot] = {}
+    preference: dict[str, int] = {}
+    for up in inventory.nodes_up():
+        if up.cordoned:
+            continue
+        node = up.view.node
+        slot = Slot.up(
+            name=node.name, site=up.view.region, labels=node.labels, taints=up.taints, free=up.free, at=0.0
+        )
+        slots.append(slot)
+        by_name[node.name] = slot
+    for view in inventory.groups.values():
+        group = view.group
+        where = site_of(group.region, group.cluster)
+        preference[where] = min(preference.get(where, group.priority), group.priority)
+        boot = group.boot_time.total_seconds()
+        coming = [
+            max(0.0, (i.instance.launch_time - now).total_seconds() + boot)
+            for i in view.instances
+            if i.status is InstanceStatus.BOOTING
+        ]
+        coming += [boot] * max(0, group.max_size - view.size)
+        labels = group.template_labels()
+        taints = blocking_taints(group.taints, ignore_transient=True)
+        free = group.allocatable.vector()
+        for number, at in enumerate(sorted(coming)[:MAX_NODES_TO_COME]):
+            slots.append(
+                Slot.up(
+                    name=f"{group.name}#{number}", site=where, labels=labels, taints=taints, free=free, at=at
+                )
+            )
+    for slot in slots:
+        preference.setdefault(slot.site, 1 << 30)
+    timeline = Timeline(slots, site_order=sites_in_order(preference))
+    releases: dict[tuple[str, Vector, float], int] = {}
+    for pod in pods:
+        if not pod.is_active or pod.node_name not in by_name:
+            continue
+        at = seconds_until(ends.get(pod.job_id)) if pod.job_id is not None else math.inf
+        if at != math.inf:
+            key = (pod.node_name, pod.requests.vector(), at)
+            releases[key] = releases.get(key, 0) + 1
+    for (name, request, at), count in releases.items():
+        timeline.release(by_name[name], request, count, at)
+    return timeline

@@ -1,0 +1,191 @@
+"""Backfill by declared run time and start estimates: admission on the fleet's time profile. Pure.
+
+The fleet in these tests is at its max size: 2 nodes of 8 GPUs in one region. A running
+job holds one node until its declared maxRuntime ends, two hours from now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from datetime import timedelta
+from typing import Any
+
+from squall.core.manifests import admission_patch, render
+from squall.core.spec import JobSpec
+from squall.planner.admission import AdmissionPlan, admit
+from squall.planner.kube import parse_replica_jobs
+from squall.planner.model import NodeGroup, Pod
+from squall.planner.timeline import Slot, Timeline, timeline_of
+
+from .builders import NOW, POLICY, group, instance, node_of, pod, resources
+
+HOUR = timedelta(hours=1)
+
+
+def p4d(*, nodes: int = 2, max_size: int = 2, region: str = "us-west-2", name: str = "p4d") -> NodeGroup:
+    return group(
+        name,
+        region=region,
+        allocatable=resources("95", "1100Gi", 8, 110),
+        instances=[instance(f"i-{name}-{i}") for i in range(nodes)],
+        max_size=max_size,
+    )
+
+
+def jobs_of(
+    job_id: str, *, gpus: int = 8, replicas: int = 1, runtime: str = "4h", minute: int = 0, priority: int = 50
+) -> list[dict[str, Any]]:
+    body: dict[str, Any] = {
+        "name": "train",
+        "team": "research",
+        "image": "reg.example.com/tf:1",
+        "priority": priority,
+        "resources": {"cpu": "4", "memory": "16Gi", "gpu": gpus},
+        "maxRuntime": runtime,
+    }
+    if replicas > 1:
+        body["replicas"] = {"worker": replicas}
+    objects = render(
+        JobSpec.model_validate(body),
+        job_id=job_id,
+        namespace="team-research",
+        submitted_at=NOW - HOUR + timedelta(minutes=minute),
+    )
+    return [o for o in objects if o["kind"] == "Job"]
+
+
+def running(
+    job_id: str, *, started: timedelta, runtime: str, node: str, gpus: int = 8
+) -> tuple[list[dict[str, Any]], Pod]:
+    """A job let go `started` ago, its one pod on `node`."""
+    [obj] = jobs_of(job_id, gpus=gpus, runtime=runtime, minute=-120)
+    patch = admission_patch(obj, region="us-west-2")
+    obj["metadata"]["annotations"].update(patch["metadata"]["annotations"])
+    obj["spec"] = dict(obj["spec"], suspend=False)
+    obj["status"] = {"startTime": (NOW - started).isoformat().replace("+00:00", "Z")}
+    bound = dataclasses.replace(
+        pod(f"{obj['metadata']['name']}-x", gpu=gpus, job=job_id, node=node), namespace="team-research"
+    )
+    return [obj], bound
+
+
+def admit_on(
+    groups: list[NodeGroup], jobs: list[dict[str, Any]], pods: list[Pod], *, backfill: bool = True
+) -> AdmissionPlan:
+    nodes = [node_of(g, i.instance_id) for g in groups for i in g.instances]
+    return admit(
+        jobs=parse_replica_jobs(jobs),
+        nodes=nodes,
+        pods=pods,
+        groups=groups,
+        teams={},
+        policy=dataclasses.replace(POLICY, backfill=backfill),
+        now=NOW,
+    )
+
+
+def fleet_with_one_node_busy() -> tuple[list[NodeGroup], list[dict[str, Any]], Pod]:
+    fleet = p4d()
+    busy, bound = running("old", started=2 * HOUR, runtime="4h", node="node-i-p4d-0")
+    return [fleet], busy, bound
+
+
+def test_a_short_job_backfills_before_a_reserved_gang_without_delaying_it() -> None:
+    # given: the head needs both nodes (one frees in 2 h); a 1-hour job and a 3-hour one wait behind it
+    groups, busy, bound = fleet_with_one_node_busy()
+    queue = jobs_of("head", replicas=2, minute=0) + jobs_of("short", runtime="1h", minute=1)
+    queue += jobs_of("long", runtime="3h", minute=2)
+    # when
+    result = admit_on(groups, busy + queue, [bound])
+    # then: the short job runs now on the free node (it ends before the head can start), the long one waits
+    assert {a.job_id: (a.region, a.backfilled) for a in result.admitted} == {"short": ("us-west-2", True)}
+    waiting = {w.job_id: w for w in result.waiting}
+    assert set(waiting) == {"head", "long"}
+    # and the head still starts when the running job's declared run time ends
+    assert waiting["head"].starts_by == NOW + 2 * HOUR
+    assert waiting["long"].starts_by == NOW + 2 * HOUR + 4 * HOUR  # after the head's declared 4 hours
+
+
+def test_without_backfill_the_head_keeps_its_room_and_the_short_job_waits() -> None:
+    groups, busy, bound = fleet_with_one_node_busy()
+    queue = jobs_of("head", replicas=2, minute=0) + jobs_of("short", runtime="1h", minute=1)
+    result = admit_on(groups, busy + queue, [bound], backfill=False)
+    assert result.admitted == ()
+    assert all(w.starts_by is None for w in result.waiting)
+
+
+def test_a_job_as_long_as_the_wait_for_the_head_does_not_backfill() -> None:
+    # A job declaring exactly the two hours until the head starts ends in time; a second more does not.
+    groups, busy, bound = fleet_with_one_node_busy()
+    queue = jobs_of("head", replicas=2, minute=0) + jobs_of("exact", runtime="2h", minute=1)
+    assert [a.job_id for a in admit_on(groups, busy + queue, [bound]).admitted] == ["exact"]
+    queue = jobs_of("head", replicas=2, minute=0) + jobs_of("over", runtime="7201s", minute=1)
+    assert admit_on(groups, busy + queue, [bound]).admitted == ()
+
+
+def test_likely_start_uses_how_long_the_team_really_runs() -> None:
+    groups, busy, bound = fleet_with_one_node_busy()
+    queue = jobs_of("head", replicas=2)
+    nodes = [node_of(g, i.instance_id) for g in groups for i in g.instances]
+    result = admit(
+        jobs=parse_replica_jobs(busy + queue),
+        nodes=nodes,
+        pods=[bound],
+        groups=groups,
+        teams={},
+        policy=POLICY,
+        now=NOW,
+        run_ratios={"research": 0.75},
+    )
+    [head] = result.waiting
+    # declared: 4 h from a start 2 h ago; likely: 3 h of it, so one hour from now
+    assert (head.starts_by, head.likely_start) == (NOW + 2 * HOUR, NOW + HOUR)
+    entry = head.entry()
+    assert entry["startsBy"] == (NOW + 2 * HOUR).isoformat()
+    assert entry["likelyStart"] == (NOW + HOUR).isoformat()
+
+
+def test_nodes_still_to_buy_arrive_after_the_groups_boot_time() -> None:
+    # given: no node yet, a group that may grow: the job starts once a node has booted
+    fleet = dataclasses.replace(p4d(nodes=0, max_size=4), boot_time=timedelta(minutes=7))
+    result = admit_on([fleet], jobs_of("first"), [])
+    [first] = result.waiting
+    assert first.starts_by == NOW + timedelta(minutes=7)
+
+
+def test_a_job_too_large_for_the_fleet_has_no_estimate_and_holds_nobody_up() -> None:
+    groups, busy, bound = fleet_with_one_node_busy()
+    queue = jobs_of("huge", replicas=3) + jobs_of("small", runtime="30m", minute=1)
+    result = admit_on(groups, busy + queue, [bound])
+    assert [a.job_id for a in result.admitted] == ["small"]
+    [huge] = result.waiting
+    assert huge.never_fits and huge.starts_by is None
+
+
+def test_a_slot_counts_pods_that_fit_for_the_whole_window() -> None:
+    slot = Slot.up(name="n", site="r", labels={}, taints=(), free=(8000, 100, 8, 10), at=0.0)
+    slot.change(10.0, 20.0, (0, 0, 6, 1), -1)  # 6 GPUs taken from 10 s to 20 s
+    assert slot.fits(0.0, 10.0, (1000, 1, 2, 1)) == 4
+    assert slot.fits(0.0, 11.0, (1000, 1, 2, 1)) == 1
+    assert slot.fits(20.0, math.inf, (1000, 1, 8, 1)) == 1
+    late = Slot.up(name="m", site="r", labels={}, taints=(), free=(8000, 100, 8, 10), at=300.0)
+    assert late.fits(0.0, 10.0, (1, 1, 1, 1)) == 0
+
+
+def test_the_timeline_books_gangs_in_line_and_never_into_room_booked_ahead() -> None:
+    fleet = p4d(nodes=2)
+    nodes = [node_of(fleet, i.instance_id) for i in fleet.instances]
+    from squall.planner.demand import shape_of
+    from squall.planner.inventory import build_inventory
+
+    busy = dataclasses.replace(pod("busy", gpu=8, job="old", node=nodes[0].name), namespace="x")
+    inventory = build_inventory(nodes=nodes, pods=[busy], groups=[fleet], policy=POLICY, now=NOW)
+    timeline = timeline_of(inventory=inventory, pods=[busy], now=NOW, ends={"old": 3600.0})
+    shape = shape_of(pod("g", gpu=8), {})
+    whole = timeline.schedule([(shape, 2)], 7200.0)
+    assert whole is not None and whole.start == 3600.0
+    # one node is free now: a job ending by 3600 fits; one that would run into the gang's time does not
+    assert timeline.schedule([(shape, 1)], 3600.0, latest=0.0) is not None
+    assert timeline.schedule([(shape, 1)], 3601.0, latest=0.0) is None
+    assert isinstance(timeline, Timeline)
