@@ -5,7 +5,7 @@ from a running job; this module is asked after it, once per scale check, and cho
 at most one preemptor and its victims:
 
 - The preemptor: the first waiting job in admission order that is in line ("Queued":
-  not held by its quota or budget, not larger than the groups could ever hold), for
+  not held back by its quota or budget), for
   which no capacity can be bought (every node group that could hold one of its pods
   is at its max size, or failing to launch, and none has nodes on their way), and
   that does not fit already (in the room of ready nodes, once the pods being deleted
@@ -64,7 +64,7 @@ class WaitingJob:
     job_id: str
     priority: int
     pods: tuple[Pod, ...]
-    in_line: bool = True  # False: held by its quota or budget, or larger than the groups could hold
+    in_line: bool = True  # False: held back (by its quota or budget): it would not be admitted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
