@@ -10,7 +10,7 @@ import pytest
 from squall.conventions import NODE_GROUP_LABEL, REGION_LABEL
 from squall.core import costs
 from squall.core.costs import FleetAccrual, JobRate, UnpricedError
-from squall.core.jobs import Job, JobStatus
+from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.planner import GroupInstance, Node, NodeGroup, Pod, Resources
 from squall.planner.model import INSTANCE_TYPE_LABEL
 
@@ -249,6 +249,57 @@ def test_a_running_jobs_month_to_date_counts_this_run_from_the_month_start_only(
         2.0 + 6.0 * 2
     )
     assert costs.month_to_date_of_running(job(cost=None), run_start=None, now=now) == 0.0
+
+
+def test_cost_so_far_adds_this_run_at_its_rate_to_what_earlier_runs_cost() -> None:
+    running = job(cost=1.5, cost_rate=6.0)
+    assert costs.cost_so_far(running, now=T0, run_start=T0 - timedelta(minutes=20)) == pytest.approx(3.5)
+    assert (
+        costs.cost_so_far(job(status=JobStatus.SUCCEEDED, cost=9.0, cost_rate=None), now=T0, run_start=None)
+        == 9.0
+    )
+    assert costs.cost_so_far(job(), now=T0, run_start=T0) is None
+
+
+def test_the_current_run_of_a_requeued_job_starts_at_its_latest_move_to_running() -> None:
+    first = job()
+    assert costs.current_run_start(first, events=()) == first.started_at
+    again = job(ran_seconds=600.0)
+    events = [
+        JobEvent(
+            job_id="j-1",
+            version=2,
+            at=T0 - timedelta(hours=1),
+            status=JobStatus.RUNNING,
+            previous=JobStatus.QUEUED,
+            reason="Started",
+        ),
+        JobEvent(
+            job_id="j-1",
+            version=3,
+            at=T0 - timedelta(minutes=50),
+            status=JobStatus.QUEUED,
+            previous=JobStatus.RUNNING,
+            reason="NodeLost",
+        ),
+        JobEvent(
+            job_id="j-1",
+            version=4,
+            at=T0 - timedelta(minutes=30),
+            status=JobStatus.RUNNING,
+            previous=JobStatus.QUEUED,
+            reason="Started",
+        ),
+        JobEvent(
+            job_id="j-1",
+            version=5,
+            at=T0 - timedelta(minutes=10),
+            status=JobStatus.RUNNING,
+            previous=JobStatus.RUNNING,
+            reason="NodeLost",
+        ),
+    ]
+    assert costs.current_run_start(again, events) == T0 - timedelta(minutes=30)
 
 
 def test_months_and_durations() -> None:

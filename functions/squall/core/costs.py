@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from squall.conventions import NODE_GROUP_LABEL
-from squall.core.jobs import Job, JobStatus
+from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.planner import Node, NodeGroup, Pod
 
 HOUR_SECONDS = 3600.0
@@ -345,6 +345,30 @@ def charge(job: Job, *, run_start: datetime | None) -> JobCharge | None:
         dollars=job.cost,
         spot_savings=job.spot_savings or 0.0,
     )
+
+
+def current_run_start(job: Job, events: Iterable[JobEvent]) -> datetime | None:
+    """When the job's current (or last) run began.
+
+    `started_at` is its first run's start; a job that went back to the queue before (it has
+    `ran_seconds`) began its latest run when it last moved to RUNNING from another state.
+    Only such a job's events are looked at.
+    """
+    if job.ran_seconds <= 0:
+        return job.started_at
+    starts = [e.at for e in events if e.status is JobStatus.RUNNING and e.previous is not JobStatus.RUNNING]
+    return max(starts, default=job.started_at)
+
+
+def cost_so_far(job: Job, *, now: datetime, run_start: datetime | None) -> float | None:
+    """What a job has cost until `now` (its final cost once it ended); None: not known.
+
+    While it runs, its record's `cost` holds what its earlier runs cost and `cost_rate`
+    this run's rate: this adds the run so far (`run_start`: current_run_start).
+    """
+    if job.status is not JobStatus.RUNNING or job.cost_rate is None:
+        return job.cost
+    return (job.cost or 0.0) + job.cost_rate * run_seconds(run_start, now) / HOUR_SECONDS
 
 
 def month_to_date_of_running(job: Job, *, run_start: datetime | None, now: datetime) -> float:

@@ -101,19 +101,9 @@ class TeamSpend:
 
 
 def run_start(job: Job, history: JobHistory) -> datetime | None:
-    """When the job's current (or last) run began.
-
-    Its `started_at` is its first run's start; a job that went back to the queue before
-    (it has `ran_seconds`) began its latest run when it last moved from QUEUED to RUNNING.
-    """
-    if job.ran_seconds <= 0:
-        return job.started_at
-    starts = [
-        event.at
-        for event in history.events(job.id)
-        if event.status is JobStatus.RUNNING and event.previous is not JobStatus.RUNNING
-    ]
-    return max(starts, default=job.started_at)
+    """When the job's current (or last) run began (core/costs.py current_run_start); the
+    events are read only for a job that went back to the queue before."""
+    return costs.current_run_start(job, history.events(job.id) if job.ran_seconds > 0 else ())
 
 
 @dataclass
