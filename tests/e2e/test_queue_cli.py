@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from squall.cli import main
+from squall.cli.human import moment
 from squall.core import manifests
 from squall.core.spec import parse_spec
 from squall.local.runtime import LocalRuntime
@@ -89,11 +91,26 @@ def test_queue_lists_the_latest_check_in_admission_order_with_reasons(
     assert main(["queue"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith(": 6 waiting")
-    header = lines[1].split()
-    assert header == ["POS", "TEAM-POS", "JOB", "TEAM", "PRIORITY", "GPUS", "REASON", "MESSAGE"]
-    rows = [line.split()[:7] for line in lines[2:8]]
-    assert rows[0] == ["1", "1", "urgent", "research", "90", "1", "Queued"]
-    assert rows[5] == ["-", "2", "v1", "vision", "50", "1", "QuotaExceeded:1/1"]
+    # columns are two spaces or more apart (a time has single spaces in it)
+    header = re.split(r"\s{2,}", lines[1])
+    assert header == [
+        "POS",
+        "TEAM-POS",
+        "JOB",
+        "TEAM",
+        "PRIORITY",
+        "GPUS",
+        "STARTS-BY",
+        "LIKELY",
+        "REASON",
+        "MESSAGE",
+    ]
+    rows = [re.split(r"\s{2,}", line) for line in lines[2:8]]
+    assert rows[0][:6] == ["1", "1", "urgent", "research", "90", "1"] and rows[0][8] == "Queued"
+    assert rows[5][:6] == ["-", "2", "v1", "vision", "50", "1"] and rows[5][8] == "QuotaExceeded:1/1 GPUs"
+    # the start estimates, as the latest check made them (ISO 8601 in --json)
+    starts_by = shown["waiting"][0]["startsBy"]
+    assert rows[0][6] == moment(datetime.fromisoformat(starts_by))
     assert "1st in research, 1st overall; needs 1 GPU" in lines[2]
 
 
@@ -120,6 +137,8 @@ def test_describe_shows_a_queued_jobs_place_in_the_queue(
     # then
     assert "queue (position 4, scale check at " in text
     assert "Queued: 3rd in research, 4th overall; needs 1 GPU; p3-usw2 scaling 0->2" in text
+    # and when it will start, in the time format for people, with its place in its team
+    assert re.search(r"\n  starts by \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC.*; 3rd in research\n", text), text
     assert held["queue"]["position"] == 0 and held["queue"]["teamPosition"] == 2
     assert held["queue"]["reason"] == "QuotaExceeded:1/1 GPUs"
     assert held["queue"]["message"] == "1/1 GPUs of vision in use or ahead of it; needs 1 GPU"

@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Any
 from squall.cli import deployment
 from squall.cli.argtypes import whole_number
 from squall.cli.errors import EXIT_FAILED, EXIT_OK, CommandError, reported
-from squall.cli.human import age, job_needs, moment, moment_text, placement, spec_needs
+from squall.cli.human import (
+    age,
+    estimate,
+    job_cost,
+    job_needs,
+    moment,
+    moment_text,
+    placement,
+    spec_needs,
+)
 from squall.cli.text import printable
 from squall.core import documents
 from squall.core.errors import SquallError
@@ -431,7 +440,20 @@ def _job_dict(job: Any) -> dict[str, Any]:
         "cluster": job.cluster,
         "region": job.region,
         "objectsCreated": job.objects_created,
+        # When it will start while it waits (admission's latest estimate, and its first), and what
+        # it cost: dollars so far while it runs, final once it ended.
+        "startsBy": _iso(job.starts_by),
+        "likelyStart": _iso(job.likely_start),
+        "firstStartsBy": _iso(job.first_starts_by),
+        "firstLikelyStart": _iso(job.first_likely_start),
+        "cost": job.cost,
+        "costRate": job.cost_rate,
+        "spotSavings": job.spot_savings,
     }
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
 
 
 def _get(job_id: str) -> Any:
@@ -516,29 +538,61 @@ def cmd_describe(args: argparse.Namespace) -> int:
         }
         print(json.dumps(body))
         return EXIT_OK
-    print(f"{_shown(job.id)}  {job.status.value}  ({_shown(job.reason)})")
-    print(
+    for line in describe_lines(job, events, place=place, unread=unread):
+        print(line)
+    if served is not None:
+        print_history(*served, out=sys.stdout)
+    return EXIT_OK
+
+
+def describe_lines(
+    job: Any, events: Sequence[Any], *, place: dict[str, Any] | None, unread: str
+) -> list[str]:
+    """`squall describe` of a job, for people: its state, needs, where it runs, what it cost, its
+    history, and while it waits its place in the queue and when it will start."""
+    lines = [
+        f"{_shown(job.id)}  {job.status.value}  ({_shown(job.reason)})",
         f"  team {_shown(job.team)}, namespace {_shown(job.namespace or '-')}, {job_needs(job)}, "
-        f"retries {job.retries_used}/{job.max_retries}"
-    )
+        f"retries {job.retries_used}/{job.max_retries}",
+    ]
     if where := placement(job):
-        print(f"  {where}")
-    for error in job.errors:
-        print(f"  error {_shown(error.get('field'))}: {_shown(error.get('message'))}")
+        lines.append(f"  {where}")
+    if cost := job_cost(job):
+        lines.append(f"  {cost}")
+    lines.extend(
+        f"  error {_shown(error.get('field'))}: {_shown(error.get('message'))}" for error in job.errors
+    )
     for event in events:
         message = f"  {_shown(event.message)}" if event.message else ""
-        print(f"  {moment(event.at)}  {event.status.value:<10} {_shown(event.reason)}{message}")
+        lines.append(f"  {moment(event.at)}  {event.status.value:<10} {_shown(event.reason)}{message}")
     if place is not None:
         where = f"position {_shown(place['position'])}" if place["position"] else "held by its team's quota"
-        print(
+        lines.append(
             f"  queue ({where}, scale check at {moment_text(place['decidedAt'])}): "
             f"{_shown(place['reason'])}: {_shown(place['message'])}"
         )
     elif unread:
-        print(f"  queue: {_shown(unread)}")
-    if served is not None:
-        print_history(*served, out=sys.stdout)
-    return EXIT_OK
+        lines.append(f"  queue: {_shown(unread)}")
+    if job.status is JobStatus.QUEUED and (start := _start_words(job, place)):
+        lines.append(f"  {start}")
+    return lines
+
+
+def _start_words(job: Any, place: dict[str, Any] | None) -> str:
+    """`starts by <moment>, likely <moment>; 3rd in research`: the latest scale check's estimate
+    (its queue entry's, else the one on the job's record) and the job's place in its team."""
+    if place is not None and (place.get("startsBy") or place.get("likelyStart")):
+        when = estimate(place.get("startsBy"), place.get("likelyStart"))
+    else:
+        when = estimate(job.starts_by, job.likely_start)
+    if not when:
+        return ""
+    from squall.planner.queue_order import ordinal
+
+    team_position = place.get("teamPosition") if place is not None else None
+    if isinstance(team_position, int) and not isinstance(team_position, bool) and team_position > 0:
+        when += f"; {ordinal(team_position)} in {_shown(job.team)}"
+    return when
 
 
 def _place_in_queue(job: Any) -> tuple[dict[str, Any] | None, str]:
@@ -559,6 +613,8 @@ def _place_in_queue(job: Any) -> tuple[dict[str, Any] | None, str]:
                 "teamPosition": entry.get("teamPosition"),
                 "reason": entry.get("reason"),
                 "message": _queue_message(entry, scaling=_scaling(decision)),
+                "startsBy": entry.get("startsBy"),
+                "likelyStart": entry.get("likelyStart"),
                 "decidedAt": decision["at"] if decision is not None else None,
             }, ""
     listed, total = len(queue.get("waiting", [])), queue.get("waitingTotal", 0)
@@ -616,20 +672,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
     listed = [w for w in admission.get("waiting", []) if isinstance(w, dict)]
     total = admission.get("waitingTotal", len(listed))
     total = total if isinstance(total, int) else len(listed)
-    rows = [
-        {
-            "position": w.get("position"),
-            "teamPosition": w.get("teamPosition"),
-            "job": w.get("job"),
-            "team": w.get("team"),
-            "priority": w.get("priority"),
-            "gpus": w.get("gpus"),
-            "reason": w.get("reason"),
-            "message": _queue_message(w, scaling=scaling),
-        }
-        for w in listed
-        if args.team is None or w.get("team") == args.team
-    ]
+    rows = [queue_row(w, scaling=scaling) for w in listed if args.team is None or w.get("team") == args.team]
     more = max(total - len(listed), 0)
     admitted = [a for a in admission.get("admitted", []) if isinstance(a, dict)]
     if args.team is not None:
@@ -668,12 +711,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
         asks = counted(gpus, "GPU") if isinstance(gpus, int) else f"{_shown(gpus)} GPUs"
         print(f"admitted in that check: {job} ({team}, {asks}) in {_site_words(region)}")
     if rows:
-        keys = ("teamPosition", "job", "team", "priority", "gpus", "reason", "message")
-        # position 0: held back by the team's quota, not in the admission order
-        _print_table(
-            ["POS", "TEAM-POS", "JOB", "TEAM", "PRIORITY", "GPUS", "REASON", "MESSAGE"],
-            [[_shown(r["position"] or "-"), *(_shown(r[key]) for key in keys)] for r in rows],
-        )
+        _print_table(*queue_table(rows))
     elif args.team is not None:
         print(
             f"no job of team {args.team} among the first {len(listed)}"
@@ -685,6 +723,40 @@ def cmd_queue(args: argparse.Namespace) -> int:
     if more:
         print(f"{more} more not listed (the scale check records the first {len(listed)} of the queue)")
     return EXIT_OK
+
+
+def queue_row(entry: dict[str, Any], *, scaling: str) -> dict[str, Any]:
+    """A waiting entry of a decision record as `squall queue --json` gives it (times as ISO 8601)."""
+    return {
+        "position": entry.get("position"),
+        "teamPosition": entry.get("teamPosition"),
+        "job": entry.get("job"),
+        "team": entry.get("team"),
+        "priority": entry.get("priority"),
+        "gpus": entry.get("gpus"),
+        "startsBy": entry.get("startsBy"),
+        "likelyStart": entry.get("likelyStart"),
+        "reason": entry.get("reason"),
+        "message": _queue_message(entry, scaling=scaling),
+    }
+
+
+def queue_table(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """`squall queue`'s table: header and cells. The start estimates' columns (STARTS-BY, LIKELY)
+    only when some job has one: a Squall that makes none leaves them out."""
+    header = ["POS", "TEAM-POS", "JOB", "TEAM", "PRIORITY", "GPUS", "REASON", "MESSAGE"]
+    keys = ("teamPosition", "job", "team", "priority", "gpus", "reason", "message")
+    # position 0: held back by the team's quota, not in the admission order
+    cells = [[_shown(r["position"] or "-"), *(_shown(r[key]) for key in keys)] for r in rows]
+    if any(r["startsBy"] or r["likelyStart"] for r in rows):
+        header[6:6] = ["STARTS-BY", "LIKELY"]
+        for row, r in zip(cells, rows, strict=True):
+            row[6:6] = [_moment_or_dash(r["startsBy"]), _moment_or_dash(r["likelyStart"])]
+    return header, cells
+
+
+def _moment_or_dash(value: object) -> str:
+    return moment_text(value) if value else "-"
 
 
 def _site_words(site: str) -> str:

@@ -4,7 +4,8 @@ One rule for every time a person reads: `2026-12-02 08:13:21 UTC` (`moment`), wi
 milliseconds where lines a second apart must keep their order (`squall logs
 --timestamps`). `--json` keeps ISO 8601 (`datetime.isoformat`), for programs. A count
 with its noun is planner/text.py's `counted` (`1 node`, `3 nodes`), which the planner's
-queue messages use too.
+queue messages use too. Money is dollars with cents (`$1,234.56`): a job's cost can be
+a few cents.
 """
 
 from __future__ import annotations
@@ -40,6 +41,59 @@ def moment_text(value: object) -> str:
         except ValueError:
             pass
     return printable(str(value), newlines=False)
+
+
+def estimate(starts_by: datetime | str | None, likely_start: datetime | str | None) -> str:
+    """When a queued job will start: `starts by <moment>, likely <moment>`; "" without an estimate.
+
+    Either time may be a record's ISO 8601 text (a decision's waiting entry). The likely start is
+    left out when it is no earlier than the latest: it would say nothing more.
+    """
+    latest, likely = _time(starts_by), _time(likely_start)
+    parts = []
+    if latest is not None:
+        parts.append(f"starts by {_when(latest)}")
+    if likely is not None and not (
+        isinstance(latest, datetime) and isinstance(likely, datetime) and likely >= latest
+    ):
+        parts.append(f"likely {_when(likely)}")
+    return ", ".join(parts)
+
+
+def _time(value: datetime | str | None) -> datetime | str | None:
+    """A time, read from ISO 8601 text where it is text; text that is no time stays as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        read = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    return read if read.tzinfo is not None else read.replace(tzinfo=UTC)
+
+
+def _when(value: datetime | str) -> str:
+    return moment(value) if isinstance(value, datetime) else moment_text(value)
+
+
+def dollars(amount: float) -> str:
+    """`$1,234.56`; a negative amount `-$3.00`."""
+    return f"-${-amount:,.2f}" if amount < 0 else f"${amount:,.2f}"
+
+
+def job_cost(job: Job) -> str:
+    """What a job cost: `cost $12.34 so far ($3.06 an hour)` until it ends, then `cost $12.34`,
+    with `, spot savings $4.00` when spot capacity saved any; "" while nothing is counted."""
+    from squall.core.jobs import is_terminal
+
+    if job.cost is None:
+        return ""
+    text = f"cost {dollars(job.cost)}"
+    if not is_terminal(job.status):
+        rate = f" ({dollars(job.cost_rate)} an hour)" if job.cost_rate else ""
+        text += f" so far{rate}"
+    if job.spot_savings:
+        text += f", spot savings {dollars(job.spot_savings)}"
+    return text
 
 
 def age(elapsed: timedelta) -> str:

@@ -4,7 +4,8 @@ The record and its events come from the job store (DynamoDB through
 adapters/aws/job_store.py). Every change to a job is one event with the next version
 (core/jobs.py), so the loop reads the events only when the version moved, and a view
 shows what changed: on a terminal a rich Live panel (state, replicas, the latest
-events and their reasons), elsewhere one plain line per event.
+events and their reasons, when a queued job will start, what it cost), elsewhere one
+plain line per event, and one each time the job's latest start (`startsBy`) moves.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from squall.cli.follow.clock import patient
 from squall.cli.follow.logs import replica_names
-from squall.cli.human import job_needs, moment, placement
+from squall.cli.human import estimate, job_cost, job_needs, moment, placement
 from squall.cli.text import printable
 from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
@@ -45,6 +46,11 @@ def reason_of(job: Job) -> str:
     return printable(job.reason, newlines=False)
 
 
+def start_estimate(job: Job) -> str:
+    """When a queued job will start, as admission last estimated it; "" for any other job."""
+    return estimate(job.starts_by, job.likely_start) if job.status is JobStatus.QUEUED else ""
+
+
 def _summary(job: Job) -> str:
     replicas = replica_names(job)
     names = f" ({', '.join(replicas[:8])}{', ...' if len(replicas) > 8 else ''})" if replicas else ""
@@ -72,6 +78,7 @@ class PlainView:
         self._seen = 0  # the highest event version printed
         self._started = False
         self._where = ""  # the placement the lines have said
+        self._said: datetime | None = None  # the start estimate the lines have said (its startsBy)
 
     def show(self, job: Job, events: Sequence[JobEvent], *, now: datetime) -> None:
         lines: list[str] = []
@@ -90,8 +97,13 @@ class PlainView:
         if where and where != self._where:  # admitted (or requeued and admitted again) while watched
             self._where = where
             lines.append(f"  placed in {where}")
+        # Each check refreshes the estimate; a line when the latest start moves, not every minute.
+        if (start := start_estimate(job)) and (job.starts_by or job.likely_start) != self._said:
+            self._said = job.starts_by or job.likely_start
+            lines.append(f"  {start}")
         if is_terminal(job.status):
-            lines.append(f"{job.id} {job.status.value} ({reason_of(job)})")
+            cost = job_cost(job)
+            lines.append(f"{job.id} {job.status.value} ({reason_of(job)})" + (f", {cost}" if cost else ""))
         if lines:
             self._out.write("\n".join(lines) + "\n")
             self._out.flush()
@@ -151,7 +163,8 @@ class RichView:
         head.append("  ")
         head.append(job.status.value, style=f"bold {colour}")
         head.append(f"  {reason_of(job)}")
-        detail = Text(f"{_summary(job)}; {run_times(job, now=now)}", style="dim")
+        facts = [_summary(job), run_times(job, now=now), start_estimate(job), job_cost(job)]
+        detail = Text("; ".join(fact for fact in facts if fact), style="dim")
         table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
         for column in ("at", "state", "reason", "message"):
             table.add_column(column, overflow="fold")
