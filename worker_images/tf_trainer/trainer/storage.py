@@ -25,6 +25,9 @@ log = get_logger(__name__)
 # latest checkpoint, so uploading it after the shards it points at means a reader
 # never finds an index naming files that are not there yet.
 INDEX_FILES = frozenset({"checkpoint"})
+# The trainer's report of its latest checkpoint to Squall (trainer/report.py): uploaded
+# after the index, so it never names a checkpoint a reader cannot restore yet.
+REPORT_FILE = "squall-checkpoint.json"
 
 
 class StorageError(RuntimeError):
@@ -152,8 +155,8 @@ class S3Mirror:
     def push(self) -> None:
         local_files = {p.relative_to(self.local).as_posix(): p for p in _files(self.local)}
         changed = [rel for rel, path in local_files.items() if self._synced.get(rel) != _stamp(path)]
-        # Shards first, index last (see INDEX_FILES).
-        changed.sort(key=lambda rel: (Path(rel).name in INDEX_FILES, rel))
+        # Shards first, then the index (see INDEX_FILES), then the report (REPORT_FILE).
+        changed.sort(key=lambda rel: (_upload_order(Path(rel).name), rel))
         for rel in changed:
             path = local_files[rel]
             stamp = _stamp(path)
@@ -189,6 +192,10 @@ class S3Mirror:
                 for item in page.get("Contents", []):
                     if not item["Key"].endswith("/"):  # "folder" markers from the console
                         yield item["Key"]
+
+
+def _upload_order(name: str) -> int:
+    return 2 if name == REPORT_FILE else 1 if name in INDEX_FILES else 0
 
 
 def mirror(uri: str, *, staging: Path, prune: bool = True) -> Mirror:

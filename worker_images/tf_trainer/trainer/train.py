@@ -5,6 +5,7 @@ Layout of the model dir (local path or s3:// URI)::
 
     checkpoints/ckpt-<step>.*   tf.train.CheckpointManager, numbered by step
     checkpoints/checkpoint      its index, naming the latest
+    checkpoints/squall-checkpoint.json   the report to Squall of the latest (report.py)
     logs/                       TensorBoard event files (chief only)
 
 and of the export dir: a SavedModel of the generator, ``serving_default`` taking
@@ -33,6 +34,7 @@ from trainer.data import ImageSource, open_source
 from trainer.logs import emit_metric, get_logger
 from trainer.model import build_discriminator, build_generator
 from trainer.preemption import PreemptionWatcher
+from trainer.report import write_report
 from trainer.storage import Mirror, mirror
 from trainer.tf_config import Mode, TFConfig
 
@@ -327,6 +329,7 @@ class GanTrainer:
         if not self.is_chief:
             return
         self.writer.flush()
+        write_report(self.paths.checkpoints.local, step=step, checkpoint=Path(path).name, reason=reason)
         self.paths.checkpoints.push()
         self.paths.logs.push()
         log.info("checkpoint saved", step=step, reason=reason, checkpoint=Path(path).name)
