@@ -145,3 +145,11 @@ def test_watch_says_the_estimate_when_it_moves_and_the_cost_at_the_end() -> None
         "  starts by 2026-12-02 16:50:00 UTC, likely 2026-12-02 14:05:00 UTC",
     ]
     assert lines[-1] == "gan-1 SUCCEEDED (Completed), cost $20.00"
+
+
+def test_squall_costs_is_a_command_of_the_cli() -> None:
+    from squall.cli.commands import parser
+    from squall.cli.costs import cmd_costs
+
+    args = parser().parse_args(["costs", "--team", "research", "--json"])
+    assert (args.run, args.team, args.json) == (cmd_costs, "research", True)

@@ -881,6 +881,9 @@ def parser() -> argparse.ArgumentParser:
     from squall.cli.serving import add_serving_commands
 
     add_serving_commands(sub)
+    from squall.cli.costs import add_costs_parser
+
+    add_costs_parser(sub)
     return root
 
 

@@ -46,6 +46,7 @@ from squall.planner.inputs import (
     read_team_shares,
 )
 from squall.planner.model import Policy
+from squall.planner.preemption import PreemptionPolicy
 
 SETTINGS_FILE_VARIABLE = "SQUALL_SETTINGS_FILE"
 # The asset's root in Lambda; elsewhere the directory that holds the squall package.
@@ -101,6 +102,12 @@ class PreemptionSettings(BaseModel):
     enabled: bool = PREEMPTION_DEFAULTS["enabled"]
     min_priority_gap: int = PREEMPTION_DEFAULTS["min_priority_gap"]
     grace: timedelta = PREEMPTION_DEFAULTS["grace"]
+
+    def planner_policy(self) -> PreemptionPolicy:
+        """What planner/preemption.py and the Preempter read."""
+        return PreemptionPolicy(
+            enabled=self.enabled, min_priority_gap=self.min_priority_gap, grace=self.grace
+        )
 
 
 class PolicySettings(BaseModel):

@@ -33,6 +33,7 @@ from squall.planner.model import (
     ScalingFailure,
     Taint,
 )
+from squall.planner.preemption import PreemptionPolicy
 from squall.planner.quantity import parse_cpu_millicores, parse_memory_bytes, parse_whole_count
 from squall.planner.text import kind, shown
 
@@ -176,10 +177,11 @@ POLICY_FIELDS = (
 # Preemption (`preemption: {enabled, minPriorityGap, graceSeconds}`): an object of its own.
 PREEMPTION = "preemption"
 PREEMPTION_KEYS = {"enabled": "enabled", "minPriorityGap": "min_priority_gap", "graceSeconds": "grace"}
+_PREEMPTION = PreemptionPolicy()  # its defaults are the planner's, as the other policy fields' are
 PREEMPTION_DEFAULTS: dict[str, Any] = {
-    "enabled": False,
-    "min_priority_gap": 30,
-    "grace": timedelta(seconds=120),
+    "enabled": _PREEMPTION.enabled,
+    "min_priority_gap": _PREEMPTION.min_priority_gap,
+    "grace": _PREEMPTION.grace,
 }
 MAX_PRIORITY_GAP = 100  # job priorities run from 0 to 100
 POLICY_DEFAULTS: dict[str, Any] = {f.name: f.default for f in POLICY_FIELDS} | {

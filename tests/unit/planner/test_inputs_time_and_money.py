@@ -20,6 +20,7 @@ from squall.planner.inputs import (
     read_teams,
     team_budgets,
 )
+from squall.planner.preemption import PreemptionPolicy
 from tests.groups import gpu_group
 
 GROUP = gpu_group("p3-usw2", "p3.2xlarge", max_size=4, pricePerHour=3.06)
@@ -111,6 +112,11 @@ def test_the_policy_turns_backfill_off_and_preemption_on_as_cdk_json_writes_them
     assert policy.preemption == PreemptionSettings(
         enabled=True, min_priority_gap=50, grace=timedelta(minutes=5)
     )
+    # and the planner's preemption policy, which the Preempter reads
+    assert policy.preemption.planner_policy() == PreemptionPolicy(
+        enabled=True, min_priority_gap=50, grace=timedelta(minutes=5)
+    )
+    assert PolicySettings().preemption.planner_policy() == PreemptionPolicy()
     # what the model holds reads back as itself (a settings file written from it, a copy)
     assert PolicySettings.model_validate(policy.model_dump()) == policy
     assert PolicySettings(preemption=policy.preemption) == PolicySettings.model_validate(
