@@ -13,7 +13,7 @@ from squall.core.telemetry import RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cost_ledger import InMemoryCostLedger
 from squall.local.memory import InMemoryJobStore
-from squall.services.costs import FleetCostMeter, JobCosting, TeamSpend, run_start
+from squall.services.costs import FleetCostMeter, JobCosting, TeamSpend, run_start, unpriced
 from tests.unit.test_costs import group, node, pod
 
 T0 = datetime(2026, 5, 31, 23, 0, tzinfo=UTC)
@@ -107,3 +107,19 @@ def test_costing_a_run_that_cannot_be_priced_records_no_rate_and_no_cost() -> No
         "cost": None,
         "spot_savings": None,
     }
+
+
+def test_a_cancel_costs_a_running_job_at_its_recorded_rate_and_the_ledger_counts_it_once() -> None:
+    store, ledger = InMemoryJobStore(), InMemoryCostLedger()
+    metrics = RecordingMetrics(VirtualClock(T0))
+    costing = JobCosting(groups=[], ledger=ledger, history=store, metrics=metrics)
+    running_job(store, "j-1", team="research", at=T0, rate=3.0)
+    job = store.get("j-1")
+    assert job is not None
+    end = T0 + timedelta(minutes=40)
+    for _ in range(2):  # a lost race brings the same end back
+        changes = costing.on_transition(job, to=JobStatus.CANCELLED, at=end, rate=unpriced)
+        assert changes == {"cost": pytest.approx(2.0), "spot_savings": 0.0, "cost_rate": None}
+    (row,) = ledger.team_months(since=end)
+    assert (row.team, row.month, row.jobs, row.dollars) == ("research", "2026-05", 1, pytest.approx(2.0))
+    assert metrics.total("JobCost") == pytest.approx(2.0)

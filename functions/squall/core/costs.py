@@ -295,6 +295,13 @@ def started(job: Job, *, rate: JobRate | None) -> dict[str, Any]:
     }
 
 
+def savings_ratio(rate: JobRate | None) -> float | None:
+    """Spot savings per dollar of a rate (None: no rate, or a free one)."""
+    if rate is None or rate.dollars_per_hour <= 0:
+        return None
+    return rate.savings_per_hour / rate.dollars_per_hour
+
+
 def cost_of_run(
     job: Job, *, run_start: datetime | None, end: datetime, savings_ratio: float | None = None
 ) -> tuple[float | None, float | None]:

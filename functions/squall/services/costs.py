@@ -109,7 +109,8 @@ def run_start(job: Job, history: JobHistory) -> datetime | None:
 @dataclass
 class JobCosting:
     """What reconcile asks to cost a job: its rate from its pods, its record's cost fields as a
-    run starts and stops, and its final cost added to the ledger once."""
+    run starts and stops, and its final cost added to the ledger once. Any other writer that
+    ends a running job (a cancel) asks `on_transition` too, with `rate=unpriced`."""
 
     groups: Sequence[NodeGroup]
     ledger: CostLedger | None
@@ -125,10 +126,12 @@ class JobCosting:
     ) -> dict[str, Any]:
         """The cost fields to change with `current`'s transition to `to` (at `at`).
 
-        A run starting records its rate (`rate` prices its pods, asked only when needed); a run stopping keeps what it cost in `cost` (a
-        job going back to the queue also keeps its run time); a final cost is added to the
-        ledger here, before the record is written: the ledger adds it once however often
-        a lost race or a retry brings the same end back.
+        A run starting records its rate (`rate` prices its pods, asked only when needed:
+        UnpricedError, and the rate is unknown); a run stopping keeps what it cost in `cost`
+        (a job going back to the queue also keeps its run time), its spot savings at the
+        share its pods say now (none when they are gone). A final cost is added to the
+        ledger here, before the record is written: the ledger adds it once however often a
+        lost race or a retry brings the same end back.
         """
         if current.is_sweep:
             return {}
@@ -138,9 +141,7 @@ class JobCosting:
             return {}
         started = run_start(current, self.history)
         priced = _priced(current, rate, when="stopped", quiet=current.cost_rate is not None)
-        ratio = (
-            priced.savings_per_hour / priced.dollars_per_hour if priced and priced.dollars_per_hour else None
-        )
+        ratio = costs.savings_ratio(priced)
         if current.cost_rate is None and priced is not None:
             current = _with_rate(current, priced)  # unknown when it started: its pods say now
         changes = costs.stopped(
@@ -156,6 +157,12 @@ class JobCosting:
         if charge is not None and self.ledger is not None and self.ledger.add_job(charge):
             self.metrics.add(Metric.JOB_COST, charge.dollars, unit="None", dimensions={"Team": charge.team})
         return changes
+
+
+def unpriced() -> JobRate:
+    """The `rate` of a transition made without the job's pods at hand (a cancel): its recorded
+    rate is what it is costed at."""
+    raise costs.UnpricedError("its pods are not looked at here")
 
 
 def _priced(job: Job, rate: Callable[[], JobRate], *, when: str, quiet: bool = False) -> JobRate | None:

@@ -44,7 +44,7 @@ from squall.core.serving import ServiceStatus
 from squall.core.spec import SpecError, load_spec
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import Node
-from squall.planner.kube import parse_nodes, parse_pods
+from squall.planner.kube import ParseCache, node_cache, parse_pods
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
 from squall.services.costs import JobCosting
 from squall.services.intake import Intake, update_job
@@ -98,6 +98,8 @@ class ReconcileMemory:
     pods: dict[str, _Listing] = field(default_factory=dict)
     # The jobs the last runs observed and left as they were, by job id (see _Settled).
     settled: dict[str, _Settled] = field(default_factory=dict)
+    # Each cluster's nodes as parsed when a job was last priced (the same ones are not parsed again)
+    nodes: dict[str, ParseCache[Node]] = field(default_factory=dict)
     # Runs until the listed objects of jobs that are not active are looked for again
     # (see Reconciler._strays); 0: this run does (a fresh process, or after errors).
     strays_in: int = 0
@@ -606,8 +608,12 @@ class Reconciler:
         qualified = cluster if len(self.clusters) > 1 else None
         nodes = self._nodes.get(cluster)
         if nodes is None:
+            parses = self.memory.nodes.setdefault(cluster, node_cache(qualified))
             try:
-                nodes = parse_nodes(self.clusters[cluster].list_nodes(), cluster=qualified)
+                # A node that cannot be read is left out: a job on it is the one not priced.
+                nodes = parses.parse_all(
+                    self.clusters[cluster].list_nodes(), unreadable=lambda _item, _why: None
+                )
             except (SquallError, ValueError) as exc:
                 nodes = UnpricedError(
                     f"the nodes of cluster {cluster} cannot be read: {exc}"[:MAX_ERROR_TEXT]
