@@ -10,13 +10,15 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from squall.core.errors import RetryableError
-from squall.core.jobs import JobStatus
+from squall.core.job_outputs import StoredObject
+from squall.core.jobs import Job, JobStatus
 from squall.core.telemetry import Metric, RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cluster import SimulatedCluster
@@ -27,9 +29,9 @@ from squall.planner.kube import busy_stand_in, node_cache, pod_cache
 from squall.planner.preemption import Preemption, PreemptionPolicy
 from squall.services.admission import Admitter
 from squall.services.intake import Intake, IntakeConfig
-from squall.services.preemption import Preempter, preempted_reason
+from squall.services.preemption import Preempter, ReportedCheckpoints, preempted_reason
 from squall.services.reconcile import Reconciler
-from tests.job_records import StepReport
+from tests.job_records import StepReport, job_record
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -247,3 +249,68 @@ def test_a_delete_that_fails_leaves_the_victim_running(world: World) -> None:
     low = world.store.get("low")
     assert low is not None and low.status is JobStatus.RUNNING and low.cluster == "local"
     assert any("preempt low" in error for error in report.errors)
+
+
+# ---- the trainers' checkpoint reports ---------------------------------------------------------
+
+
+@dataclass
+class Objects:
+    """An in-memory S3 (ObjectSource) holding bucket "squall"."""
+
+    objects: dict[str, bytes] = field(default_factory=dict)
+    listed: list[str] = field(default_factory=list)
+
+    def list(self, bucket: str, prefix: str, *, limit: int) -> list[StoredObject]:
+        self.listed.append(f"{bucket}/{prefix}")
+        found = [
+            StoredObject(key=k, size=len(v), etag="")
+            for k, v in sorted(self.objects.items())
+            if k.startswith(prefix)
+        ]
+        return found[:limit] if bucket == "squall" else []
+
+    def download(self, bucket: str, key: str, target: Path, *, offset: int = 0, end: int) -> int:
+        target.write_bytes(self.objects[key][offset:end])
+        return end - offset
+
+
+def job_with(uri: str | None) -> Job:
+    spec: dict[str, Any] = {"name": "t", "team": "research", "image": "registry.example.com/squall/t:1"}
+    if uri is not None:
+        spec["checkpointUri"] = uri
+    return job_record(
+        "job-1", status=JobStatus.RUNNING, reason="Started", at=datetime(2026, 5, 1, tzinfo=UTC), spec=spec
+    )
+
+
+def test_a_trainers_report_says_when_it_last_saved() -> None:
+    objects = Objects()
+    objects.objects["ckpt/job-1/checkpoints/squall-checkpoint.json"] = json.dumps(
+        {"step": 1200, "savedAt": "2026-05-01T12:34:56Z", "checkpoint": "ckpt-1200", "reason": "periodic"}
+    ).encode()
+    reader = ReportedCheckpoints(objects)
+    assert reader.latest(job_with("s3://squall/ckpt")) == datetime(2026, 5, 1, 12, 34, 56, tzinfo=UTC)
+    assert objects.listed == ["squall/ckpt/job-1/checkpoints/squall-checkpoint.json"]
+
+
+@pytest.mark.parametrize(
+    ("uri", "body"),
+    [
+        (None, b""),  # no checkpointUri
+        ("/mnt/ckpt", b""),  # not an s3:// URI: the spec refuses it
+        ("s3://squall/elsewhere", b'{"savedAt": "2026-05-01T12:34:56Z"}'),  # nothing reported there
+        ("s3://squall/ckpt", b"not json"),
+        ("s3://squall/ckpt", b'["savedAt"]'),
+        ("s3://squall/ckpt", b'{"savedAt": "yesterday"}'),
+        ("s3://squall/ckpt", b'{"savedAt": "2026-05-01T12:34:56"}'),  # no time zone
+        ("s3://squall/ckpt", b'{"step": 3}'),
+        (
+            "s3://squall/ckpt",
+            b'{"savedAt": "2026-05-01T12:34:56Z", "pad": "' + b"x" * 5000 + b'"}',
+        ),  # too large
+    ],
+)
+def test_no_report_or_one_that_does_not_read_is_no_checkpoint(uri: str | None, body: bytes) -> None:
+    objects = Objects({"ckpt/job-1/checkpoints/squall-checkpoint.json": body})
+    assert ReportedCheckpoints(objects).latest(job_with(uri)) is None

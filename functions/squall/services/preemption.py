@@ -16,9 +16,12 @@ no retry used. One victim's trouble never costs the others or the check.
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from aws_lambda_powertools import Logger
@@ -26,7 +29,7 @@ from aws_lambda_powertools import Logger
 from squall.core.errors import MAX_ERROR_TEXT, SquallError
 from squall.core.jobs import Job, JobStatus, transition
 from squall.core.queue import queue_shape
-from squall.core.spec import load_spec
+from squall.core.spec import SpecError, load_spec
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import Node, NodeGroup, Pod
 from squall.planner.admission import AdmissionCache, AdmissionPlan
@@ -40,7 +43,7 @@ from squall.planner.preemption import (
     may_preempt,
 )
 from squall.planner.sites import split_site
-from squall.ports import Cluster, JobStore, MetricsSink
+from squall.ports import Cluster, JobStore, MetricsSink, ObjectSource
 from squall.services.admission import Report, job_failed
 from squall.services.intake import update_job
 
@@ -58,6 +61,51 @@ class CheckpointReader(Protocol):
     """When a running job's trainer last saved a checkpoint, as it reported it (None: never, or unknown)."""
 
     def latest(self, job: Job) -> datetime | None: ...
+
+
+# Where a job's trainer reports its latest checkpoint, under `<checkpointUri>/<job id>/`
+# (worker_images/tf_trainer/trainer/report.py writes it; code of one's own may too).
+CHECKPOINT_REPORT = "checkpoints/squall-checkpoint.json"
+MAX_REPORT_BYTES = 4096
+
+
+@dataclass
+class ReportedCheckpoints:
+    """The checkpoint reports trainers leave beside their checkpoints in S3 (a CheckpointReader).
+
+    One list and one small read per job asked about, of what the job's own files are
+    under: the scale function needs to read the checkpoint prefixes, the pods nothing new.
+    A job without a checkpointUri, or whose report is missing or does not read, has none.
+    """
+
+    objects: ObjectSource
+
+    def latest(self, job: Job) -> datetime | None:
+        try:
+            uri = load_spec(job.spec).checkpoint_uri
+        except SpecError:
+            return None
+        if not uri or not uri.startswith("s3://"):
+            return None
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        key = "/".join(part for part in (prefix.strip("/"), job.id, CHECKPOINT_REPORT) if part)
+        listed = [item for item in self.objects.list(bucket, key, limit=1) if item.key == key]
+        if not listed or listed[0].size > MAX_REPORT_BYTES:
+            return None
+        with tempfile.TemporaryDirectory() as scratch:
+            target = Path(scratch) / "report.json"
+            self.objects.download(bucket, key, target, end=listed[0].size)
+            return _saved_at(target.read_bytes())
+
+
+def _saved_at(body: bytes) -> datetime | None:
+    """A report's `savedAt` (ISO 8601, UTC), or None when it does not read as one."""
+    try:
+        report = json.loads(body)
+        saved = datetime.fromisoformat(str(report["savedAt"]).replace("Z", "+00:00"))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return saved.astimezone(UTC) if saved.utcoffset() is not None else None
 
 
 def preempted_reason(by: str) -> str:
