@@ -87,8 +87,8 @@ def test_a_finished_job_carries_its_cost_and_its_team_month_counts_it_once(
     assert ledger.team_months(since=job.finished_at)[0].jobs == 1
 
 
-def test_a_job_on_a_node_of_no_configured_group_ends_with_no_cost(
-    world: World, ledger: DynamoCostLedger
+def test_a_job_on_a_node_of_no_configured_group_ends_with_no_cost_and_says_why(
+    world: World, ledger: DynamoCostLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
     count_costs(world, ledger, [spot_group(instances=(), instance_type="g5.xlarge")])
     world.add_gpu_nodes(1)
@@ -99,6 +99,8 @@ def test_a_job_on_a_node_of_no_configured_group_ends_with_no_cost(
     assert job is not None and job.status is JobStatus.SUCCEEDED
     assert (job.cost, job.cost_rate, job.spot_savings) == (None, None, None)
     assert ledger.team_months(since=job.submitted_at) == []
+    why = [getattr(r, "why", "") for r in caplog.records if r.getMessage() == "job cost unknown"]
+    assert why and all("matches no configured node group" in text for text in why)
 
 
 def test_a_run_lost_with_its_node_keeps_its_cost_and_time_and_the_next_run_adds_to_them(
