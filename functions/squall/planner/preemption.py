@@ -35,7 +35,8 @@ from squall.planner.fit import fit_count
 from squall.planner.model import Node, NodeGroup, Pod, Vector
 from squall.planner.sites import site
 
-# Running jobs considered as victims for one preemptor in one site, least work lost first.
+# Running jobs considered as victims for one preemptor in one site, least work lost first
+# (a job that would need more victims than this in every site is not preempted for).
 MAX_CANDIDATES = 64
 # Waiting jobs looked at for a preemptor, head of the queue first.
 MAX_PREEMPTORS = 50
@@ -182,19 +183,21 @@ def choose(
     for pod, where in earlier:
         _place(rooms, [pod], interned, where=where)  # what does not fit waits for nodes on their way
     records = {job.job_id: job for job in running}
+    lowest = min((job.priority for job in running), default=101)
     held = _held_by_job(pods, rooms)
     for count, job in enumerate(waiting):
         if count >= MAX_PREEMPTORS:
             break
         if not job.in_line or not job.pods:
             continue
-        if _fits_somewhere(rooms, job.pods, interned):
+        where = _fit_site(rooms, job.pods, interned)
+        if where is not None:
             # It starts once admission sees the room (or once the pods being deleted go):
             # it takes that room first, and preempts nothing.
-            _place_in_best_site(rooms, job.pods, interned)
+            _place(rooms, job.pods, interned, where=where)
             continue
-        if job.priority < policy.min_priority_gap:
-            continue
+        if job.priority - policy.min_priority_gap < lowest:
+            continue  # no running job is far enough below it
         if buyable(job, groups=groups, nodes=nodes):
             continue
         best = _best_victims(
@@ -263,14 +266,24 @@ def _best_victims(
         victim = Victim(job_id=job_id, priority=record.priority, gpus=gpus, work_lost=lost)
         by_site.setdefault(where, []).append(((lost, record.priority, gpus, job_id), victim, job_pods))
     best: tuple[tuple[timedelta, int, str], Preemption] | None = None
+    wanted = _least(job.pods)
+    needed = sum(p.requests.gpu for p in job.pods)
     for where in sorted(by_site):
         candidates = sorted(by_site[where], key=lambda entry: entry[0])[:MAX_CANDIDATES]
-        site_rooms = {name: room for name, room in rooms.items() if room.site == where}
+        # Only rooms that could take one of its pods now, and the victims' nodes, can matter.
+        on_victims = {p.node_name for _, _, victim_pods in candidates for p in victim_pods}
+        site_rooms = {
+            name: room
+            for name, room in rooms.items()
+            if room.site == where and (name in on_victims or fit_count(room.free, wanted))
+        }
+        freed = sum(room.free[2] for room in site_rooms.values())  # GPUs it could have, at most
         chosen: list[tuple[Victim, list[Pod]]] = []
         fitted = False
         for _, victim, victim_pods in candidates:
             chosen.append((victim, victim_pods))
-            if _fits_without(site_rooms, chosen, job.pods, interned):
+            freed += victim.gpus
+            if freed >= needed and _fits_without(site_rooms, chosen, job.pods, interned):
                 fitted = True
                 break
         if not fitted:
@@ -286,6 +299,16 @@ def _best_victims(
         if best is None or key < best[0]:
             best = (key, found)
     return best[1] if best is not None else None
+
+
+def _least(pods: Sequence[Pod]) -> Vector:
+    """The least of each resource any of the pods asks for (what a room must have to take one)."""
+    return (
+        min(p.requests.cpu for p in pods),
+        min(p.requests.memory for p in pods),
+        min(p.requests.gpu for p in pods),
+        1,
+    )
 
 
 def _fits_without(
@@ -304,26 +327,21 @@ def _fits_without(
     return _place(trial, wanted, interned, where=None)
 
 
-def _fits_somewhere(
+def _fit_site(
     rooms: Mapping[str, _Room], wanted: Sequence[Pod], interned: dict[tuple[object, ...], PodShape]
-) -> bool:
-    return any(
-        _place(_copy(rooms, where), wanted, interned, where=where)
-        for where in sorted({r.site for r in rooms.values()})
-    )
-
-
-def _place_in_best_site(
-    rooms: Mapping[str, _Room], wanted: Sequence[Pod], interned: dict[tuple[object, ...], PodShape]
-) -> None:
-    for where in sorted({r.site for r in rooms.values()}):
-        if _place(_copy(rooms, where), wanted, interned, where=where):
-            _place(rooms, wanted, interned, where=where)
-            return
-
-
-def _copy(rooms: Mapping[str, _Room], where: str) -> dict[str, _Room]:
-    return {n: _Room(r.name, r.site, r.labels, r.node, r.free) for n, r in rooms.items() if r.site == where}
+) -> str | None:
+    """The first site (by name) where every pod of `wanted` fits now; None: none."""
+    least = _least(wanted)
+    usable: dict[str, dict[str, _Room]] = {}
+    for name, room in rooms.items():
+        if fit_count(room.free, least):  # a room too small for its least pod takes none of them
+            usable.setdefault(room.site, {})[name] = _Room(
+                room.name, room.site, room.labels, room.node, room.free
+            )
+    for where in sorted(usable):
+        if _place(usable[where], wanted, interned, where=None):
+            return where
+    return None
 
 
 def _place(
