@@ -125,38 +125,45 @@ def split_by_month(start: datetime, end: datetime) -> list[tuple[str, float]]:
 # ---- nodes and their groups ------------------------------------------------
 
 
-def group_of(node: Node, groups: Sequence[NodeGroup]) -> NodeGroup | None:
-    """The group a node belongs to, the way the planner joins them, then by its labels.
+class NodeGroups:
+    """The groups, indexed to tell each node's: by instance id, the node-group label, then labels.
 
-    By instance id when the groups carry their instances (the scale check's do); else by
-    the node-group label Squall's simulated nodes carry; else the group whose template
-    labels (region, instance type, declared labels, cluster) the node carries all of.
-    Several such groups name one only when they agree on the price (else None: which
-    one bills the node cannot be told).
+    Built once per pricing (a check prices thousands of pods on thousands of nodes).
     """
-    if node.instance_id:
-        for group in groups:
-            if any(i.instance_id == node.instance_id for i in group.instances):
-                return group
-    named = node.labels.get(NODE_GROUP_LABEL)
-    if named:
-        for group in groups:
-            if group.name == named and _labels_agree(node, group, ignore_type=True):
-                return group
-    matching = [g for g in groups if _labels_agree(node, g, ignore_type=False)]
-    if not matching:
-        return None
-    prices = {(g.price_per_hour, g.spot, g.on_demand_price_per_hour) for g in matching}
-    return matching[0] if len(prices) == 1 else None
+
+    def __init__(self, groups: Sequence[NodeGroup]) -> None:
+        self.groups = tuple(groups)
+        self._by_instance = {i.instance_id: g for g in self.groups for i in g.instances}
+        self._by_name = {g.name: g for g in self.groups}
+        self._templates = [(g, g.template_labels()) for g in self.groups]
+
+    def of(self, node: Node) -> NodeGroup | None:
+        """The group a node belongs to, the way the planner joins them, then by its labels.
+
+        By instance id when the groups carry their instances (the scale check's do); else
+        by the node-group label Squall's simulated nodes carry; else the group whose
+        template labels (region, instance type, declared labels, cluster) the node carries
+        all of. Several such groups name one only when they agree on the price (else None:
+        which one bills the node cannot be told).
+        """
+        if node.instance_id and (owner := self._by_instance.get(node.instance_id)) is not None:
+            return owner
+        labels = node.labels
+        named = self._by_name.get(labels.get(NODE_GROUP_LABEL, ""))
+        if named is not None and all(
+            labels.get(key) in (None, value) for key, value in named.template_labels().items()
+        ):
+            return named
+        matching = [
+            g for g, template in self._templates if all(labels.get(k) == v for k, v in template.items())
+        ]
+        prices = {(g.price_per_hour, g.spot, g.on_demand_price_per_hour) for g in matching}
+        return matching[0] if len(prices) == 1 else None
 
 
-def _labels_agree(node: Node, group: NodeGroup, *, ignore_type: bool) -> bool:
-    labels = group.template_labels()
-    return all(
-        node.labels.get(key) == value
-        for key, value in labels.items()
-        if not (ignore_type and node.labels.get(key) is None)
-    )
+def group_of(node: Node, groups: Sequence[NodeGroup]) -> NodeGroup | None:
+    """The group a node belongs to (NodeGroups.of); None when it cannot be told."""
+    return NodeGroups(groups).of(node)
 
 
 def pod_share(pod: Pod, node: Node, group: NodeGroup | None = None) -> float:
@@ -190,6 +197,7 @@ def job_rate(*, pods: Iterable[Pod], nodes: Sequence[Node], groups: Sequence[Nod
     whose group cannot be told, or whose group has no price.
     """
     by_name = {node.name: node for node in nodes}
+    index = NodeGroups(groups)
     dollars = savings = 0.0
     bound = 0
     for pod in pods:
@@ -199,7 +207,7 @@ def job_rate(*, pods: Iterable[Pod], nodes: Sequence[Node], groups: Sequence[Nod
         node = by_name.get(pod.node_name)
         if node is None:
             raise UnpricedError(f"pod {pod.key} is on node {pod.node_name}, which is not listed")
-        group = group_of(node, groups)
+        group = index.of(node)
         if group is None:
             raise UnpricedError(f"node {node.name} matches no configured node group with one price")
         if group.price_per_hour is None:
@@ -225,16 +233,24 @@ def overhead_rates(
     instance with no node yet (booting) counts whole. Groups without a price, and nodes
     of no group, are left out: nothing can say what they cost.
     """
+    index = NodeGroups(groups)
+    owners = {node.name: index.of(node) for node in nodes}
+    held: dict[str, float] = {}
+    by_name = {node.name: node for node in nodes}
+    for pod in pods:
+        if pod.job_id is None or not pod.is_active or pod.node_name not in by_name:
+            continue
+        node = by_name[pod.node_name]
+        held[node.name] = held.get(node.name, 0.0) + pod_share(pod, node, owners[node.name])
     rates: dict[str, float] = {}
     seen_instances: set[str] = set()
-    shares = _held_shares(nodes=nodes, pods=pods, groups=groups)
     for node in nodes:
-        group = group_of(node, groups)
+        group = owners[node.name]
         if group is None or group.price_per_hour is None:
             continue
         if node.instance_id:
             seen_instances.add(node.instance_id)
-        unheld = max(0.0, 1.0 - shares.get(node.name, 0.0))
+        unheld = max(0.0, 1.0 - held.get(node.name, 0.0))
         rates[group.name] = rates.get(group.name, 0.0) + unheld * group.price_per_hour
     for group in groups:
         if group.price_per_hour is None:
@@ -247,22 +263,6 @@ def overhead_rates(
         if booting:
             rates[group.name] = rates.get(group.name, 0.0) + booting * group.price_per_hour
     return rates
-
-
-def _held_shares(
-    *, nodes: Sequence[Node], pods: Iterable[Pod], groups: Sequence[NodeGroup]
-) -> dict[str, float]:
-    """Node name -> the share of it its jobs' active pods hold (at most 1)."""
-    by_name = {node.name: node for node in nodes}
-    held: dict[str, float] = {}
-    for pod in pods:
-        if pod.job_id is None or not pod.is_active or pod.node_name is None:
-            continue
-        node = by_name.get(pod.node_name)
-        if node is None:
-            continue
-        held[node.name] = min(1.0, held.get(node.name, 0.0) + pod_share(pod, node, group_of(node, groups)))
-    return held
 
 
 def overhead_between(last: FleetAccrual, now: datetime) -> list[GroupOverhead]:
