@@ -15,7 +15,6 @@ read a team's month to date.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -102,15 +101,6 @@ def next_month_start(at: datetime) -> datetime:
     return datetime(start.year + start.month // 12, start.month % 12 + 1, 1, tzinfo=UTC)
 
 
-def months_between(since: datetime, until: datetime) -> list[str]:
-    """The month keys from `since`'s month to `until`'s, oldest first."""
-    keys, at = [], month_start(since)
-    while at <= until:
-        keys.append(month_key(at))
-        at = next_month_start(at)
-    return keys
-
-
 def split_by_month(start: datetime, end: datetime) -> list[tuple[str, float]]:
     """The interval [start, end) cut at month boundaries: (month key, seconds) each."""
     parts: list[tuple[str, float]] = []
@@ -159,11 +149,6 @@ class NodeGroups:
         ]
         prices = {(g.price_per_hour, g.spot, g.on_demand_price_per_hour) for g in matching}
         return matching[0] if len(prices) == 1 else None
-
-
-def group_of(node: Node, groups: Sequence[NodeGroup]) -> NodeGroup | None:
-    """The group a node belongs to (NodeGroups.of); None when it cannot be told."""
-    return NodeGroups(groups).of(node)
 
 
 def pod_share(pod: Pod, node: Node, group: NodeGroup | None = None) -> float:
@@ -385,25 +370,6 @@ def month_to_date_of_running(job: Job, *, run_start: datetime | None, now: datet
         return job.cost or 0.0
     since = max(run_start, month_start(now))
     return (job.cost or 0.0) + job.cost_rate * run_seconds(since, now) / HOUR_SECONDS
-
-
-def add_months(totals: Iterable[TeamMonth]) -> dict[str, TeamMonth]:
-    """Team -> its months added up (month left as the first one's)."""
-    summed: dict[str, TeamMonth] = {}
-    for row in totals:
-        before = summed.get(row.team)
-        summed[row.team] = (
-            row
-            if before is None
-            else dataclasses.replace(
-                before,
-                jobs=before.jobs + row.jobs,
-                gpu_hours=before.gpu_hours + row.gpu_hours,
-                dollars=before.dollars + row.dollars,
-                spot_savings=before.spot_savings + row.spot_savings,
-            )
-        )
-    return summed
 
 
 def since_duration(now: datetime, text: str) -> datetime:
