@@ -171,6 +171,14 @@ class JobStore(Protocol):
         """Jobs in one state, oldest submission first."""
         ...
 
+    def set_estimates(self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None) -> bool:
+        """Write a queued job's start estimates (and its first ones, once), without a new version.
+
+        Estimates are no state of the job: no event, and no write the record's version
+        guards waits on them. False when the job is no longer queued (nothing written).
+        """
+        ...
+
     def queue(self, *, placed: bool = False, limit: int = 200_000) -> list[QueueEntry]:
         """The jobs waiting for admission (PLACED ones with `placed`), oldest submission first.
 

@@ -77,6 +77,8 @@ class Reason(StrEnum):
     # admission: waiting in the queue (with its position), held by the team's quota, let run
     QUEUED = "Queued"
     QUOTA_EXCEEDED = "QuotaExceeded"
+    BUDGET_EXCEEDED = "BudgetExceeded"  # held: its team's spend this month plus its worst case passes the budget
+    PREEMPTED = "Preempted"  # Preempted:by <job>: back in the queue to make room for a job far above it
     # placed: the record says where (cluster, region) before its objects are made there
     PLACED = "Placed"
     ADMITTED = "Admitted"

@@ -11,6 +11,7 @@ The demo and the scenarios use moto; only trace replay uses these.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import json
 from collections import deque
@@ -105,6 +106,13 @@ class VersionedRecords(Generic[R, E, S]):
     def get(self, key: str) -> R | None:
         return self._records.get(key)
 
+    def replace(self, key: str, record: R) -> None:
+        """Store the record as it is, in the same version and status (fields no version guards)."""
+        stored = self._records[key]
+        if stored.version != record.version or stored.status is not record.status:
+            raise ConflictError(f"{self._kind} {key}: replace keeps its version and status")
+        self._records[key] = record
+
     def events(self, key: str) -> list[E]:
         return list(self._events.get(key, []))
 
@@ -171,6 +179,22 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
         check_item_size(f"save job {job.id}", item_size(event_values(event)))
         self._records.put(job, event)
         self._index_queue(job)
+
+    def set_estimates(self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None) -> bool:
+        job = self._records.get(job_id)
+        if job is None or job.status is not JobStatus.QUEUED:
+            return False
+        self._records.replace(
+            job_id,
+            dataclasses.replace(
+                job,
+                starts_by=starts_by,
+                likely_start=likely_start,
+                first_starts_by=job.first_starts_by or starts_by,
+                first_likely_start=job.first_likely_start or likely_start,
+            ),
+        )
+        return True
 
     def queue(self, *, placed: bool = False, limit: int = 200_000) -> list[QueueEntry]:
         """The partition's entries, oldest first; the very same list while nothing in it changed

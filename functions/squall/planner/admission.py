@@ -60,7 +60,7 @@ from squall.planner.model import (
 from squall.planner.packing import Packer, RoomKind
 from squall.planner.planning import rooms_on_nodes_up
 from squall.planner.queue_order import in_admission_order, ordinal
-from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamShare
+from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamBudget, TeamShare
 from squall.planner.sites import split_site
 from squall.planner.text import amounts
 from squall.planner.timeline import Booking, Timeline, seconds_until, timeline_of
@@ -288,6 +288,10 @@ class Waiting:
     # times), and most likely (run times as its team's jobs really run); None: not estimated.
     starts_by: datetime | None = None
     likely_start: datetime | None = None
+    # Held by its team's budget: spent this month, the budget, and this job's worst case (dollars).
+    spent: float = 0.0
+    budget: float = 0.0
+    worst_case: float = 0.0
     _entry: dict[str, object] | None = field(default=None, compare=False, repr=False)
 
     def entry(self) -> dict[str, object]:
@@ -319,6 +323,11 @@ class Waiting:
             if self.replicas > 1
             else f"needs {asks}"
         )
+        if self.reason == "BudgetExceeded":
+            return (
+                f"BudgetExceeded: ${self.spent:,.0f} of ${self.budget:,.0f} this month; "
+                f"it may cost up to ${self.worst_case:,.0f}; {needs}"
+            )
         if self.held_by_quota:
             return f"{self.in_use}/{self.quota} GPUs of {self.team} in use or ahead of it; {needs}"
         place = f"{ordinal(self.team_position)} in {self.team}, {ordinal(self.position)} overall"
@@ -330,7 +339,8 @@ class Waiting:
 
     @property
     def held_by_quota(self) -> bool:
-        return self.reason.startswith("QuotaExceeded")
+        """Held back by its team's quota or budget: neither admitted nor bought for."""
+        return self.reason.startswith(("QuotaExceeded", "BudgetExceeded"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -345,6 +355,7 @@ class AdmissionPlan:
     incomplete: tuple[str, ...] = ()  # jobs whose replica Jobs are not all created yet
     # Every job still waiting, by team: (jobs, GPUs). `waiting` lists the first MAX_LISTED.
     queued: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    held_by_budget: Mapping[str, int] = field(default_factory=dict)  # team -> jobs its budget holds
 
     @property
     def waiting_total(self) -> int:
@@ -493,12 +504,16 @@ def admit(
     inventory: Inventory | None = None,
     unseen: Mapping[str, int] | None = None,
     run_ratios: Mapping[str, float] | None = None,
+    budgets: Mapping[str, TeamBudget] | None = None,
 ) -> AdmissionPlan:
     """Decide which queued jobs run now (whole, in one region) and where the rest stand.
 
     `unseen`: team -> GPUs its jobs hold where no replica Job of theirs could be read (a
     cluster that cannot be reached now): in use all the same, for the quotas.
 
+    `budgets`: team -> its monthly budget and what it spent this month: a job whose worst
+    case (its declared run time on the dearest group it fits) would take its team past it
+    waits with `BudgetExceeded` (never bought for); running jobs are never stopped.
     `run_ratios`: team -> how long its jobs really run, as a share of their declared
     maxRuntime (learned from finished jobs; 1 when unknown): for `likelyStart`.
     `cache`: kept by a caller that admits again and again (see AdmissionCache).
@@ -557,6 +572,9 @@ def admit(
     # Once a job does not fit, the rest are booked on the fleet's time profile (backfill: a
     # job runs now only where it delays nobody ahead of it; each gets its start estimates).
     timing: _Timing | None = None
+    pricing = _Pricing(groups)
+    spending: dict[str, float] = {}  # team -> spent, with the worst case of what this check admitted
+    held_by_budget: dict[str, int] = {}
     for job, held in in_admission_order((), in_use=in_use, teams=teams, bands=gathered.bands):
         exhausted = len(failed) == len(every_key) if timing is None else timing.exhausted
         if exhausted and len(waiting) >= MAX_LISTED and budget.spent:
@@ -568,6 +586,16 @@ def admit(
                 held_back.append(_held(job, used=held, quota=quota, team_position=team_rank[job.team]))
             continue
         ready = gathered.by_id[job.job_id]
+        budget_of = budgets.get(job.team) if budgets else None
+        if budget_of is not None:
+            worst = pricing.worst_case(ready)
+            if spending.get(job.team, budget_of.spent) + worst > budget_of.monthly:
+                if len(held_back) < MAX_LISTED:
+                    held_back.append(
+                        _over_budget(job, budget=budget_of, worst=worst, team_position=team_rank[job.team])
+                    )
+                held_by_budget[job.team] = held_by_budget.get(job.team, 0) + 1
+                continue
         by_shape, key = ready.by_shape, ready.key
         reserved = None
         estimate: tuple[datetime | None, datetime | None] = (None, None)
@@ -594,6 +622,8 @@ def admit(
                     )
                 )
                 in_use[job.team] = in_use.get(job.team, 0) + job.gpus
+                if budget_of is not None:
+                    spending[job.team] = spending.get(job.team, budget_of.spent) + pricing.worst_case(ready)
                 demand.extend(_pinned(replica.pod, booked.site) for replica in job.replicas)
                 team_rank[job.team] -= 1
                 continue
@@ -614,6 +644,8 @@ def admit(
                     )
                 )
                 in_use[job.team] = in_use.get(job.team, 0) + job.gpus
+                if budget_of is not None:
+                    spending[job.team] = spending.get(job.team, budget_of.spent) + pricing.worst_case(ready)
                 demand.extend(_pinned(replica.pod, region) for replica in job.replicas)
                 team_rank[job.team] -= 1
                 continue
@@ -690,6 +722,7 @@ def admit(
         in_use=in_use,
         incomplete=tuple(sorted(gathered.incomplete)),
         queued=queued_by_team,
+        held_by_budget=held_by_budget,
     )
 
 
@@ -891,6 +924,68 @@ def _held(job: QueuedJob, *, used: int, quota: int | None, team_position: int) -
         in_use=used,
         quota=quota,
     )
+
+
+def _over_budget(job: QueuedJob, *, budget: TeamBudget, worst: float, team_position: int) -> Waiting:
+    return Waiting(
+        job_id=job.job_id,
+        team=job.team,
+        priority=job.priority,
+        gpus=job.gpus,
+        replicas=len(job.replicas),
+        cpu_millis=_cpu_millis(job),
+        memory_bytes=_memory_bytes(job),
+        position=0,
+        team_position=team_position,
+        reason="BudgetExceeded",
+        spent=budget.spent,
+        budget=budget.monthly,
+        worst_case=worst,
+    )
+
+
+class _Pricing:
+    """What a queued job may cost at worst: its declared run time on the dearest group each pod fits.
+
+    A pod's part of a node is what it asks of the node's GPUs (on a GPU node, for a GPU
+    pod), else the larger of its CPU and memory shares; a group without a price costs nothing.
+    """
+
+    def __init__(self, groups: Sequence[NodeGroup]) -> None:
+        self._groups = [g for g in groups if g.price_per_hour]
+        self._hourly: dict[PodShape, float] = {}
+        self._jobs: dict[str, float] = {}
+
+    def worst_case(self, prepared: _Prepared) -> float:
+        job = prepared.job
+        known = self._jobs.get(job.job_id)
+        if known is None:
+            hourly = sum(self._pod_hourly(shape) * len(pods) for shape, pods in prepared.by_shape.items())
+            hours = (job.max_runtime or DEFAULT_RUN_TIME).total_seconds() / 3600
+            known = self._jobs[job.job_id] = hourly * hours
+        return known
+
+    def _pod_hourly(self, shape: PodShape) -> float:
+        price = self._hourly.get(shape)
+        if price is None:
+            price = 0.0
+            cpu, memory, gpu, _ = shape.request
+            for group in self._groups:
+                size = group.allocatable
+                labels = group.template_labels()
+                if shape.placement_mismatch(labels, group.taints) is not None:
+                    continue
+                if cpu > size.cpu or memory > size.memory or gpu > size.gpu:
+                    continue
+                if gpu and size.gpu:
+                    share = gpu / size.gpu
+                else:
+                    share = max(
+                        cpu / size.cpu if size.cpu else 0.0, memory / size.memory if size.memory else 0.0
+                    )
+                price = max(price, share * (group.price_per_hour or 0.0))
+            self._hourly[shape] = price
+        return price
 
 
 def _owner_name(pod: Pod) -> str:

@@ -27,6 +27,18 @@ class TeamShare:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TeamBudget:
+    """A team's monthly budget in dollars, and what it has spent in this calendar month so far."""
+
+    monthly: float
+    spent: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.monthly > 0:
+            raise ValueError("a team's monthly budget must be positive")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicaJob:
     """One replica's batch/v1 Job, as admission reads it."""
 

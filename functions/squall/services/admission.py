@@ -17,7 +17,7 @@ alone where there is no fleet (service tests).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -48,9 +48,10 @@ from squall.planner.admission import (
 )
 from squall.planner.inventory import Inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, pod_cache, replica_job_cache
+from squall.planner.queue_types import TeamBudget
 from squall.planner.sites import split_site
 from squall.planner.text import amounts, counted
-from squall.ports import Cluster, JobStore, MetricsSink
+from squall.ports import Cluster, JobStore, MetricsSink, SpendLedger
 from squall.services.intake import note_job, update_job
 
 logger = Logger(service=SERVICE, child=True)
@@ -61,6 +62,14 @@ MAX_QUEUE_NOTES = 100
 # Kubernetes objects one check creates at most (each a create call of about 20-50 ms): the
 # admissions past it keep their place and are finished first by the next check.
 MAX_CREATES = 400
+# Queued jobs whose start estimates are written per check at most, head first; an estimate
+# is written again only when it moved by more than ESTIMATE_SLACK (or by a tenth of the wait).
+MAX_ESTIMATE_WRITES = 100
+ESTIMATE_SLACK = timedelta(minutes=5)
+# Finished jobs remembered as learned from (a Job is listed until its TTL removes it).
+MAX_LEARNED = 20_000
+# A team's run ratio is the mean of its last this many finished jobs' (run time / maxRuntime), about.
+RATIO_MEMORY = 50
 
 
 class Report(Protocol):
@@ -118,6 +127,13 @@ class AdmissionMemory:
     prepared: AdmissionCache = field(default_factory=AdmissionCache)
     # job id -> the queue reason last written on its record by this process
     noted: dict[str, str] = field(default_factory=dict)
+    # job id -> the start estimates last written on its record by this process
+    estimated: dict[str, tuple[datetime | None, datetime | None]] = field(default_factory=dict)
+    # team -> (mean of run time / declared maxRuntime of its finished jobs, how many); kept in
+    # the decision record (`runRatios`) so that a cold process goes on from the last check's
+    run_ratios: dict[str, tuple[float, int]] = field(default_factory=dict)
+    ratios_loaded: bool = False
+    learned: dict[str, None] = field(default_factory=dict)  # finished jobs already counted, oldest first
 
     def jobs_of(self, cluster: str, *, qualified: bool) -> ParseCache[ReplicaJob | None]:
         if cluster not in self.jobs:
@@ -138,8 +154,13 @@ class Admitter:
     unreachable: set[str] = field(default_factory=set)
     # queue entries the latest read could not make replica Jobs of: (job id, version, why)
     unreadable_entries: list[tuple[str, int, str]] = field(default_factory=list)
+    # team -> its monthly budget in dollars, and where to read what it spent (both, or no budgets)
+    budgets: Mapping[str, float] = field(default_factory=dict)
+    ledger: SpendLedger | None = None
     # the placed entries the latest read_queue read
     _placed_read: list[QueueEntry] = field(default_factory=list, init=False)
+    # team -> what it spent this month, as this check read it (for the metrics)
+    _spent: dict[str, float] = field(default_factory=dict, init=False)
 
     @property
     def qualified(self) -> bool:
@@ -173,6 +194,8 @@ class Admitter:
                     continue
             parsed = cache.parse_all(raw_jobs, unreadable=lambda item, why: None)
             changed = changed or cache.changed
+            if cache.changed:
+                self._learn(job for job in parsed if job is not None and job.finished)
             listed.extend(job for job in parsed if job is not None and not job.suspended)
             problems = cache.unreadable
             if problems:
@@ -229,6 +252,67 @@ class Admitter:
         self.parsed.read = (placed_entries, waiting_entries, frozenset(self.unreachable), jobs)
         return jobs
 
+    def _learn(self, finished: Iterable[ReplicaJob]) -> None:
+        """Count how long each newly finished job ran against its declared maxRuntime, per team."""
+        runs: dict[str, tuple[str, float, float]] = {}  # job id -> (team, longest run, declared)
+        for replica in finished:
+            if replica.job_id in self.parsed.learned:
+                continue
+            began, ended, limit = replica.started_at, replica.finished_at, replica.max_runtime
+            if began is None or ended is None or not limit:
+                continue
+            team, ran, declared = runs.get(replica.job_id, (replica.team, 0.0, 0.0))
+            runs[replica.job_id] = (team, max(ran, (ended - began).total_seconds()), limit.total_seconds())
+        ratios, learned = self.parsed.run_ratios, self.parsed.learned
+        for job_id, (team, ran, declared) in runs.items():
+            ratio, count = ratios.get(team, (1.0, 0))
+            count = min(count + 1, RATIO_MEMORY)
+            ratios[team] = (ratio + (min(1.0, max(0.0, ran / declared)) - ratio) / count, count)
+            learned[job_id] = None
+            if len(learned) > MAX_LEARNED:
+                del learned[next(iter(learned))]
+
+    def load_ratios(self, decision: Mapping[str, Any] | None) -> None:
+        """Go on from the run ratios the latest decision record kept (a cold process learns nothing before)."""
+        if self.parsed.ratios_loaded:
+            return
+        self.parsed.ratios_loaded = True
+        kept = ((decision or {}).get("plan") or {}).get("admission", {}).get("runRatios")
+        if not isinstance(kept, Mapping):
+            return
+        for team, value in list(kept.items())[:1000]:
+            if (
+                isinstance(team, str)
+                and isinstance(value, list)
+                and len(value) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+                and 0 <= value[0] <= 1
+                and 0 <= value[1] <= RATIO_MEMORY
+            ):
+                self.parsed.run_ratios.setdefault(team, (float(value[0]), int(value[1])))
+
+    @property
+    def run_ratios(self) -> dict[str, float]:
+        return {team: ratio for team, (ratio, count) in self.parsed.run_ratios.items() if count}
+
+    def _budgets(self, now: datetime) -> dict[str, TeamBudget]:
+        """Each budgeted team's budget and spend this month; none when the spend cannot be read
+        (admission goes on without them this check, and says so in the log)."""
+        if not self.budgets or self.ledger is None:
+            return {}
+        try:
+            spent = self.ledger.month_to_date(now=now)
+        except SquallError as exc:
+            logger.warning(
+                "team spend could not be read: budgets not applied this check", error=str(exc)[:500]
+            )
+            return {}
+        self._spent = spent
+        return {
+            team: TeamBudget(monthly=monthly, spent=spent.get(team, 0.0))
+            for team, monthly in self.budgets.items()
+        }
+
     def _replicas(self, entry: QueueEntry) -> list[ReplicaJob]:
         """Its replicas as the planner reads a queue: suspended; a placed one's admitted to its
         site (an admission to finish there)."""
@@ -260,6 +344,8 @@ class Admitter:
             cache=self.parsed.prepared,
             inventory=inventory,
             unseen=self._unseen(),
+            run_ratios=self.run_ratios,
+            budgets=self._budgets(now),
         )
 
     def _unseen(self) -> dict[str, int]:
@@ -560,6 +646,30 @@ class Admitter:
             )
             self.parsed.noted[waiting.job_id] = waiting.reason
             written += 1
+        self._write_estimates(admission, now=now, outcome=outcome)
+
+    def _write_estimates(self, admission: AdmissionPlan, *, now: datetime, outcome: Report) -> None:
+        """Write waiting jobs' start estimates on their records, head first, when they moved; bounded."""
+        if self.store is None:
+            return
+        estimated = self.parsed.estimated
+        live = {w.job_id for w in admission.waiting}
+        for job_id in [j for j in estimated if j not in live]:
+            del estimated[job_id]
+        written = 0
+        for waiting in admission.waiting:
+            if written >= MAX_ESTIMATE_WRITES:
+                break
+            estimate = (waiting.starts_by, waiting.likely_start)
+            if estimate == (None, None) or not _moved(estimated.get(waiting.job_id), estimate, now=now):
+                continue
+            try:
+                self.store.set_estimates(waiting.job_id, starts_by=estimate[0], likely_start=estimate[1])
+            except SquallError as exc:  # an estimate is a courtesy: the check goes on
+                logger.warning("could not write start estimates", job_id=waiting.job_id, error=str(exc)[:500])
+                continue
+            estimated[waiting.job_id] = estimate
+            written += 1
 
     def _note(
         self,
@@ -591,6 +701,16 @@ class Admitter:
     # ---- metrics ------------------------------------------------------------------
 
     def emit(self, admission: AdmissionPlan) -> None:
+        spent = self._spent
+        for team, monthly in sorted(self.budgets.items()):
+            dims = {"Team": team}
+            self.metrics.add(Metric.TEAM_BUDGET, monthly, unit="None", dimensions=dims)
+            self.metrics.add(
+                Metric.TEAM_MONTH_SPEND, round(spent.get(team, 0.0), 2), unit="None", dimensions=dims
+            )
+            self.metrics.add(
+                Metric.JOBS_HELD_BY_BUDGET, admission.held_by_budget.get(team, 0), dimensions=dims
+            )
         for team in sorted({*admission.queued, *admission.in_use, *self.teams}):
             dims = {"Team": team}
             jobs, gpus = admission.queued.get(team, (0, 0))
@@ -601,6 +721,26 @@ class Admitter:
             if share is not None and share.quota is not None:
                 self.metrics.add(Metric.GPU_QUOTA, share.quota, dimensions=dims)
         self.metrics.add(Metric.JOBS_ADMITTED, sum(1 for a in admission.admitted if not a.resumed))
+
+
+def _moved(
+    written: tuple[datetime | None, datetime | None] | None,
+    estimate: tuple[datetime | None, datetime | None],
+    *,
+    now: datetime,
+) -> bool:
+    """Whether an estimate is worth writing again: new, or moved by more than the slack
+    (ESTIMATE_SLACK, or a tenth of the wait it foretells, whichever is more)."""
+    if written is None:
+        return True
+    for before, after in zip(written, estimate, strict=True):
+        if (before is None) != (after is None):
+            return True
+        if before is not None and after is not None:
+            slack = max(ESTIMATE_SLACK, (after - now) / 10)
+            if abs(after - before) > slack:
+                return True
+    return False
 
 
 def _asks(admitted: Admitted) -> str:

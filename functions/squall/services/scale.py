@@ -56,6 +56,7 @@ from squall.ports import (
 from squall.services.admission import AdmissionMemory, Admitter, job_failed, note_or_report
 from squall.services.decision_record import shrunk_to_fit
 from squall.services.intake import Change, update_job
+from squall.services.preemption import Preempter
 from squall.services.quiet import Quiet
 
 logger = Logger(service=SERVICE, child=True)
@@ -185,6 +186,8 @@ class Scaler:
     ledger: SpendLedger | None = None
     # counts the fleet's cost, check by check (what no job held is overhead); None: not counted
     cost_meter: CostMeter | None = None
+    # takes room from running jobs far below a job that cannot be admitted (policy preemption); None: never
+    preempter: Preempter | None = None
     holder: str = field(default_factory=lambda: uuid.uuid4().hex)
     parsed: ParsedObjects = field(default_factory=ParsedObjects)
     # the clusters this check could not reach (their lists failed now)
@@ -237,6 +240,8 @@ class Scaler:
             parsed=self.parsed.admission,
             ttl_after_finished=self.config.ttl_after_finished,
             unreachable=self._unreachable,
+            budgets=self.config.budgets,
+            ledger=self.ledger,
         )
 
     def cluster_of(self, group: NodeGroup) -> str:
@@ -406,7 +411,10 @@ class Scaler:
 
     def _check(self, *, trigger: str, now: datetime) -> ScaleResult:
         groups, health, nodes, pods = self._observe(now)
+        self._accrue(nodes=nodes, pods=pods, groups=groups, now=now)
         admitter = self.admitter
+        if not self.parsed.admission.ratios_loaded:
+            admitter.load_ratios(self._latest_decision(now))
         jobs = admitter.read_queue(self._listed_jobs)
         seen = self._fingerprint(groups, health)
         quiet = self.parsed.quiet
@@ -433,12 +441,18 @@ class Scaler:
         )
         result = ScaleResult(acted=not self.config.dry_run, plan=decided.to_dict())
         result.plan["admission"] = admission.to_dict()
+        if self.parsed.admission.run_ratios:
+            result.plan["admission"]["runRatios"] = {
+                team: [round(ratio, 4), count]
+                for team, (ratio, count) in sorted(self.parsed.admission.run_ratios.items())
+            }
         if self._unreachable:
             result.plan["unreachableClusters"] = sorted(self._unreachable)
         result.fallbacks = fallbacks(decided, groups=groups, health=health, now=now)
         if not self.config.dry_run:
             admitter.act(admission, now=now, outcome=result)
             self._act(decided, groups=groups, nodes=nodes, pods=pods, now=now, result=result)
+            self._preempt(admission, nodes=nodes, pods=pods, groups=groups, now=now, result=result)
             admitter.note_queue(admission, now=now, outcome=result, scaling=_scaling(decided))
         self._emit(decided, groups=groups, pods=pods, nodes=nodes, result=result, now=now)
         admitter.emit(admission)
@@ -468,6 +482,50 @@ class Scaler:
             errors=result.errors,
         )
         return result
+
+    def _accrue(
+        self, *, nodes: Sequence[Node], pods: Sequence[Pod], groups: Sequence[NodeGroup], now: datetime
+    ) -> None:
+        """Count the fleet's cost since the last check (a check that ends early counts it too)."""
+        if self.cost_meter is None or self.config.dry_run:
+            return
+        try:
+            self.cost_meter.accrue(nodes=nodes, pods=pods, groups=groups, now=now)
+        except SquallError as exc:  # the costs are counted at the next check, over the longer span
+            logger.warning("the fleet's cost could not be counted", error=str(exc)[:MAX_ERROR_TEXT])
+
+    def _latest_decision(self, now: datetime) -> dict[str, Any] | None:
+        try:
+            return self.state.latest_decision(now=now)
+        except SquallError as exc:
+            logger.warning("the latest decision could not be read", error=str(exc)[:MAX_ERROR_TEXT])
+            return None
+
+    def _preempt(
+        self,
+        admission: AdmissionPlan,
+        *,
+        nodes: Sequence[Node],
+        pods: Sequence[Pod],
+        groups: Sequence[NodeGroup],
+        now: datetime,
+        result: ScaleResult,
+    ) -> None:
+        if self.preempter is None:
+            return
+        try:
+            self.preempter.run(
+                admission,
+                cache=self.parsed.admission.prepared,
+                nodes=nodes,
+                pods=pods,
+                groups=groups,
+                now=now,
+                outcome=result,
+            )
+        except SquallError as exc:  # the jobs it would take room from run on; the next check tries again
+            result.errors.append(f"preemption: {str(exc)[:MAX_ERROR_TEXT]}")
+            logger.warning("preemption failed", error=str(exc)[:MAX_ERROR_TEXT])
 
     def _plan(
         self,

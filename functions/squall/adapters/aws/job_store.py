@@ -492,6 +492,34 @@ class DynamoJobStore:
             rules=(on_conflict(lambda: DuplicateJobError(job.id)),),
         )
 
+    def set_estimates(self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None) -> bool:
+        """One update of the estimates while the job is queued; the first ones are set only once."""
+        values = {":q": {"S": JobStatus.QUEUED.value}}
+        sets = []
+        for name, value in (("startsBy", starts_by), ("likelyStart", likely_start)):
+            if value is not None:
+                values[f":{name}"] = {"S": iso(value) or ""}
+                first = "first" + name[0].upper() + name[1:]
+                sets += [f"{name} = :{name}", f"{first} = if_not_exists({first}, :{name})"]
+        if not sets:
+            return True
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=job_key(job_id),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression="#status = :q",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if conditional_failed(exc):
+                return False
+            raise translate(f"write the start estimates of job {job_id}", exc) from exc
+        except BotoCoreError as exc:
+            raise translate(f"write the start estimates of job {job_id}", exc) from exc
+        return True
+
     def save(self, job: Job, event: JobEvent) -> None:
         """The job (version n) and its event, in one transaction, if the stored job is version n - 1."""
         plain = job_values(job)
