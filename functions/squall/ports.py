@@ -171,7 +171,9 @@ class JobStore(Protocol):
         """Jobs in one state, oldest submission first."""
         ...
 
-    def set_estimates(self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None) -> bool:
+    def set_estimates(
+        self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None
+    ) -> bool:
         """Write a queued job's start estimates (and its first ones, once), without a new version.
 
         Estimates are no state of the job: no event, and no write the record's version

@@ -180,7 +180,9 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
         self._records.put(job, event)
         self._index_queue(job)
 
-    def set_estimates(self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None) -> bool:
+    def set_estimates(
+        self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None
+    ) -> bool:
         job = self._records.get(job_id)
         if job is None or job.status is not JobStatus.QUEUED:
             return False

@@ -492,7 +492,9 @@ class DynamoJobStore:
             rules=(on_conflict(lambda: DuplicateJobError(job.id)),),
         )
 
-    def set_estimates(self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None) -> bool:
+    def set_estimates(
+        self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None
+    ) -> bool:
         """One update of the estimates while the job is queued; the first ones are set only once."""
         values = {":q": {"S": JobStatus.QUEUED.value}}
         sets = []
