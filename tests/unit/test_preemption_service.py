@@ -314,3 +314,92 @@ def test_a_trainers_report_says_when_it_last_saved() -> None:
 def test_no_report_or_one_that_does_not_read_is_no_checkpoint(uri: str | None, body: bytes) -> None:
     objects = Objects({"ckpt/job-1/checkpoints/squall-checkpoint.json": body})
     assert ReportedCheckpoints(objects).latest(job_with(uri)) is None
+
+
+def test_with_two_clusters_the_victim_is_stopped_in_its_own() -> None:
+    clock = VirtualClock()
+    store = InMemoryJobStore()
+    metrics = RecordingMetrics(clock)
+    west = SimulatedCluster(clock=clock, default_run_for=timedelta(hours=10))
+    east = SimulatedCluster(clock=clock, default_run_for=timedelta(hours=10))
+    clusters = {"west": west, "east": east}
+    intake = Intake(
+        store=store,
+        clusters=clusters,
+        clock=clock,
+        metrics=metrics,
+        config=IntakeConfig(teams={"research": "team-research"}, registries=["registry.example.com/squall"]),
+    )
+    reconciler = Reconciler(store=store, clusters=clusters, clock=clock, metrics=metrics, intake=intake)
+    admitter = Admitter(clusters=clusters, metrics=metrics, teams={}, policy=Policy(), store=store)
+    preempter = Preempter(clusters=clusters, store=store, metrics=metrics, policy=ON)
+
+    def node(cluster: SimulatedCluster, region: str) -> None:
+        labels = {"topology.kubernetes.io/region": region}
+        cluster.add_node(name="gpu-0", allocatable=GPU_NODE, labels=labels, taints=GPU_TAINT)
+
+    def submit(job_id: str, priority: int) -> None:
+        body = {
+            "name": "t",
+            "id": job_id,
+            "team": "research",
+            "priority": priority,
+            "image": "registry.example.com/squall/t:1",
+            "resources": {"cpu": "4", "memory": "16Gi", "gpu": 4},
+        }
+        intake.handle(body=json.dumps(body), message_id=f"m-{job_id}")
+
+    def check() -> tuple[StepReport, Preemption | None]:
+        report = StepReport()
+        nodes: list[Node] = []
+        pods: list[Pod] = []
+        for name, cluster in clusters.items():
+            nodes += node_cache(cluster=name).parse_all(
+                cluster.list_nodes(), unreadable=lambda item, why: None
+            )
+            pods += pod_cache(cluster=name).parse_all(
+                cluster.list_pods(), unreadable=functools.partial(busy_stand_in, cluster=name)
+            )
+        plan = admitter.decide(jobs=admitter.read_queue(), nodes=nodes, pods=pods, groups=[], now=clock.now())
+        admitter.act(plan, now=clock.now(), outcome=report)
+        found = preempter.run(
+            plan,
+            cache=admitter.parsed.prepared,
+            nodes=nodes,
+            pods=pods,
+            groups=[],
+            now=clock.now(),
+            outcome=report,
+        )
+        return report, found
+
+    def minute() -> None:
+        check()
+        clock.advance(timedelta(minutes=1))
+        west.advance()
+        east.advance()
+        reconciler.run()
+
+    # given "old" running in west for three hours, then "new" in east for one
+    node(west, "us-west-2")
+    submit("old", 10)
+    minute()
+    minute()
+    clock.advance(timedelta(hours=2))
+    node(east, "us-east-1")
+    submit("new", 10)
+    minute()
+    minute()
+    clock.advance(timedelta(hours=1))
+    assert {j: store.get(j).cluster for j in ("old", "new")} == {"old": "west", "new": "east"}  # type: ignore[union-attr]
+    # when an urgent job cannot be admitted
+    submit("urgent", 90)
+    report, found = check()
+    # then the one that loses less goes, in its own cluster only
+    assert (
+        found is not None and found.site == "east/us-east-1" and [v.job_id for v in found.victims] == ["new"]
+    )
+    assert east.list_jobs(job_id="new") == [] and west.list_jobs(job_id="old")
+    new = store.get("new")
+    assert new is not None and new.status is JobStatus.QUEUED and new.cluster is None
+    assert report.done["preempted"][0]["cluster"] == "east"
