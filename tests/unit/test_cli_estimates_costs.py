@@ -8,9 +8,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from squall.cli.commands import _job_dict, describe_lines, queue_row, queue_table
+from squall.cli.commands import _job_dict, describe_lines
 from squall.cli.follow.watch import PlainView
 from squall.cli.human import dollars, estimate, job_cost
+from squall.cli.queue import queue_row, queue_table
 from squall.core.jobs import Job, JobStatus, new_job
 
 NOW = datetime(2026, 12, 2, 13, 0, tzinfo=UTC)

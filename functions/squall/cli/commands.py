@@ -24,7 +24,6 @@ from squall.cli.argtypes import whole_number
 from squall.cli.errors import EXIT_FAILED, EXIT_OK, CommandError, reported
 from squall.cli.human import (
     age,
-    estimate,
     job_cost,
     job_needs,
     moment,
@@ -32,10 +31,10 @@ from squall.cli.human import (
     placement,
     spec_needs,
 )
-from squall.cli.text import printable
+from squall.cli.queue import cmd_queue, place_in_queue, start_words
+from squall.cli.text import one_line, print_table
 from squall.core import documents
-from squall.core.errors import SquallError
-from squall.core.jobs import JobStatus, Reason
+from squall.core.jobs import JobStatus
 from squall.planner.inputs import InputError, read_policy
 from squall.planner.text import counted
 
@@ -463,25 +462,12 @@ def _get(job_id: str) -> Any:
     return job
 
 
-def _shown(value: object) -> str:
-    """A value from a record in one line of a table or a sentence, control characters escaped."""
-    return printable(str(value), newlines=False)
-
-
-def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Columns padded to their widest cell; the last one, free text, runs on."""
-    table = [list(header), *(list(row) for row in rows)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
-    for *cells, last in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)), last, sep="  ")
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     job = _get(args.id)
     print(
         json.dumps(_job_dict(job))
         if args.json
-        else f"{_shown(job.id)} {job.status.value} {_shown(job.reason)}"
+        else f"{one_line(job.id)} {job.status.value} {one_line(job.reason)}"
     )
     return EXIT_OK
 
@@ -498,16 +484,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     now = datetime.now(UTC)
     rows = [
-        [_shown(j.id), _shown(j.team), j.status.value, age(now - j.submitted_at), _shown(j.reason)]
+        [one_line(j.id), one_line(j.team), j.status.value, age(now - j.submitted_at), one_line(j.reason)]
         for j in jobs
     ]
     header = ["ID", "TEAM", "STATUS", "AGE", "REASON"]
     if any(j.cluster for j in jobs):  # placed by admission: where (a column only when some job has one)
         header.insert(4, "CLUSTER")
         for row, j in zip(rows, jobs, strict=True):
-            row.insert(4, _shown(f"{j.cluster}/{j.region}" if j.cluster and j.region else j.cluster or "-"))
+            row.insert(4, one_line(f"{j.cluster}/{j.region}" if j.cluster and j.region else j.cluster or "-"))
     # AGE: since it was submitted.
-    _print_table(header, rows)
+    print_table(header, rows)
     return EXIT_OK
 
 
@@ -525,7 +511,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
             return EXIT_OK
         raise CommandError(f"no job or model service {args.id}", code=EXIT_FAILED)
     events = deployment.job_store().events(args.id)
-    place, unread = _place_in_queue(job)
+    place, unread = place_in_queue(job)
     served = model_service_history(args.id)  # a model service is named after its job by default
     if args.json:
         body = _job_dict(job) | {
@@ -551,8 +537,8 @@ def describe_lines(
     """`squall describe` of a job, for people: its state, needs, where it runs, what it cost, its
     history, and while it waits its place in the queue and when it will start."""
     lines = [
-        f"{_shown(job.id)}  {job.status.value}  ({_shown(job.reason)})",
-        f"  team {_shown(job.team)}, namespace {_shown(job.namespace or '-')}, {job_needs(job)}, "
+        f"{one_line(job.id)}  {job.status.value}  ({one_line(job.reason)})",
+        f"  team {one_line(job.team)}, namespace {one_line(job.namespace or '-')}, {job_needs(job)}, "
         f"retries {job.retries_used}/{job.max_retries}",
     ]
     if where := placement(job):
@@ -560,212 +546,22 @@ def describe_lines(
     if cost := job_cost(job):
         lines.append(f"  {cost}")
     lines.extend(
-        f"  error {_shown(error.get('field'))}: {_shown(error.get('message'))}" for error in job.errors
+        f"  error {one_line(error.get('field'))}: {one_line(error.get('message'))}" for error in job.errors
     )
     for event in events:
-        message = f"  {_shown(event.message)}" if event.message else ""
-        lines.append(f"  {moment(event.at)}  {event.status.value:<10} {_shown(event.reason)}{message}")
+        message = f"  {one_line(event.message)}" if event.message else ""
+        lines.append(f"  {moment(event.at)}  {event.status.value:<10} {one_line(event.reason)}{message}")
     if place is not None:
-        where = f"position {_shown(place['position'])}" if place["position"] else "held by its team's quota"
+        where = f"position {one_line(place['position'])}" if place["position"] else "held by its team's quota"
         lines.append(
             f"  queue ({where}, scale check at {moment_text(place['decidedAt'])}): "
-            f"{_shown(place['reason'])}: {_shown(place['message'])}"
+            f"{one_line(place['reason'])}: {one_line(place['message'])}"
         )
     elif unread:
-        lines.append(f"  queue: {_shown(unread)}")
-    if job.status is JobStatus.QUEUED and (start := _start_words(job, place)):
+        lines.append(f"  queue: {one_line(unread)}")
+    if job.status is JobStatus.QUEUED and (start := start_words(job, place)):
         lines.append(f"  {start}")
     return lines
-
-
-def _start_words(job: Any, place: dict[str, Any] | None) -> str:
-    """`starts by <moment>, likely <moment>; 3rd in research`: the latest scale check's estimate
-    (its queue entry's, else the one on the job's record) and the job's place in its team."""
-    if place is not None and (place.get("startsBy") or place.get("likelyStart")):
-        when = estimate(place.get("startsBy"), place.get("likelyStart"))
-    else:
-        when = estimate(job.starts_by, job.likely_start)
-    if not when:
-        return ""
-    from squall.planner.queue_order import ordinal
-
-    team_position = place.get("teamPosition") if place is not None else None
-    if isinstance(team_position, int) and not isinstance(team_position, bool) and team_position > 0:
-        when += f"; {ordinal(team_position)} in {_shown(job.team)}"
-    return when
-
-
-def _place_in_queue(job: Any) -> tuple[dict[str, Any] | None, str]:
-    """A QUEUED job's place in the latest decision's queue, or None and why there is none to show."""
-    if job.status is not JobStatus.QUEUED or job.is_sweep:
-        return None, ""
-    try:
-        decision = deployment.scale_state().latest_decision(now=datetime.now(UTC))
-    except SquallError as exc:  # the history is shown all the same
-        return None, f"cannot read the latest scale-check decision: {exc}"
-    queue = _admission(decision)
-    if queue is None:
-        return None, "no scale-check decision with a queue recorded yet"
-    for entry in queue.get("waiting", []):
-        if isinstance(entry, dict) and entry.get("job") == job.id:
-            return {
-                "position": entry.get("position"),
-                "teamPosition": entry.get("teamPosition"),
-                "reason": entry.get("reason"),
-                "message": _queue_message(entry, scaling=_scaling(decision)),
-                "startsBy": entry.get("startsBy"),
-                "likelyStart": entry.get("likelyStart"),
-                "decidedAt": decision["at"] if decision is not None else None,
-            }, ""
-    listed, total = len(queue.get("waiting", [])), queue.get("waitingTotal", 0)
-    if isinstance(total, int) and total > listed:
-        return None, f"not among the first {listed} of the {total} waiting in the latest scale check"
-    return None, "not in the latest scale check's queue (submitted, or admitted, since)"
-
-
-# ---- the queue, as the latest scale check left it ----
-
-
-def _admission(decision: dict[str, Any] | None) -> dict[str, Any] | None:
-    plan = decision.get("plan") if decision is not None else None
-    admission = plan.get("admission") if isinstance(plan, dict) else None
-    return admission if isinstance(admission, dict) else None
-
-
-def _scaling(decision: dict[str, Any] | None) -> str:
-    """The check's scale-ups as the scale check writes them on waiting jobs' records."""
-    plan = decision.get("plan") if decision is not None else None
-    ups = plan.get("scaleUp") if isinstance(plan, dict) else None
-    if not isinstance(ups, list):
-        return ""
-    return "; ".join(
-        f"{up.get('group')} scaling {up.get('from')}->{up.get('to')}"
-        for up in ups[:3]
-        if isinstance(up, dict)
-    )
-
-
-def _queue_message(entry: dict[str, Any], *, scaling: str) -> str:
-    """A waiting job's message as the scale check renders it on the job's record."""
-    from squall.services.admission import with_scaling
-
-    held = str(entry.get("reason", "")).startswith(Reason.QUOTA_EXCEEDED)
-    return with_scaling(str(entry.get("message", "")), scaling=scaling, held=held)
-
-
-def cmd_queue(args: argparse.Namespace) -> int:
-    decision = deployment.scale_state().latest_decision(now=datetime.now(UTC))
-    if decision is None:
-        raise CommandError(
-            "no scale-check decision recorded yet, so there is no queue to show: the scale function "
-            "records one every minute (is it deployed and running?)",
-            code=EXIT_FAILED,
-        )
-    admission = _admission(decision)
-    if admission is None:
-        raise CommandError(
-            f"the latest scale-check decision ({moment_text(decision.get('at'))}) recorded no queue "
-            "(written by a Squall without admission)",
-            code=EXIT_FAILED,
-        )
-    scaling = _scaling(decision)
-    listed = [w for w in admission.get("waiting", []) if isinstance(w, dict)]
-    total = admission.get("waitingTotal", len(listed))
-    total = total if isinstance(total, int) else len(listed)
-    rows = [queue_row(w, scaling=scaling) for w in listed if args.team is None or w.get("team") == args.team]
-    more = max(total - len(listed), 0)
-    admitted = [a for a in admission.get("admitted", []) if isinstance(a, dict)]
-    if args.team is not None:
-        admitted = [a for a in admitted if a.get("team") == args.team]
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "decidedAt": decision.get("at"),
-                    "trigger": decision.get("trigger"),
-                    "dryRun": decision.get("dryRun"),
-                    "team": args.team,
-                    "waiting": rows,
-                    "waitingTotal": total,
-                    "notListed": more,
-                    "admitted": admitted,
-                    "inUse": admission.get("inUse", {}),
-                }
-            )
-        )
-        return EXIT_OK
-    dry = ", dry run: nothing was admitted" if decision.get("dryRun") else ""
-    whose = f" ({args.team}: {len(rows)} listed)" if args.team is not None else ""
-    print(
-        f"queue at {moment_text(decision.get('at'))} (scale check, {_shown(decision.get('trigger'))}{dry}): "
-        f"{total} waiting{whose}"
-    )
-    in_use = admission.get("inUse", {})
-    if isinstance(in_use, dict) and in_use:
-        print(
-            "GPUs admitted: " + ", ".join(f"{_shown(team)} {_shown(gpus)}" for team, gpus in in_use.items())
-        )
-    for entry in admitted:
-        job, team, region = (_shown(entry.get(key)) for key in ("job", "team", "region"))
-        gpus = entry.get("gpus")
-        asks = counted(gpus, "GPU") if isinstance(gpus, int) else f"{_shown(gpus)} GPUs"
-        print(f"admitted in that check: {job} ({team}, {asks}) in {_site_words(region)}")
-    if rows:
-        _print_table(*queue_table(rows))
-    elif args.team is not None:
-        print(
-            f"no job of team {args.team} among the first {len(listed)}"
-            if more
-            else f"no job of team {args.team} is waiting"
-        )
-    elif not more:
-        print("no job is waiting")
-    if more:
-        print(f"{more} more not listed (the scale check records the first {len(listed)} of the queue)")
-    return EXIT_OK
-
-
-def queue_row(entry: dict[str, Any], *, scaling: str) -> dict[str, Any]:
-    """A waiting entry of a decision record as `squall queue --json` gives it (times as ISO 8601)."""
-    return {
-        "position": entry.get("position"),
-        "teamPosition": entry.get("teamPosition"),
-        "job": entry.get("job"),
-        "team": entry.get("team"),
-        "priority": entry.get("priority"),
-        "gpus": entry.get("gpus"),
-        "startsBy": entry.get("startsBy"),
-        "likelyStart": entry.get("likelyStart"),
-        "reason": entry.get("reason"),
-        "message": _queue_message(entry, scaling=scaling),
-    }
-
-
-def queue_table(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """`squall queue`'s table: header and cells. The start estimates' columns (STARTS-BY, LIKELY)
-    only when some job has one: a Squall that makes none leaves them out."""
-    header = ["POS", "TEAM-POS", "JOB", "TEAM", "PRIORITY", "GPUS", "REASON", "MESSAGE"]
-    keys = ("teamPosition", "job", "team", "priority", "gpus", "reason", "message")
-    # position 0: held back by the team's quota, not in the admission order
-    cells = [[_shown(r["position"] or "-"), *(_shown(r[key]) for key in keys)] for r in rows]
-    if any(r["startsBy"] or r["likelyStart"] for r in rows):
-        header[6:6] = ["STARTS-BY", "LIKELY"]
-        for row, r in zip(cells, rows, strict=True):
-            row[6:6] = [_moment_or_dash(r["startsBy"]), _moment_or_dash(r["likelyStart"])]
-    return header, cells
-
-
-def _moment_or_dash(value: object) -> str:
-    return moment_text(value) if value else "-"
-
-
-def _site_words(site: str) -> str:
-    """Where admission placed a gang, as a decision records it: `us-west-2`, or `gpu-east/us-east-1`
-    (a cluster's region, when there are several) written `cluster gpu-east, us-east-1`."""
-    from squall.planner.sites import split_site
-
-    cluster, region = split_site(site)
-    return f"cluster {cluster}, {region}" if cluster else site
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 
 # C0 controls but tab and newline, DEL, and the C1 controls (0x80-0x9f): 0x9b is CSI
 # and 0x9d OSC on terminals that take 8-bit controls.
@@ -40,8 +41,23 @@ def printable(text: str, *, newlines: bool = True) -> str:
     for char in text:
         if char == "\t" or (char == "\n" and newlines):
             out.append(char)
-        elif char == "\n" or _CONTROLS.match(char) or char in _INVISIBLE or unicodedata.category(char) == "Cs":
+        elif (
+            char == "\n" or _CONTROLS.match(char) or char in _INVISIBLE or unicodedata.category(char) == "Cs"
+        ):
             out.append(_escaped(char))
         else:
             out.append(char)
     return "".join(out)
+
+
+def one_line(value: object) -> str:
+    """A value from a record in one line of a table or a sentence, control characters escaped."""
+    return printable(str(value), newlines=False)
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Columns padded to their widest cell; the last one, free text, runs on."""
+    table = [list(header), *(list(row) for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
+    for *cells, last in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)), last, sep="  ")

@@ -177,16 +177,12 @@ POLICY_FIELDS = (
 # Preemption (`preemption: {enabled, minPriorityGap, graceSeconds}`): an object of its own.
 PREEMPTION = "preemption"
 PREEMPTION_KEYS = {"enabled": "enabled", "minPriorityGap": "min_priority_gap", "graceSeconds": "grace"}
-_PREEMPTION = PreemptionPolicy()  # its defaults are the planner's, as the other policy fields' are
+# Its defaults are the planner's, as the other policy fields' are.
 PREEMPTION_DEFAULTS: dict[str, Any] = {
-    "enabled": _PREEMPTION.enabled,
-    "min_priority_gap": _PREEMPTION.min_priority_gap,
-    "grace": _PREEMPTION.grace,
+    f.name: getattr(PreemptionPolicy(), f.name) for f in fields(PreemptionPolicy)
 }
 MAX_PRIORITY_GAP = 100  # job priorities run from 0 to 100
-POLICY_DEFAULTS: dict[str, Any] = {f.name: f.default for f in POLICY_FIELDS} | {
-    PREEMPTION: dict(PREEMPTION_DEFAULTS)
-}
+POLICY_DEFAULTS: dict[str, Any] = {f.name: f.default for f in POLICY_FIELDS}  # and preemption's
 POLICY_KEYS = (*(f.key for f in POLICY_FIELDS), PREEMPTION)
 _PLANNER_FIELDS = frozenset(f.name for f in fields(Policy))
 
@@ -194,13 +190,12 @@ _PLANNER_FIELDS = frozenset(f.name for f in fields(Policy))
 def read_policy(value: object, *, path: str = "policy") -> dict[str, Any]:
     """cdk.json's `policy` (keys as cdk.json writes them, or attribute names), every field
     defaulted: attribute name -> value. InputError names every problem; '//' keys are comments."""
-    if value is None:
-        return _policy_defaults()
+    value = {} if value is None else value
     if not isinstance(value, Mapping):
         raise InputError([f"{path}: expected an object, got {kind(value)}"])
     by_key = {f.key: f for f in POLICY_FIELDS} | {f.name: f for f in POLICY_FIELDS}
     errors: list[str] = []
-    values = _policy_defaults()
+    values = POLICY_DEFAULTS | {PREEMPTION: dict(PREEMPTION_DEFAULTS)}
     for key, raw in value.items():
         if isinstance(key, str) and key.startswith("//"):
             continue
@@ -220,10 +215,6 @@ def read_policy(value: object, *, path: str = "policy") -> dict[str, Any]:
     if errors:
         raise InputError(errors)
     return values
-
-
-def _policy_defaults() -> dict[str, Any]:
-    return dict(POLICY_DEFAULTS) | {PREEMPTION: dict(PREEMPTION_DEFAULTS)}
 
 
 def _policy_value(field: PolicyField, raw: object) -> timedelta | float | bool:
@@ -250,31 +241,25 @@ def _preemption(value: object, where: str, errors: list[str]) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         errors.append(f"{where}: expected an object with {', '.join(PREEMPTION_KEYS)}, got {kind(value)}")
         return values
-    by_key = PREEMPTION_KEYS | {name: name for name in PREEMPTION_KEYS.values()}
+    key_of = {name: key for key, name in PREEMPTION_KEYS.items()}
     for key, raw in value.items():
-        name = by_key.get(key) if isinstance(key, str) else None
-        if name is None:
-            if not (isinstance(key, str) and key.startswith("//")):
-                errors.append(f"{where}.{key}: unknown field (allowed: {', '.join(PREEMPTION_KEYS)})")
-            continue
-        shown_key = next(k for k, n in PREEMPTION_KEYS.items() if n == name)
-        try:
-            values[name] = _preemption_value(name, raw)
-        except ValueError as exc:
-            errors.append(f"{where}.{shown_key}: {exc}")
+        name = PREEMPTION_KEYS.get(key, key if key in key_of else None) if isinstance(key, str) else None
+        if name is not None:
+            try:
+                values[name] = _preemption_value(name, raw)
+            except ValueError as exc:
+                errors.append(f"{where}.{key_of[name]}: {exc}")
+        elif not (isinstance(key, str) and key.startswith("//")):
+            errors.append(f"{where}.{key}: unknown field (allowed: {', '.join(PREEMPTION_KEYS)})")
     return values
 
 
-def _preemption_value(name: str, raw: object) -> bool | int | timedelta:
+def _preemption_value(name: str, raw: object) -> timedelta | float | bool:
     if name == "enabled":
-        if not isinstance(raw, bool):
-            raise ValueError(f"expected true or false, got {shown_value(raw)}")
-        return raw
+        return _policy_value(PolicyField("enabled", name, False, False), raw)
     if name == "min_priority_gap":
         if type(raw) is not int or not 1 <= raw <= MAX_PRIORITY_GAP:
-            raise ValueError(
-                f"expected a whole number of priority points from 1 to {MAX_PRIORITY_GAP}, got {shown_value(raw)}"
-            )
+            raise ValueError(f"expected a whole number from 1 to {MAX_PRIORITY_GAP}, got {shown_value(raw)}")
         return raw
     # graceSeconds: seconds as cdk.json writes it; a timedelta as the settings model holds it.
     seconds = raw.total_seconds() if isinstance(raw, timedelta) else raw
@@ -605,13 +590,7 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
             )
     if desired is not None and max_size is not None and desired > max_size:
         fields_.error("desired", f"must be at most maxSize ({max_size}), got {desired}")
-    if (
-        len(fields_.errors) > errors_before
-        or allocatable is None
-        or min_size is None
-        or max_size is None
-        or boot_time is None
-    ):
+    if len(fields_.errors) > errors_before or allocatable is None or min_size is None or max_size is None:
         return None
     group = NodeGroup(
         name=name,
@@ -630,7 +609,7 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
         spot=spot,
         asg_name=asg_name,
         cluster=cluster,
-        boot_time=boot_time,
+        boot_time=boot_time or DEFAULT_BOOT_TIME,  # None only with an error, above
         on_demand_price_per_hour=on_demand_price,
     )
     return group, health

@@ -134,7 +134,7 @@ def test_backfill_and_preemption_problems_are_named_by_field() -> None:
     ) == [
         "policy.backfill: expected true or false, got 'no'",
         "policy.preemption.enabled: expected true or false, got 1",
-        "policy.preemption.minPriorityGap: expected a whole number of priority points from 1 to 100, got 101",
+        "policy.preemption.minPriorityGap: expected a whole number from 1 to 100, got 101",
         "policy.preemption.graceSeconds: expected a number of seconds from 0 to 3600, got 3601",
         "policy.preemption.victims: unknown field (allowed: enabled, minPriorityGap, graceSeconds)",
     ]
@@ -142,7 +142,7 @@ def test_backfill_and_preemption_problems_are_named_by_field() -> None:
         "policy.preemption: expected an object with enabled, minPriorityGap, graceSeconds, got a boolean"
     ]
     assert input_errors(read_policy, {"preemption": {"minPriorityGap": 0, "graceSeconds": -1}}) == [
-        "policy.preemption.minPriorityGap: expected a whole number of priority points from 1 to 100, got 0",
+        "policy.preemption.minPriorityGap: expected a whole number from 1 to 100, got 0",
         "policy.preemption.graceSeconds: expected a number of seconds from 0 to 3600, got -1",
     ]
 
