@@ -198,12 +198,11 @@ def test_the_victims_checkpoint_is_read_and_recorded(world: World) -> None:
     running_low(world, hours=3)
     saved = world.clock.now() - timedelta(minutes=20)
 
-    class Trainer:
-        def latest(self, job: Any) -> Any:
-            return saved if job.id == "low" else None
+    def reported(job: Job) -> datetime | None:
+        return saved if job.id == "low" else None
 
     world.submit("urgent", priority=90)
-    _, report, found = world.check(world.preempter(checkpoints=Trainer()))
+    _, report, found = world.check(world.preempter(checkpoints=reported))
     assert found is not None and found.work_lost == timedelta(minutes=20)
     low = world.store.get("low")
     assert low is not None and low.checkpoint_at == saved

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from aws_lambda_powertools import Logger
 
@@ -57,10 +57,9 @@ MAX_RUNNING = 5_000
 MAX_CHECKPOINT_READS = 100
 
 
-class CheckpointReader(Protocol):
-    """When a running job's trainer last saved a checkpoint, as it reported it (None: never, or unknown)."""
-
-    def latest(self, job: Job) -> datetime | None: ...
+# When a running job's trainer last saved a checkpoint, as it reported it (None: never, or
+# unknown): ReportedCheckpoints(...).latest in AWS, the simulated cluster's checkpoints.latest.
+CheckpointReader = Callable[[Job], datetime | None]
 
 
 # Where a job's trainer reports its latest checkpoint, under `<checkpointUri>/<job id>/`
@@ -71,7 +70,7 @@ MAX_REPORT_BYTES = 4096
 
 @dataclass
 class ReportedCheckpoints:
-    """The checkpoint reports trainers leave beside their checkpoints in S3 (a CheckpointReader).
+    """The checkpoint reports trainers leave beside their checkpoints in S3 (`latest` is a CheckpointReader).
 
     One list and one small read per job asked about, of what the job's own files are
     under: the scale function needs to read the checkpoint prefixes, the pods nothing new.
@@ -212,7 +211,7 @@ class Preempter:
             checkpoint = job.checkpoint_at
             if self.checkpoints is not None and count < MAX_CHECKPOINT_READS:
                 try:
-                    reported = self.checkpoints.latest(job)
+                    reported = self.checkpoints(job)
                 except SquallError as exc:
                     logger.warning("checkpoint not read", job_id=job.id, error=str(exc)[:MAX_ERROR_TEXT])
                     reported = None
