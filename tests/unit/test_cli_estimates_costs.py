@@ -154,3 +154,16 @@ def test_squall_costs_is_a_command_of_the_cli() -> None:
 
     args = parser().parse_args(["costs", "--team", "research", "--json"])
     assert (args.run, args.team, args.json) == (cmd_costs, "research", True)
+
+
+def test_a_job_held_by_its_teams_budget_is_bought_nothing_and_described_as_held_by_it() -> None:
+    message = "BudgetExceeded: $19,850 of $20,000 this month; needs 8 GPUs"
+    held = entry(position=0, reason="BudgetExceeded", message=message)
+    # the scale-ups of the check are not written on a job nothing is bought for
+    assert queue_row(held, scaling="p3-usw2 scaling 0->2")["message"] == message
+    place = {"position": 0, "teamPosition": 3, "reason": "BudgetExceeded", "message": message}
+    lines = describe_lines(queued(), [], place=place | {"decidedAt": NOW.isoformat()}, unread="")
+    assert lines[-1] == (
+        "  queue (held by its team's budget, scale check at 2026-12-02 13:00:00 UTC): BudgetExceeded: "
+        + message
+    )

@@ -34,7 +34,7 @@ from squall.cli.human import (
 from squall.cli.queue import cmd_queue, place_in_queue, start_words
 from squall.cli.text import one_line, print_table
 from squall.core import documents
-from squall.core.jobs import JobStatus
+from squall.core.jobs import JobStatus, Reason
 from squall.planner.inputs import InputError, read_policy
 from squall.planner.text import counted
 
@@ -552,7 +552,10 @@ def describe_lines(
         message = f"  {one_line(event.message)}" if event.message else ""
         lines.append(f"  {moment(event.at)}  {event.status.value:<10} {one_line(event.reason)}{message}")
     if place is not None:
-        where = f"position {one_line(place['position'])}" if place["position"] else "held by its team's quota"
+        held = "budget" if str(place["reason"]).startswith(Reason.BUDGET_EXCEEDED) else "quota"
+        where = (
+            f"position {one_line(place['position'])}" if place["position"] else f"held by its team's {held}"
+        )
         lines.append(
             f"  queue ({where}, scale check at {moment_text(place['decidedAt'])}): "
             f"{one_line(place['reason'])}: {one_line(place['message'])}"

@@ -90,7 +90,8 @@ def _queue_message(entry: dict[str, Any], *, scaling: str) -> str:
     """A waiting job's message as the scale check renders it on the job's record."""
     from squall.services.admission import with_scaling
 
-    held = str(entry.get("reason", "")).startswith(Reason.QUOTA_EXCEEDED)
+    # held back by its team's quota or budget: nothing is bought for it
+    held = str(entry.get("reason", "")).startswith((Reason.QUOTA_EXCEEDED, Reason.BUDGET_EXCEEDED))
     return with_scaling(str(entry.get("message", "")), scaling=scaling, held=held)
 
 
