@@ -50,8 +50,10 @@ from squall.ports import (
     ScaleState,
     ServingCluster,
 )
+from squall.services.costs import CostLedger, FleetCostMeter, JobCosting, TeamSpend
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.lifecycle_hooks import LifecycleConfig, LifecycleService
+from squall.services.preemption import CheckpointReader, Preempter, ReportedCheckpoints
 from squall.services.reconcile import ReconcileMemory, Reconciler
 from squall.services.scale import ParsedObjects, ScaleConfig, Scaler
 from squall.services.serving import ModelServing, ServingMemory, ServingReconciler
@@ -62,6 +64,8 @@ logger = Logger(service=SERVICE, child=True)
 _FIRST_CALL_MODULES = (
     "boto3",
     "squall.adapters.aws.autoscaling",
+    "squall.adapters.aws.cost_ledger",
+    "squall.adapters.aws.s3_objects",
     "squall.adapters.aws.drain_queue",
     "squall.adapters.aws.drain_store",
     "squall.adapters.aws.eventbridge",
@@ -97,6 +101,10 @@ class Services:
     # model services' records and the SavedModels; without both, serve requests are refused
     model_services: ModelServiceStore | None = None
     saved_models: SavedModels | None = None
+    # what teams spent per month and the fleet's overhead; None: costs and budgets are not counted
+    cost_ledger: CostLedger | None = None
+    # when running jobs last checkpointed (preemption chooses by it); None: as their records say
+    checkpoints: CheckpointReader | None = None
 
     @property
     def model_serving(self) -> ModelServing | None:
@@ -134,6 +142,7 @@ class Services:
             teams=self.settings.team_shares(),
             dry_run=self.settings.dry_run,
             ttl_after_finished=self.settings.policy.job_ttl_after_finished,
+            budgets=self.settings.budgets,
         )
 
     @functools.cached_property
@@ -154,6 +163,27 @@ class Services:
             config=self.scale_config,
             store=self.store,
             parsed=self.parsed_objects,
+            ledger=TeamSpend(ledger=self.cost_ledger, store=self.store)
+            if self.cost_ledger is not None
+            else None,
+            cost_meter=FleetCostMeter(ledger=self.cost_ledger, metrics=self.metrics)
+            if self.cost_ledger is not None
+            else None,
+            preempter=self.preempter,
+        )
+
+    @property
+    def preempter(self) -> Preempter | None:
+        """Preemption, when the policy turns it on."""
+        policy = self.settings.policy.preemption.planner_policy()
+        if not policy.enabled:
+            return None
+        return Preempter(
+            clusters=self.clusters,
+            store=self.store,
+            metrics=self.metrics,
+            policy=policy,
+            checkpoints=self.checkpoints,
         )
 
     @property
@@ -219,6 +249,9 @@ class Services:
             metrics=self.metrics,
             intake=intake,
             memory=self.reconcile_memory,
+            costs=JobCosting(
+                groups=self.node_groups, ledger=self.cost_ledger, history=self.store, metrics=self.metrics
+            ),
             serving=ServingReconciler(serving=intake.serving, clock=self.clock, memory=self.serving_memory)
             if intake.serving is not None
             else None,
@@ -343,12 +376,14 @@ def _from_environment(metrics: Any | None) -> Services:
     import boto3
 
     from squall.adapters.aws.autoscaling import AutoScalingFleet
+    from squall.adapters.aws.cost_ledger import DynamoCostLedger
     from squall.adapters.aws.drain_queue import SqsDrainQueue
     from squall.adapters.aws.drain_store import DynamoDrainStore
     from squall.adapters.aws.eventbridge import EventBridgeScaleRequests
     from squall.adapters.aws.identity import IamPrincipals, resolve_submitters
     from squall.adapters.aws.job_store import DynamoJobStore
     from squall.adapters.aws.model_service_store import DynamoModelServiceStore
+    from squall.adapters.aws.s3_objects import S3ObjectReader
     from squall.adapters.aws.saved_models import S3SavedModels
     from squall.adapters.aws.scale_state import DynamoScaleState
     from squall.adapters.kubernetes.cluster import KubernetesCluster
@@ -413,6 +448,8 @@ def _from_environment(metrics: Any | None) -> Services:
         submitters=submitters,
         model_services=DynamoModelServiceStore(dynamodb, settings.table_name),
         saved_models=S3SavedModels(session.client("s3")),
+        cost_ledger=DynamoCostLedger(dynamodb, settings.table_name),
+        checkpoints=ReportedCheckpoints(objects=S3ObjectReader(session.client("s3"))).latest,
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from squall.adapters.aws.autoscaling import AutoScalingFleet
+from squall.adapters.aws.cost_ledger import DynamoCostLedger
 from squall.adapters.aws.drain_store import DynamoDrainStore
 from squall.adapters.aws.job_store import DynamoJobStore
 from squall.adapters.aws.model_service_store import DynamoModelServiceStore
@@ -30,11 +31,13 @@ from squall.local.aws import (
     create_groups,
     create_resources,
 )
+from squall.local.cost_ledger import InMemoryCostLedger
 from squall.local.memory import InMemoryAutoScaling, InMemoryDrainStore, InMemoryJobStore, InMemoryScaleState
 from squall.local.model_service_store import InMemoryModelServiceStore
 from squall.local.queues import LocalQueue, MemoryQueue, SqsQueue
 from squall.planner import NodeGroup
 from squall.ports import DrainStore, JobStore, ModelServiceStore, SavedModels, ScaleState
+from squall.services.costs import CostLedger
 
 
 class LocalJobStore(JobStore, Protocol):
@@ -57,6 +60,7 @@ class Backend:
     resources: LocalResources | None = None
     model_services: ModelServiceStore | None = None
     saved_models: SavedModels | None = None  # None where there is no S3 (serve requests refused)
+    cost_ledger: CostLedger | None = None  # what teams spent and the fleet's overhead (in the job table)
 
 
 def moto_backend(endpoint: str) -> Backend:
@@ -85,6 +89,7 @@ def moto_backend(endpoint: str) -> Backend:
         resources=local,
         model_services=DynamoModelServiceStore(dynamodb, local.table_name),
         saved_models=S3SavedModels(client("s3", endpoint)),
+        cost_ledger=DynamoCostLedger(dynamodb, local.table_name),
     )
 
 
@@ -114,4 +119,5 @@ def memory_backend() -> Backend:
         create_groups=create,
         drain_store=InMemoryDrainStore(),
         model_services=InMemoryModelServiceStore(),
+        cost_ledger=InMemoryCostLedger(),
     )

@@ -74,6 +74,7 @@ from squall.local.lambda_events import (
 )
 from squall.planner.admission import TeamShare
 from squall.planner.offline import parse_groups
+from squall.services.preemption import CheckpointReader
 
 DEFAULT_TEAMS = {"research": "team-research", "vision": "team-vision"}
 DEFAULT_REGISTRIES = ["registry.example.com/squall", "123456789012.dkr.ecr.us-west-2.amazonaws.com"]
@@ -204,6 +205,7 @@ class LocalRuntime:
         capacity: Mapping[str, RegionCapacity] | None = None,
         hooks: bool = True,
         submitters: Mapping[str, Sequence[str]] | None = None,
+        checkpoints: CheckpointReader | None = None,
     ) -> None:
         """`clusters`: name -> its simulated cluster, in the configuration's order (the
         settings' `clusters`); `cluster`: the one cluster of a runtime that has one."""
@@ -260,6 +262,8 @@ class LocalRuntime:
             submitters={team: frozenset(ids) for team, ids in (submitters or {}).items()},
             model_services=backend.model_services,
             saved_models=backend.saved_models,
+            cost_ledger=backend.cost_ledger,
+            checkpoints=checkpoints,
         )
         self.lifecycle_results: list[dict[str, Any]] = []
         self.scale_results: list[dict[str, Any]] = []
@@ -319,6 +323,8 @@ class LocalRuntime:
         backend: str = "moto",
         submitters: Mapping[str, Sequence[str]] | None = None,
         quotas: Mapping[str, TeamShare] | None = None,
+        budgets: Mapping[str, float] | None = None,
+        checkpoints: CheckpointReader | None = None,
         port: int = 0,
         pod_runner: Callable[[LocalResources], PodRunner] | None = None,
         serving: ServingSettings | None = None,
@@ -343,6 +349,9 @@ class LocalRuntime:
         `quotas`: team -> its GPU quota and weight in admission (the functions'
         `quotas` setting, `planner.inputs.team_shares` of a configuration's teams);
         a team left out has no quota and weight 1.
+        `budgets`: team -> its monthly budget in dollars (the functions' `budgets` setting).
+        `checkpoints`: where preemption learns running jobs' latest checkpoints (the simulated
+        clusters' trainers, local/cluster/checkpoints.py); None: from their records only.
         `serving`: the model services' settings (default: LOCAL_SERVING where the
         registries allow its images, else none: serve requests are refused).
         """
@@ -404,6 +413,7 @@ class LocalRuntime:
                 drain_queue_url=local_resources.drain_queue_url if local_resources else "",
                 teams=dict(teams or DEFAULT_TEAMS),
                 quotas=dict(quotas or {}),
+                budgets=dict(budgets or {}),
                 allowed_registries=list(registries or DEFAULT_REGISTRIES),
                 regions=sorted(
                     {g["region"] for g in node_groups or []} | {e.region for e in entries} | {REGION}
@@ -420,6 +430,7 @@ class LocalRuntime:
                 settings=settings,
                 capacity=capacity,
                 submitters=submitters,
+                checkpoints=checkpoints,
             )
             runtime.install(local.services)
             try:
