@@ -62,6 +62,7 @@ from squall.local.summary import (
     invariants,
     job_rows,
 )
+from squall.services.preemption import CheckpointReader
 
 # Steps at one instant before moving on: a scale check launches instances that the
 # fleet must see at that same instant, and that in turn may let pods bind.
@@ -76,9 +77,11 @@ def start_runtime(
     cluster: SimulatedCluster | None = None,
     simulated: Mapping[str, SimulatedCluster] | None = None,
     log_level: int = logging.WARNING,
+    checkpoints: CheckpointReader | None = None,
 ) -> AbstractContextManager[LocalRuntime]:
-    """A LocalRuntime configured as the plan says: its clusters, teams, registries, policy, node groups
-    and capacity. `simulated`: the clusters by name, made by the caller (else the runtime makes them)."""
+    """A LocalRuntime configured as the plan says: its clusters, teams (quotas, budgets), registries,
+    policy, node groups and capacity. `simulated`: the clusters by name, made by the caller (else the
+    runtime makes them); `checkpoints`: what their simulated trainers report (preemption reads it)."""
     return LocalRuntime.start(
         clock=clock,
         cluster=cluster,
@@ -93,6 +96,8 @@ def start_runtime(
         backend=backend,
         submitters=plan.submitters,
         quotas=plan.quotas,
+        budgets=plan.budgets,
+        checkpoints=checkpoints,
     )
 
 
@@ -181,6 +186,7 @@ class Simulation:
             simulated=clusters,
             log_level=self.log_level if self.log_level is not None else logging.CRITICAL,
             backend=self.backend,
+            checkpoints=checkpoints.latest,
         ) as local:
             first = next(iter(clusters.values()))
             recorder = Recorder(
