@@ -6,12 +6,14 @@ import csv
 import io
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+from benchmarks.histories import LIMIT_STEPS, long_history
 from squall.core.spec import parse_spec
 from squall.local.scenario import ScenarioError
-from squall.local.trace import job_spec, parse_trace, trace_plan
+from squall.local.trace import job_spec, load_configuration, parse_trace, trace_plan
 from tests.unit.test_trace import GROUPS
 
 HEADER = "submit_s,team,gpus,replicas,run_s,max_runtime_s\n"
@@ -67,14 +69,9 @@ def test_the_limit_checked_is_the_configurations() -> None:
     ]
 
 
-def test_the_plan_submits_the_declared_limit(tmp_path: object) -> None:
-    from pathlib import Path
-
-    from squall.local.trace import load_configuration
-
-    folder = Path(str(tmp_path))
-    (folder / "groups.yaml").write_text(GROUPS)
-    config = load_configuration(folder / "groups.yaml")
+def test_the_plan_submits_the_declared_limit(tmp_path: Path) -> None:
+    (tmp_path / "groups.yaml").write_text(GROUPS)
+    config = load_configuration(tmp_path / "groups.yaml")
     rows = parse_trace(f"{HEADER}0,research,8,1,600,14400\n")
     (submission,) = trace_plan(rows, config).submissions
     assert json.loads(submission.body)["maxRuntime"] == "14400s"
@@ -88,8 +85,6 @@ def _rows(text: str) -> list[dict[str, str]]:
 
 
 def test_the_long_history_is_unchanged_unless_limits_are_asked_for() -> None:
-    from benchmarks.histories import long_history
-
     plain = long_history(200, days=20)
     declared = long_history(200, days=20, declared_limits=True)
     assert plain.splitlines()[0] == "submit_s,team,gpus,replicas,run_s,priority,note"
@@ -100,8 +95,6 @@ def test_the_long_history_is_unchanged_unless_limits_are_asked_for() -> None:
 
 
 def test_declared_limits_are_coarse_and_above_the_run_time() -> None:
-    from benchmarks.histories import LIMIT_STEPS, long_history
-
     rows = _rows(long_history(500, days=40, declared_limits=True))
     for row in rows:
         limit, run = float(row["max_runtime_s"]), float(row["run_s"])
