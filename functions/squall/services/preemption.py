@@ -27,7 +27,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall.core.errors import MAX_ERROR_TEXT, SquallError
-from squall.core.jobs import Job, JobStatus, transition
+from squall.core.jobs import Job, JobStatus, Reason, reason_code, transition
 from squall.core.queue import queue_shape
 from squall.core.spec import SpecError, load_spec
 from squall.core.telemetry import SERVICE, Metric
@@ -49,8 +49,6 @@ from squall.services.intake import update_job
 
 logger = Logger(service=SERVICE, child=True)
 
-# Core/jobs.py's Reason has no member for it yet: the code as `reason_code` would make it.
-PREEMPTED = "Preempted"
 # Running jobs' records read at most, when some waiting job could preempt.
 MAX_RUNNING = 5_000
 # Checkpoint times read at most per check (each a list call to the checkpoint store).
@@ -109,7 +107,7 @@ def _saved_at(body: bytes) -> datetime | None:
 
 def preempted_reason(by: str) -> str:
     """`Preempted:by <job>`."""
-    return f"{PREEMPTED}:by {by}"
+    return reason_code(Reason.PREEMPTED, f"by {by}")
 
 
 @dataclass
