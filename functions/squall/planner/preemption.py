@@ -5,11 +5,12 @@ from a running job; this module is asked after it, once per scale check, and cho
 at most one preemptor and its victims:
 
 - The preemptor: the first waiting job in admission order that is in line ("Queued":
-  not held back by its quota or budget), for
-  which no capacity can be bought (every node group that could hold one of its pods
-  is at its max size, or failing to launch, and none has nodes on their way), and
-  that does not fit already (in the room of ready nodes, once the pods being deleted
-  are gone and the pods of jobs admitted before it have taken theirs).
+  not held back by its quota or budget), for which no capacity can be bought (every
+  node group that could hold one of its pods is at its max size, or failing to
+  launch, and none has nodes on their way), and that does not fit already (in the
+  room of ready nodes, once the pods being deleted are gone and the pods of jobs
+  admitted before it have taken theirs). Only the first MAX_PREEMPTORS in line are
+  looked at, and a job needing more than MAX_CANDIDATES victims is not preempted for.
 - Its victims: running jobs at least `min_priority_gap` below it, all in one site
   (a gang is admitted whole in one site), whose pods, once gone, leave room for every
   pod of the preemptor there. Taken in the order that loses the least work: the
