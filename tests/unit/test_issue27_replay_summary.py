@@ -105,10 +105,17 @@ def test_costs_split_the_fleets_cost_into_jobs_and_overhead_by_team() -> None:
     ]
     assert cost_stats(jobs, fleet=150.0) == {
         "jobs": 119.34,
-        "overhead": 30.66,  # 150 - 119.344, to the cent
+        "overhead": 30.66,  # 150 - 119.34: the three add up to the cent
         "fleet": 150.0,
         "byTeam": {"research": 12.84, "vision": 106.5},
     }
+
+
+def test_jobs_and_overhead_add_up_to_the_fleet_to_the_cent() -> None:
+    # 4.48875 and a fleet of 6.04499: each rounded alone they would say 4.49 + 1.56 = 6.04
+    jobs = [estimated("a", submitted=0, started=10, starts_by=None, cost=4.48875)]
+    costs = cost_stats(jobs, fleet=6.04499)
+    assert (costs["jobs"], costs["overhead"], costs["fleet"]) == (4.49, 1.55, 6.04)
 
 
 def test_no_job_cost_leaves_the_whole_fleet_as_overhead() -> None:

@@ -428,11 +428,11 @@ def cost_stats(jobs: Iterable[Job], *, fleet: float) -> dict[str, Any]:
     for job in jobs:
         if job.cost is not None and not job.is_sweep:
             by_team[job.team] = by_team.get(job.team, 0.0) + job.cost
-    held = sum(by_team.values(), 0.0)
+    held, total = round(sum(by_team.values(), 0.0), 2), round(fleet, 2)
     return {
-        "jobs": round(held, 2),
-        "overhead": round(fleet - held, 2),
-        "fleet": round(fleet, 2),
+        "jobs": held,
+        "overhead": round(total - held, 2),  # of the rounded two, so that the three add up to the cent
+        "fleet": total,
         "byTeam": {team: round(dollars, 2) for team, dollars in sorted(by_team.items())},
     }
 
