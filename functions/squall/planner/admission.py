@@ -35,15 +35,16 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import math
 import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TypeVar
 
 from squall.conventions import CLUSTER_LABEL
+from squall.planner.admission_plan import AdmissionPlan, Admitted, Waiting
+from squall.planner.admission_time import Pricing, Timing
 from squall.planner.demand import Gang, PodShape, shape_of
 from squall.planner.demand_budget import MAX_DEMAND_JOBS, CapacityAtMaxSize, DemandBudget, free_by_group
 from squall.planner.inventory import Inventory, build_inventory
@@ -59,20 +60,12 @@ from squall.planner.model import (
 )
 from squall.planner.packing import Packer, RoomKind
 from squall.planner.planning import rooms_on_nodes_up
-from squall.planner.queue_order import in_admission_order, ordinal
+from squall.planner.queue_order import in_admission_order
 from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamBudget, TeamShare
 from squall.planner.sites import split_site
-from squall.planner.text import amounts
-from squall.planner.timeline import Booking, Timeline, seconds_until, timeline_of
 
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
 MAX_LISTED = 250
-NEVER_FITS = "; no region can ever hold it: it is larger than the node groups at max size"
-# A job held to regions where no group is says so, not that it is too large.
-NO_GROUP_IN = "; no region can ever hold it: no node group is in {asked} (the groups are in {served})"
-MAX_REGIONS_NAMED = 8
-# Where a gang's replicas must all be: with several clusters, one cluster's region.
-_ONE_SITE = {False: "one region", True: "one cluster and region"}
 
 
 # Shapes of pods kept between calls at most; past it the memo starts afresh.
@@ -240,137 +233,6 @@ class _Prepared:
             self.demand.clear()
             pods = self.demand[priority] = tuple(r.pod.with_priority(priority) for r in self.job.replicas)
         return pods
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Admitted:
-    """Let the job run in `region`: pin every replica Job there and unsuspend it."""
-
-    job_id: str
-    team: str
-    namespace: str
-    region: str  # a site: "<cluster>/<region>" when the planner sees several clusters
-    gpus: int
-    # The replica Jobs still to unsuspend (all of them, or those a half-done admission left).
-    jobs: tuple[ReplicaJob, ...]
-    resumed: bool = False  # an admission an earlier check began, finished now
-    # Let run in room kept for a job ahead of it: its declared run time ends before that one starts.
-    backfilled: bool = False
-
-
-# Not frozen: a check makes hundreds (its first MAX_LISTED in line), and a frozen
-# dataclass takes three times as long to build. Treat it as a value all the same.
-@dataclass(slots=True, kw_only=True)
-class Waiting:
-    """A queued job that stays queued, with its place in the queue and why."""
-
-    job_id: str
-    team: str
-    priority: int
-    gpus: int
-    replicas: int
-    position: int  # 1-based, in admission order over every team (0: held by its quota)
-    team_position: int  # 1-based within its team
-    reason: str  # "Queued", or "QuotaExceeded:8/8 GPUs" (held back by the team's quota)
-    reserved_region: str | None = None  # where (the site) it keeps the room it can use now
-    never_fits: bool = False  # larger than what the node groups could hold at their max sizes
-    # With never_fits: the regions it is held to, when no node group is in any of them.
-    unserved_regions: tuple[str, ...] = ()
-    served_regions: tuple[str, ...] = ()
-    in_use: int = 0  # with a quota: the team's GPUs in use or ahead of it
-    quota: int | None = None
-    # All replicas together: a job without GPUs is described by what it does ask for.
-    cpu_millis: int = 0
-    memory_bytes: int = 0
-    # The planner sees several clusters: a gang's place is one cluster's region.
-    clusters: bool = False
-    # When it starts at the latest if nothing of higher priority arrives (declared run
-    # times), and most likely (run times as its team's jobs really run); None: not estimated.
-    starts_by: datetime | None = None
-    likely_start: datetime | None = None
-    # Held by its team's budget: spent this month, the budget, and this job's worst case (dollars).
-    spent: float = 0.0
-    budget: float = 0.0
-    worst_case: float = 0.0
-    _entry: dict[str, object] | None = field(default=None, compare=False, repr=False)
-
-    def entry(self) -> dict[str, object]:
-        """Its entry in the decision record (made once: a Waiting does not change; do not change it)."""
-        if self._entry is None:
-            entry = {
-                "job": self.job_id,
-                "team": self.team,
-                "priority": self.priority,
-                "gpus": self.gpus,
-                "position": self.position,
-                "teamPosition": self.team_position,
-                "reason": self.reason,
-                "message": self.message,
-            }
-            if self.starts_by is not None:
-                entry["startsBy"] = self.starts_by.isoformat()
-            if self.likely_start is not None:
-                entry["likelyStart"] = self.likely_start.isoformat()
-            self._entry = entry
-            return entry
-        return self._entry
-
-    @property
-    def message(self) -> str:
-        asks = amounts(gpus=self.gpus, cpu_millis=self.cpu_millis, memory_bytes=self.memory_bytes)
-        needs = (
-            f"needs {asks} over {self.replicas} replicas in {_ONE_SITE[self.clusters]}"
-            if self.replicas > 1
-            else f"needs {asks}"
-        )
-        if self.reason == "BudgetExceeded":
-            return (
-                f"BudgetExceeded: ${self.spent:,.0f} of ${self.budget:,.0f} this month; "
-                f"it may cost up to ${self.worst_case:,.0f}; {needs}"
-            )
-        if self.held_by_quota:
-            return f"{self.in_use}/{self.quota} GPUs of {self.team} in use or ahead of it; {needs}"
-        place = f"{ordinal(self.team_position)} in {self.team}, {ordinal(self.position)} overall"
-        if self.never_fits and self.unserved_regions:
-            return f"{place}; {needs}" + NO_GROUP_IN.format(
-                asked=_listed(self.unserved_regions), served=_listed(self.served_regions) or "no region"
-            )
-        return f"{place}; {needs}" + (NEVER_FITS if self.never_fits else "")
-
-    @property
-    def held_by_quota(self) -> bool:
-        """Held back by its team's quota or budget: neither admitted nor bought for."""
-        return self.reason.startswith(("QuotaExceeded", "BudgetExceeded"))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AdmissionPlan:
-    admitted: tuple[Admitted, ...] = ()
-    waiting: tuple[Waiting, ...] = ()  # admission order, then those held by quota
-    # Pods for the planner: those of admitted jobs not created yet (pinned to their
-    # region), then the queue's, head first (a higher priority means earlier).
-    demand: tuple[Pod, ...] = ()
-    # GPUs of admitted, unfinished jobs by team, this check's admissions included.
-    in_use: Mapping[str, int] = field(default_factory=dict)
-    incomplete: tuple[str, ...] = ()  # jobs whose replica Jobs are not all created yet
-    # Every job still waiting, by team: (jobs, GPUs). `waiting` lists the first MAX_LISTED.
-    queued: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    held_by_budget: Mapping[str, int] = field(default_factory=dict)  # team -> jobs its budget holds
-
-    @property
-    def waiting_total(self) -> int:
-        return sum(jobs for jobs, _ in self.queued.values())
-
-    def to_dict(self, *, most: int = 200) -> dict[str, object]:
-        """For the decision record and `squall queue`: the first `most` waiting jobs."""
-        return {
-            "admitted": [
-                {"job": a.job_id, "team": a.team, "region": a.region, "gpus": a.gpus} for a in self.admitted
-            ],
-            "waiting": [w.entry() for w in self.waiting[:most]],
-            "waitingTotal": self.waiting_total,
-            "inUse": dict(sorted(self.in_use.items())),
-        }
 
 
 def gather(jobs: Iterable[ReplicaJob], cache: AdmissionCache | None = None) -> _Gathered:
@@ -571,8 +433,8 @@ def admit(
     ] = {}
     # Once a job does not fit, the rest are booked on the fleet's time profile (backfill: a
     # job runs now only where it delays nobody ahead of it; each gets its start estimates).
-    timing: _Timing | None = None
-    pricing = _Pricing(groups)
+    timing: Timing | None = None
+    pricing = Pricing(groups)
     spending: dict[str, float] = {}  # team -> spent, with the worst case of what this check admitted
     held_by_budget: dict[str, int] = {}
     for job, held in in_admission_order((), in_use=in_use, teams=teams, bands=gathered.bands):
@@ -588,7 +450,7 @@ def admit(
         ready = gathered.by_id[job.job_id]
         budget_of = budgets.get(job.team) if budgets else None
         if budget_of is not None:
-            worst = pricing.worst_case(ready)
+            worst = pricing.worst_case(ready.job, ready.by_shape)
             if spending.get(job.team, budget_of.spent) + worst > budget_of.monthly:
                 if len(held_back) < MAX_LISTED:
                     held_back.append(
@@ -623,7 +485,9 @@ def admit(
                 )
                 in_use[job.team] = in_use.get(job.team, 0) + job.gpus
                 if budget_of is not None:
-                    spending[job.team] = spending.get(job.team, budget_of.spent) + pricing.worst_case(ready)
+                    spending[job.team] = spending.get(job.team, budget_of.spent) + pricing.worst_case(
+                        ready.job, ready.by_shape
+                    )
                 demand.extend(_pinned(replica.pod, booked.site) for replica in job.replicas)
                 team_rank[job.team] -= 1
                 continue
@@ -645,7 +509,9 @@ def admit(
                 )
                 in_use[job.team] = in_use.get(job.team, 0) + job.gpus
                 if budget_of is not None:
-                    spending[job.team] = spending.get(job.team, budget_of.spent) + pricing.worst_case(ready)
+                    spending[job.team] = spending.get(job.team, budget_of.spent) + pricing.worst_case(
+                        ready.job, ready.by_shape
+                    )
                 demand.extend(_pinned(replica.pod, region) for replica in job.replicas)
                 team_rank[job.team] -= 1
                 continue
@@ -660,11 +526,15 @@ def admit(
             unserved[key] = _regions_no_group_is_in(by_shape, served=served)
         if ever and timing is None and first_miss and policy.backfill:
             # The first job that does not fit: from here on, the time profile decides.
-            timing = _Timing.start(
+            timing = Timing.start(
                 inventory=inventory,
                 pods=pods,
-                gathered=gathered,
-                admitted=admitted,
+                running=gathered.admitted,
+                admitted_now=[
+                    (gathered.by_id[a.job_id].job, gathered.by_id[a.job_id].by_shape, a.region)
+                    for a in admitted
+                    if a.job_id in gathered.by_id and not a.resumed
+                ],
                 earlier=earlier,
                 interned=interned,
                 now=now,
@@ -726,128 +596,6 @@ def admit(
     )
 
 
-# Jobs in line booked on the time profile with start estimates, at most; those after them
-# are only tried now (backfill) and have no estimate, for at most MAX_TRIED_NOW more.
-MAX_SCHEDULED = 500
-MAX_TRIED_NOW = 2_000
-# A job that declares no run time is taken for the spec's default maxRuntime.
-DEFAULT_RUN_TIME = timedelta(hours=24)
-# A likely run time is never taken for less than this share of the declared one.
-LEAST_RATIO = 0.05
-
-
-@dataclass(slots=True)
-class _Timing:
-    """Admission's two time profiles once a job did not fit: declared run times (`startsBy`,
-    and who may run now) and likely ones (`likelyStart`), booked job by job in line."""
-
-    declared: Timeline
-    likely: Timeline
-    now: datetime
-    ratios: Mapping[str, float]
-    booked: int = 0
-    _likely: Booking | None = None
-
-    @classmethod
-    def start(
-        cls,
-        *,
-        inventory: Inventory,
-        pods: Sequence[Pod],
-        gathered: _Gathered,
-        admitted: Sequence[Admitted],
-        earlier: Sequence[Pod],
-        interned: dict[tuple[object, ...], PodShape],
-        now: datetime,
-        run_ratios: Mapping[str, float],
-    ) -> _Timing:
-        """The profiles as admission found the fleet: running jobs end by their declared (or
-        likely) run time from their start, and admitted jobs whose pods are not bound yet,
-        and those admitted so far in this check, run from now."""
-        declared_ends: dict[str, float | None] = {}
-        likely_ends: dict[str, float | None] = {}
-        regions: dict[str, str] = {}
-        for job_id, replicas in gathered.admitted.items():
-            limit = max((r.max_runtime for r in replicas if r.max_runtime is not None), default=None)
-            site = next((r.admitted_region for r in replicas if r.admitted_region), None)
-            if site is not None:
-                regions[job_id] = site
-            if limit is None:
-                continue
-            starts = [r.started_at for r in replicas if r.started_at is not None]
-            began = min(starts) if starts else now
-            ratio = _ratio(run_ratios, replicas[0].team)
-            declared_ends[job_id] = (began + limit - now).total_seconds()
-            likely_ends[job_id] = (began + limit * ratio - now).total_seconds()
-        timing = cls(
-            declared=timeline_of(inventory=inventory, pods=pods, now=now, ends=declared_ends),
-            likely=timeline_of(inventory=inventory, pods=pods, now=now, ends=likely_ends),
-            now=now,
-            ratios=run_ratios,
-        )
-        waiting: dict[str, dict[PodShape, int]] = {}
-        for pod in earlier:
-            if pod.job_id is not None:
-                counts = waiting.setdefault(pod.job_id, {})
-                shape = shape_of(pod, interned)
-                counts[shape] = counts.get(shape, 0) + 1
-        for job_id, counts in waiting.items():
-            where = inventory.job_regions.get(job_id) or regions.get(job_id)
-            if where is not None:
-                parts = list(counts.items())
-                timing.declared.place_now(parts, seconds_until(declared_ends.get(job_id)), where)
-                timing.likely.place_now(parts, seconds_until(likely_ends.get(job_id)), where)
-        for a in admitted:
-            prepared = gathered.by_id.get(a.job_id)
-            if prepared is not None and not a.resumed:
-                parts = [(shape, len(pods)) for shape, pods in prepared.by_shape.items()]
-                timing.declared.place_now(parts, timing._declared(prepared.job), a.region)
-                timing.likely.place_now(parts, timing._likely_run(prepared.job), a.region)
-        return timing
-
-    @property
-    def exhausted(self) -> bool:
-        """No job further on is looked at for now or later."""
-        return self.booked >= MAX_SCHEDULED + MAX_TRIED_NOW
-
-    def _declared(self, job: QueuedJob) -> float:
-        return (job.max_runtime or DEFAULT_RUN_TIME).total_seconds()
-
-    def _likely_run(self, job: QueuedJob) -> float:
-        return self._declared(job) * _ratio(self.ratios, job.team)
-
-    def book(self, job: QueuedJob, by_shape: Mapping[PodShape, Sequence[Pod]]) -> Booking | None:
-        """Book the job at its earliest start by declared run times; start 0: it runs now."""
-        parts = [(shape, len(pods)) for shape, pods in by_shape.items()]
-        self.booked += 1
-        self._likely = None
-        if self.booked > MAX_SCHEDULED:
-            booking = self.declared.schedule(parts, self._declared(job), latest=0.0)
-        else:
-            booking = self.declared.schedule(parts, self._declared(job))
-        if booking is None:
-            return None
-        if booking.start <= 0:
-            self.likely.place_now(parts, self._likely_run(job), booking.site)
-        else:
-            self._likely = self.likely.schedule(parts, self._likely_run(job))
-        return booking
-
-    def estimate(self, booking: Booking | None) -> tuple[datetime | None, datetime | None]:
-        """(startsBy, likelyStart) of the job just booked, to the second; None: no estimate."""
-        if booking is None or booking.start == math.inf:
-            return (None, None)
-        starts_by = self.now + timedelta(seconds=math.ceil(booking.start))
-        if self._likely is None:
-            return (starts_by, starts_by)
-        likely = self.now + timedelta(seconds=math.ceil(min(self._likely.start, booking.start)))
-        return (starts_by, likely)
-
-
-def _ratio(ratios: Mapping[str, float], team: str) -> float:
-    return min(1.0, max(LEAST_RATIO, ratios.get(team, 1.0)))
-
-
 def _least_request(shapes: Iterable[PodShape]) -> Vector | None:
     """The least of each resource that any of the shapes asks for (None: no shapes)."""
     requests = [shape.request for shape in shapes]
@@ -895,12 +643,6 @@ def _regions_of(shape: PodShape) -> set[str] | None:
     return allowed
 
 
-def _listed(regions: Sequence[str]) -> str:
-    shown = [region[:40] for region in regions[:MAX_REGIONS_NAMED]]
-    more = len(regions) - len(shown)
-    return ", ".join(shown) + (f" and {more} more" if more else "")
-
-
 def _cpu_millis(job: QueuedJob) -> int:
     return sum(replica.pod.requests.cpu for replica in job.replicas)
 
@@ -942,50 +684,6 @@ def _over_budget(job: QueuedJob, *, budget: TeamBudget, worst: float, team_posit
         budget=budget.monthly,
         worst_case=worst,
     )
-
-
-class _Pricing:
-    """What a queued job may cost at worst: its declared run time on the dearest group each pod fits.
-
-    A pod's part of a node is what it asks of the node's GPUs (on a GPU node, for a GPU
-    pod), else the larger of its CPU and memory shares; a group without a price costs nothing.
-    """
-
-    def __init__(self, groups: Sequence[NodeGroup]) -> None:
-        self._groups = [g for g in groups if g.price_per_hour]
-        self._hourly: dict[PodShape, float] = {}
-        self._jobs: dict[str, float] = {}
-
-    def worst_case(self, prepared: _Prepared) -> float:
-        job = prepared.job
-        known = self._jobs.get(job.job_id)
-        if known is None:
-            hourly = sum(self._pod_hourly(shape) * len(pods) for shape, pods in prepared.by_shape.items())
-            hours = (job.max_runtime or DEFAULT_RUN_TIME).total_seconds() / 3600
-            known = self._jobs[job.job_id] = hourly * hours
-        return known
-
-    def _pod_hourly(self, shape: PodShape) -> float:
-        price = self._hourly.get(shape)
-        if price is None:
-            price = 0.0
-            cpu, memory, gpu, _ = shape.request
-            for group in self._groups:
-                size = group.allocatable
-                labels = group.template_labels()
-                if shape.placement_mismatch(labels, group.taints) is not None:
-                    continue
-                if cpu > size.cpu or memory > size.memory or gpu > size.gpu:
-                    continue
-                if gpu and size.gpu:
-                    share = gpu / size.gpu
-                else:
-                    share = max(
-                        cpu / size.cpu if size.cpu else 0.0, memory / size.memory if size.memory else 0.0
-                    )
-                price = max(price, share * (group.price_per_hour or 0.0))
-            self._hourly[shape] = price
-        return price
 
 
 def _owner_name(pod: Pod) -> str:
