@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from squall.core.asg_events import DrainStepMessage
+from squall.core.costs import FleetAccrual, GroupOverhead, JobCharge, TeamMonth
 from squall.core.drain import DrainRecord
 from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.core.job_outputs import LogPage, LogStreamInfo, StoredObject
@@ -197,6 +198,31 @@ class SpendLedger(Protocol):
         """Team -> dollars spent in `now`'s calendar month so far: the costs of its jobs that
         ended this month, and what its running jobs have cost this month until `now`."""
         ...
+
+
+class CostLedger(Protocol):
+    """Where costs are summed (adapters/aws/cost_ledger.py, local/cost_ledger.py)."""
+
+    def add_job(self, charge: JobCharge) -> bool:
+        """Add a finished job's cost to its team's month once; False when it was added before."""
+        ...
+
+    def team_months(self, *, since: datetime, team: str | None = None) -> list[TeamMonth]: ...
+
+    def finished_in_month(self, *, now: datetime) -> dict[str, float]:
+        """Team -> dollars of its jobs that ended in `now`'s month."""
+        ...
+
+    def last_accrual(self) -> FleetAccrual | None: ...
+
+    def accrue(
+        self, *, previous: FleetAccrual | None, accrual: FleetAccrual, overhead: Sequence[GroupOverhead]
+    ) -> bool:
+        """Add `overhead` and move the accrual from `previous` to `accrual` together; False when
+        the stored accrual is no longer `previous` (nothing added)."""
+        ...
+
+    def overhead(self, *, since: datetime) -> list[GroupOverhead]: ...
 
 
 class CostMeter(Protocol):

@@ -38,6 +38,7 @@ from squall.planner import NodeGroup
 from squall.planner.inputs import read_node_groups
 from squall.ports import (
     Clock,
+    CostLedger,
     DrainQueue,
     DrainStore,
     Fleet,
@@ -50,7 +51,7 @@ from squall.ports import (
     ScaleState,
     ServingCluster,
 )
-from squall.services.costs import CostLedger, FleetCostMeter, JobCosting, TeamSpend
+from squall.services.costs import FleetCostMeter, JobCosting, TeamSpend
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.lifecycle_hooks import LifecycleConfig, LifecycleService
 from squall.services.preemption import CheckpointReader, Preempter, ReportedCheckpoints

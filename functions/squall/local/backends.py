@@ -36,8 +36,7 @@ from squall.local.memory import InMemoryAutoScaling, InMemoryDrainStore, InMemor
 from squall.local.model_service_store import InMemoryModelServiceStore
 from squall.local.queues import LocalQueue, MemoryQueue, SqsQueue
 from squall.planner import NodeGroup
-from squall.ports import DrainStore, JobStore, ModelServiceStore, SavedModels, ScaleState
-from squall.services.costs import CostLedger
+from squall.ports import CostLedger, DrainStore, JobStore, ModelServiceStore, SavedModels, ScaleState
 
 
 class LocalJobStore(JobStore, Protocol):

@@ -371,9 +371,7 @@ def parse_replica_job(obj: Mapping[str, Any], *, cluster: str | None = None) -> 
             finished_at = _time(ended[0], "lastTransitionTime", "status.conditions[].")
         deadline = spec.get("activeDeadlineSeconds")
         if deadline is not None and (type(deadline) is not int or deadline <= 0):
-            raise ValueError(
-                f"spec.activeDeadlineSeconds: expected a positive whole number, got {deadline!r:.40}"
-            )
+            raise ValueError(f"spec.activeDeadlineSeconds: expected a positive count, got {deadline!r:.40}")
         return ReplicaJob(
             name=name,
             namespace=namespace,

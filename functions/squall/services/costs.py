@@ -6,46 +6,23 @@ has the arithmetic; the ledger, DynamoDB or memory, keeps the sums).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from aws_lambda_powertools import Logger
 
 from squall.core import costs
-from squall.core.costs import FleetAccrual, GroupOverhead, JobCharge, JobRate, TeamMonth
+from squall.core.costs import FleetAccrual, JobRate, UnpricedError
+from squall.core.errors import MAX_ERROR_TEXT, SquallError
 from squall.core.jobs import Job, JobStatus
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import Node, NodeGroup, Pod
-from squall.ports import JobHistory, JobStore, MetricsSink
+from squall.planner.kube import ParseCache, node_cache, parse_pods
+from squall.ports import Cluster, CostLedger, JobHistory, JobStore, MetricsSink
 
 logger = Logger(service=SERVICE, child=True)
-
-
-class CostLedger(Protocol):
-    """Where costs are summed (adapters/aws/cost_ledger.py, local/cost_ledger.py)."""
-
-    def add_job(self, charge: JobCharge) -> bool:
-        """Add a finished job's cost to its team's month once; False when it was added before."""
-        ...
-
-    def team_months(self, *, since: datetime, team: str | None = None) -> list[TeamMonth]: ...
-
-    def finished_in_month(self, *, now: datetime) -> dict[str, float]:
-        """Team -> dollars of its jobs that ended in `now`'s month."""
-        ...
-
-    def last_accrual(self) -> FleetAccrual | None: ...
-
-    def accrue(
-        self, *, previous: FleetAccrual | None, accrual: FleetAccrual, overhead: Sequence[GroupOverhead]
-    ) -> bool:
-        """Add `overhead` and move the accrual from `previous` to `accrual` together; False when
-        the stored accrual is no longer `previous` (nothing added)."""
-        ...
-
-    def overhead(self, *, since: datetime) -> list[GroupOverhead]: ...
 
 
 @dataclass
@@ -185,3 +162,44 @@ def _with_rate(job: Job, rate: JobRate) -> Job:
 
 def _finished(job: Job, changes: dict[str, Any], *, at: datetime) -> Job:
     return dataclasses.replace(job, finished_at=at, **changes)
+
+
+@dataclass
+class RunPrices:
+    """A reconcile run's pods of each job it observed, and its clusters' nodes: listed once a
+    run, and only when a job is priced (the parses are kept between runs)."""
+
+    clusters: Mapping[str, Cluster]
+    parses: dict[str, ParseCache[Node]]
+    pods: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    nodes: dict[str, list[Node] | UnpricedError] = field(default_factory=dict)
+
+    def observe(self, job_id: str, cluster: str, pods: list[dict[str, Any]]) -> None:
+        self.pods[job_id] = (cluster, pods)
+
+    def rate(self, costing: JobCosting, job_id: str) -> JobRate:
+        """A job's rate from its pods this run observed, on its cluster's nodes; UnpricedError says why not."""
+        if job_id not in self.pods:
+            raise UnpricedError("its pods were not observed")
+        cluster, objects = self.pods[job_id]
+        qualified = cluster if len(self.clusters) > 1 else None
+        nodes = self.nodes.get(cluster)
+        if nodes is None:
+            parses = self.parses.setdefault(cluster, node_cache(qualified))
+            try:
+                # A node that cannot be read is left out: a job on it is the one not priced.
+                nodes = parses.parse_all(
+                    self.clusters[cluster].list_nodes(), unreadable=lambda _item, _why: None
+                )
+            except (SquallError, ValueError) as exc:
+                nodes = UnpricedError(
+                    f"the nodes of cluster {cluster} cannot be read: {exc}"[:MAX_ERROR_TEXT]
+                )
+            self.nodes[cluster] = nodes
+        if isinstance(nodes, UnpricedError):
+            raise nodes
+        try:
+            pods = parse_pods(objects, cluster=qualified)
+        except ValueError as exc:
+            raise UnpricedError(f"its pods cannot be read: {exc}"[:MAX_ERROR_TEXT]) from None
+        return costing.rate(pods=pods, nodes=nodes)

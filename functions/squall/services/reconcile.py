@@ -9,10 +9,9 @@ back in the queue (its leftovers deleted first, so that its objects are never in
 clusters), and cleans up the objects of finished jobs. A cluster whose lists cannot
 be read is unreachable for the run: its jobs are left as they are (never lost for
 that alone), the others are reconciled. With costs (services/costs.py), a run that starts
-records its rate on the job's record and one that stops keeps what it cost; a final
-cost goes to the ledger once. Then the model services' turn
-(services/serving.py), when the runtime has them: a failure there is reported, and
-never undoes the jobs' run.
+records its rate, one that stops keeps what it cost, a final cost goes to the ledger once.
+Then the model services' turn (services/serving.py), when the runtime has them: a
+failure there is reported, and never undoes the jobs' run.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from typing import Any, cast
 
 from aws_lambda_powertools import Logger
 
-from squall.core.costs import JobRate, UnpricedError
 from squall.core.errors import (
     MAX_ERROR_TEXT,
     ConflictError,
@@ -44,9 +42,9 @@ from squall.core.serving import ServiceStatus
 from squall.core.spec import SpecError, load_spec
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import Node
-from squall.planner.kube import ParseCache, node_cache, parse_pods
+from squall.planner.kube import ParseCache
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
-from squall.services.costs import JobCosting
+from squall.services.costs import JobCosting, RunPrices
 from squall.services.intake import Intake, update_job
 from squall.services.quiet import Quiet
 from squall.services.serving import ServingReconciler, ServingReport
@@ -120,10 +118,8 @@ class Reconciler:
     _graces: list[datetime] = field(default_factory=list)
     # This run's cluster of each job observed (a record without one names none)
     _located: dict[str, str] = field(default_factory=dict)
-    # This run's pods of each job observed, to price it (with its cluster)
-    _observed_pods: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
-    # Each cluster's nodes, listed once a run when a job is priced (an error: the listing failed)
-    _nodes: dict[str, list[Node] | UnpricedError] = field(default_factory=dict)
+    # This run's pods of each job observed and its clusters' nodes, to price jobs
+    _prices: RunPrices | None = None
 
     def run(self) -> ReconcileReport:
         """The jobs, then the model services (a run of their own: not cut short by a quiet jobs' run)."""
@@ -169,7 +165,7 @@ class Reconciler:
             self._gauges(queued, running)
             return report
         self._graces, self._located = [], {}
-        self._observed_pods, self._nodes = {}, {}
+        self._prices = RunPrices(clusters=self.clusters, parses=memory.nodes)
         last_settled, settled = memory.settled, {}
 
         for job in active:
@@ -384,7 +380,7 @@ class Reconciler:
         """What the job's objects in `cluster` say, recorded: _ACTED when it wrote or deleted
         objects, else the end of the grace it waits out (None: none)."""
         now = self.clock.now()
-        self._observed_pods[job.id] = (cluster, pods)
+        (self._prices or RunPrices(clusters=self.clusters, parses={})).observe(job.id, cluster, pods)
         seen = observe(expected_replicas=max(job.replicas, 1), k8s_jobs=k8s_jobs, pods=pods)
         if seen.status is None or seen.reason == Reason.OBJECTS_MISSING:
             if job.status is JobStatus.QUEUED and job.cluster is not None and not job.objects_created:
@@ -575,7 +571,8 @@ class Reconciler:
                 return None
             written = changes
             if self.costs is not None and current.status in (JobStatus.QUEUED, JobStatus.RUNNING):
-                priced = functools.partial(self._rate, job.id)
+                prices = self._prices or RunPrices(clusters=self.clusters, parses=self.memory.nodes)
+                priced = functools.partial(prices.rate, self.costs, job.id)
                 written = {
                     **self.costs.on_transition(current, to=to, at=happened_at or now, rate=priced),
                     **changes,
@@ -598,34 +595,6 @@ class Reconciler:
         if is_terminal(to):
             self._finish(updated, report)
         return updated
-
-    def _rate(self, job_id: str) -> JobRate:
-        """A job's rate from the pods this run observed of it, on its cluster's nodes (listed
-        once a run, and only when a job is priced); UnpricedError says why not."""
-        if self.costs is None or job_id not in self._observed_pods:
-            raise UnpricedError("its pods were not observed")
-        cluster, objects = self._observed_pods[job_id]
-        qualified = cluster if len(self.clusters) > 1 else None
-        nodes = self._nodes.get(cluster)
-        if nodes is None:
-            parses = self.memory.nodes.setdefault(cluster, node_cache(qualified))
-            try:
-                # A node that cannot be read is left out: a job on it is the one not priced.
-                nodes = parses.parse_all(
-                    self.clusters[cluster].list_nodes(), unreadable=lambda _item, _why: None
-                )
-            except (SquallError, ValueError) as exc:
-                nodes = UnpricedError(
-                    f"the nodes of cluster {cluster} cannot be read: {exc}"[:MAX_ERROR_TEXT]
-                )
-            self._nodes[cluster] = nodes
-        if isinstance(nodes, UnpricedError):
-            raise nodes
-        try:
-            pods = parse_pods(objects, cluster=qualified)
-        except ValueError as exc:
-            raise UnpricedError(f"its pods cannot be read: {exc}"[:MAX_ERROR_TEXT]) from None
-        return self.costs.rate(pods=pods, nodes=nodes)
 
     def _finish(self, job: Job, report: ReconcileReport) -> None:
         if job.started_at is not None and job.finished_at is not None:

@@ -25,9 +25,7 @@ from squall.core.errors import MAX_ERROR_TEXT, NotFoundError, SquallError
 from squall.core.jobs import JobStatus, Reason, reason_code, transition
 from squall.core.telemetry import SERVICE, Metric
 from squall.planner import (
-    REGION_LABEL,
     GroupHealth,
-    GroupInstance,
     Node,
     NodeGroup,
     Plan,
@@ -39,7 +37,6 @@ from squall.planner import (
 from squall.planner.admission import AdmissionPlan, TeamShare
 from squall.planner.inventory import Inventory, build_inventory
 from squall.planner.kube import ParseCache, busy_stand_in, node_cache, parse_pods, pod_cache
-from squall.planner.sites import split_site
 from squall.planner.timers import next_timer
 from squall.ports import (
     Clock,
@@ -58,6 +55,15 @@ from squall.services.decision_record import shrunk_to_fit
 from squall.services.intake import Change, update_job
 from squall.services.preemption import Preempter
 from squall.services.quiet import Quiet
+from squall.services.scale_plan import (
+    StrandedGang,
+    all_placed,
+    fallbacks,
+    plan_acts,
+    scaling,
+    stranded_gangs,
+    with_live_state,
+)
 
 logger = Logger(service=SERVICE, child=True)
 
@@ -207,7 +213,7 @@ class Scaler:
         self._unreachable = set()
         if asked_for is not None:
             pods = self._pods()
-            if _all_placed(pods, asked_for):
+            if all_placed(pods, asked_for):
                 self._emit_pending(pods)  # other jobs' pending pods were seen by earlier checks
                 logger.info("the jobs asked for have their pods placed", trigger=trigger, jobs=len(asked_for))
                 return ScaleResult(acted=False, skipped=["no pod of the jobs asked for waits for room"])
@@ -312,7 +318,7 @@ class Scaler:
             ):
                 groups.append(made[3])
                 continue
-            group = _with_live_state(template, observed, failed, now)
+            group = with_live_state(template, observed, failed, now)
             self.parsed.groups[(ref.region, ref.name)] = (template, observed, failed, group)
             groups.append(group)
         return groups, self.state.load_health(), nodes, pods
@@ -453,7 +459,7 @@ class Scaler:
             admitter.act(admission, now=now, outcome=result)
             self._act(decided, groups=groups, nodes=nodes, pods=pods, now=now, result=result)
             self._preempt(admission, nodes=nodes, pods=pods, groups=groups, now=now, result=result)
-            admitter.note_queue(admission, now=now, outcome=result, scaling=_scaling(decided))
+            admitter.note_queue(admission, now=now, outcome=result, scaling=scaling(decided))
         self._emit(decided, groups=groups, pods=pods, nodes=nodes, result=result, now=now)
         admitter.emit(admission)
         self._emit_reach()
@@ -554,7 +560,7 @@ class Scaler:
             inventory=inventory.with_pending(admission.demand),
         )
         self.parsed.settled = None
-        if not _plan_acts(decided):
+        if not plan_acts(decided):
             until = next_timer(
                 nodes=nodes,
                 pods=pods,
@@ -773,129 +779,11 @@ class Scaler:
         self.metrics.add(Metric.UNSCHEDULABLE_PODS, len(decided.unschedulable))
 
 
-@dataclass(frozen=True)
-class StrandedGang:
-    job_id: str
-    namespace: str
-    region: str
-    why: str
-    node: str  # one it has a pod bound on (as the planner names it): says which cluster
-
-
-def stranded_gangs(decided: Plan, *, pods: Sequence[Pod], nodes: Sequence[Node]) -> list[StrandedGang]:
-    """Gangs with pods bound in a region that cannot take the rest, while another region could.
-
-    Kubernetes binds a gang's pods one by one: a parameter server can take free
-    room in a region before the planner learns that the region has no GPUs left.
-    The required region affinity then holds the rest of the gang there for good.
-    Where no region has room, the gang waits where it is: starting it over would
-    only queue it again (the planner's `stranded`).
-    """
-    reasons = {u.pod: u.reason for u in decided.unschedulable}
-    stranded = set(decided.stranded)
-    stuck: dict[str, str] = {}
-    for pod in pods:
-        if pod.job_id in stranded and pod.key in reasons:
-            stuck.setdefault(pod.job_id, reasons[pod.key])
-    region_of = {n.name: n.labels.get(REGION_LABEL, "") for n in nodes}
-    bound: dict[str, StrandedGang] = {}
-    for pod in pods:
-        if pod.job_id in stuck and pod.is_active and pod.is_workload and pod.job_id not in bound:
-            bound[pod.job_id] = StrandedGang(
-                job_id=pod.job_id,
-                namespace=pod.namespace,
-                region=split_site(region_of.get(pod.node_name or "", ""))[1],
-                why=stuck[pod.job_id],
-                node=pod.node_name or "",
-            )
-    return [bound[job_id] for job_id in sorted(bound)]
-
-
-def fallbacks(
-    decided: Plan, *, groups: Sequence[NodeGroup], health: Mapping[str, GroupHealth], now: datetime
-) -> list[str]:
-    """`RegionFallback:<from>-><to>` for each scale-up that a backed-off preferred group forced elsewhere."""
-    backed_off = {b.group: b.health for b in decided.backoffs} | dict(health)
-    by_name = {g.name: g for g in groups}
-    found = []
-    for scale_up in decided.scale_ups:
-        target = by_name[scale_up.group]
-        preferred = [
-            g
-            for g in groups
-            if g.priority < target.priority
-            and g.region != target.region
-            and backed_off.get(g.name, GroupHealth()).in_backoff(now)
-        ]
-        if preferred:
-            origin = min(preferred, key=lambda g: g.priority)
-            found.append(reason_code(Reason.REGION_FALLBACK, f"{origin.region}->{target.region}"))
-    return found
-
-
-def _plan_acts(decided: Plan) -> bool:
-    """Does the plan ask for anything to be done?"""
-    return bool(
-        decided.scale_ups
-        or decided.uncordons
-        or decided.scale_downs
-        or decided.backoffs
-        or decided.give_backs
-        or decided.stranded
-    )
-
-
 def _idle(decided: Plan, admission: AdmissionPlan, result: ScaleResult) -> bool:
     """Nothing decided, nothing done, nothing failed: the next check would decide the same."""
     return not (
-        _plan_acts(decided) or admission.admitted or admission.incomplete or result.done or result.errors
+        plan_acts(decided) or admission.admitted or admission.incomplete or result.done or result.errors
     )
-
-
-def _scaling(decided: Plan) -> str:
-    """What is being bought, for the queue's messages: `p3-usw2 scaling 2->6`."""
-    return "; ".join(f"{s.group} scaling {s.from_desired}->{s.to_desired}" for s in decided.scale_ups[:3])
-
-
-def _with_live_state(
-    template: NodeGroup, observed: FleetGroup, failures: list[ScalingFailure], now: datetime
-) -> NodeGroup:
-    instances = tuple(
-        GroupInstance(
-            instance_id=i.instance_id,
-            lifecycle_state=i.lifecycle_state,
-            # Without a launch time the instance counts from now: it is not timed out yet.
-            launch_time=i.launch_time or now,
-        )
-        for i in observed.instances
-    )
-    max_size = min(template.max_size, observed.max_size)
-    return dataclasses.replace(
-        template,
-        desired=observed.desired,
-        min_size=min(max(template.min_size, observed.min_size), max_size),
-        max_size=max_size,
-        instances=instances,
-        failures=tuple(failures),
-    )
-
-
-def _all_placed(pods: Sequence[Pod], job_ids: Sequence[str]) -> bool:
-    """Every job named has its pods, and none of them waits for room.
-
-    Pods of other jobs that wait were there at an earlier check, which acted on
-    them; the scheduled check looks at them again within a minute. A job whose pods
-    are not there yet (the Job controller creates them a moment after the Job) may
-    still need room.
-    """
-    named = set(job_ids)
-    present: set[str] = set()
-    for pod in pods:
-        if pod.job_id in named:
-            if pod.is_pending:
-                return False
-            present.add(pod.job_id)
-    return present == named
 
 
 def _has_workload(pods: Sequence[dict[str, Any]]) -> bool:
