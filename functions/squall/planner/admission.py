@@ -63,6 +63,7 @@ from squall.planner.planning import rooms_on_nodes_up
 from squall.planner.queue_order import in_admission_order
 from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamBudget, TeamShare
 from squall.planner.sites import split_site
+from squall.planner.timeline import Booking
 
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
 MAX_LISTED = 250
@@ -461,6 +462,7 @@ def admit(
         by_shape, key = ready.by_shape, ready.key
         reserved = None
         estimate: tuple[datetime | None, datetime | None] = (None, None)
+        booked: Booking | None = None
         first_miss = key not in failed
         if timing is not None:
             first_miss = False
@@ -544,7 +546,14 @@ def admit(
             booked = timing.book(job, by_shape)
             reserved = booked.site if booked is not None else None
             estimate = timing.estimate(booked)
-        if ever:
+        if timing is not None:
+            # Bought for only when it waits for nodes to come, not for running jobs to end
+            # (nodes bought now would stand idle until then).
+            # Not pinned to that site: the planner may still buy elsewhere (a group in backoff).
+            if booked is not None and booked.waits_for_nodes and timing.bought < MAX_DEMAND_JOBS:
+                timing.bought += 1
+                demand.extend(ready.demand_at(MAX_DEMAND_JOBS - timing.bought))
+        elif ever:
             if first_miss:
                 reserved = packer.hold_room(Gang(job_id=job.job_id, pods_by_shape=by_shape))
             if budget.take(key):

@@ -40,6 +40,7 @@ class Timing:
     now: datetime
     ratios: Mapping[str, float]
     booked: int = 0
+    bought: int = 0  # jobs whose pods were given to the planner to buy nodes for
     _likely: Booking | None = None
 
     @classmethod

@@ -140,6 +140,12 @@ class Booking:
         fewer keeps the next check's choice the same (and buys no more than it must)."""
         return sum(count for slot, _, count in self.placed if slot.up_at > 0)
 
+    @property
+    def waits_for_nodes(self) -> bool:
+        """It starts once nodes not up yet are: those nodes are what it waits for (buy them)."""
+        coming = [slot.up_at for slot, _, count in self.placed if slot.up_at > 0 and count]
+        return bool(coming) and self.start <= max(coming)
+
 
 class Timeline:
     """Every site's room over time; `schedule` books gangs into it (earliest start, whole run)."""

@@ -12,7 +12,7 @@ from squall.core.manifests import admission_patch, render
 from squall.core.spec import JobSpec
 from squall.planner.admission import AdmissionPlan, TeamShare, admit
 from squall.planner.kube import parse_replica_jobs
-from squall.planner.model import REGION_LABEL, NodeGroup, Pod
+from squall.planner.model import REGION_LABEL, NodeGroup, Pod, Policy
 from squall.planner.planning import plan
 
 from .builders import NOW, POLICY, group, instance, node_of, pod, resources
@@ -63,6 +63,7 @@ def run(
     groups: list[NodeGroup],
     pods: list[Pod] = (),  # type: ignore[assignment]
     teams: dict[str, TeamShare] | None = None,
+    policy: Policy = POLICY,
 ) -> AdmissionPlan:
     nodes = [node_of(g, i.instance_id) for g in groups for i in g.instances]
     return admit(
@@ -71,7 +72,7 @@ def run(
         pods=list(pods),
         groups=groups,
         teams=teams or {},
-        policy=POLICY,
+        policy=policy,
         now=NOW,
     )
 
@@ -212,11 +213,27 @@ def test_jobs_of_other_shapes_are_bought_for_up_to_what_their_groups_hold() -> N
     small = group("g5-usw2", allocatable=resources("7", "30Gi", 1, 58), max_size=4)
     jobs = [o for i in range(6) for o in job_objects(f"four-{i}", gpus=4, minute=i)]
     jobs += [o for i in range(20) for o in job_objects(f"one-{i}", gpus=1, minute=10 + i)]
-    result = run(jobs, groups=[p3, small])
+    result = run(jobs, groups=[p3, small], policy=dataclasses.replace(POLICY, backfill=False))
     demanded = {p.job_id for p in result.demand}
     assert sorted(j for j in demanded if j.startswith("four")) == ["four-0", "four-1"]
     # 1-GPU jobs: the 8 + 4 GPUs both groups could hold.
     assert len([j for j in demanded if j.startswith("one")]) == 12
+
+
+def test_with_backfill_only_jobs_that_start_once_the_nodes_boot_are_bought_for() -> None:
+    # As above, with the time profile: the 4-GPU jobs ahead are booked on the two p3 nodes
+    # for their declared run time, so the 1-GPU jobs are bought the four g5 nodes only
+    # (more p3 room would wait for the 4-GPU jobs ahead to end, idle meanwhile).
+    p3 = group("p3-usw2", allocatable=resources("31", "240Gi", 4, 58), max_size=2)
+    small = group("g5-usw2", allocatable=resources("7", "30Gi", 1, 58), max_size=4)
+    jobs = [o for i in range(6) for o in job_objects(f"four-{i}", gpus=4, minute=i)]
+    jobs += [o for i in range(20) for o in job_objects(f"one-{i}", gpus=1, minute=10 + i)]
+    result = run(jobs, groups=[p3, small])
+    demanded = {p.job_id for p in result.demand}
+    assert sorted(demanded) == ["four-0", "four-1", "one-0", "one-1", "one-2", "one-3"]
+    starts = {w.job_id: w.starts_by for w in result.waiting}
+    assert starts["four-0"] == starts["one-3"] == NOW + timedelta(minutes=5)  # a boot away
+    assert starts["four-2"] == NOW + timedelta(minutes=5, hours=24)  # after four-0's declared day
 
 
 def test_room_free_on_nodes_a_kind_of_job_cannot_use_buys_it_nothing() -> None:
@@ -224,8 +241,11 @@ def test_room_free_on_nodes_a_kind_of_job_cannot_use_buys_it_nothing() -> None:
     # taint), and their own group holds two of them (28Gi, 16Gi and 4 CPU each).
     groups = [p4d(nodes=2), group("c5-usw2", gpu=False, max_size=1)]
     jobs = [o for i in range(10) for o in job_objects(f"cpu-{i}", gpus=0, minute=i)]
-    result = run(jobs, groups=groups)
+    result = run(jobs, groups=groups, policy=dataclasses.replace(POLICY, backfill=False))
     assert sorted({p.job_id for p in result.demand}) == ["cpu-0", "cpu-1"]
+    # With the time profile, exactly: the one c5 node it may have holds one of them (16 of its 28Gi).
+    result = run(jobs, groups=groups)
+    assert sorted({p.job_id for p in result.demand}) == ["cpu-0"]
 
 
 def test_a_pod_at_another_priority_is_the_same_pod_but_for_its_priority() -> None:
