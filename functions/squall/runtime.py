@@ -144,6 +144,7 @@ class Services:
             dry_run=self.settings.dry_run,
             ttl_after_finished=self.settings.policy.job_ttl_after_finished,
             budgets=self.settings.budgets,
+            termination_grace=_termination_grace(self.settings),
         )
 
     @functools.cached_property
@@ -267,6 +268,12 @@ class Services:
     def serving_memory(self) -> ServingMemory:
         """Where the last serving reconcile of this process stopped (it takes the services in turn)."""
         return ServingMemory()
+
+
+def _termination_grace(settings: Settings) -> timedelta | None:
+    """With preemption on, its grace for every admitted pod (never less than Kubernetes' 30 s)."""
+    preemption = settings.policy.preemption.planner_policy()
+    return max(preemption.grace, timedelta(seconds=30)) if preemption.enabled else None
 
 
 class NamespacedCluster:

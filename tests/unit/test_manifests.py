@@ -210,3 +210,22 @@ def test_sweep_trials_with_code_validate_upstream() -> None:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         if obj["kind"] == "Job":
             assert env_of(obj)["SQUALL_CODE_URI"] == CODE_URI
+
+
+def test_with_preemption_on_the_pods_get_its_grace_to_checkpoint_and_still_validate() -> None:
+    from datetime import timedelta
+
+    objects = render(
+        parse(**DISTRIBUTED),
+        job_id="mnist-3f9a1c2b",
+        namespace="team-research",
+        region="us-west-2",
+        termination_grace=timedelta(seconds=120),
+    )
+    jobs = [o for o in objects if o["kind"] == "Job"]
+    assert {j["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] for j in jobs} == {120}
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    # without it, Kubernetes' default
+    plain = render(parse(), job_id="mnist-3f9a1c2b", namespace="team-research")
+    assert "terminationGracePeriodSeconds" not in plain[0]["spec"]["template"]["spec"]

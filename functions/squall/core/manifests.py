@@ -173,6 +173,7 @@ def render(
     submitted_at: datetime | None = None,
     requeued: bool = False,
     region: str | None = None,
+    termination_grace: timedelta | None = None,
 ) -> list[dict[str, Any]]:
     """Every object Squall creates for one job: Jobs first, then Services.
 
@@ -180,6 +181,8 @@ def render(
     its pods from them). With the `region` admission chose, they are the objects admission
     creates: let go (not suspended) and pinned to that region (`admission_patch`).
     `submitted_at` and `requeued` ride along as annotations for people reading the cluster.
+    `termination_grace`: how long its pods get from SIGTERM to checkpoint (a drain's eviction,
+    a preemption); None: Kubernetes' default (30 s).
     """
     replicas = spec.replica_list()
     distributed = len(replicas) > 1
@@ -200,6 +203,11 @@ def render(
         )
         for replica in replicas
     ]
+    if termination_grace is not None:
+        for job in jobs:
+            job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = int(
+                termination_grace.total_seconds()
+            )
     if region is not None:
         jobs = [_merged(job, admission_patch(job, region=region)) for job in jobs]
     services = (

@@ -150,6 +150,8 @@ class Admitter:
     store: JobStore | None = None  # the queue and the reasons on jobs' records; None: no queue to admit
     parsed: AdmissionMemory = field(default_factory=AdmissionMemory)
     ttl_after_finished: timedelta = manifests.DEFAULT_TTL_AFTER_FINISHED
+    # what admitted jobs' pods get from SIGTERM to checkpoint (preemption's grace); None: the default
+    termination_grace: timedelta | None = None
     # clusters this check could not reach: nothing is read from or created in them
     unreachable: set[str] = field(default_factory=set)
     # queue entries the latest read could not make replica Jobs of: (job id, version, why)
@@ -471,6 +473,7 @@ class Admitter:
             submitted_at=job.submitted_at,
             requeued=job.requeued,
             region=job.region or region,
+            termination_grace=self.termination_grace,
         )
         cluster = self.clusters[job.cluster]
         try:

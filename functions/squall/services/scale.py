@@ -86,6 +86,8 @@ class ScaleConfig:
     ttl_after_finished: timedelta = timedelta(hours=1)
     # team -> its monthly budget in dollars; a team not here has none
     budgets: Mapping[str, float] = field(default_factory=dict)
+    # what admitted jobs' pods get from SIGTERM to checkpoint (preemption's grace); None: the default
+    termination_grace: timedelta | None = None
 
     @functools.cached_property
     def group_refs(self) -> list[tuple[GroupRef, NodeGroup]]:
@@ -248,6 +250,7 @@ class Scaler:
             unreachable=self._unreachable,
             budgets=self.config.budgets,
             ledger=self.ledger,
+            termination_grace=self.config.termination_grace,
         )
 
     def cluster_of(self, group: NodeGroup) -> str:
