@@ -24,6 +24,8 @@ from squall.planner.timeline import Booking, Timeline, seconds_until, timeline_o
 # are only tried now (backfill) and have no estimate, for at most MAX_TRIED_NOW more.
 MAX_SCHEDULED = 500
 MAX_TRIED_NOW = 2_000
+# Jobs in line given a likelyStart as well, at most (a second profile: as much work again).
+MAX_LIKELY = 200
 # A job that declares no run time is taken for the spec's default maxRuntime.
 DEFAULT_RUN_TIME = timedelta(hours=24)
 # A likely run time is never taken for less than this share of the declared one.
@@ -122,7 +124,7 @@ class Timing:
             return None
         if booking.start <= 0:
             self.likely.place_now(parts, self._likely_run(job), booking.site)
-        else:
+        elif self.booked <= MAX_LIKELY:
             self._likely = self.likely.schedule(parts, self._likely_run(job))
         return booking
 
@@ -132,7 +134,8 @@ class Timing:
             return (None, None)
         starts_by = self.now + timedelta(seconds=math.ceil(booking.start))
         if self._likely is None:
-            return (starts_by, starts_by)
+            # past the first MAX_LIKELY in line, or no likely start found: none better than startsBy
+            return (starts_by, starts_by if self.booked <= MAX_LIKELY else None)
         likely = self.now + timedelta(seconds=math.ceil(min(self._likely.start, booking.start)))
         return (starts_by, likely)
 
