@@ -541,6 +541,7 @@ def admit(
                 interned=interned,
                 now=now,
                 run_ratios=run_ratios or {},
+                shapes=shapes_used,
             )
             first_miss = False
             booked = timing.book(job, by_shape)

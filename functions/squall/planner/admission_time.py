@@ -10,7 +10,7 @@ queued job may cost at worst, for budgets.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -57,6 +57,7 @@ class Timing:
         interned: dict[tuple[object, ...], PodShape],
         now: datetime,
         run_ratios: Mapping[str, float],
+        shapes: Iterable[PodShape],
     ) -> Timing:
         """The profiles as admission found the fleet: running jobs end by their declared (or
         likely) run time from their start, and admitted jobs whose pods are not bound yet,
@@ -77,8 +78,8 @@ class Timing:
             declared_ends[job_id] = (began + limit - now).total_seconds()
             likely_ends[job_id] = (began + limit * ratio - now).total_seconds()
         timing = cls(
-            declared=timeline_of(inventory=inventory, pods=pods, now=now, ends=declared_ends),
-            likely=timeline_of(inventory=inventory, pods=pods, now=now, ends=likely_ends),
+            declared=timeline_of(inventory=inventory, pods=pods, now=now, ends=declared_ends, shapes=shapes),
+            likely=timeline_of(inventory=inventory, pods=pods, now=now, ends=likely_ends, shapes=shapes),
             now=now,
             ratios=run_ratios,
         )

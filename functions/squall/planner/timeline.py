@@ -32,7 +32,7 @@ from datetime import datetime
 from squall.planner.demand import PodShape
 from squall.planner.fit import blocking_taints, fit_count
 from squall.planner.inventory import InstanceStatus, Inventory
-from squall.planner.model import Pod, Taint, Vector
+from squall.planner.model import NodeGroup, Pod, Taint, Vector
 from squall.planner.sites import site as site_of
 
 # Start times a search tries in one site before it gives up on the job (no estimate).
@@ -360,12 +360,40 @@ def sites_in_order(groups_by_site: Mapping[str, int]) -> list[str]:
 MAX_NODES_TO_COME = 256
 
 
+class _Useful:
+    """Could any of the shapes ever fit a node of this size, labels and taints? (All: no shapes given.)
+
+    Answered once per group for the nodes of a group (they share its template), per node otherwise.
+    """
+
+    def __init__(self, shapes: Iterable[PodShape] | None) -> None:
+        self._shapes = None if shapes is None else tuple(shapes)
+        self._groups: dict[str, bool] = {}
+
+    def __call__(
+        self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...], group: NodeGroup | None
+    ) -> bool:
+        if self._shapes is None:
+            return True
+        if group is not None and self._groups.get(group.name):
+            return True
+        answer = any(
+            all(need <= most for need, most in zip(shape.request, size, strict=True))
+            and shape.placement_mismatch(labels, taints) is None
+            for shape in self._shapes
+        )
+        if group is not None and answer:
+            self._groups[group.name] = answer  # a node of the group fits: its others are looked at too
+        return answer
+
+
 def timeline_of(
     *,
     inventory: Inventory,
     pods: Iterable[Pod],
     now: datetime,
     ends: Mapping[str, float | None],
+    shapes: Iterable[PodShape] | None = None,
 ) -> Timeline:
     """The profile of the fleet as it stands: nodes up, with their running pods' room coming back
     at their jobs' `ends` (job id -> seconds from now; None or absent: never), and nodes to come.
@@ -373,15 +401,19 @@ def timeline_of(
     Nodes to come: each group's booting instances, up once booted (launch time plus the
     group's boot time, at least now), and the nodes it may still add up to its max size,
     up after its boot time from now. Cordoned nodes are left out (admission does not place
-    on them).
+    on them), and with `shapes` (the queue's), so are nodes and groups none of them could
+    ever fit: they would only cost each search a look.
     """
     slots: list[Slot] = []
     by_name: dict[str, Slot] = {}
     preference: dict[str, int] = {}
+    useful = _Useful(shapes)
     for up in inventory.nodes_up():
         if up.cordoned:
             continue
         node = up.view.node
+        if not useful(node.allocatable.vector(), node.labels, up.taints, up.view.group):
+            continue
         slot = Slot.up(
             name=node.name,
             site=up.view.region,
@@ -407,6 +439,8 @@ def timeline_of(
         labels = group.template_labels()
         taints = blocking_taints(group.taints, ignore_transient=True)
         free = group.allocatable.vector()
+        if not useful(free, labels, taints, group):
+            continue
         for number, at in enumerate(sorted(coming)[:MAX_NODES_TO_COME]):
             slots.append(
                 Slot.up(
