@@ -7,6 +7,7 @@ GPU node, the intake, admission and reconcile as the scale check and the schedul
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
@@ -402,3 +403,26 @@ def test_with_two_clusters_the_victim_is_stopped_in_its_own() -> None:
     new = store.get("new")
     assert new is not None and new.status is JobStatus.QUEUED and new.cluster is None
     assert report.done["preempted"][0]["cluster"] == "east"
+
+
+def test_a_preempted_run_keeps_what_it_cost(world: World) -> None:
+    # given the low job ran two hours at $12 an hour (its rate on its record, as reconcile writes it)
+    running_low(world)
+    low = world.store.get("low")
+    assert low is not None
+    world.store.save(*note_with(low, cost=0.0, cost_rate=12.0))
+    # when it is preempted
+    world.submit("urgent", priority=90)
+    world.check(world.preempter())
+    # then its record keeps those two hours' cost, and its rate is cleared until it runs again
+    low = world.store.get("low")
+    assert low is not None and low.status is JobStatus.QUEUED
+    assert low.cost == pytest.approx(12.0 * low.ran_seconds / 3600)
+    assert low.cost_rate is None
+
+
+def note_with(job: Job, **changes: Any) -> tuple[Job, Any]:
+    from squall.core.jobs import note
+
+    updated, event = note(job, reason="Started", at=job.updated_at)
+    return dataclasses.replace(updated, **changes), event

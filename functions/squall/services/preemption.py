@@ -26,6 +26,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
+from squall.core import costs
 from squall.core.errors import MAX_ERROR_TEXT, SquallError
 from squall.core.jobs import Job, JobStatus, Reason, reason_code, transition
 from squall.core.queue import queue_shape
@@ -267,8 +268,9 @@ class Preempter:
                     objects_created=False,
                     requeued=True,
                     started_at=None,
-                    ran_seconds=current.ran_seconds + ran,
                     checkpoint_at=checkpoint_at,
+                    # what this run cost is kept, with its run time (ran_seconds), its rate cleared
+                    **costs.stopped(current, run_start=current.started_at, end=now, requeued=True),
                     **shape,
                 )
             ),
