@@ -113,8 +113,7 @@ class Reconciler:
     intake: Intake
     memory: ReconcileMemory = field(default_factory=ReconcileMemory)
     serving: ServingReconciler | None = None
-    # Jobs' costs (None: not counted)
-    costs: JobCosting | None = None
+    costs: JobCosting | None = None  # jobs' costs (None: not counted)
     _graces: list[datetime] = field(default_factory=list)
     # This run's cluster of each job observed (a record without one names none)
     _located: dict[str, str] = field(default_factory=dict)
@@ -589,8 +588,9 @@ class Reconciler:
             return None
         report.transitions[to.value] += 1
         if to is JobStatus.RUNNING and job.started_at is None and updated.started_at is not None:
-            wait = (updated.started_at - updated.submitted_at).total_seconds()
-            self.metrics.add(Metric.QUEUE_WAIT_SECONDS, wait, unit="Seconds")
+            if not updated.ran_seconds:  # a preempted job's wait was counted at its first start
+                wait = (updated.started_at - updated.submitted_at).total_seconds()
+                self.metrics.add(Metric.QUEUE_WAIT_SECONDS, wait, unit="Seconds")
             self.metrics.add(Metric.JOBS_STARTED, 1)
         if is_terminal(to):
             self._finish(updated, report)
