@@ -6,7 +6,10 @@ three weeks), over 109 days, each with the maxRuntime its user would declare
 (`max_runtime_s`: 1.5 to 5 times its run, rounded up to a whole hour or a usual step).
 It is replayed through the real handlers (`Simulation`, memory backend, unpaced)
 against bench_replay's three regions of p4d.24xlarge (8 GPUs, at most 60 each) and
-g5.xlarge (1 GPU, at most 120 each): a 128-GPU gang needs 16 p4d in one region.
+g5.xlarge (1 GPU, at most 120 each): a 128-GPU gang needs 16 p4d in one region. On
+that fleet (1,800 GPUs; the history keeps about 350 busy on average) jobs hardly wait
+for anything but a node's boot; `--p4d 20` (at most 20 p4d in each region, 480 of their
+GPUs) is a fleet the history fills, where the queue, and so backfill, matters.
 
 Replayed twice in one run, on the same capacity: with the policy's `backfill: false`
 (today's admission: the head of the queue reserves room and nothing else may use it;
@@ -25,7 +28,8 @@ goal lines are the ones that count; `--quick` 10 days of 300. `--default-limits`
 the column out (every job submitted with twice its run time, at least an hour: the
 replays before issue 27).
 
-Run: .venv/bin/python benchmarks/bench_history.py [--full | --quick] [--days 30] [--jobs 800] [--default-limits]
+Run: .venv/bin/python benchmarks/bench_history.py [--full | --quick] [--days 30] [--jobs 800] [--p4d 60]
+     [--default-limits]
 """
 
 from __future__ import annotations
@@ -37,13 +41,14 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bench_replay import configuration
+from bench_replay import configuration, node_groups
 from histories import long_history
 
 from squall.local.runtime import LocalRuntime
 from squall.local.scenario import Simulation
 from squall.local.scenario.simulation import SimulationResult
 from squall.local.trace import Configuration, TraceRow, parse_trace, trace_plan
+from squall.planner.offline import parse_groups
 
 DAY = 24 * 3600
 GOAL_SECONDS = 180  # issue 13: the whole history
@@ -69,6 +74,13 @@ class Replay:
         return (
             all(row.state == "SUCCEEDED" for row in self.result.jobs) and len(self.result.jobs) == self.jobs
         )
+
+
+def with_p4d(config: Configuration, most: int) -> Configuration:
+    """bench_replay's configuration with at most `most` p4d.24xlarge in each region."""
+    raw = [g | {"maxSize": most} if g["instanceType"] == "p4d.24xlarge" else g for g in node_groups()]
+    groups, _ = parse_groups(raw)
+    return replace(config, node_groups=raw, groups=groups)
 
 
 def with_backfill(config: Configuration, *, on: bool) -> Configuration:
@@ -164,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="the issue's history: 109 days of 3,000 jobs")
     parser.add_argument("--quick", action="store_true", help="10 days of 300 jobs")
     parser.add_argument(
+        "--p4d", type=int, default=60, help="the most p4d.24xlarge in each region (at least 16; default 60)"
+    )
+    parser.add_argument(
         "--default-limits",
         action="store_true",
         help="no max_runtime_s column: every job submitted with twice its run time, at least an hour",
@@ -173,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         args.days, args.jobs = 109, 3_000
     elif args.quick:
         args.days, args.jobs = 10, 300
-    config = configuration()
+    config = with_p4d(configuration(), args.p4d)
     text = long_history(args.jobs, days=args.days, declared_limits=not args.default_limits)
     rows = parse_trace(text, source="long", max_run=config.policy.max_runtime_limit)
     sizes = Counter(r.gpus * r.replicas for r in rows)
