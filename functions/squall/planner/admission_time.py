@@ -18,7 +18,7 @@ from squall.planner.demand import PodShape, shape_of
 from squall.planner.inventory import Inventory
 from squall.planner.model import NodeGroup, Pod
 from squall.planner.queue_types import QueuedJob, ReplicaJob
-from squall.planner.timeline import Booking, Timeline, seconds_until, timeline_of
+from squall.planner.timeline import Booking, Timeline, seconds_until, timelines_of
 
 # Jobs in line booked on the time profile with start estimates, at most; those after them
 # are only tried now (backfill) and have no estimate, for at most MAX_TRIED_NOW more.
@@ -77,9 +77,12 @@ class Timing:
             ratio = _ratio(run_ratios, replicas[0].team)
             declared_ends[job_id] = (began + limit - now).total_seconds()
             likely_ends[job_id] = (began + limit * ratio - now).total_seconds()
+        declared, likely = timelines_of(
+            inventory=inventory, pods=pods, now=now, ends=[declared_ends, likely_ends], shapes=shapes
+        )
         timing = cls(
-            declared=timeline_of(inventory=inventory, pods=pods, now=now, ends=declared_ends, shapes=shapes),
-            likely=timeline_of(inventory=inventory, pods=pods, now=now, ends=likely_ends, shapes=shapes),
+            declared=declared,
+            likely=likely,
             now=now,
             ratios=run_ratios,
         )

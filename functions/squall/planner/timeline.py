@@ -32,7 +32,7 @@ from datetime import datetime
 from squall.planner.demand import PodShape
 from squall.planner.fit import blocking_taints, fit_count
 from squall.planner.inventory import InstanceStatus, Inventory
-from squall.planner.model import NodeGroup, Pod, Taint, Vector
+from squall.planner.model import Pod, Taint, Vector
 from squall.planner.sites import site as site_of
 
 # Start times a search tries in one site before it gives up on the job (no estimate).
@@ -363,28 +363,114 @@ MAX_NODES_TO_COME = 256
 class _Useful:
     """Could any of the shapes ever fit a node of this size, labels and taints? (All: no shapes given.)
 
-    Answered once per group for the nodes of a group (they share its template), per node otherwise.
+    The answer depends only on the size, the taints and the labels the shapes look at, so
+    it is worked out once for each such kind of node.
     """
 
     def __init__(self, shapes: Iterable[PodShape] | None) -> None:
         self._shapes = None if shapes is None else tuple(shapes)
-        self._groups: dict[str, bool] = {}
+        keys: set[str] = set()
+        for shape in self._shapes or ():
+            keys |= shape.label_keys()
+        self._keys = sorted(keys)
+        self._known: dict[tuple[object, ...], bool] = {}
 
-    def __call__(
-        self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...], group: NodeGroup | None
-    ) -> bool:
+    def __call__(self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> bool:
         if self._shapes is None:
             return True
-        if group is not None and self._groups.get(group.name):
-            return True
-        answer = any(
-            all(need <= most for need, most in zip(shape.request, size, strict=True))
-            and shape.placement_mismatch(labels, taints) is None
-            for shape in self._shapes
-        )
-        if group is not None and answer:
-            self._groups[group.name] = answer  # a node of the group fits: its others are looked at too
+        kind = (size, taints, *(labels.get(key) for key in self._keys))
+        answer = self._known.get(kind)
+        if answer is None:
+            answer = self._known[kind] = any(
+                all(need <= most for need, most in zip(shape.request, size, strict=True))
+                and shape.placement_mismatch(labels, taints) is None
+                for shape in self._shapes
+            )
         return answer
+
+
+def timelines_of(
+    *,
+    inventory: Inventory,
+    pods: Iterable[Pod],
+    now: datetime,
+    ends: Sequence[Mapping[str, float | None]],
+    shapes: Iterable[PodShape] | None = None,
+) -> list[Timeline]:
+    """Profiles of the fleet as it stands, one for each of `ends`: nodes up, with their running
+    pods' room coming back at their jobs' ends (job id -> seconds from now; None or absent:
+    never), and nodes to come.
+
+    Nodes to come: each group's booting instances, up once booted (launch time plus the
+    group's boot time, at least now), and the nodes it may still add up to its max size,
+    up after its boot time from now. Cordoned nodes are left out (admission does not place
+    on them), and with `shapes` (the queue's), so are nodes and groups none of them could
+    ever fit: they would only cost each search a look. The fleet is read once for all.
+    """
+    kinds: list[tuple[str, str, Mapping[str, str], tuple[Taint, ...], Vector, float, Vector]] = []
+    preference: dict[str, int] = {}
+    useful = _Useful(shapes)
+    up_now: set[str] = set()
+    for up in inventory.nodes_up():
+        node = up.view.node
+        size = node.allocatable.vector()
+        if up.cordoned or not useful(size, node.labels, up.taints):
+            continue
+        kinds.append((node.name, up.view.region, node.labels, up.taints, up.free, 0.0, size))
+        up_now.add(node.name)
+    for view in inventory.groups.values():
+        group = view.group
+        where = site_of(group.region, group.cluster)
+        preference[where] = min(preference.get(where, group.priority), group.priority)
+        labels = group.template_labels()
+        taints = blocking_taints(group.taints, ignore_transient=True)
+        free = group.allocatable.vector()
+        if not useful(free, labels, taints):
+            continue
+        boot = group.boot_time.total_seconds()
+        coming = [
+            max(0.0, (i.instance.launch_time - now).total_seconds() + boot)
+            for i in view.instances
+            if i.status is InstanceStatus.BOOTING
+        ]
+        coming += [boot] * max(0, group.max_size - view.size)
+        for number, at in enumerate(sorted(coming)[:MAX_NODES_TO_COME]):
+            kinds.append((f"{group.name}#{number}", where, labels, taints, free, at, free))
+    for kind in kinds:
+        preference.setdefault(kind[1], 1 << 30)
+    order = sites_in_order(preference)
+    # Running pods by job: (node, request) -> how many, for each job with pods on nodes up.
+    held: dict[str | None, dict[tuple[str, Vector], int]] = {}
+    for pod in pods:
+        if pod.is_active and pod.node_name in up_now and pod.job_id is not None:
+            on = held.setdefault(pod.job_id, {})
+            key = (pod.node_name, pod.requests.vector())
+            on[key] = on.get(key, 0) + 1
+    timelines = []
+    for job_ends in ends:
+        slots = [
+            Slot(
+                name=name,
+                site=where,
+                labels=labels,
+                taints=taints,
+                times=[at],
+                frees=[free],
+                up_at=at,
+                size=size,
+            )
+            for name, where, labels, taints, free, at, size in kinds
+        ]
+        by_name = {slot.name: slot for slot in slots if slot.up_at == 0.0 and slot.name in up_now}
+        timeline = Timeline(slots, site_order=order)
+        for job_id, on in held.items():
+            at = seconds_until(job_ends.get(job_id or ""))
+            if at == math.inf:
+                continue
+            for (name, request), count in on.items():
+                timeline.release(by_name[name], request, count, at)
+        timelines.append(timeline)
+    return timelines
 
 
 def timeline_of(
@@ -395,69 +481,5 @@ def timeline_of(
     ends: Mapping[str, float | None],
     shapes: Iterable[PodShape] | None = None,
 ) -> Timeline:
-    """The profile of the fleet as it stands: nodes up, with their running pods' room coming back
-    at their jobs' `ends` (job id -> seconds from now; None or absent: never), and nodes to come.
-
-    Nodes to come: each group's booting instances, up once booted (launch time plus the
-    group's boot time, at least now), and the nodes it may still add up to its max size,
-    up after its boot time from now. Cordoned nodes are left out (admission does not place
-    on them), and with `shapes` (the queue's), so are nodes and groups none of them could
-    ever fit: they would only cost each search a look.
-    """
-    slots: list[Slot] = []
-    by_name: dict[str, Slot] = {}
-    preference: dict[str, int] = {}
-    useful = _Useful(shapes)
-    for up in inventory.nodes_up():
-        if up.cordoned:
-            continue
-        node = up.view.node
-        if not useful(node.allocatable.vector(), node.labels, up.taints, up.view.group):
-            continue
-        slot = Slot.up(
-            name=node.name,
-            site=up.view.region,
-            labels=node.labels,
-            taints=up.taints,
-            free=up.free,
-            at=0.0,
-            size=node.allocatable.vector(),
-        )
-        slots.append(slot)
-        by_name[node.name] = slot
-    for view in inventory.groups.values():
-        group = view.group
-        where = site_of(group.region, group.cluster)
-        preference[where] = min(preference.get(where, group.priority), group.priority)
-        boot = group.boot_time.total_seconds()
-        coming = [
-            max(0.0, (i.instance.launch_time - now).total_seconds() + boot)
-            for i in view.instances
-            if i.status is InstanceStatus.BOOTING
-        ]
-        coming += [boot] * max(0, group.max_size - view.size)
-        labels = group.template_labels()
-        taints = blocking_taints(group.taints, ignore_transient=True)
-        free = group.allocatable.vector()
-        if not useful(free, labels, taints, group):
-            continue
-        for number, at in enumerate(sorted(coming)[:MAX_NODES_TO_COME]):
-            slots.append(
-                Slot.up(
-                    name=f"{group.name}#{number}", site=where, labels=labels, taints=taints, free=free, at=at
-                )
-            )
-    for slot in slots:
-        preference.setdefault(slot.site, 1 << 30)
-    timeline = Timeline(slots, site_order=sites_in_order(preference))
-    releases: dict[tuple[str, Vector, float], int] = {}
-    for pod in pods:
-        if not pod.is_active or pod.node_name not in by_name:
-            continue
-        at = seconds_until(ends.get(pod.job_id)) if pod.job_id is not None else math.inf
-        if at != math.inf:
-            key = (pod.node_name, pod.requests.vector(), at)
-            releases[key] = releases.get(key, 0) + 1
-    for (name, request, at), count in releases.items():
-        timeline.release(by_name[name], request, count, at)
-    return timeline
+    """The one profile of `timelines_of` for these ends."""
+    return timelines_of(inventory=inventory, pods=pods, now=now, ends=[ends], shapes=shapes)[0]
