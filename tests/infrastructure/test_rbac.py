@@ -67,7 +67,11 @@ def test_jobs_group_reads_and_writes_only_in_team_namespaces(manifests: list[dic
     assert {resource for _, resource, _ in read} == {"jobs", "pods"}
     # Neither is bound cluster-wide: the jobs functions list namespace by namespace.
     cluster_bound = {b["roleRef"]["name"] for b in _by(manifests, "ClusterRoleBinding").values()}
-    assert cluster_bound == {"squall-capacity"}
+    assert cluster_bound == {"squall-capacity", "squall-nodes-read"}
+    # Cluster-wide, the jobs group only reads nodes (reconcile prices a job by its pods' nodes).
+    nodes_read = _by(manifests, "ClusterRoleBinding")["/squall-nodes-read"]
+    assert nodes_read["subjects"][0]["name"] == constants.KUBERNETES_JOBS_GROUP
+    assert rbac_grants(roles["/squall-nodes-read"]) == {("", "nodes", "get"), ("", "nodes", "list")}
     bindings = _by(manifests, "RoleBinding")
     jobs_bindings = {
         k: b for k, b in bindings.items() if b["subjects"][0]["name"] == constants.KUBERNETES_JOBS_GROUP
