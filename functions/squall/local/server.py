@@ -171,6 +171,7 @@ class Served:
     policy: Any = None  # core.settings.PolicySettings; None: the runtime's default
     teams: dict[str, str] | None = None  # team -> namespace; None: the runtime's default teams
     quotas: dict[str, Any] | None = None  # team -> admission.TeamShare
+    budgets: dict[str, float] | None = None  # team -> its monthly budget in dollars
 
 
 def served(groups: Path | None) -> Served:
@@ -192,6 +193,7 @@ def served(groups: Path | None) -> Served:
         default = node_groups()
         return Served(node_groups=default, clusters=[], capacity=capacity([g["region"] for g in default], {}))
     from squall.local.trace import load_configuration
+    from squall.planner.inputs import team_budgets
 
     configuration = load_configuration(groups)
     regions = [g.region for g in configuration.groups] + [c.region for c in configuration.clusters]
@@ -203,6 +205,7 @@ def served(groups: Path | None) -> Served:
         # submitters are left out: locally, anyone may submit for any team
         teams={name: team.namespace for name, team in configuration.teams.items()} or None,
         quotas=configuration.quotas() or None,
+        budgets=team_budgets(configuration.teams) or None,
     )
 
 
@@ -301,6 +304,7 @@ def serve(options: ServerOptions, *, stop: threading.Event | None = None) -> int
             policy=serving.policy,
             teams=teams,
             quotas=serving.quotas,
+            budgets=serving.budgets,
             port=options.port,
             pod_runner=make_runner if options.real_pods else None,
             log_level=logging.WARNING,
