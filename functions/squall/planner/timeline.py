@@ -301,10 +301,26 @@ class Timeline:
                 return booking
         return None
 
+    def _fit_one(self, part: tuple[PodShape, int], start: float, end: float, site: str) -> Booking | None:
+        shape, left = part
+        request = shape.request
+        placed: list[tuple[Slot, Vector, int]] = []
+        for slot in self._slots_for(shape, site):
+            fits = slot.fits(start, end, request)
+            if fits:
+                take = fits if fits < left else left
+                placed.append((slot, request, take))
+                left -= take
+                if not left:
+                    return Booking(site=site, start=start, end=end, placed=tuple(placed))
+        return None
+
     def _fit_at(
         self, parts: Sequence[tuple[PodShape, int]], start: float, duration: float, site: str
     ) -> Booking | None:
         end = start + duration
+        if len(parts) == 1:  # most gangs: one kind of pod, no slot shared between parts
+            return self._fit_one(parts[0], start, end, site)
         taken: dict[int, Vector] = {}  # id(slot) -> what earlier parts of this gang took of it
         placed: list[tuple[Slot, Vector, int]] = []
         for shape, count in parts:
