@@ -31,6 +31,7 @@ from aws_lambda_powertools import Logger
 from squall.adapters.aws.identity import ClusterEndpoint
 from squall.core.drain import DrainPolicy
 from squall.core.errors import RetryableError, SquallError
+from squall.core.jobs import Job, JobEvent
 from squall.core.resources import DRAIN, FUNCTIONS
 from squall.core.settings import ClusterSettings, Settings
 from squall.core.telemetry import SERVICE
@@ -204,6 +205,14 @@ class Services:
                 submitters=self.submitters,
             ),
             serving=self.model_serving,
+            # Its records only, no events (the submit function reads no history): a cancelled
+            # run is costed from its record's start.
+            costs=JobCosting(
+                groups=self.node_groups,
+                ledger=self.cost_ledger,
+                history=_RecordsOnly(self.store),
+                metrics=self.metrics,
+            ),
         )
 
     @property
@@ -268,6 +277,19 @@ class Services:
     def serving_memory(self) -> ServingMemory:
         """Where the last serving reconcile of this process stopped (it takes the services in turn)."""
         return ServingMemory()
+
+
+@dataclass(frozen=True)
+class _RecordsOnly:
+    """A job history of records without events: what the submit function may read."""
+
+    store: JobStore
+
+    def get(self, job_id: str) -> Job | None:
+        return self.store.get(job_id)
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        return []
 
 
 def _termination_grace(settings: Settings) -> timedelta | None:

@@ -61,6 +61,7 @@ from squall.core.spec import (
 )
 from squall.core.telemetry import SERVICE, Metric
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
+from squall.services.costs import JobCosting, unpriced
 from squall.services.serving import ModelServing
 from squall.services.versioned import CONFLICT_RETRIES, update_record
 
@@ -127,6 +128,8 @@ class Intake:
     waiting: list[str] = field(default_factory=list)
     # model services: None where this runtime has none (serve requests are then refused)
     serving: ModelServing | None = None
+    # a cancelled running job's cost (recorded, added to its team's month); None: not counted
+    costs: JobCosting | None = None
 
     def handle(self, *, body: str, message_id: str, sender_id: str | None = None) -> IntakeResult:
         """Process one queue message. Raises RetryableError when it should be redelivered.
@@ -385,6 +388,13 @@ class Intake:
                     reason=Reason.CANCEL_REQUESTED,
                     at=self.clock.now(),
                     message=reason,
+                    **(
+                        self.costs.on_transition(
+                            current, to=JobStatus.CANCELLED, at=self.clock.now(), rate=unpriced
+                        )
+                        if self.costs is not None
+                        else {}
+                    ),
                 )
                 if not is_terminal(current.status)
                 else None
