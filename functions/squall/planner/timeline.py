@@ -62,6 +62,9 @@ class Slot:
     frees: list[Vector]
     up_at: float = 0.0  # when it is up: 0 for a node up now
     size: Vector = (0, 0, 0, 0)  # the most it ever has free (its allocatable): a pod larger never fits
+    # What placement reads of it (size, taints, the labels pods look at): slots of one kind
+    # fit the same pods. None: its own kind.
+    kind: tuple[object, ...] | None = None
 
     @classmethod
     def up(
@@ -190,6 +193,8 @@ class Timeline:
         # Searches start no earlier than a job alike (same pods, no shorter) found last time:
         # room only ever gets taken, so it cannot start earlier either.
         self._found: dict[tuple[tuple[int, int], ...], list[tuple[float, float]]] = {}
+        # (shape, site) -> how many of its slots, from the first, have no room for it now.
+        self._full_now: dict[tuple[PodShape, str], int] = {}
         # The shortest run of each kind of gang that could not start now.
         self._not_now: dict[tuple[tuple[int, int], ...], float] = {}
 
@@ -207,12 +212,19 @@ class Timeline:
         slots = self._fitting.get(key)
         if slots is None:
             request = shape.request
-            slots = self._fitting[key] = [
-                s
-                for s in self._sites[site].slots
-                if all(need <= most for need, most in zip(request, s.size, strict=True))
-                and shape.placement_mismatch(s.labels, s.taints) is None
-            ]
+            kinds: dict[object, bool] = {}
+            slots = []
+            for s in self._sites[site].slots:
+                kind = s.kind if s.kind is not None else id(s)
+                fits = kinds.get(kind)
+                if fits is None:
+                    fits = kinds[kind] = (
+                        all(need <= most for need, most in zip(request, s.size, strict=True))
+                        and shape.placement_mismatch(s.labels, s.taints) is None
+                    )
+                if fits:
+                    slots.append(s)
+            self._fitting[key] = slots
         return slots
 
     def schedule(
@@ -275,10 +287,41 @@ class Timeline:
         if site not in self._sites:
             return None
         ordered = sorted(parts, key=lambda part: part[0].request, reverse=True)
-        booking = self._fit_at(ordered, 0.0, duration, site)
+        if len(ordered) == 1:
+            booking = self._fit_now(ordered[0], duration, site)
+        else:
+            booking = self._fit_at(ordered, 0.0, duration, site)
         if booking is not None:
             self.book(booking)
         return booking
+
+    def _fit_now(self, part: tuple[PodShape, int], duration: float, site: str) -> Booking | None:
+        """`_fit_one` from now, passing the slots found with no room for the shape now: room
+        only gets taken, so a slot full for it now stays so (a long run of admitted pods)."""
+        shape, left = part
+        request = shape.request
+        slots = self._slots_for(shape, site)
+        key = (shape, site)
+        first = self._full_now.get(key, 0)
+        placed: list[tuple[Slot, Vector, int]] = []
+        for index in range(first, len(slots)):
+            slot = slots[index]
+            now = slot.fits(0.0, 0.0, request) if slot.up_at <= 0 else 0
+            if not now:
+                if index == first:
+                    first += 1
+                continue
+            fits = slot.fits(0.0, duration, request)
+            if fits:
+                take = fits if fits < left else left
+                placed.append((slot, request, take))
+                left -= take
+                if not left:
+                    break
+        self._full_now[key] = first
+        if left:
+            return None
+        return Booking(site=site, start=0.0, end=duration, placed=tuple(placed))
 
     def _earliest(
         self,
@@ -391,10 +434,14 @@ class _Useful:
         self._keys = sorted(keys)
         self._known: dict[tuple[object, ...], bool] = {}
 
+    def kind(self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> tuple[object, ...]:
+        """What placement reads of a node: nodes of one kind fit the same shapes."""
+        return (size, taints, *(labels.get(key) for key in self._keys))
+
     def __call__(self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> bool:
         if self._shapes is None:
             return True
-        kind = (size, taints, *(labels.get(key) for key in self._keys))
+        kind = self.kind(size, labels, taints)
         answer = self._known.get(kind)
         if answer is None:
             answer = self._known[kind] = any(
@@ -423,7 +470,11 @@ def timelines_of(
     on them), and with `shapes` (the queue's), so are nodes and groups none of them could
     ever fit: they would only cost each search a look. The fleet is read once for all.
     """
-    kinds: list[tuple[str, str, Mapping[str, str], tuple[Taint, ...], Vector, float, Vector]] = []
+    kinds: list[
+        tuple[
+            str, str, Mapping[str, str], tuple[Taint, ...], Vector, float, Vector, tuple[object, ...] | None
+        ]
+    ] = []
     preference: dict[str, int] = {}
     useful = _Useful(shapes)
     up_now: set[str] = set()
@@ -432,7 +483,8 @@ def timelines_of(
         size = node.allocatable.vector()
         if up.cordoned or not useful(size, node.labels, up.taints):
             continue
-        kinds.append((node.name, up.view.region, node.labels, up.taints, up.free, 0.0, size))
+        kind = useful.kind(size, node.labels, up.taints) if shapes is not None else None
+        kinds.append((node.name, up.view.region, node.labels, up.taints, up.free, 0.0, size, kind))
         up_now.add(node.name)
     for view in inventory.groups.values():
         group = view.group
@@ -450,8 +502,9 @@ def timelines_of(
             if i.status is InstanceStatus.BOOTING
         ]
         coming += [boot] * max(0, group.max_size - view.size)
+        kind = useful.kind(free, labels, taints) if shapes is not None else None
         for number, at in enumerate(sorted(coming)[:MAX_NODES_TO_COME]):
-            kinds.append((f"{group.name}#{number}", where, labels, taints, free, at, free))
+            kinds.append((f"{group.name}#{number}", where, labels, taints, free, at, free, kind))
     for kind in kinds:
         preference.setdefault(kind[1], 1 << 30)
     order = sites_in_order(preference)
@@ -474,8 +527,9 @@ def timelines_of(
                 frees=[free],
                 up_at=at,
                 size=size,
+                kind=kind,
             )
-            for name, where, labels, taints, free, at, size in kinds
+            for name, where, labels, taints, free, at, size, kind in kinds
         ]
         by_name = {slot.name: slot for slot in slots if slot.up_at == 0.0 and slot.name in up_now}
         timeline = Timeline(slots, site_order=order)
