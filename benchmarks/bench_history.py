@@ -119,6 +119,13 @@ def report(label: str, r: Replay) -> None:
     )
     waits = summary["queueWaitSeconds"]
     print("  queue wait: " + ", ".join(f"{key} {waits[key]:,.0f} s" for key in ("p50", "p90", "p99", "max")))
+    waited = {row.id: row.started_s - row.submitted_s for row in r.result.jobs if row.started_s is not None}
+    if waited:
+        longest = next(row for row in r.result.jobs if row.id == max(waited, key=waited.__getitem__))
+        print(
+            f"  the longest wait: {longest.id}, {longest.gpus} GPUs in {longest.replicas} replicas, submitted on "
+            f"day {longest.submitted_s / DAY:.1f}, waited {waited[longest.id] / DAY:.1f} days"
+        )
     print(f"  {estimates_line(summary['estimates'])}")
 
 
