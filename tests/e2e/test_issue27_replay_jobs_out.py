@@ -81,3 +81,22 @@ def test_the_printed_summary_says_waits_estimates_and_costs_in_words(
     assert any(line.startswith("estimates: ") for line in lines), out
     (costs,) = [line for line in lines if line.startswith("costs: jobs $")]
     assert " + overhead $" in costs and " = fleet $" in costs
+
+
+@pytest.mark.timeout(120)
+def test_first_estimates_are_held_against_the_simulated_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given the trace: every job waits (for the node to boot, then for room on it)
+    replay(tmp_path, "--json")
+    summary: dict[str, Any] = json.loads(capsys.readouterr().out)
+    rows = {r["id"]: r for r in csv.DictReader((tmp_path / "jobs.csv").open(newline=""))}
+    # then each got a first startsBy while it waited, and the job that waited longest started by it
+    assert all(r["starts_by_s"] and r["likely_start_s"] for r in rows.values()), rows
+    waited = rows["vision-000003"]
+    assert float(waited["started_s"]) - float(waited["submitted_s"]) > 1800  # behind the first job's run
+    assert float(waited["started_s"]) <= float(waited["starts_by_s"])
+    # and the summary judges the same jobs the rows show: one priority, so every one that started
+    on_time = [float(r["started_s"]) <= float(r["starts_by_s"]) for r in rows.values() if r["started_s"]]
+    assert summary["estimates"]["judged"] == len(on_time) == 3
+    assert summary["estimates"]["startedByStartsBy"] == round(sum(on_time) / len(on_time), 4)
