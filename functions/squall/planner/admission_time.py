@@ -22,10 +22,10 @@ from squall.planner.timeline import Booking, Timeline, seconds_until, timelines_
 
 # Jobs in line booked on the time profile with start estimates, at most; those after them
 # are only tried now (backfill) and have no estimate, for at most MAX_TRIED_NOW more.
-MAX_SCHEDULED = 500
+MAX_SCHEDULED = 150
 MAX_TRIED_NOW = 2_000
 # Jobs in line given a likelyStart as well, at most (a second profile: as much work again).
-MAX_LIKELY = 200
+MAX_LIKELY = 100
 # A job that declares no run time is taken for the spec's default maxRuntime.
 DEFAULT_RUN_TIME = timedelta(hours=24)
 # A likely run time is never taken for less than this share of the declared one.

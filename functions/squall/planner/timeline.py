@@ -193,6 +193,8 @@ class Timeline:
         # Searches start no earlier than a job alike (same pods, no shorter) found last time:
         # room only ever gets taken, so it cannot start earlier either.
         self._found: dict[tuple[tuple[int, int], ...], list[tuple[float, float]]] = {}
+        # A booking later than now was made: room no longer only grows with time.
+        self._scheduled = False
         # (shape, site) -> how many of its slots, from the first, have no room for it now.
         self._full_now: dict[tuple[PodShape, str], int] = {}
         # The shortest run of each kind of gang that could not start now.
@@ -278,6 +280,7 @@ class Timeline:
         return best
 
     def book(self, booking: Booking) -> None:
+        self._scheduled = self._scheduled or booking.start > 0
         site = self._sites[booking.site]
         for slot, request, count in booking.placed:
             site.note(slot.change(booking.start, booking.end, request, -count))
@@ -296,8 +299,8 @@ class Timeline:
         return booking
 
     def _fit_now(self, part: tuple[PodShape, int], duration: float, site: str) -> Booking | None:
-        """`_fit_one` from now, passing the slots found with no room for the shape now: room
-        only gets taken, so a slot full for it now stays so (a long run of admitted pods)."""
+        """`_fit_one` from now for pods placed before any booking, passing the slots found with
+        no room for the shape now: room only gets taken now, so a slot full for it stays so."""
         shape, left = part
         request = shape.request
         slots = self._slots_for(shape, site)
@@ -311,7 +314,9 @@ class Timeline:
                 if index == first:
                     first += 1
                 continue
-            fits = slot.fits(0.0, duration, request)
+            # Before any booking a node's room only grows with time (releases): what fits now
+            # fits for any run from now.
+            fits = slot.fits(0.0, duration, request) if self._scheduled else now
             if fits:
                 take = fits if fits < left else left
                 placed.append((slot, request, take))
@@ -415,8 +420,9 @@ def sites_in_order(groups_by_site: Mapping[str, int]) -> list[str]:
     return sorted(groups_by_site, key=lambda s: (groups_by_site[s], s))
 
 
-# Nodes a group may still add that a profile counts, at most (a gang has at most 82 pods).
-MAX_NODES_TO_COME = 256
+# Nodes a group may still add that a profile counts, at most (a gang has at most 82 pods;
+# past them, estimates wait for nodes to free instead: later, never earlier, than the truth).
+MAX_NODES_TO_COME = 96
 
 
 class _Useful:
