@@ -23,7 +23,7 @@ adds the column as users set limits (issue 27): coarse, and above the real run t
 (1.5 to 5 times it, rounded up to a whole hour or to a usual step: 1h, 2h, 4h, 8h,
 12h, 1d, 2d, 3d, 7d, 14d, 21d, 30d); the jobs are the same as without it.
 
-Run: .venv/bin/python benchmarks/histories.py burst|long [--jobs N] [--seed S] > TRACE.csv
+Run: .venv/bin/python benchmarks/histories.py burst|long [--jobs N] [--seed S] [--declared-limits] > TRACE.csv
 """
 
 from __future__ import annotations
