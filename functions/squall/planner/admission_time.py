@@ -21,7 +21,8 @@ from squall.planner.queue_types import QueuedJob, ReplicaJob
 from squall.planner.timeline import Booking, Timeline, seconds_until, timelines_of
 
 # Jobs in line booked on the time profile with start estimates, at most; those after them
-# are only tried now (backfill) and have no estimate, for at most MAX_TRIED_NOW more.
+# are only tried now, in order (up to the first that cannot start), and have no estimate,
+# for at most MAX_TRIED_NOW more.
 MAX_SCHEDULED = 150
 MAX_TRIED_NOW = 2_000
 # Jobs in line given a likelyStart as well, at most (a second profile: as much work again).
@@ -42,6 +43,7 @@ class Timing:
     now: datetime
     ratios: Mapping[str, float]
     booked: int = 0
+    stopped: bool = False  # past MAX_SCHEDULED, a job could not start now: the rest wait behind it
     bought: int = 0  # jobs whose pods were given to the planner to buy nodes for
     _likely: Booking | None = None
 
@@ -107,7 +109,7 @@ class Timing:
     @property
     def exhausted(self) -> bool:
         """No job further on is looked at for now or later."""
-        return self.booked >= MAX_SCHEDULED + MAX_TRIED_NOW
+        return self.stopped or self.booked >= MAX_SCHEDULED + MAX_TRIED_NOW
 
     def _declared(self, job: QueuedJob) -> float:
         return (job.max_runtime or DEFAULT_RUN_TIME).total_seconds()
@@ -121,7 +123,14 @@ class Timing:
         self.booked += 1
         self._likely = None
         if self.booked > MAX_SCHEDULED:
+            # Past the booked part of the line, in order only: a job that cannot start now has
+            # no booking to protect it, so none behind it may pass it (it would starve).
+            if self.stopped:
+                return None
             booking = self.declared.schedule(parts, self._declared(job), latest=0.0)
+            if booking is None or booking.start > 0:
+                self.stopped = True
+                return None
         else:
             booking = self.declared.schedule(parts, self._declared(job))
         if booking is None:
