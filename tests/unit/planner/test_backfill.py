@@ -189,3 +189,21 @@ def test_the_timeline_books_gangs_in_line_and_never_into_room_booked_ahead() -> 
     assert timeline.schedule([(shape, 1)], 3600.0, latest=0.0) is not None
     assert timeline.schedule([(shape, 1)], 3601.0, latest=0.0) is None
     assert isinstance(timeline, Timeline)
+
+
+def test_past_the_booked_part_of_the_line_no_job_passes_one_that_cannot_start(monkeypatch: Any) -> None:
+    import squall.planner.admission_time as admission_time
+
+    # given: only the head is booked (a line of one); a gang behind it cannot start now, and a
+    # short job behind that would fit now on the free node
+    monkeypatch.setattr(admission_time, "MAX_SCHEDULED", 1)
+    groups, busy, bound = fleet_with_one_node_busy()
+    queue = jobs_of("head", replicas=2, minute=0) + jobs_of("big", replicas=2, minute=1)
+    queue += jobs_of("short", runtime="30m", minute=2)
+    # when
+    result = admit_on(groups, busy + queue, [bound])
+    # then: the short job waits behind the gang that has no booking to protect it
+    assert result.admitted == ()
+    # (with the gang out of the way, the short job behind the booked head runs now)
+    queue = jobs_of("head", replicas=2, minute=0) + jobs_of("short", runtime="30m", minute=2)
+    assert [a.job_id for a in admit_on(groups, busy + queue, [bound]).admitted] == ["short"]
