@@ -3,6 +3,7 @@ that to its team's month in the ledger once (the job store and ledger on moto, t
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -90,6 +91,8 @@ def test_a_finished_job_carries_its_cost_and_its_team_month_counts_it_once(
 def test_a_job_on_a_node_of_no_configured_group_ends_with_no_cost_and_says_why(
     world: World, ledger: DynamoCostLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # (a local runtime run earlier in this process sets Squall's loggers to WARNING)
+    caplog.set_level(logging.INFO, logger="squall.squall.services.costs")
     count_costs(world, ledger, [spot_group(instances=(), instance_type="g5.xlarge")])
     world.add_gpu_nodes(1)
     submit(world, "free-1")
