@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from squall.conventions import CLUSTER_LABEL
 from squall.planner.admission_plan import AdmissionPlan, Admitted, Waiting
@@ -662,15 +662,8 @@ def _memory_bytes(job: QueuedJob) -> int:
 
 
 def _held(job: QueuedJob, *, used: int, quota: int | None, team_position: int) -> Waiting:
-    return Waiting(
-        job_id=job.job_id,
-        team=job.team,
-        priority=job.priority,
-        gpus=job.gpus,
-        replicas=len(job.replicas),
-        cpu_millis=_cpu_millis(job),
-        memory_bytes=_memory_bytes(job),
-        position=0,
+    return _held_back(
+        job,
         team_position=team_position,
         reason=f"QuotaExceeded:{used}/{quota} GPUs",
         in_use=used,
@@ -679,6 +672,18 @@ def _held(job: QueuedJob, *, used: int, quota: int | None, team_position: int) -
 
 
 def _over_budget(job: QueuedJob, *, budget: TeamBudget, worst: float, team_position: int) -> Waiting:
+    return _held_back(
+        job,
+        team_position=team_position,
+        reason="BudgetExceeded",
+        spent=budget.spent,
+        budget=budget.monthly,
+        worst_case=worst,
+    )
+
+
+def _held_back(job: QueuedJob, *, team_position: int, reason: str, **why: Any) -> Waiting:
+    """A job its team's quota or budget holds back: listed after the line, at no position."""
     return Waiting(
         job_id=job.job_id,
         team=job.team,
@@ -689,10 +694,8 @@ def _over_budget(job: QueuedJob, *, budget: TeamBudget, worst: float, team_posit
         memory_bytes=_memory_bytes(job),
         position=0,
         team_position=team_position,
-        reason="BudgetExceeded",
-        spent=budget.spent,
-        budget=budget.monthly,
-        worst_case=worst,
+        reason=reason,
+        **why,
     )
 
 
