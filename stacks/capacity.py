@@ -24,6 +24,7 @@ from aws_cdk import aws_ssm as ssm
 from cdk_nag import NagPackSuppression, NagSuppressions
 from constructs import Construct
 
+from squall.conventions import NODE_GROUP_LABEL
 from stacks import constants
 from stacks.config import CapacityConfig, ClusterConfig, NodeGroupConfig
 from stacks.lifecycle import HookSettings
@@ -34,9 +35,10 @@ _BOUNDARY = "==SQUALL=="
 def node_user_data(cluster: ClusterConfig, group: NodeGroupConfig) -> str:
     """MIME user data with a nodeadm NodeConfig (AL2023 EKS AMIs join this way)."""
     flags = []
-    if group.labels:
-        labels = ",".join(f"{k}={v}" for k, v in sorted(group.labels.items()))
-        flags.append(f"--node-labels={labels}")
+    # Its group's name too: reconcile prices a job by its nodes' group, and a spot and an
+    # on-demand group of one instance type in one region differ only by it.
+    labels = ",".join(f"{k}={v}" for k, v in sorted({**group.labels, NODE_GROUP_LABEL: group.name}.items()))
+    flags.append(f"--node-labels={labels}")
     if group.taints:
         taints = ",".join(f"{t.key}={t.value}:{t.effect}" for t in group.taints)
         flags.append(f"--register-with-taints={taints}")

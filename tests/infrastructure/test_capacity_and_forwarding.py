@@ -137,7 +137,8 @@ def test_nodes_join_the_cluster_with_the_groups_labels_and_taints(created: dict[
         "cidr": "10.100.0.0/16",
     }
     assert node_config["spec"]["kubelet"]["flags"] == [
-        "--node-labels=squall.io/accelerator=a10g,squall.io/capacity=spot",
+        # its group's name too: reconcile prices a job by its nodes' group
+        "--node-labels=squall.io/accelerator=a10g,squall.io/capacity=spot,squall.io/node-group=g5-use1-spot",
         "--register-with-taints=nvidia.com/gpu=true:NoSchedule",
     ]
 
