@@ -15,7 +15,7 @@ import operator
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -480,7 +480,9 @@ class Scaler:
             and settled
             and settled.plan is decided
         ):
-            self.parsed.quiet = Quiet(seen=seen, until=settled.until)
+            self.parsed.quiet = Quiet(
+                seen=seen, until=_until_budgets_renew(settled.until, admission, now=now)
+            )
         logger.info(
             "scale check",
             trigger=trigger,
@@ -787,6 +789,18 @@ def _idle(decided: Plan, admission: AdmissionPlan, result: ScaleResult) -> bool:
     return not (
         plan_acts(decided) or admission.admitted or admission.incomplete or result.done or result.errors
     )
+
+
+def _until_budgets_renew(
+    until: datetime | None, admission: AdmissionPlan, *, now: datetime
+) -> datetime | None:
+    """A quiet check's end, no later than the next month (UTC) while a budget holds a job: the new
+    month's spend starts at nothing, and the held job must be looked at again then."""
+    if not any(admission.held_by_budget.values()):
+        return until
+    month = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    renew = (month + timedelta(days=32)).replace(day=1)
+    return renew if until is None else min(until, renew)
 
 
 def _has_workload(pods: Sequence[dict[str, Any]]) -> bool:
