@@ -115,10 +115,11 @@ class Reconciler:
     serving: ServingReconciler | None = None
     costs: JobCosting | None = None  # jobs' costs (None: not counted)
     _graces: list[datetime] = field(default_factory=list)
-    # This run's cluster of each job observed (a record without one names none)
-    _located: dict[str, str] = field(default_factory=dict)
-    # This run's pods of each job observed and its clusters' nodes, to price jobs
-    _prices: RunPrices | None = None
+    _located: dict[str, str] = field(default_factory=dict)  # this run's cluster of each job observed
+    _prices: RunPrices = field(init=False)  # this run's pods of each job observed, to price jobs
+
+    def __post_init__(self) -> None:
+        self._prices = RunPrices(clusters=self.clusters, parses=self.memory.nodes)
 
     def run(self) -> ReconcileReport:
         """The jobs, then the model services (a run of their own: not cut short by a quiet jobs' run)."""
@@ -379,7 +380,7 @@ class Reconciler:
         """What the job's objects in `cluster` say, recorded: _ACTED when it wrote or deleted
         objects, else the end of the grace it waits out (None: none)."""
         now = self.clock.now()
-        (self._prices or RunPrices(clusters=self.clusters, parses={})).observe(job.id, cluster, pods)
+        self._prices.observe(job.id, cluster, pods)
         seen = observe(expected_replicas=max(job.replicas, 1), k8s_jobs=k8s_jobs, pods=pods)
         if seen.status is None or seen.reason == Reason.OBJECTS_MISSING:
             if job.status is JobStatus.QUEUED and job.cluster is not None and not job.objects_created:
@@ -570,8 +571,7 @@ class Reconciler:
                 return None
             written = changes
             if self.costs is not None and current.status in (JobStatus.QUEUED, JobStatus.RUNNING):
-                prices = self._prices or RunPrices(clusters=self.clusters, parses=self.memory.nodes)
-                priced = functools.partial(prices.rate, self.costs, job.id)
+                priced = functools.partial(self._prices.rate, self.costs, job.id)
                 written = {
                     **self.costs.on_transition(current, to=to, at=happened_at or now, rate=priced),
                     **changes,
