@@ -207,7 +207,7 @@ def test_a_placed_job_is_finished_first_and_its_gpus_count_against_the_quota(two
     ).run(now=two.clock.now(), outcome=report)
     assert [(a.job_id, a.resumed) for a in decided.admitted] == [("placed", True)]
     assert decided.in_use == {"research": 4}, "a placed job's GPUs are in use"
-    assert [w.job_id for w in decided.waiting] == ["next"] and decided.waiting[0].held_by_quota
+    assert [w.job_id for w in decided.waiting] == ["next"] and decided.waiting[0].held_back
     assert two.where("placed") == {"west"} and two.where("next") == set()
 
 
@@ -233,4 +233,4 @@ def test_the_gpus_of_jobs_in_an_unreachable_cluster_still_count_against_the_quot
         store=two.store,
     ).run(now=two.clock.now(), outcome=StepReport())
     assert decided.in_use == {"research": 4}, "the running job's GPUs, though its cluster is not seen"
-    assert [(w.job_id, w.held_by_quota) for w in decided.waiting] == [("second", True)]
+    assert [(w.job_id, w.held_back) for w in decided.waiting] == [("second", True)]

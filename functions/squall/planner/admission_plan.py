@@ -108,7 +108,7 @@ class Waiting:
                 f"BudgetExceeded: ${self.spent:,.0f} of ${self.budget:,.0f} this month; "
                 f"it may cost up to ${self.worst_case:,.0f}; {needs}"
             )
-        if self.held_by_quota:
+        if self.held_back:
             return f"{self.in_use}/{self.quota} GPUs of {self.team} in use or ahead of it; {needs}"
         place = f"{ordinal(self.team_position)} in {self.team}, {ordinal(self.position)} overall"
         if self.never_fits and self.unserved_regions:
@@ -118,7 +118,7 @@ class Waiting:
         return f"{place}; {needs}" + (NEVER_FITS if self.never_fits else "")
 
     @property
-    def held_by_quota(self) -> bool:
+    def held_back(self) -> bool:
         """Held back by its team's quota or budget: neither admitted nor bought for."""
         return self.reason.startswith(("QuotaExceeded", "BudgetExceeded"))
 

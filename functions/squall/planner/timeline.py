@@ -200,10 +200,6 @@ class Timeline:
         # The shortest run of each kind of gang that could not start now.
         self._not_now: dict[tuple[tuple[int, int], ...], float] = {}
 
-    @property
-    def sites(self) -> list[str]:
-        return list(self.site_order)
-
     def release(self, slot: Slot, request: Vector, count: int, at: float) -> None:
         """A running pod's room (`count` x `request`) comes back to its node at `at`."""
         if at != math.inf:
@@ -547,15 +543,3 @@ def timelines_of(
                 timeline.release(by_name[name], request, count, at)
         timelines.append(timeline)
     return timelines
-
-
-def timeline_of(
-    *,
-    inventory: Inventory,
-    pods: Iterable[Pod],
-    now: datetime,
-    ends: Mapping[str, float | None],
-    shapes: Iterable[PodShape] | None = None,
-) -> Timeline:
-    """The one profile of `timelines_of` for these ends."""
-    return timelines_of(inventory=inventory, pods=pods, now=now, ends=[ends], shapes=shapes)[0]

@@ -757,7 +757,7 @@ def _asks(admitted: Admitted) -> str:
 
 def queue_message(waiting: Waiting, *, scaling: str = "") -> str:
     """`3rd in research, 7th overall; needs 16 GPUs over 2 replicas in one region; p3-usw2 scaling 2->6`."""
-    return with_scaling(waiting.message, scaling=scaling, held=waiting.held_by_quota)
+    return with_scaling(waiting.message, scaling=scaling, held=waiting.held_back)
 
 
 def with_scaling(message: str, *, scaling: str, held: bool) -> str:

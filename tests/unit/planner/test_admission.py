@@ -145,7 +145,7 @@ def test_a_team_at_its_quota_waits_with_quota_exceeded_while_another_team_uses_t
     jobs += [o for i in range(3) for o in job_objects(f"v{i}", team="vision", minute=10 + i)]
     result = run(jobs, groups=groups, teams={"research": TeamShare(quota=8)})
     assert set(admitted(result)) == {"r0", "v0", "v1", "v2"}
-    held = [w for w in result.waiting if w.held_by_quota]
+    held = [w for w in result.waiting if w.held_back]
     assert [w.job_id for w in held] == ["r1", "r2"]
     assert held[0].reason == "QuotaExceeded:8/8 GPUs"
     assert held[0].position == 0

@@ -16,7 +16,7 @@ from squall.core.spec import JobSpec
 from squall.planner.admission import AdmissionPlan, admit
 from squall.planner.kube import parse_replica_jobs
 from squall.planner.model import NodeGroup, Pod
-from squall.planner.timeline import Slot, Timeline, timeline_of
+from squall.planner.timeline import Slot, Timeline, timelines_of
 
 from .builders import NOW, POLICY, group, instance, node_of, pod, resources
 
@@ -181,7 +181,7 @@ def test_the_timeline_books_gangs_in_line_and_never_into_room_booked_ahead() -> 
 
     busy = dataclasses.replace(pod("busy", gpu=8, job="old", node=nodes[0].name), namespace="x")
     inventory = build_inventory(nodes=nodes, pods=[busy], groups=[fleet], policy=POLICY, now=NOW)
-    timeline = timeline_of(inventory=inventory, pods=[busy], now=NOW, ends={"old": 3600.0})
+    [timeline] = timelines_of(inventory=inventory, pods=[busy], now=NOW, ends=[{"old": 3600.0}])
     shape = shape_of(pod("g", gpu=8), {})
     whole = timeline.schedule([(shape, 2)], 7200.0)
     assert whole is not None and whole.start == 3600.0
