@@ -171,3 +171,26 @@ def test_run_ratios_are_learned_from_finished_jobs_and_kept_in_the_decision(worl
     cold.parsed = AdmissionMemory()
     cold.load_ratios({"plan": {"admission": {"runRatios": {"research": [ratio, 1], "bad": ["x", 1]}}}})
     assert cold.run_ratios == {"research": ratio}
+
+
+@dataclass
+class CountedSpend:
+    spent: dict[str, float]
+    reads: int = 0
+
+    def month_to_date(self, *, now: datetime) -> dict[str, float]:
+        self.reads += 1
+        return dict(self.spent)
+
+
+def test_teams_spend_is_read_at_most_every_few_minutes(world: World) -> None:
+    # reading it reads every running job's record: a check a minute would be too much at size
+    ledger = CountedSpend({"vision": 10.0})
+    world.submit("v1", team="vision")
+    for _ in range(3):
+        world.admit(budgets={"vision": 20_000.0}, ledger=ledger)
+        world.clock.advance(MINUTE)
+    assert ledger.reads == 1
+    world.clock.advance(5 * MINUTE)
+    world.admit(budgets={"vision": 20_000.0}, ledger=ledger)
+    assert ledger.reads == 2

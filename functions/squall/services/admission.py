@@ -68,6 +68,8 @@ MAX_ESTIMATE_WRITES = 100
 ESTIMATE_SLACK = timedelta(minutes=5)
 # Finished jobs remembered as learned from (a Job is listed until its TTL removes it).
 MAX_LEARNED = 20_000
+# Teams' spend this month is read at most this often (it reads every running job's record).
+SPEND_READ_EVERY = timedelta(minutes=5)
 # A team's run ratio is the mean of its last this many finished jobs' (run time / maxRuntime), about.
 RATIO_MEMORY = 50
 
@@ -134,6 +136,7 @@ class AdmissionMemory:
     run_ratios: dict[str, tuple[float, int]] = field(default_factory=dict)
     ratios_loaded: bool = False
     learned: dict[str, None] = field(default_factory=dict)  # finished jobs already counted, oldest first
+    spend: tuple[datetime, dict[str, float]] | None = None  # when teams' spend was last read, and what
 
     def jobs_of(self, cluster: str, *, qualified: bool) -> ParseCache[ReplicaJob | None]:
         if cluster not in self.jobs:
@@ -302,13 +305,18 @@ class Admitter:
         (admission goes on without them this check, and says so in the log)."""
         if not self.budgets or self.ledger is None:
             return {}
-        try:
-            spent = self.ledger.month_to_date(now=now)
-        except SquallError as exc:
-            logger.warning(
-                "team spend could not be read: budgets not applied this check", error=str(exc)[:500]
-            )
-            return {}
+        read = self.parsed.spend
+        if read is not None and read[0] <= now < read[0] + SPEND_READ_EVERY and read[0].month == now.month:
+            spent = read[1]  # read a moment ago: every running job's record is too much to read each check
+        else:
+            try:
+                spent = self.ledger.month_to_date(now=now)
+            except SquallError as exc:
+                logger.warning(
+                    "team spend could not be read: budgets not applied this check", error=str(exc)[:500]
+                )
+                return {}
+            self.parsed.spend = (now, spent)
         self._spent = spent
         return {
             team: TeamBudget(monthly=monthly, spent=spent.get(team, 0.0))
