@@ -19,6 +19,7 @@ from squall.local.cluster import SimulatedCluster
 from squall.local.memory import InMemoryJobStore
 from squall.planner import NodeGroup, Policy
 from squall.planner.model import Resources
+from squall.planner.queue_types import TeamShare
 from squall.services.admission import AdmissionMemory, Admitter
 from squall.services.intake import Intake, IntakeConfig
 from tests.job_records import StepReport
@@ -194,3 +195,23 @@ def test_teams_spend_is_read_at_most_every_few_minutes(world: World) -> None:
     world.clock.advance(5 * MINUTE)
     world.admit(budgets={"vision": 20_000.0}, ledger=ledger)
     assert ledger.reads == 2
+
+
+def test_run_ratios_are_learned_only_for_configured_teams(world: World) -> None:
+    # a finished Job labelled with a team nobody configured (anyone may label a Job) teaches nothing
+    world.cluster.set_behaviour("quick", run_for=HOUR)
+    world.submit("quick")
+    world.admit()
+    world.cluster.advance()
+    for obj in world.cluster.list_jobs(job_id="quick"):
+        world.cluster.patch_job(
+            namespace=obj["metadata"]["namespace"],
+            name=obj["metadata"]["name"],
+            patch={"metadata": {"labels": {"squall.io/team": "nobody"}}},
+        )
+    world.clock.advance(90 * MINUTE)
+    world.cluster.advance()
+    admitter = world.admitter()
+    admitter.teams = {"research": TeamShare(), "vision": TeamShare()}
+    admitter.read_queue()
+    assert admitter.run_ratios == {}

@@ -261,8 +261,8 @@ class Admitter:
         """Count how long each newly finished job ran against its declared maxRuntime, per team."""
         runs: dict[str, tuple[str, float, float]] = {}  # job id -> (team, longest run, declared)
         for replica in finished:
-            if replica.job_id in self.parsed.learned:
-                continue
+            if replica.job_id in self.parsed.learned or (self.teams and replica.team not in self.teams):
+                continue  # counted already, or a team not configured (a label anyone could write)
             began, ended, limit = replica.started_at, replica.finished_at, replica.max_runtime
             if began is None or ended is None or not limit:
                 continue
