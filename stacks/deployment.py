@@ -49,7 +49,7 @@ from stacks.forwarding import EventForwarding
 from stacks.functions import SquallFunctions
 from stacks.lifecycle import HookSettings, LifecycleHooks
 from stacks.log_agent import LogAgent
-from stacks.monitoring import Monitoring, with_costs
+from stacks.monitoring import Monitoring
 from stacks.pod_identity import JobIdentities, JobPolicies, job_policy_name
 from stacks.queues import JobQueues, failed_events_queue
 from stacks.rbac import function_role_name
@@ -366,15 +366,8 @@ def hook_timeout(config: SquallConfig) -> cdk.Duration:
 
 
 def monitoring_description(config: SquallConfig) -> dashboard.MonitoringDescription:
-    """The dashboard and alarms of the deployment: core/dashboard.py's, with the costs and budgets."""
-    deployment = monitoring_deployment(config)
-    return with_costs(
-        dashboard.describe(deployment, config.alarms.thresholds),
-        prefix=config.prefix,
-        teams=tuple(config.teams),
-        groups=deployment.groups,
-        budgets=config.budgets,
-    )
+    """The dashboard and alarms of the deployment (core/dashboard.py's), costs and budgets included."""
+    return dashboard.describe(monitoring_deployment(config), config.alarms.thresholds)
 
 
 def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:
@@ -395,6 +388,7 @@ def monitoring_deployment(config: SquallConfig) -> dashboard.Deployment:
             dashboard.DashboardTeam(name, team.gpu_quota) for name, team in config.team_configs.items()
         ),
         clusters=tuple(cluster.name for cluster in config.clusters),
+        budgets=config.budgets,
     )
 
 

@@ -2,20 +2,17 @@
 
 Nothing about what is graphed or alarmed is decided here: this construct only
 maps the plain description (functions/squall/core/dashboard.py) onto CloudWatch, so
-the local runtime's dashboard and this one cannot drift apart. Two additions:
-the failed-event queues (``FailedEventAlarms``): where lifecycle events and
-Auto Scaling events land that nothing could handle, each with an alarm on the
-same topic; a region other than the home region alarms on its own queue with a
-topic of its own (a CloudWatch alarm notifies topics in its region only). And the
-costs (``with_costs``): spend this month per team and each group's overhead, with
-alarms at 80% and 100% of each team's monthly budget, described in the same plain
-terms, so that they can join core/dashboard.py's description as they are.
+the local runtime's dashboard and this one cannot drift apart (the Costs section and
+the budget alarms included). One addition: the failed-event queues
+(``FailedEventAlarms``): where lifecycle events and Auto Scaling events land that
+nothing could handle, each with an alarm on the same topic; a region other than the
+home region alarms on its own queue with a topic of its own (a CloudWatch alarm
+notifies topics in its region only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -25,7 +22,6 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from squall.core import dashboard as spec
-from squall.core.telemetry import Metric
 
 COMPARISONS = {
     spec.Comparison.GREATER_THAN_OR_EQUAL: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -39,83 +35,6 @@ MISSING_DATA = {
     spec.MissingData.IGNORE: cloudwatch.TreatMissingData.IGNORE,
     spec.MissingData.MISSING: cloudwatch.TreatMissingData.MISSING,
 }
-
-
-# The shares of a team's monthly budget that alarm: a warning while there is room left, and the
-# point where admission holds the team's jobs (BudgetExceeded).
-BUDGET_ALARM_PERCENTS = (80, 100)
-# TeamMonthSpend is emitted every scale check (about a minute); five minutes ride over a missed one.
-SPEND_PERIOD_SECONDS = 300
-
-
-def with_costs(
-    description: spec.MonitoringDescription,
-    *,
-    prefix: str,
-    teams: Sequence[str],
-    groups: Sequence[spec.DashboardGroup],
-    budgets: Mapping[str, float],
-) -> spec.MonitoringDescription:
-    """`description` with a Costs section (spend this month per team, overhead per group) and an
-    alarm at each of BUDGET_ALARM_PERCENTS of every team's monthly budget."""
-    dashboard = replace(
-        description.dashboard, sections=(*description.dashboard.sections, costs_section(teams, groups))
-    )
-    return spec.MonitoringDescription(
-        dashboard=dashboard, alarms=(*description.alarms, *budget_alarms(prefix=prefix, budgets=budgets))
-    )
-
-
-def costs_section(teams: Sequence[str], groups: Sequence[spec.DashboardGroup]) -> spec.Section:
-    """What each team spent this month (TeamMonthSpend) and what no job held of each group (OverheadCost)."""
-    names = sorted(g.name for g in groups)
-    return spec.Section(
-        "Costs",
-        (
-            spec.Graph(
-                "Spend this month by team (dollars)",
-                left=tuple(
-                    spec.squall(Metric.TEAM_MONTH_SPEND, spec.Stat.MAXIMUM, label=team, Team=team)
-                    for team in sorted(teams)
-                ),
-                left_label="dollars",
-                width=12,
-            ),
-            spec.Graph(
-                "Overhead: what no job held, by node group (dollars / minute)",
-                left=tuple(
-                    spec.squall(Metric.OVERHEAD_COST, spec.Stat.SUM, label=name, Group=name) for name in names
-                ),
-                left_label="dollars",
-                stacked=True,
-                width=12,
-            ),
-        ),
-    )
-
-
-def budget_alarms(*, prefix: str, budgets: Mapping[str, float]) -> tuple[spec.Alarm, ...]:
-    """For each team with a monthly budget, an alarm when its spend this month reaches 80% and 100% of it."""
-    return tuple(
-        spec.Alarm(
-            name=f"{prefix}-budget-{team}-{percent}pct",
-            description=(
-                f"Team {team} has spent {percent}% of its monthly budget (${budget:,.0f}) this month"
-                + (
-                    ": admission now holds its new jobs (BudgetExceeded) until the month ends or the "
-                    "budget is raised; running jobs go on."
-                    if percent >= 100
-                    else ". At 100% admission holds its new jobs (BudgetExceeded); running jobs go on."
-                )
-            ),
-            metric=spec.squall(
-                Metric.TEAM_MONTH_SPEND, spec.Stat.MAXIMUM, period_seconds=SPEND_PERIOD_SECONDS, Team=team
-            ),
-            threshold=round(budget * percent / 100, 2),
-        )
-        for team, budget in sorted(budgets.items())
-        for percent in BUDGET_ALARM_PERCENTS
-    )
 
 
 def metric(ref: spec.MetricRef, *, labelled: bool = True) -> cloudwatch.Metric:

@@ -218,16 +218,9 @@ def test_thresholds_come_from_the_settings() -> None:
 def test_costs_are_graphed_per_team_and_group_and_each_budget_alarms_at_80_and_100_percent(
     description: dashboard.MonitoringDescription,
 ) -> None:
-    from stacks.monitoring import with_costs
-
-    costed = with_costs(
-        description,
-        prefix="squall",
-        teams=("vision", "research"),
-        groups=DEPLOYMENT.groups,
-        budgets={"research": 20000.0},
-    )
+    costed = dashboard.describe(replace(DEPLOYMENT, budgets={"research": 20000.0}))
     assert dashboard.validate(costed) == []
+    assert costed.dashboard == description.dashboard  # budgets add alarms, not graphs
     spend, overhead = _section(costed, "Costs").widgets
     assert isinstance(spend, dashboard.Graph) and isinstance(overhead, dashboard.Graph)
     assert [(m.name, m.dimension_map) for m in spend.left] == [
@@ -245,10 +238,20 @@ def test_costs_are_graphed_per_team_and_group_and_each_budget_alarms_at_80_and_1
         "squall-budget-research-100pct": (20000.0, Metric.TEAM_MONTH_SPEND, "research"),
     }
     assert all(a.comparison is dashboard.Comparison.GREATER_THAN_OR_EQUAL for a in budget.values())
-    # a team without a budget has no alarm; the description's own alarms stay as they were
+    # a team without a budget has no alarm; the description's other alarms stay as they were
     assert [a.name for a in costed.alarms if not a.name.startswith("squall-budget-")] == [
         a.name for a in description.alarms
     ]
+
+
+def test_without_teams_or_groups_the_costs_section_says_so_instead_of_graphing_nothing() -> None:
+    bare = dashboard.describe(replace(DEPLOYMENT, teams=(), groups=()))
+    assert dashboard.validate(bare) == []
+    assert [w.markdown for w in _section(bare, "Costs").widgets if isinstance(w, dashboard.Text)] == [
+        "No teams are configured: no spend to graph.",
+        "No node groups are configured: no overhead to graph.",
+    ]
+    assert not [w for w in _section(bare, "Costs").widgets if isinstance(w, dashboard.Graph)]
 
 
 def test_rows_wrap_at_24_columns() -> None:

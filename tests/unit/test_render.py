@@ -20,6 +20,7 @@ from squall.local.render import (
     statistic,
     write_dashboard,
 )
+from squall.planner.admission import TeamShare
 from squall.planner.offline import parse_groups
 
 START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -212,3 +213,73 @@ def test_write_dashboard_writes_png_html_and_the_body(tmp_path: Path) -> None:
     )
     assert files.png.exists() and files.html.exists() and files.created is None
     assert '"title": "Scale-ups, region fallbacks, scale-downs"' in files.body.read_text()
+
+
+# What the local scale checks emit: spend this month for the teams with a budget (research),
+# what no job held of each group since the last check.
+COST_POINTS = [
+    point(1, "TeamMonthSpend", 12.5, Team="research"),
+    point(1.5, "TeamMonthSpend", 13.25, Team="research"),
+    point(2, "TeamMonthSpend", 14.0, Team="research"),
+    point(1, "OverheadCost", 0.25, Group="p3-usw2"),
+    point(1.5, "OverheadCost", 0.5, Group="p3-usw2"),
+    point(2, "OverheadCost", 0.75, Group="p3-use1"),
+    point(2, "TeamBudget", 500, Team="research"),  # another metric: in no Costs series
+]
+COST_TEAMS = {"research": TeamShare(quota=16), "vision": TeamShare()}
+
+
+def test_the_costs_section_graphs_recorded_spend_per_team_and_overhead_per_group() -> None:
+    # given the local dashboard of two teams and two groups, and the points the run recorded
+    points = COST_POINTS
+    board = spec.describe(local_deployment(GROUPS, COST_TEAMS)).dashboard
+    # when the body is laid out and each Costs graph reads the points
+    body = dashboard_body(board, region="us-west-2")["widgets"]
+    by_title = {w["properties"].get("title"): w for w in body if w["type"] == "metric"}
+    spend = by_title["Spend this month by team (dollars)"]
+    overhead = by_title["Overhead: what no job held, by node group (dollars / minute)"]
+    costs = {
+        w.title: w
+        for section in board.sections
+        if section.title == "Costs"
+        for w in section.widgets
+        if isinstance(w, spec.Graph)
+    }
+    # then the body has the Costs title and both graphs, as the CDK construct synthesises them
+    assert {"type": "text", "width": 24, "height": 1, "x": 0, "y": spend["y"] - 1,
+            "properties": {"markdown": "## Costs"}} in body  # fmt: skip
+    assert spend["properties"]["metrics"] == [
+        ["Squall", "TeamMonthSpend", "Team", team, "service", "squall",
+         {"label": team, "period": 60, "stat": "Maximum"}]
+        for team in ("research", "vision")
+    ]  # fmt: skip
+    assert overhead["properties"]["stacked"] is True
+    assert [m[1:4] for m in overhead["properties"]["metrics"]] == [
+        ["OverheadCost", "Group", "p3-use1"],
+        ["OverheadCost", "Group", "p3-usw2"],
+    ]
+    # and the series come from the recorded points, aggregated as CloudWatch does
+    spent = graph_series(costs["Spend this month by team (dollars)"], points, start=START)
+    assert {s.label: s.values for s in spent} == {"research": [13.25, 14.0], "vision": []}
+    held = graph_series(costs[overhead["properties"]["title"]], points, start=START)
+    assert {s.label: s.values for s in held} == {"p3-use1": [0.75], "p3-usw2": [0.75]}
+
+
+@pytest.mark.slow  # matplotlib draws every widget
+def test_the_local_dashboard_files_draw_the_costs_section(tmp_path: Path) -> None:
+    files = write_dashboard(
+        tmp_path / "out",
+        groups=GROUPS,
+        points=COST_POINTS,
+        start=START,
+        end=START + timedelta(minutes=5),
+        teams=COST_TEAMS,
+    )
+    page = files.html.read_text()
+    assert "<h2>Costs</h2>" in page
+    for title in (
+        "Spend this month by team (dollars)",
+        "Overhead: what no job held, by node group (dollars / minute)",
+    ):
+        assert f'title="{title}"' in page
+        assert f'"title": "{title}"' in files.body.read_text()

@@ -7,13 +7,14 @@ description here, free of any AWS or plotting library, is what makes the local
 dashboard show exactly what operators see in CloudWatch.
 
 The description depends on the deployment only through names (functions, queues,
-node groups), which the caller passes in as a ``Deployment``.
+node groups, teams) and the teams' monthly budgets, which the caller passes in as a
+``Deployment``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from squall.core.jobs import JobStatus
@@ -21,6 +22,7 @@ from squall.core.serving import ServiceStatus
 from squall.core.telemetry import NAMESPACE, SERVICE, Metric
 
 __all__ = [
+    "BUDGET_ALARM_PERCENTS",
     "DASHBOARD_COLUMNS",
     "LAMBDA_NAMESPACE",
     "SQS_NAMESPACE",
@@ -39,6 +41,8 @@ __all__ = [
     "Text",
     "Thresholds",
     "Widget",
+    "budget_alarms",
+    "costs_section",
     "describe",
     "squall",
     "validate",
@@ -47,6 +51,11 @@ __all__ = [
 LAMBDA_NAMESPACE = "AWS/Lambda"
 SQS_NAMESPACE = "AWS/SQS"
 DASHBOARD_COLUMNS = 24  # CloudWatch dashboards are 24 units wide
+# The shares of a team's monthly budget that alarm: a warning while there is room left, and the
+# point where admission holds the team's jobs (BudgetExceeded).
+BUDGET_ALARM_PERCENTS = (80, 100)
+# TeamMonthSpend is emitted every scale check (about a minute); five minutes ride over a missed one.
+SPEND_PERIOD_SECONDS = 300
 
 
 class Stat(StrEnum):
@@ -205,6 +214,8 @@ class Deployment:
     groups: tuple[DashboardGroup, ...] = ()
     teams: tuple[DashboardTeam, ...] = ()  # the configured teams (cdk.json ``teams``)
     clusters: tuple[str, ...] = ()  # the configured clusters' names (cdk.json ``clusters``)
+    # team -> its monthly budget in dollars, for the teams that have one (cdk.json team ``budget``)
+    budgets: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -275,9 +286,14 @@ def describe(deployment: Deployment, thresholds: Thresholds | None = None) -> Mo
             _groups(deployment.groups),
             _drains(),
             _functions(deployment.functions),
+            costs_section(deployment.teams, deployment.groups),
         ),
     )
-    return MonitoringDescription(dashboard=dashboard, alarms=_alarms(deployment, thresholds))
+    alarms = (
+        *_alarms(deployment, thresholds),
+        *budget_alarms(prefix=deployment.prefix, budgets=deployment.budgets),
+    )
+    return MonitoringDescription(dashboard=dashboard, alarms=alarms)
 
 
 def _intake(deployment: Deployment) -> Section:
@@ -516,6 +532,64 @@ def _functions(functions: Mapping[str, str]) -> Section:
                 width=12,
             ),
         ),
+    )
+
+
+def costs_section(teams: Sequence[DashboardTeam], groups: Sequence[DashboardGroup]) -> Section:
+    """What each team spent this month (TeamMonthSpend: the scale check emits it for the teams with
+    a budget) and what no job held of each group (OverheadCost). A graph would have no series
+    without teams or groups; a note stands in its place then, as in the other sections."""
+    team_names = sorted(team.name for team in teams)
+    group_names = sorted(group.name for group in groups)
+    spend: Widget = (
+        Graph(
+            "Spend this month by team (dollars)",
+            left=tuple(
+                squall(Metric.TEAM_MONTH_SPEND, Stat.MAXIMUM, label=name, Team=name) for name in team_names
+            ),
+            left_label="dollars",
+            width=12,
+        )
+        if team_names
+        else Text("No teams are configured: no spend to graph.", width=12, height=2)
+    )
+    overhead: Widget = (
+        Graph(
+            "Overhead: what no job held, by node group (dollars / minute)",
+            left=tuple(
+                squall(Metric.OVERHEAD_COST, Stat.SUM, label=name, Group=name) for name in group_names
+            ),
+            left_label="dollars",
+            stacked=True,
+            width=12,
+        )
+        if group_names
+        else Text("No node groups are configured: no overhead to graph.", width=12, height=2)
+    )
+    return Section("Costs", (spend, overhead))
+
+
+def budget_alarms(*, prefix: str, budgets: Mapping[str, float]) -> tuple[Alarm, ...]:
+    """For each team with a monthly budget, an alarm when its spend this month reaches 80% and 100% of it."""
+    return tuple(
+        Alarm(
+            name=f"{prefix}-budget-{team}-{percent}pct",
+            description=(
+                f"Team {team} has spent {percent}% of its monthly budget (${budget:,.0f}) this month"
+                + (
+                    ": admission now holds its new jobs (BudgetExceeded) until the month ends or the "
+                    "budget is raised; running jobs go on."
+                    if percent >= 100
+                    else ". At 100% admission holds its new jobs (BudgetExceeded); running jobs go on."
+                )
+            ),
+            metric=squall(
+                Metric.TEAM_MONTH_SPEND, Stat.MAXIMUM, period_seconds=SPEND_PERIOD_SECONDS, Team=team
+            ),
+            threshold=round(budget * percent / 100, 2),
+        )
+        for team, budget in sorted(budgets.items())
+        for percent in BUDGET_ALARM_PERCENTS
     )
 
 

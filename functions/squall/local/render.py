@@ -1,7 +1,9 @@
 """The CloudWatch dashboard, drawn locally from the metrics the functions emitted.
 
-squall.core.dashboard describes the dashboard once; the CDK monitoring construct deploys
-it, and this module renders the same description three ways:
+squall.core.dashboard describes the dashboard once, its Costs section included (each
+team's TeamMonthSpend, each group's OverheadCost, as the local scale checks emit them);
+the CDK monitoring construct deploys it, and this module renders the same description
+three ways:
 
 - `dashboard_body`: the dashboard body JSON exactly as the CDK construct synthesises
   it (same widgets, positions, metric arrays and axes), put on the local endpoint
