@@ -48,6 +48,7 @@ from squall.services.costs import JobCosting, RunPrices
 from squall.services.intake import Intake, update_job
 from squall.services.quiet import Quiet
 from squall.services.serving import ServingReconciler, ServingReport
+from squall.services.sweeps import SweepCheck
 from squall.services.versioned import CREATE_GRACE
 
 logger = Logger(service=SERVICE, child=True)
@@ -625,47 +626,13 @@ class Reconciler:
     # ---- sweeps ----------------------------------------------------------
 
     def _sweep(self, parent: Job, report: ReconcileReport) -> None:
-        trials = [t for t in (self.store.get(tid) for tid in parent.trial_ids) if t is not None]
-        # A sweep runs from its first trial's start, however short that trial's run was.
-        first = min((t.started_at for t in trials if t.started_at is not None), default=None)
-        if parent.status is JobStatus.QUEUED and first is not None:
-            started = self._record(
-                parent,
-                to=JobStatus.RUNNING,
-                reason=Reason.STARTED,
-                message="",
-                report=report,
-                happened_at=self._recorded_time(first, not_before=parent.submitted_at),
-            )
-            parent = started or parent
-        if trials and all(is_terminal(t.status) for t in trials):
-            succeeded = sum(1 for t in trials if t.status is JobStatus.SUCCEEDED)
-            last = max((t.finished_at for t in trials if t.finished_at is not None), default=None)
-            self._record(
-                parent,
-                to=JobStatus.SUCCEEDED if succeeded else JobStatus.FAILED,
-                reason=Reason.TRIALS_FINISHED,
-                message=f"{succeeded}/{len(trials)} trials succeeded",
-                report=report,
-                happened_at=self._recorded_time(last, not_before=parent.started_at or parent.submitted_at),
-            )
-            return
-        spec = load_spec(parent.spec)
-        parallelism = spec.sweep.parallelism if spec.sweep else len(trials)
-        active = sum(
-            1 for t in trials if not is_terminal(t.status) and t.reason != Reason.WAITING_FOR_TRIAL_SLOT
-        )
-        for trial in trials:
-            if active >= parallelism:
-                break
-            waiting = trial.status is JobStatus.QUEUED and trial.reason == Reason.WAITING_FOR_TRIAL_SLOT
-            # A trial that cannot start fails alone; its slot goes to the next one.
-            if waiting and self._isolated(trial, report, functools.partial(self._start_trial, trial, report)):
-                active += 1
-
-    def _start_trial(self, trial: Job, report: ReconcileReport) -> None:
-        """Its slot came: the trial goes in the queue (admission chooses where it runs)."""
-        self.intake.enqueue(trial, load_spec(trial.spec))
+        SweepCheck(
+            store=self.store,
+            intake=self.intake,
+            clock=self.clock,
+            record=functools.partial(self._record, report=report),
+            isolated=lambda job, step: self._isolated(job, report, step),
+        ).run(parent)
 
     # ---- gauges ----------------------------------------------------------
 
