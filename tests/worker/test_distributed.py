@@ -131,6 +131,8 @@ def test_sigterm_mid_run_leaves_a_checkpoint_a_rerun_resumes_from(spawn: Any, tm
     assert saved["reason"] == "preempted" and saved["step"] >= seen["step"]
     assert checkpoint_steps(tmp_path / "checkpoints") == [saved["step"]]
     assert not METRIC_LINE.search(trainer.output())  # no export, no metric: not finished
+    # The losses it reported before the stop are out already (flushed as printed).
+    assert f"step={seen['step']}" in "".join(line for line in trainer.lines if line.startswith("squall-metric"))
     # and the checkpoint is usable: the next run restores it and carries on
     rerun = run_main([*args, "--steps", str(saved["step"] + 1)])
     assert rerun.code == exits.OK, rerun.stdout
@@ -170,6 +172,10 @@ def test_two_workers_from_squalls_tf_config_train_together(spawn: Any, tmp_path:
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
     assert METRIC_LINE.search(chief.output())
     assert not METRIC_LINE.search(other.output())
+    # So does each squall-metric line: Squall reads every pod's stream, one report a step.
+    reported = [line for line in "".join(chief.lines).splitlines() if line.startswith("squall-metric train/")]
+    assert [line.rsplit("step=", 1)[1] for line in reported] == ["1", "2", "3"]
+    assert "squall-metric" not in "".join(other.lines)
 
 
 @pytest.mark.timeout(420)

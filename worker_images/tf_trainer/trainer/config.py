@@ -57,12 +57,15 @@ class TrainConfig:
     keep_checkpoints: int = 3
     log_every: int = 50
     image_every: int = 500
+    # Steps between evaluations reported to Squall (eval/score): what a sweep's median
+    # early stopping compares trials by at a given step. The end of training is always one.
+    eval_every: int = 200
     eval_samples: int = 512
 
     def __post_init__(self) -> None:
         positive = (
             "steps", "batch_size", "latent_dim", "width", "md_kernels", "md_dim",
-            "checkpoint_every", "keep_checkpoints", "log_every", "image_every", "eval_samples",
+            "checkpoint_every", "keep_checkpoints", "log_every", "image_every", "eval_every", "eval_samples",
         )  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
@@ -165,7 +168,8 @@ def _parser() -> argparse.ArgumentParser:
         "keep_checkpoints": "checkpoints kept",
         "log_every": "steps between loss logs and TensorBoard scalars",
         "image_every": "steps between TensorBoard sample grids",
-        "eval_samples": "generated samples for the final metric",
+        "eval_every": "steps between evaluations reported as squall-metric eval/ lines",
+        "eval_samples": "generated samples for each evaluation and the final metric",
     }.items():
         run.add_argument(*_flags(name), dest=name, type=int, help=f"{text} (default: {_default(name)})")
     return parser

@@ -17,6 +17,17 @@ from scipy import linalg
 
 METRIC = "frechet_distance_8x8"
 FEATURE_SIZE = 8
+# What the trainer reports to Squall at each evaluation (squall-metric lines). The
+# distance itself (lower is better), and eval/score = 1 / (1 + distance), the same
+# ranking as a number in (0, 1] where higher is better, for a sweep's
+# `objective: {metric: eval/score, goal: maximize}`.
+DISTANCE_NAME = f"eval/{METRIC}"
+SCORE_NAME = "eval/score"
+
+
+def reported(distance: float) -> dict[str, float]:
+    """The eval/ metrics of one evaluation."""
+    return {DISTANCE_NAME: distance, SCORE_NAME: 1.0 / (1.0 + distance)}
 
 
 def features(images: np.ndarray) -> np.ndarray:

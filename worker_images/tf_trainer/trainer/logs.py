@@ -1,15 +1,18 @@
 """JSON-lines logs on stdout: one event per line, fields not prose.
 
-stdout carries only these lines and the final ``metric=`` line, so a log shipper
-(or a test) can parse it; TensorFlow's own C++ logging stays on stderr.
+stdout carries only these lines, the ``squall-metric`` lines Squall reads a job's
+metrics from, and the final ``metric=`` line, so a log shipper (or a test) can parse
+it; TensorFlow's own C++ logging stays on stderr.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 _FIELDS = "fields"
@@ -77,3 +80,16 @@ def configure() -> None:
 def emit_metric(name: str, value: float) -> None:
     """The line a sweep reads: exactly ``metric=<name> value=<v>``."""
     print(f"metric={name} value={value:.6g}", flush=True)
+
+
+# What Squall looks for in a job's log streams: ``squall-metric name=value ... step=N``.
+METRIC_PREFIX = "squall-metric"
+
+
+def report_metrics(values: Mapping[str, float], *, step: int) -> None:
+    """One ``squall-metric`` line, flushed at once: how a job reports metrics to Squall
+    (a sweep's objective, early stopping, ``squall sweep``). A non-finite value is left
+    out: Squall would ignore it, and the trainer stops on a non-finite loss anyway."""
+    pairs = " ".join(f"{name}={value:.6g}" for name, value in values.items() if math.isfinite(value))
+    if pairs:
+        print(f"{METRIC_PREFIX} {pairs} step={step}", flush=True)

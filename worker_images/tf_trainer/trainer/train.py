@@ -31,7 +31,7 @@ import tensorflow as tf
 from trainer import evaluate
 from trainer.config import TrainConfig
 from trainer.data import ImageSource, open_source
-from trainer.logs import emit_metric, get_logger
+from trainer.logs import emit_metric, get_logger, report_metrics
 from trainer.model import build_discriminator, build_generator
 from trainer.preemption import PreemptionWatcher
 from trainer.report import write_report
@@ -319,8 +319,13 @@ class GanTrainer:
             with self.writer.as_default(step=step):
                 tf.summary.scalar("loss/discriminator", d_loss)
                 tf.summary.scalar("loss/generator", g_loss)
+            if self.is_chief:  # every worker sees the same all-reduced losses: one reports
+                report_metrics({"train/d_loss": d_loss, "train/g_loss": g_loss}, step=step)
         if self.is_chief and _crossed(previous, step, self.config.image_every):
             self._write_samples(step)
+        # The last step is evaluated by _finish, after the export.
+        if self.is_chief and _crossed(previous, step, self.config.eval_every) and step < self.config.steps:
+            self._metric(self._plain_generator(), step=step)
 
     # ---- persistence ----------------------------------------------------------
 
@@ -352,7 +357,7 @@ class GanTrainer:
         self.paths.logs.push()
         generator = self._plain_generator()
         self._export(generator)
-        metric = self._metric(generator)
+        metric = self._metric(generator, step=step)
         emit_metric(evaluate.METRIC, metric)
         return Outcome(step=step, metric=metric)
 
@@ -386,13 +391,24 @@ class GanTrainer:
         self.paths.export.push()
         log.info("exported", export_dir=self.config.export_dir, step=int(self.step.numpy()))
 
-    def _metric(self, generator: keras.Model) -> float:
+    def _metric(self, generator: keras.Model, *, step: int) -> float:
+        """Evaluates the generator and reports it to Squall as of `step`. The same real
+        samples and noise every time, so the values of one run (and of the trials of a
+        sweep on one dataset) are comparable step for step."""
         c = self.config
         real = self.source.sample(c.eval_samples, seed=c.seed)
         noise = np.random.default_rng(c.seed + 1).normal(size=(c.eval_samples, c.latent_dim))
         generated = generator.predict(noise.astype(np.float32), batch_size=256, verbose=0)
         value = evaluate.frechet_distance(real, generated)
-        log.info("evaluated", metric=evaluate.METRIC, value=value, real=len(real), generated=len(generated))
+        log.info(
+            "evaluated",
+            metric=evaluate.METRIC,
+            value=value,
+            step=step,
+            real=len(real),
+            generated=len(generated),
+        )
+        report_metrics(evaluate.reported(value), step=step)
         return value
 
 
