@@ -21,6 +21,7 @@ from squall.core.drain import DrainRecord
 from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.core.job_outputs import LogPage, LogStreamInfo, StoredObject
 from squall.core.jobs import Job, JobEvent, JobStatus
+from squall.core.metrics import JobMetrics, MetricLinesPage
 from squall.core.queue import QueueEntry
 from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
 from squall.planner import GroupHealth, Node, NodeGroup, Pod
@@ -182,6 +183,14 @@ class JobStore(Protocol):
         """
         ...
 
+    def set_metrics(self, job_id: str, metrics: JobMetrics) -> bool:
+        """Write a job's metrics (core/metrics.py), without a new version and without an event.
+
+        A versioned ``save`` leaves them as they are stored (its record may have been read
+        before this write). False when there is no such job (nothing written).
+        """
+        ...
+
     def queue(self, *, placed: bool = False, limit: int = 200_000) -> list[QueueEntry]:
         """The jobs waiting for admission (PLACED ones with `placed`), oldest submission first.
 
@@ -232,6 +241,19 @@ class CostMeter(Protocol):
         self, *, nodes: Sequence[Node], pods: Sequence[Pod], groups: Sequence[NodeGroup], now: datetime
     ) -> None:
         """Add the fleet's cost since the last call, as these nodes, pods and groups stood then."""
+        ...
+
+
+class MetricLines(Protocol):
+    """Where a job's ``squall-metric`` lines are read from (adapters/aws/metric_lines.py: CloudWatch Logs).
+
+    Errors: RetryableError or PermanentError, as the other adapters raise them.
+    """
+
+    def read(self, job: Job, *, cursor: str | None, limit: int) -> MetricLinesPage:
+        """At most `limit` lines holding the metric prefix, printed by the job's containers after
+        `cursor` (None: from the start), in the order printed, and the cursor after them (the same
+        one when there is nothing new). One bounded call, whatever the job printed."""
         ...
 
 

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from squall.core.errors import InvalidTransitionError
+from squall.core.metrics import JobMetrics
 
 
 class JobStatus(StrEnum):
@@ -82,6 +83,8 @@ class Reason(StrEnum):
     # placed: the record says where (cluster, region) before its objects are made there
     PLACED = "Placed"
     ADMITTED = "Admitted"
+    # a sweep's trial stopped by its early stopping rule (it ends SUCCEEDED)
+    EARLY_STOPPED = "EarlyStopped"
 
 
 def is_terminal(status: JobStatus) -> bool:
@@ -138,6 +141,10 @@ class Job:
     # and when its trainer last reported a checkpoint.
     ran_seconds: float = 0.0
     checkpoint_at: datetime | None = None
+    # What its code reported in `squall-metric` lines (core/metrics.py), written by reconcile
+    # without a new version (JobStore.set_metrics); a sweep's best trial so far.
+    metrics: JobMetrics | None = None
+    best_trial: str | None = None
 
     @property
     def is_sweep(self) -> bool:

@@ -39,6 +39,7 @@ from squall.core.errors import (
     PermanentError,
 )
 from squall.core.jobs import Job, JobEvent, JobStatus
+from squall.core.metrics import JobMetrics
 from squall.core.queue import PLACED_PARTITION, QUEUE_PARTITION, QueueEntry, queue_entry, queue_key
 from squall.planner import GroupHealth
 from squall.ports import FleetGroup, FleetInstance, GroupRef
@@ -173,7 +174,10 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
         self._index_queue(job)
 
     def save(self, job: Job, event: JobEvent) -> None:
-        # An update SETs the job's attributes; the item keeps the first event it was created with.
+        # An update SETs the job's attributes; the item keeps the first event it was created with,
+        # and the metrics set_metrics wrote last (a save never writes them).
+        stored = self._records.get(job.id)
+        job = dataclasses.replace(job, metrics=stored.metrics if stored else None)
         first = self._first_events.get(job.id)
         check_item_size(f"save job {job.id}", item_size(job_values(job) | {FIRST_EVENT: first}))
         check_item_size(f"save job {job.id}", item_size(event_values(event)))
@@ -196,6 +200,18 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
                 first_likely_start=job.first_likely_start or likely_start,
             ),
         )
+        return True
+
+    def set_metrics(self, job_id: str, metrics: JobMetrics) -> bool:
+        job = self._records.get(job_id)
+        if job is None:
+            return False
+        updated = dataclasses.replace(job, metrics=metrics)
+        check_item_size(
+            f"write the metrics of job {job_id}",
+            item_size(job_values(updated) | {FIRST_EVENT: self._first_events.get(job_id)}),
+        )
+        self._records.replace(job_id, updated)
         return True
 
     def queue(self, *, placed: bool = False, limit: int = 200_000) -> list[QueueEntry]:

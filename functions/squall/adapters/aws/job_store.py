@@ -38,6 +38,7 @@ from squall.core.errors import (
     SquallError,
 )
 from squall.core.jobs import Job, JobEvent, JobStatus
+from squall.core.metrics import JobMetrics, from_json, to_json
 from squall.core.queue import (
     PLACED_PARTITION,
     QUEUE_INDEX,
@@ -264,7 +265,15 @@ def job_values(job: Job) -> dict[str, Any]:
         "spotSavings": _decimal(job.spot_savings),
         "ranSeconds": _decimal(job.ran_seconds or None),
         "checkpointAt": iso(job.checkpoint_at),
+        METRICS: to_json(job.metrics) if job.metrics is not None else None,
+        "bestTrial": job.best_trial,
     }
+
+
+# The job's metrics (compact JSON, core/metrics.py): written by `create` and `set_metrics` only.
+# A versioned save leaves them as stored, so a save of a record read before the last
+# set_metrics cannot take back what that wrote.
+METRICS = "metrics"
 
 
 def _decimal(value: float | None) -> Decimal | None:
@@ -311,6 +320,8 @@ def job_from_item(item: dict[str, Any]) -> Job:
         spot_savings=_float(v.get("spotSavings")),
         ran_seconds=_float(v.get("ranSeconds")) or 0.0,
         checkpoint_at=from_iso(v.get("checkpointAt")),
+        metrics=from_json(v[METRICS]) if METRICS in v else None,
+        best_trial=v.get("bestTrial"),
     )
 
 
@@ -522,10 +533,30 @@ class DynamoJobStore:
             raise translate(f"write the start estimates of job {job_id}", exc) from exc
         return True
 
+    def set_metrics(self, job_id: str, metrics: JobMetrics) -> bool:
+        """One update of the job's metrics, no new version; False when there is no such job."""
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=job_key(job_id),
+                UpdateExpression="SET #metrics = :metrics",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={"#metrics": METRICS},
+                ExpressionAttributeValues={":metrics": {"S": to_json(metrics)}},
+            )
+        except ClientError as exc:
+            if conditional_failed(exc):
+                return False
+            raise translate(f"write the metrics of job {job_id}", exc) from exc
+        except BotoCoreError as exc:
+            raise translate(f"write the metrics of job {job_id}", exc) from exc
+        return True
+
     def save(self, job: Job, event: JobEvent) -> None:
         """The job (version n) and its event, in one transaction, if the stored job is version n - 1."""
-        plain = job_values(job)
+        plain = {k: v for k, v in job_values(job).items() if k != METRICS}
         attributes = {k: v for k, v in to_item(plain).items() if k not in ("pk", "sk")}
+        # (its metrics are not written: see METRICS)
         # An attribute the job no longer has is removed, so the item is the job: above all the
         # queue index's keys (gsi2pk/gsi2sk), which must go when a job leaves the queue.
         absent = [k for k, v in plain.items() if v is None]
