@@ -621,6 +621,31 @@ class SimulatedCluster:
         """Whether any Kubernetes Job of Squall job `job_id` exists here now; not a port call."""
         return bool(self._state.jobs_by_id.get(job_id))
 
+    def trainer_progress(self, job_id: str) -> tuple[timedelta, timedelta] | None:
+        """How far the simulated trainer of Squall job `job_id` is here: (run time its work
+        holds, run time of the whole work), the furthest of its pods; None when none of
+        its pods is running or has finished here, or they run for real. Not a port call:
+        the simulated metric lines (metrics.py) read it."""
+        state = self._state
+        now = state.now()
+        found: tuple[timedelta, timedelta] | None = None
+        for key in state.pods_by_id.get(job_id, ()):
+            pod = state.pods.get(key)
+            behaviour = pod.behaviour if pod is not None else None
+            # A real pod (run by the runner) never has an end planned: its process decides.
+            if pod is None or behaviour is None or pod.deleted or pod.ends_at is None:
+                continue
+            if pod.phase == SUCCEEDED:
+                done = behaviour.run_for
+            elif pod.phase == RUNNING:
+                # Its run ends when the work is done: a resumed run began with part of it done.
+                done = behaviour.run_for - max(pod.ends_at - now, timedelta(0))
+            else:
+                continue
+            if found is None or done > found[0]:
+                found = (max(done, timedelta(0)), behaviour.run_for)
+        return found
+
     def gpus(self) -> tuple[int, int]:
         """(allocatable, in use) over all nodes: what stats() says, without counting the rest."""
         allocatable = in_use = 0
