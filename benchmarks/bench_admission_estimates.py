@@ -47,8 +47,22 @@ RUNNING_TEAM = "platform"  # the running jobs' team: no quota, so the queue's te
 GOAL_SECONDS = 0.5
 
 
+def with_job_names(scenario: Scenario) -> Scenario:
+    """The scenario with each busy pod named as the Job controller names a Job's pod (`<Job>-<suffix>`),
+    so admission finds the pod of each running replica Job (and does not take the Job for one whose
+    pod is still to come, holding its room twice)."""
+    pods = [
+        replace(pod, name=f"{pod.name}-x7k2p")
+        if pod.node_name is not None and pod.job_id is not None and not pod.daemonset
+        else pod
+        for pod in scenario.pods
+    ]
+    return replace(scenario, pods=pods)
+
+
 def running_jobs(scenario: Scenario, *, seed: int = 27) -> list[ReplicaJob]:
-    """A running replica Job for each busy pod: a declared limit, started within it."""
+    """A running replica Job for each busy pod (named as with_job_names names them): a declared limit,
+    started within it."""
     rng = random.Random(seed)
     regions = {node.name: node.labels.get(REGION_LABEL, "") for node in scenario.nodes}
     jobs = []
@@ -59,7 +73,7 @@ def running_jobs(scenario: Scenario, *, seed: int = 27) -> list[ReplicaJob]:
         started = NOW - timedelta(seconds=rng.uniform(0, limit))
         jobs.append(
             ReplicaJob(
-                name=pod.name,
+                name=pod.name.rsplit("-", 1)[0],
                 namespace=pod.namespace,
                 job_id=pod.job_id,
                 team=RUNNING_TEAM,
@@ -153,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.queue, args.runs = 2_000, 1
-    scenario = build_scenario()
+    scenario = with_job_names(build_scenario())
     running = running_jobs(scenario)
     queued = declared_limits(parse_replica_jobs({"items": queue_jobs(args.queue)}))
     jobs = [*running, *queued]

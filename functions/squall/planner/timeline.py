@@ -147,13 +147,33 @@ def _fit(free: Vector, request: Vector) -> int:
 class _Site:
     slots: list[Slot]
     times: list[float] = field(default_factory=list)  # every step time of its slots, sorted, no repeats
-    known: set[float] = field(default_factory=set)
+    # Step time -> the slots with a step there: a search moving its start from one time to
+    # the next looks again only at the slots whose room in its window changed.
+    at: dict[float, list[Slot]] = field(default_factory=dict)
 
-    def note(self, made: Iterable[float]) -> None:
+    def note(self, made: Iterable[float], slot: Slot) -> None:
         for t in made:
-            if t not in self.known:
-                self.known.add(t)
+            on = self.at.get(t)
+            if on is None:
+                self.at[t] = [slot]
                 bisect.insort(self.times, t)
+            else:
+                on.append(slot)
+
+    def changed(self, start: float, end: float, later: float, later_end: float) -> dict[int, Slot]:
+        """The slots whose room over [start, end) may differ from theirs over [later, later_end)
+        (later > start, windows of one length): those with a step in (start, later] (the step
+        the window starts in moved) or in [end, later_end) (steps the window now reaches)."""
+        times, at = self.times, self.at
+        found: dict[int, Slot] = {}
+        for low, high in (
+            (bisect.bisect_right(times, start), bisect.bisect_right(times, later)),
+            (bisect.bisect_left(times, end), bisect.bisect_left(times, later_end)),
+        ):
+            for i in range(low, high):
+                for slot in at[times[i]]:
+                    found[id(slot)] = slot
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,10 +206,11 @@ class Timeline:
         for slot in slots:
             site = self._sites.setdefault(slot.site, _Site(slots=[]))
             site.slots.append(slot)
-            site.note(slot.times)
+            site.note(slot.times, slot)
         rank = {name: i for i, name in enumerate(site_order)}
         self.site_order = sorted(self._sites, key=lambda s: (rank.get(s, len(rank)), s))
         self._fitting: dict[tuple[PodShape, str], list[Slot]] = {}
+        self._places: dict[tuple[PodShape, str], dict[int, int]] = {}  # id(slot) -> its place in _fitting's
         # Searches start no earlier than a job alike (same pods, no shorter) found last time:
         # room only ever gets taken, so it cannot start earlier either.
         self._found: dict[tuple[tuple[int, int], ...], list[tuple[float, float]]] = {}
@@ -203,7 +224,7 @@ class Timeline:
     def release(self, slot: Slot, request: Vector, count: int, at: float) -> None:
         """A running pod's room (`count` x `request`) comes back to its node at `at`."""
         if at != math.inf:
-            self._sites[slot.site].note(slot.change(at, math.inf, request, count))
+            self._sites[slot.site].note(slot.change(at, math.inf, request, count), slot)
 
     def _slots_for(self, shape: PodShape, site: str) -> list[Slot]:
         key = (shape, site)
@@ -223,6 +244,7 @@ class Timeline:
                 if fits:
                     slots.append(s)
             self._fitting[key] = slots
+            self._places[key] = {id(s): place for place, s in enumerate(slots)}
         return slots
 
     def schedule(
@@ -279,7 +301,7 @@ class Timeline:
         self._scheduled = self._scheduled or booking.start > 0
         site = self._sites[booking.site]
         for slot, request, count in booking.placed:
-            site.note(slot.change(booking.start, booking.end, request, -count))
+            site.note(slot.change(booking.start, booking.end, request, -count), slot)
 
     def place_now(self, parts: Sequence[tuple[PodShape, int]], duration: float, site: str) -> Booking | None:
         """Book a gang that runs from now (admitted, its pods not bound yet) wherever it fits in its site."""
@@ -334,15 +356,66 @@ class Timeline:
         before: float,
     ) -> Booking | None:
         times = self._sites[site].times
-        candidates = times[bisect.bisect_left(times, floor) :]
+        candidates = times[bisect.bisect_left(times, floor) : bisect.bisect_left(times, before)]
         if not candidates or candidates[0] > floor:
             candidates = [floor, *candidates]
+        if len(parts) == 1:
+            return self._earliest_one(parts[0], duration, site, candidates[:MAX_CANDIDATES], before=before)
         for tried, start in enumerate(candidates):
             if start >= before or tried >= MAX_CANDIDATES:
                 return None
             booking = self._fit_at(parts, start, duration, site)
             if booking is not None:
                 return booking
+        return None
+
+    def _earliest_one(
+        self,
+        part: tuple[PodShape, int],
+        duration: float,
+        site: str,
+        candidates: Sequence[float],
+        *,
+        before: float,
+    ) -> Booking | None:
+        """`_earliest` for a gang of one kind of pod (most gangs): how many of its pods each slot
+        holds is counted once at the first start tried, then, at each later one, again only for
+        the slots whose room in the window changed (most have a step or two in all). The same
+        starts are tried and the same booking found as by `_fit_one` at each."""
+        shape, count = part
+        request = shape.request
+        slots = self._slots_for(shape, site)
+        places = self._places[(shape, site)]
+        where = self._sites[site]
+        counts: list[int] = []
+        total = 0
+        previous = previous_end = 0.0
+        for start in candidates:
+            if start >= before:
+                return None
+            end = start + duration
+            if not counts:
+                counts = [slot.fits(start, end, request) for slot in slots]
+                total = sum(counts)
+            else:
+                for key, slot in where.changed(previous, previous_end, start, end).items():
+                    place = places.get(key)
+                    if place is not None:
+                        fits = slot.fits(start, end, request)
+                        total += fits - counts[place]
+                        counts[place] = fits
+            if total >= count:
+                left = count
+                placed: list[tuple[Slot, Vector, int]] = []
+                for slot, fits in zip(slots, counts, strict=True):
+                    if fits:
+                        take = fits if fits < left else left
+                        placed.append((slot, request, take))
+                        left -= take
+                        if not left:
+                            break
+                return Booking(site=site, start=start, end=end, placed=tuple(placed))
+            previous, previous_end = start, end
         return None
 
     def _fit_one(self, part: tuple[PodShape, int], start: float, end: float, site: str) -> Booking | None:
