@@ -21,6 +21,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -122,6 +125,42 @@ class ClockModel(StrictModel):
 Expect = Literal["accepted", "rejected", "duplicate", "deadLetter"]
 
 
+class OptimumModel(StrictModel):
+    """Where one parameter of a simulated trainer's objective is best (local/cluster/metrics.py)."""
+
+    optimum: StrictInt | StrictFloat | StrictBool | str
+    width: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0  # in ln units with log
+    log: bool = False
+    penalty: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0  # a categorical value's miss
+
+
+class ObjectiveModel(StrictModel):
+    """The known objective a simulated job's trainer reports as squall-metric lines: a score that
+    rises over its steps towards a quality set by how near its (trial's) parameters are to theirs."""
+
+    parameters: Annotated[dict[str, OptimumModel], Field(max_length=64)] = Field(default_factory=dict)
+    metric: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,63}$")] = "eval/score"
+    goal: Literal["maximize", "minimize"] = "maximize"
+    best: Annotated[float, Field(ge=0, le=1)] = 0.95
+    floor: Annotated[float, Field(ge=0, le=1)] = 0.05
+    steps: Annotated[int, Field(ge=1, le=10**9)] = 1000
+    rise: Annotated[float, Field(gt=0, le=100)] = 0.25
+    log_every: Annotated[int, Field(ge=1, le=10**9)] = 50
+    eval_every: Annotated[int, Field(ge=1, le=10**9)] = 100
+    noise: Annotated[float, Field(ge=0, le=1)] = 0.01
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _floor_below_best(self) -> ObjectiveModel:
+        if self.floor > self.best:
+            raise ValueError(f"floor ({self.floor:g}) must not be above best ({self.best:g})")
+        for name, optimum in self.parameters.items():
+            number = optimum.optimum
+            if optimum.log and (isinstance(number, bool | str) or number <= 0):
+                raise ValueError(f"parameters.{name}.optimum: must be a positive number with log: true")
+        return self
+
+
 class ArrivalModel(StrictModel):
     """Jobs arriving on the queue: `count` copies, `every` apart, from `at` on."""
 
@@ -134,6 +173,8 @@ class ArrivalModel(StrictModel):
     run_time: Span | None = None  # how long each pod runs; default: the scenario's defaultRunTime
     # How often the simulated job checkpoints (what a preemption keeps of its work); absent: never.
     checkpoint_every: Span | None = None
+    # What its trainer (each trial's, for a sweep) reports as squall-metric lines; absent: nothing.
+    objective: ObjectiveModel | None = None
     failure_probability: Annotated[float, Field(ge=0, le=1)] = 0.0
     deliver_twice: bool = False  # SQS hands the message over twice (at-least-once delivery)
     # Who sends it: a principal's unique id (AROA...), what SQS reports as the SenderId.

@@ -22,12 +22,14 @@ from squall.core import documents
 from squall.core.settings import PolicySettings, may_submit
 from squall.core.spec import JobSpec, SpecError, parse_spec
 from squall.local.clock import EPOCH
+from squall.local.cluster.metrics import ParameterOptimum, SyntheticObjective
 from squall.local.fleet import RegionCapacity
 from squall.local.runtime import DEFAULT_REGISTRIES, DEFAULT_TEAMS, ClusterEntry, default_clusters
 from squall.local.scenario.models import (
     ArrivalModel,
     EndModel,
     Expect,
+    ObjectiveModel,
     ScenarioError,
     ScenarioModel,
     validation_errors,
@@ -59,6 +61,7 @@ class Submission:
     deliver_twice: bool = False
     sender: str | None = None  # the SenderId SQS reports for it
     checkpoint_every: timedelta | None = None  # how often its job checkpoints; None: never
+    objective: SyntheticObjective | None = None  # what its trainer reports (metric lines); None: nothing
 
 
 @dataclass(frozen=True)
@@ -350,7 +353,30 @@ def _copies(
             deliver_twice=arrival.deliver_twice,
             sender=arrival.sender,
             checkpoint_every=arrival.checkpoint_every,
+            objective=synthetic_objective(arrival.objective),
         )
+
+
+def synthetic_objective(model: ObjectiveModel | None) -> SyntheticObjective | None:
+    """A scenario's objective as the simulated metric lines play it (checked by its model)."""
+    if model is None:
+        return None
+    return SyntheticObjective(
+        parameters={
+            name: ParameterOptimum(optimum=p.optimum, width=p.width, log=p.log, penalty=p.penalty)
+            for name, p in model.parameters.items()
+        },
+        metric=model.metric,
+        goal=model.goal,
+        best=model.best,
+        floor=model.floor,
+        steps=model.steps,
+        rise=model.rise,
+        log_every=model.log_every,
+        eval_every=model.eval_every,
+        noise=model.noise,
+        seed=model.seed,
+    )
 
 
 def _spec_file(base: Path, name: str | None, where: str, errors: list[str]) -> dict[str, Any] | None:
