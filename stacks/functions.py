@@ -195,6 +195,21 @@ class SquallFunctions(Construct):
         buckets += [bucket_arn(name) for name in config.artifacts.buckets]
         self._allow(submit, actions=["s3:GetObject"], resources=[saved_model_objects(b) for b in buckets])
 
+        # Preemption counts what each candidate victim would lose from its trainer's checkpoint
+        # report (services/preemption.py ReportedCheckpoints): a list of exactly that key, then a
+        # ranged GetObject of it. A job writes only under teams/<team>/ of these buckets (its Pod
+        # Identity role), so the scale function may list and read that one file name there, and
+        # only when preemption is on (the settings it is deployed with say whether it is).
+        if config.policy_settings.preemption.enabled:
+            self._allow(
+                scale,
+                actions=["s3:ListBucket"],
+                resources=buckets,
+                conditions={"StringLike": {"s3:prefix": [checkpoint_report_keys()]}},
+            )
+            self._allow(scale, actions=["s3:GetObject"], resources=[checkpoint_reports(b) for b in buckets])
+            _suppress_checkpoint_report_keys(scale)
+
         # Last, so that every policy statement above exists when it is marked.
         for function in self.by_handler.values():
             _suppress_scoped_wildcards(function)
@@ -397,6 +412,21 @@ def saved_model_objects(bucket: str) -> str:
     return f"{bucket}/{constants.TEAMS_PREFIX}/*/{constants.SAVED_MODEL_FILE}"
 
 
+# Where a trainer reports its latest checkpoint, under <checkpointUri>/<job id>/: services/
+# preemption.py's CHECKPOINT_REPORT (the stacks import no service; a test holds the two equal).
+CHECKPOINT_REPORT_FILE = "checkpoints/squall-checkpoint.json"
+
+
+def checkpoint_report_keys() -> str:
+    """Key pattern of the checkpoint reports under the team prefixes (the s3:prefix a list may ask for)."""
+    return f"{constants.TEAMS_PREFIX}/*/{CHECKPOINT_REPORT_FILE}"
+
+
+def checkpoint_reports(bucket: str) -> str:
+    """ARN pattern of the checkpoint reports under the team prefixes of the bucket whose ARN is `bucket`."""
+    return f"{bucket}/{checkpoint_report_keys()}"
+
+
 def settings_file(handler: str) -> str:
     """Where a function's settings file is, relative to the asset's root."""
     return f"{constants.SETTINGS_DIR}/{handler}.json"
@@ -467,6 +497,28 @@ def _retention(days: int) -> logs.RetentionDays:
         return _RETENTION[days]
     except KeyError:
         raise ValueError(f"logRetentionDays must be one of {sorted(_RETENTION)}") from None
+
+
+def _suppress_checkpoint_report_keys(function: lambda_.Function) -> None:
+    assert function.role is not None  # every function gets its own role above
+    NagSuppressions.add_resource_suppressions(
+        function.role,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason=(
+                    "Preemption reads running jobs' checkpoint reports: s3:GetObject of "
+                    "teams/*/checkpoints/squall-checkpoint.json only, in the artifacts bucket and "
+                    "artifacts.buckets. The team, the checkpointUri and the job are chosen at run "
+                    "time, so the key needs a wildcard; the file name pins it to the reports."
+                ),
+                applies_to=[
+                    RegexAppliesTo(regex=r"/^Resource::.*\/teams\/\*\/checkpoints\/squall-checkpoint\.json$/")
+                ],
+            )
+        ],
+        apply_to_children=True,  # the role's DefaultPolicy holds the statement
+    )
 
 
 def _suppress_scoped_wildcards(function: lambda_.Function) -> None:
