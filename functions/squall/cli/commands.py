@@ -15,12 +15,17 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from squall.cli import deployment
 from squall.cli.argtypes import whole_number
+from squall.cli.config import (
+    configured_policy,
+    configured_team_shares,
+    configured_teams,
+    load_document,
+    load_spec,
+)
 from squall.cli.errors import EXIT_FAILED, EXIT_OK, CommandError, reported
 from squall.cli.human import (
     age,
@@ -33,160 +38,12 @@ from squall.cli.human import (
 )
 from squall.cli.queue import cmd_queue, place_in_queue, start_words
 from squall.cli.text import one_line, print_table
-from squall.core import documents
 from squall.core.jobs import JobStatus, Reason
-from squall.planner.inputs import InputError, read_policy
 from squall.planner.text import counted
 
 if TYPE_CHECKING:
     from squall.cli.plan_inputs import ClusterFiles
-    from squall.core.spec import JobSpec
-    from squall.planner.admission import TeamShare
     from squall.planner.offline import PlanInputError
-
-CDK_JSON = Path("cdk.json")
-
-
-# ---- configuration: environment, then ./cdk.json context, then local defaults ----
-
-
-def _context() -> dict[str, Any]:
-    """./cdk.json's context; an unreadable cdk.json is an error, not a silent fallback to defaults."""
-    if not CDK_JSON.exists():
-        return {}
-    document = load_document(str(CDK_JSON))
-    context = document.get("context", {}) if isinstance(document, dict) else None
-    if not isinstance(context, dict):
-        raise CommandError(f"{CDK_JSON}: context: expected an object, got {documents.kind(context)}")
-    return context
-
-
-def _environment(name: str) -> Any | None:
-    """A JSON value from the environment, None when the variable is not set."""
-    text = os.environ.get(name)
-    if text is None:
-        return None
-    try:
-        return documents.parse_json(text, source=name)
-    except documents.DocumentError as exc:
-        raise CommandError(f"{exc} (the variable holds JSON)") from exc
-
-
-def configured_team_entries() -> dict[str, documents.Team]:
-    """Teams as SQUALL_TEAMS (JSON) or cdk.json's `teams` declare them, else the local defaults.
-
-    A team is a namespace, or {namespace, submitters, gpuQuota, weight, budget}.
-    """
-    found = _declared_teams()
-    if found is None:
-        from squall.local.runtime import DEFAULT_TEAMS
-
-        found = DEFAULT_TEAMS, "the local defaults"
-    value, source = found
-    try:
-        return documents.read_teams(value)
-    except documents.ConfigError as exc:
-        raise CommandError(f"{source}: " + "; ".join(exc.errors)) from exc
-
-
-def _declared_teams() -> tuple[Any, str] | None:
-    """SQUALL_TEAMS, else cdk.json's `teams`, with where it came from; None when neither declares any."""
-    value = _environment("SQUALL_TEAMS")
-    if value is not None:
-        return value, "SQUALL_TEAMS"
-    value = _context().get("teams")
-    if value is None or value == {}:
-        return None
-    return value, f"{CDK_JSON}: context"
-
-
-def configured_team_shares() -> dict[str, TeamShare]:
-    """Each declared team's GPU quota and weight for admission (planner TeamShare); none declared: none.
-
-    The local default teams have neither, which admits exactly as no teams do, so they
-    are not read (and the plan command does not import the local runtime for them).
-    """
-    from squall.planner.inputs import team_shares
-
-    return team_shares(configured_team_entries()) if _declared_teams() is not None else {}
-
-
-def configured_teams() -> dict[str, str]:
-    """team -> namespace."""
-    return {team: entry.namespace for team, entry in configured_team_entries().items()}
-
-
-def configured_registries() -> list[str]:
-    value = _environment("SQUALL_ALLOWED_REGISTRIES")
-    source = "SQUALL_ALLOWED_REGISTRIES"
-    if value is None:
-        value, source = _context().get("allowedRegistries"), f"{CDK_JSON}: allowedRegistries"
-        if value is None or value == []:
-            from squall.local.runtime import DEFAULT_REGISTRIES
-
-            return list(DEFAULT_REGISTRIES)
-    if not isinstance(value, list) or not value or not all(isinstance(r, str) and r.strip() for r in value):
-        raise CommandError(
-            f"{source}: expected a non-empty list of registry prefixes (strings), got {documents.shown(value)}"
-        )
-    return list(value)
-
-
-def configured_policy(path: str | None = None) -> dict[str, Any]:
-    """The policy's values (planner/inputs.py read_policy) in a file (`--policy`: cdk.json, {policy: {...}} or the policy object itself),
-    else ./cdk.json's, read as `cdk synth` and the functions read it; else the defaults."""
-    if path is None:
-        value, source = _context().get("policy"), str(CDK_JSON)
-    else:
-        document, source = load_document(path), path
-        holder = document.get("context") if isinstance(document, dict) else None
-        if isinstance(holder, dict):
-            value = holder.get("policy")
-        elif isinstance(document, dict) and "policy" in document:
-            value = document["policy"]
-        else:
-            value = document
-    try:
-        return read_policy(value)
-    except InputError as exc:
-        raise CommandError(f"{source}: " + "; ".join(exc.errors)) from exc
-
-
-def configured_max_runtime_limit() -> timedelta:
-    """cdk.json's policy.maxRuntimeLimit, read as the functions read it; else the default."""
-    limit: timedelta = configured_policy()["max_runtime_limit"]
-    return limit
-
-
-def load_document(path: str) -> Any:
-    """A YAML or JSON file (`-` for standard input)."""
-    try:
-        return documents.load(path)
-    except documents.DocumentError as exc:
-        raise CommandError(str(exc)) from exc
-
-
-def load_spec(path: str, *, job_id: str | None = None) -> tuple[JobSpec, Any]:
-    """The job spec in a file, checked as the submit function checks it; `job_id` replaces its id."""
-    data = load_document(path)
-    if job_id is not None and isinstance(data, dict):
-        data = {**data, "id": job_id}
-    return check_spec(data, source=path), data
-
-
-def check_spec(data: Any, *, source: str) -> JobSpec:
-    """A job spec's body checked as the submit function checks it; `source` names it in errors."""
-    from squall.core.spec import SpecError, parse_spec
-
-    teams, registries, limit = configured_teams(), configured_registries(), configured_max_runtime_limit()
-    try:
-        return parse_spec(data, teams=teams, registries=registries, max_runtime_limit=limit)
-    except SpecError as exc:
-        total = getattr(exc, "total", len(exc.issues))
-        lines = [f"{source}: invalid job spec ({total} error{'s' if total != 1 else ''})"]
-        lines += [f"  {issue.field}: {issue.message}" for issue in exc.issues]
-        raise CommandError("\n".join(lines)) from exc
-
 
 # ---- offline commands ----
 
@@ -338,80 +195,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from squall.core.spec import derive_job_id
+    from squall.cli.client import Client
 
-    spec, data = load_spec(args.file)
-    code: dict[str, Any] = {}
-    if args.code is not None:
-        spec, data, code = _with_code(spec, data, directory=args.code, source=args.file, quiet=args.json)
-    message_id = deployment.send_to_jobs_queue(data, what="the job spec")
-    job_id = spec.id or derive_job_id(spec, message_id=message_id)
-    print(
-        json.dumps({"jobId": job_id, "messageId": message_id} | code) if args.json else f"submitted {job_id}",
-        flush=True,
-    )
+    client = Client()
+    sent = client.send(args.file, code=args.code)
+    if sent.replaced_code_uri is not None and not args.json:
+        print(f"{args.file}: codeUri {sent.replaced_code_uri} is replaced by --code {args.code}", file=sys.stderr)
+    if sent.code is not None and not args.json:
+        code = sent.code
+        what = (
+            "uploaded again (the stored copy could expire during the longest run)"
+            if code.renewed
+            else "uploaded"
+            if code.uploaded
+            else "already there, not uploaded again"
+        )
+        print(
+            f"code sha256 {code.sha256}: {what} ({code.uri}; {counted(code.files, 'file')}, "
+            f"{code.bytes:,} bytes packed, {code.ignored} ignored)"
+        )
+    summary = {"jobId": sent.job_id, "messageId": sent.message_id} | (sent.code.as_json() if sent.code else {})
+    print(json.dumps(summary) if args.json else f"submitted {sent.job_id}", flush=True)
     if not args.watch:
         return EXIT_OK
-    from squall.cli.follow.clock import RealClock
     from squall.cli.follow.watch import watch_job
     from squall.cli.researcher import exit_code
 
     # The record appears once the submit function has taken the message: wait for it a while.
     return exit_code(
-        watch_job(
-            job_id, store=deployment.job_store(), clock=RealClock(), out=sys.stdout, wait_for_record=120
-        )
+        watch_job(sent.job_id, store=client.store, clock=client.clock, out=sys.stdout, wait_for_record=120)
     )
-
-
-def _with_code(
-    spec: JobSpec, data: Any, *, directory: str, source: str, quiet: bool
-) -> tuple[JobSpec, Any, dict[str, Any]]:
-    """Pack `directory`, store it once per content in the artifacts bucket, and name it as
-    the spec's codeUri. Everything is checked before the first byte goes up."""
-    import tempfile
-
-    from squall.core.codepack import PackError, pack
-
-    bucket = deployment.artifacts_bucket()
-    deployment.jobs_queue_url()
-    if isinstance(data, dict) and data.get("codeUri") is not None and not quiet:
-        print(f"{source}: codeUri {data['codeUri']} is replaced by --code {directory}", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="squall-code-") as scratch:
-        try:
-            packed = pack(directory, Path(scratch) / "code.tar.gz")
-        except PackError as exc:
-            raise CommandError(f"--code {directory}: {exc}") from exc
-        stored = _artifacts(bucket).store(team=spec.team, sha256=packed.sha256, path=packed.path)
-    data = {**data, "codeUri": stored.uri}
-    spec = check_spec(data, source=source)
-    if not quiet:
-        what = (
-            "uploaded again (the stored copy could expire during the longest run)"
-            if stored.renewed
-            else "uploaded"
-            if stored.uploaded
-            else "already there, not uploaded again"
-        )
-        print(
-            f"code sha256 {packed.sha256}: {what} ({stored.uri}; {counted(packed.files, 'file')}, "
-            f"{packed.archive_bytes:,} bytes packed, {packed.ignored} ignored)"
-        )
-    summary = {
-        "codeUri": stored.uri,
-        "codeSha256": packed.sha256,
-        "codeUploaded": stored.uploaded,
-        "codeFiles": packed.files,
-        "codeBytes": packed.archive_bytes,
-    }
-    return spec, data, summary
-
-
-def _artifacts(bucket: str) -> Any:
-    """The code archives in the artifacts bucket, through boto3's default chain."""
-    from squall.adapters.aws.artifacts import CodeArtifacts
-
-    return CodeArtifacts(deployment.aws_client("s3"), bucket, longest_run=configured_max_runtime_limit())
 
 
 def _job_dict(job: Any) -> dict[str, Any]:
@@ -455,15 +268,14 @@ def _iso(at: datetime | None) -> str | None:
     return at.isoformat() if at is not None else None
 
 
-def _get(job_id: str) -> Any:
-    job = deployment.job_store().get(job_id)
-    if job is None:
-        raise CommandError(f"no job {job_id}", code=EXIT_FAILED)
-    return job
+def _client() -> Any:
+    from squall.cli.client import Client
+
+    return Client()
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    job = _get(args.id)
+    job = _client().get(args.id)
     print(
         json.dumps(_job_dict(job))
         if args.json
@@ -473,9 +285,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    store = deployment.job_store()
-    statuses = [JobStatus(args.status)] if args.status else list(JobStatus)
-    jobs = [j for s in statuses for j in store.list_by_status(s, limit=args.limit)]
+    jobs = _client().jobs(args.status, limit=args.limit)
     if args.json:
         print(json.dumps([_job_dict(j) for j in jobs]))
         return EXIT_OK
@@ -505,12 +315,13 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print_history,
     )
 
-    job = deployment.job_store().get(args.id)
+    client = _client()
+    job = client.find(args.id)
     if job is None:  # a model service's name, then (cli/serving.py)
         if describe_model_service(args.id, as_json=args.json):
             return EXIT_OK
         raise CommandError(f"no job or model service {args.id}", code=EXIT_FAILED)
-    events = deployment.job_store().events(args.id)
+    events = client.events(args.id)
     place, unread = place_in_queue(job)
     served = model_service_history(args.id)  # a model service is named after its job by default
     if args.json:
@@ -568,8 +379,7 @@ def describe_lines(
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    _get(args.id)
-    deployment.send_to_jobs_queue({"action": "cancel", "id": args.id, "reason": args.reason})
+    _client().cancel(args.id, reason=args.reason)
     print(f"cancel requested for {args.id}")
     return EXIT_OK
 

@@ -27,6 +27,20 @@ class CommandError(Exception):
         self.code = code
 
 
+class NotFound(CommandError):
+    """No job (or model service) of that name: exit 1."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message, code)
+
+
+class WaitTimeout(CommandError):
+    """What was waited for was not reached in time (`Client.wait`'s timeout): exit 1."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message, code)
+
+
 def reported(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Errors as one `squall: ...` line on stderr and an exit code (the CLI's convention).
 

@@ -76,14 +76,23 @@ def read_request(path: str, *, signature: str | None) -> dict[str, Any]:
         raise CommandError(f"--input {source}: not UTF-8 text") from None
     except documents.DocumentError as exc:
         raise CommandError(f"--input {exc}") from exc
-    if not isinstance(body, dict):
+    return check_request(body, source=f"--input {source}", signature=signature)
+
+
+def check_request(body: Any, *, source: str, signature: str | None) -> dict[str, Any]:
+    """A predict request's body checked before it is sent (`source` names it in errors); a copy,
+    with `signature` as its signature_name when given."""
+    from squall.core import documents
+
+    if not isinstance(body, Mapping):
         raise CommandError(
-            f"--input {source}: expected a JSON object with 'instances' or 'inputs', got {documents.kind(body)}"
+            f"{source}: expected a JSON object with 'instances' or 'inputs', got {documents.kind(body)}"
         )
-    unknown = sorted(set(body) - REQUEST_KEYS)
+    body = dict(body)
+    unknown = sorted(str(key) for key in set(body) - REQUEST_KEYS)
     if unknown:
         raise CommandError(
-            f"--input {source}: unknown key{'s' if len(unknown) > 1 else ''} "
+            f"{source}: unknown key{'s' if len(unknown) > 1 else ''} "
             f"{', '.join(repr(k[:40]) for k in unknown[:5])}: a predict request has 'instances' or 'inputs', "
             "and optionally 'signature_name'"
         )
@@ -91,12 +100,12 @@ def read_request(path: str, *, signature: str | None) -> dict[str, Any]:
     if len(given) != 1:
         which = "both" if given else "neither"
         raise CommandError(
-            f"--input {source}: has {which} of 'instances' (a list of rows) and 'inputs' (columns): give exactly one"
+            f"{source}: has {which} of 'instances' (a list of rows) and 'inputs' (columns): give exactly one"
         )
     if "instances" in body and (not isinstance(body["instances"], list) or not body["instances"]):
-        raise CommandError(f"--input {source}: 'instances' must be a non-empty list of rows")
+        raise CommandError(f"{source}: 'instances' must be a non-empty list of rows")
     if "signature_name" in body and not isinstance(body["signature_name"], str):
-        raise CommandError(f"--input {source}: 'signature_name' must be a string")
+        raise CommandError(f"{source}: 'signature_name' must be a string")
     if signature is not None:
         body["signature_name"] = signature
     return body

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -95,8 +96,43 @@ def _queue_message(entry: dict[str, Any], *, scaling: str) -> str:
     return with_scaling(str(entry.get("message", "")), scaling=scaling, held=held)
 
 
-def cmd_queue(args: argparse.Namespace) -> int:
-    decision = deployment.scale_state().latest_decision(now=datetime.now(UTC))
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """The queue as one scale check's decision record left it (`squall queue`, `Client.queue`).
+
+    `waiting`: its entries in admission order (queue_row's dicts, times as ISO 8601), only
+    `team`'s when one was asked for; `waiting_total`: how many waited in all;
+    `not_listed`: how many the record leaves out; `admitted`: what that check admitted.
+    """
+
+    decided_at: Any
+    trigger: Any
+    dry_run: Any
+    team: str | None
+    waiting: list[dict[str, Any]]
+    waiting_total: int
+    listed: int  # entries the record lists, of every team
+    not_listed: int
+    admitted: list[dict[str, Any]]
+    in_use: Any
+
+    def as_json(self) -> dict[str, Any]:
+        """What `squall queue --json` prints."""
+        return {
+            "decidedAt": self.decided_at,
+            "trigger": self.trigger,
+            "dryRun": self.dry_run,
+            "team": self.team,
+            "waiting": self.waiting,
+            "waitingTotal": self.waiting_total,
+            "notListed": self.not_listed,
+            "admitted": self.admitted,
+            "inUse": self.in_use,
+        }
+
+
+def read_queue(decision: dict[str, Any] | None, *, team: str | None) -> QueueSnapshot:
+    """The queue in the latest scale check's decision record; CommandError when it has none."""
     if decision is None:
         raise CommandError(
             "no scale-check decision recorded yet, so there is no queue to show: the scale function "
@@ -114,57 +150,61 @@ def cmd_queue(args: argparse.Namespace) -> int:
     listed = [w for w in admission.get("waiting", []) if isinstance(w, dict)]
     total = admission.get("waitingTotal", len(listed))
     total = total if isinstance(total, int) else len(listed)
-    rows = [queue_row(w, scaling=scaling) for w in listed if args.team is None or w.get("team") == args.team]
-    more = max(total - len(listed), 0)
+    rows = [queue_row(w, scaling=scaling) for w in listed if team is None or w.get("team") == team]
     admitted = [a for a in admission.get("admitted", []) if isinstance(a, dict)]
-    if args.team is not None:
-        admitted = [a for a in admitted if a.get("team") == args.team]
+    if team is not None:
+        admitted = [a for a in admitted if a.get("team") == team]
+    return QueueSnapshot(
+        decided_at=decision.get("at"),
+        trigger=decision.get("trigger"),
+        dry_run=decision.get("dryRun"),
+        team=team,
+        waiting=rows,
+        waiting_total=total,
+        listed=len(listed),
+        not_listed=max(total - len(listed), 0),
+        admitted=admitted,
+        in_use=admission.get("inUse", {}),
+    )
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    from squall.cli.client import Client
+
+    queue = Client().queue(team=args.team)
+    rows, more, total, team = queue.waiting, queue.not_listed, queue.waiting_total, args.team
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "decidedAt": decision.get("at"),
-                    "trigger": decision.get("trigger"),
-                    "dryRun": decision.get("dryRun"),
-                    "team": args.team,
-                    "waiting": rows,
-                    "waitingTotal": total,
-                    "notListed": more,
-                    "admitted": admitted,
-                    "inUse": admission.get("inUse", {}),
-                }
-            )
-        )
+        print(json.dumps(queue.as_json()))
         return EXIT_OK
-    dry = ", dry run: nothing was admitted" if decision.get("dryRun") else ""
-    whose = f" ({args.team}: {len(rows)} listed)" if args.team is not None else ""
+    dry = ", dry run: nothing was admitted" if queue.dry_run else ""
+    whose = f" ({team}: {len(rows)} listed)" if team is not None else ""
     print(
-        f"queue at {moment_text(decision.get('at'))} (scale check, {one_line(decision.get('trigger'))}{dry}): "
+        f"queue at {moment_text(queue.decided_at)} (scale check, {one_line(queue.trigger)}{dry}): "
         f"{total} waiting{whose}"
     )
-    in_use = admission.get("inUse", {})
+    in_use = queue.in_use
     if isinstance(in_use, dict) and in_use:
         print(
             "GPUs admitted: "
-            + ", ".join(f"{one_line(team)} {one_line(gpus)}" for team, gpus in in_use.items())
+            + ", ".join(f"{one_line(name)} {one_line(gpus)}" for name, gpus in in_use.items())
         )
-    for entry in admitted:
-        job, team, region = (one_line(entry.get(key)) for key in ("job", "team", "region"))
+    for entry in queue.admitted:
+        job, who, region = (one_line(entry.get(key)) for key in ("job", "team", "region"))
         gpus = entry.get("gpus")
         asks = counted(gpus, "GPU") if isinstance(gpus, int) else f"{one_line(gpus)} GPUs"
-        print(f"admitted in that check: {job} ({team}, {asks}) in {site_words(region)}")
+        print(f"admitted in that check: {job} ({who}, {asks}) in {site_words(region)}")
     if rows:
         print_table(*queue_table(rows))
-    elif args.team is not None:
+    elif team is not None:
         print(
-            f"no job of team {args.team} among the first {len(listed)}"
+            f"no job of team {team} among the first {queue.listed}"
             if more
-            else f"no job of team {args.team} is waiting"
+            else f"no job of team {team} is waiting"
         )
     elif not more:
         print("no job is waiting")
     if more:
-        print(f"{more} more not listed (the scale check records the first {len(listed)} of the queue)")
+        print(f"{more} more not listed (the scale check records the first {queue.listed} of the queue)")
     return EXIT_OK
 
 

@@ -20,11 +20,9 @@ from typing import Any
 
 from squall.cli import deployment
 from squall.cli.argtypes import port, seconds
-from squall.cli.deployment import CLUSTER_ENV, CLUSTERS_ENV, ClusterPlace
 from squall.cli.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CommandError, reported
 from squall.cli.human import moment
 from squall.cli.text import printable
-from squall.core.errors import NotFoundError
 from squall.core.jobs import Job, JobStatus
 
 DEFAULT_PORT = 6006
@@ -49,163 +47,36 @@ def _job(store: Any, job_id: str) -> Job:
     return job
 
 
-def _sweep_refused(job: Job, what: str) -> CommandError:
-    shown = printable(", ".join(job.trial_ids[:5]), newlines=False) + (
-        ", ..." if len(job.trial_ids) > 5 else ""
-    )
-    return CommandError(
-        f"job {job.id} is a sweep: each of its {len(job.trial_ids)} trials has {what} of its own "
-        f"(squall {what.split()[0]} <trial id>; trials: {shown})",
-        code=EXIT_FAILED,
-    )
-
-
-# ---- squall logs ----
-
-
-def log_cluster(job: Job, configured: list[ClusterPlace]) -> ClusterPlace | None:
-    """The cluster whose log group holds the job's output; None when it was never placed in one.
-
-    The record names it (admission sets `cluster`) and SQUALL_CLUSTERS says where that
-    cluster's group is. A job that waits in the queue has none (requeued after its pods were
-    lost, it may be placed in another cluster next). With SQUALL_CLUSTER_NAME's one cluster,
-    a job placed or run is read there, as before there were several (its record may be from
-    before Squall recorded clusters, or name the cluster otherwise than the log group does).
-    """
-    legacy = len(configured) == 1 and configured[0].region is None
-    if job.cluster and legacy:
-        return configured[0]
-    if job.cluster:
-        for place in configured:
-            if place.name == job.cluster:
-                return place
-        names = ", ".join(p.name for p in configured)
-        raise CommandError(
-            f"job {job.id} is in cluster {printable(job.cluster, newlines=False)}, which this shell's "
-            f"clusters ({names}) do not include: set {CLUSTERS_ENV} to the deployment's clusters "
-            '(JSON [{"name": ..., "region": ...}], the CDK app\'s output)',
-            code=EXIT_FAILED,
-        )
-    if job.started_at is None or (job.status is JobStatus.QUEUED and len(configured) > 1):
-        return None
-    if len(configured) == 1:
-        return configured[0]
-    raise CommandError(
-        f"job {job.id}'s record names no cluster (it ran before its deployment recorded one), and "
-        f"{CLUSTERS_ENV} lists {len(configured)}: its logs are in one of "
-        + ", ".join(f"/aws/containerinsights/{p.name}/application ({p.region})" for p in configured),
-        code=EXIT_FAILED,
-    )
-
-
-def _unplaced(job: Job) -> str:
-    what = printable(f"job {job.id} is {job.status.value} ({job.reason})", newlines=False)
-    if job.status is JobStatus.QUEUED:
-        return f"{what}: not placed in a cluster yet, so it has no logs yet"
-    return f"{what}: it was never placed in a cluster, so it has no logs"
-
-
 def say(text: str) -> None:
     """A line about the output, not of it: on stderr, marked, escaped (it may quote a record or a stream's name)."""
     print(f"squall: {printable(text, newlines=False)}", file=sys.stderr, flush=True)
 
 
+# ---- squall logs ----
+
+
 @reported
 def cmd_logs(args: argparse.Namespace) -> int:
-    from squall.adapters.aws.logs import CloudWatchLogReader, LogAccessDenied
-    from squall.cli.follow.clock import RealClock
-    from squall.cli.follow.logs import (
-        LogFollower,
-        LogsError,
-        await_placement,
-        check_replica,
-        parse_since,
-        print_logs,
-        replica_names,
-    )
-    from squall.core.logstreams import log_group
+    from squall.cli.client import Client
+    from squall.cli.follow.logs import LogsError, parse_since
 
-    store = deployment.job_store()
-    job = _job(store, args.id)
-    if job.is_sweep:
-        raise _sweep_refused(job, "logs")
-    if not job.namespace:
-        raise CommandError(
-            f"job {job.id} is {job.status.value} ({printable(job.reason, newlines=False)}): it never ran, "
-            "so it has no logs",
-            code=EXIT_FAILED,
-        )
-    replicas = replica_names(job)
-    clock = RealClock()
-    try:
-        since = parse_since(args.since, now=clock.now()) if args.since else None
-        replica = check_replica(args.replica, job_id=job.id, replicas=replicas) if args.replica else None
+    client = Client()
+    try:  # parsed here too, to say "no lines since" the moment it meant
+        since = parse_since(args.since, now=client.clock.now()) if args.since else None
     except LogsError as exc:
         raise CommandError(str(exc)) from exc
-    configured = deployment.clusters()
-    place = log_cluster(job, configured)
-    if place is None and args.follow and job.status is JobStatus.QUEUED:
-        job = await_placement(job, store=store, clock=clock, on_status=say)
-        place = log_cluster(job, configured)
-    if place is None:
-        say(_unplaced(job))
-        return EXIT_OK
-    group = log_group(place.name)
-    follower = LogFollower(
-        source=CloudWatchLogReader(deployment.aws_client("logs", region=place.region), group),
-        job_id=job.id,
-        namespace=job.namespace,
-        replicas=replicas,
-        replica=replica,
-        since=since,
-        on_warning=say,
-    )
-    try:
-        printed = print_logs(
-            follower,
-            out=sys.stdout,
-            timestamps=args.timestamps,
-            follow=args.follow,
-            store=store,
-            clock=clock,
-            on_status=say,
-        )
-    except NotFoundError as exc:
-        raise CommandError(
-            f"{exc}: no such log group{_in_region(place)}. Is the cluster's log agent installed (docs/deploy.md, "
-            f"the CloudWatch Observability add-on), and is {_named_by(configured)} ({place.name}) the cluster's name?"
-            + (
-                f" (the job's record names cluster {printable(job.cluster, newlines=False)})"
-                if job.cluster and job.cluster != place.name
-                else ""
-            ),
-            code=EXIT_FAILED,
-        ) from exc
-    except LogAccessDenied as exc:
-        raise CommandError(
-            f"{exc}: these credentials may not read the job's logs (a team's readers may read only "
-            f"the streams of their namespace, {job.namespace})",
-            code=EXIT_FAILED,
-        ) from exc
-    if not follower.cursors:
-        which = f" of replica {replica}" if replica else ""
-        print(
-            f"squall: no log streams{which} of job {job.id} in {group}{_in_region(place)} (yet: the pods may not have started, "
-            "or the log agent not have shipped their first lines)",
-            file=sys.stderr,
-        )
-    elif printed == 0 and since is not None:
+    printed = 0
+    for line in client.logs(
+        args.id, follow=args.follow, replica=args.replica, since=since, timestamps=args.timestamps, on_status=say
+    ):
+        sys.stdout.write(line + "\n")
+        printed += 1
+        if args.follow:
+            sys.stdout.flush()
+    sys.stdout.flush()
+    if printed == 0 and since is not None:
         print(f"squall: no lines since {moment(since)}", file=sys.stderr)
     return EXIT_OK
-
-
-def _in_region(place: ClusterPlace) -> str:
-    return f" in {place.region}" if place.region else ""
-
-
-def _named_by(configured: list[ClusterPlace]) -> str:
-    """The variable that named the clusters (SQUALL_CLUSTERS, or SQUALL_CLUSTER_NAME's one)."""
-    return CLUSTERS_ENV if any(p.region for p in configured) else CLUSTER_ENV
 
 
 # ---- squall watch ----

@@ -22,7 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from squall.cli import deployment
@@ -32,6 +33,7 @@ from squall.cli.follow.clock import patient
 from squall.cli.human import moment
 from squall.cli.prediction import (
     DEFAULT_SIGNATURE,
+    check_request,
     grpc_predict,
     grpc_target,
     read_request,
@@ -67,7 +69,7 @@ def _service(store: Any, name: str) -> ModelService:
     return service
 
 
-def _checked_name(name: str) -> str:
+def checked_name(name: str) -> str:
     from squall.core.spec import is_service_name
 
     if not is_service_name(name):
@@ -190,20 +192,31 @@ def describe_model_service(name: str, *, as_json: bool, out: TextIO | None = Non
 # ---- squall serve ----
 
 
-@reported
-def cmd_serve(args: argparse.Namespace) -> int:
+def checked_serve(
+    job_id: str,
+    *,
+    name: str | None,
+    version: int | None,
+    replicas: int | None,
+    gpu: int | None,
+    cpu: str | None,
+    memory: str | None,
+    jobs: Any,
+    services: Any,
+) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+    """A serve request's body and the model service's name, checked as the submit function will check it (the job's record,
+    the name's, the SavedModel in S3), and what could not be checked with these credentials.
+    A request that cannot be served is a CommandError naming the field."""
     from squall.core.serving_requests import plan_serve
     from squall.core.spec import ServeCommand, SpecError, parse_command
 
-    body: dict[str, Any] = {"action": "serve", "job": args.job}
-    if args.name is not None:
-        body["name"] = args.name
-    for key, value in (("modelVersion", args.version), ("replicas", args.replicas)):
+    body: dict[str, Any] = {"action": "serve", "job": job_id}
+    if name is not None:
+        body["name"] = name
+    for key, value in (("modelVersion", version), ("replicas", replicas)):
         if value is not None:
             body[key] = value
-    resources = {
-        k: v for k, v in (("gpu", args.gpu), ("cpu", args.cpu), ("memory", args.memory)) if v is not None
-    }
+    resources = {k: v for k, v in (("gpu", gpu), ("cpu", cpu), ("memory", memory)) if v is not None}
     if resources:
         body["resources"] = resources
     try:
@@ -211,8 +224,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SpecError as exc:
         raise _refused("serve request", exc) from exc
     assert isinstance(command, ServeCommand)
-    # What the submit function will check, asked now: a request that cannot be served
-    # fails here, naming the field, and nothing is sent.
     saved_models = deployment.saved_models()
     unchecked: list[str] = []
 
@@ -225,42 +236,48 @@ def cmd_serve(args: argparse.Namespace) -> int:
             unchecked.append(str(exc))
             return True
 
-    store = deployment.service_store()
     try:
         plan_serve(
             command,
-            job=deployment.job_store().get(command.job),
-            existing=store.get(command.name),
+            job=jobs.get(command.job),
+            existing=services.get(command.name),
             message_id=None,
             has_saved_model=has_saved_model,
         )
     except SpecError as exc:
         raise _refused(f"serve {command.job}", exc) from exc
-    for problem in unchecked:
+    return body, command.name, tuple(unchecked)
+
+
+@reported
+def cmd_serve(args: argparse.Namespace) -> int:
+    from squall.cli.client import Client
+
+    client = Client()
+    # What the submit function will check, asked now: a request that cannot be served
+    # fails here, naming the field, and nothing is sent.
+    request = client.serve(
+        args.job,
+        name=args.name,
+        version=args.version,
+        replicas=args.replicas,
+        gpu=args.gpu,
+        cpu=args.cpu,
+        memory=args.memory,
+    )
+    for problem in request.unchecked:
         print(
             f"squall: could not check for the SavedModel ({_shown(problem)}); the submit function checks it",
             file=sys.stderr,
         )
-    message_id = deployment.send_to_jobs_queue(body)
     if args.json and not args.wait:
-        print(json.dumps({"name": command.name, "job": command.job, "messageId": message_id}))
+        print(json.dumps({"name": request.name, "job": request.job, "messageId": request.message_id}))
         return EXIT_OK
-    print(f"serve requested: model service {command.name} of job {command.job}", flush=True)
+    print(f"serve requested: model service {request.name} of job {request.job}", flush=True)
     if not args.wait:
-        print(f"  follow it with: squall services, squall describe {command.name}")
+        print(f"  follow it with: squall services, squall describe {request.name}")
         return EXIT_OK
-    from squall.cli.follow.clock import RealClock
-
-    jobs = deployment.job_store()
-    service = follow_service(
-        command.name,
-        message_id=message_id,
-        store=store,
-        clock=RealClock(),
-        out=sys.stdout,
-        timeout=args.timeout,
-        rejected=lambda: jobs.get(rejected_id(message_id)),
-    )
+    service = client.wait_service(request, timeout=args.timeout, out=sys.stdout)
     if args.json:
         print(json.dumps(service_dict(service)))
     return serve_exit(service)
@@ -413,7 +430,7 @@ def cmd_services(args: argparse.Namespace) -> int:
 def cmd_unserve(args: argparse.Namespace) -> int:
     from squall.core.spec import SpecError, parse_command
 
-    name = _checked_name(args.name)
+    name = checked_name(args.name)
     body = {"action": "unserve", "name": name, "reason": args.reason}
     try:
         parse_command(body)
@@ -433,28 +450,47 @@ def cmd_unserve(args: argparse.Namespace) -> int:
 
 @reported
 def cmd_predict(args: argparse.Namespace) -> int:
-    name = _checked_name(args.name)
+    from squall.cli.client import Client
+
+    name = checked_name(args.name)
     body = read_request(args.input, signature=args.signature)
-    endpoint = args.url
+    answer = Client().predict(
+        name, body, grpc=args.grpc, url=args.url, version=args.model_version, timeout=args.timeout
+    )
+    print(json.dumps(answer))
+    return EXIT_OK
+
+
+def predict(
+    client: Any,
+    name: str,
+    *,
+    body: Mapping[str, Any] | str | Path,
+    grpc: bool,
+    url: str | None,
+    version: int | None,
+    signature: str | None,
+    timeout: float,
+) -> Any:
+    """`Client.predict`: the request checked, then sent to the service's recorded endpoint (or `url`)."""
+    name = checked_name(name)
+    if isinstance(body, str | Path):
+        request = read_request(str(body), signature=signature)
+    else:
+        request = check_request(body, source="body", signature=signature)
+    endpoint = url
     if endpoint is None:
-        service = _service(deployment.service_store(), name)
-        endpoint = service.grpc_target if args.grpc else service.rest_url
+        service = client.service(name)
+        endpoint = service.grpc_target if grpc else service.rest_url
         if service.status is not ServiceStatus.SERVING or not endpoint:
             raise CommandError(
                 f"model service {name} is {service.status.value} ({_shown(service.reason)}): no endpoint to send to "
                 f"(squall describe {name}; --url sends to an address of your own)",
                 code=EXIT_FAILED,
             )
-    if args.grpc:
-        answer = grpc_predict(
-            grpc_target(endpoint), name=name, version=args.model_version, body=body, timeout=args.timeout
-        )
-    else:
-        answer = rest_predict(
-            rest_base(endpoint), name=name, version=args.model_version, body=body, timeout=args.timeout
-        )
-    print(json.dumps(answer))
-    return EXIT_OK
+    if grpc:
+        return grpc_predict(grpc_target(endpoint), name=name, version=version, body=request, timeout=timeout)
+    return rest_predict(rest_base(endpoint), name=name, version=version, body=request, timeout=timeout)
 
 
 # ---- registration ----

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from squall.cli.follow.clock import patient
 from squall.cli.human import moment
 from squall.cli.text import printable
+from squall.core.errors import RetryableError
 from squall.core.job_outputs import LogEvent, LogStreamInfo
 from squall.core.jobs import Job, JobEvent, JobStatus, is_terminal
 from squall.core.logstreams import ContainerStream, parse_stream
@@ -322,18 +323,50 @@ def print_logs(
     settings: FollowSettings = FollowSettings(),
     on_status: Callable[[str], None] = lambda text: None,
 ) -> int:
-    """Print the job's lines (and with `follow`, new ones until the job is final and drained); returns how many.
+    """Print the job's lines (and with `follow`, new ones until the job is final and drained); returns
+    how many events. `log_events` says how it follows."""
+    printed = 0
+    for lines in log_events(
+        follower,
+        timestamps=timestamps,
+        follow=follow,
+        store=store,
+        clock=clock,
+        settings=settings,
+        on_status=on_status,
+        on_quiet=out.flush,
+    ):
+        for line in lines:
+            out.write(line + "\n")
+        printed += 1
+    out.flush()
+    return printed
+
+
+def log_events(
+    follower: LogFollower,
+    *,
+    timestamps: bool = False,
+    follow: bool = False,
+    store: JobHistory | None = None,
+    clock: FollowClock | None = None,
+    settings: FollowSettings = FollowSettings(),
+    on_status: Callable[[str], None] = lambda text: None,
+    on_quiet: Callable[[], None] = lambda: None,
+) -> Iterator[list[str]]:
+    """The job's events, each as its lines (and with `follow`, new ones until the job is final and drained).
 
     While a followed job waits in the queue, `on_status` hears why, once per change of
-    its state or reason, and once more when it leaves the queue.
+    its state or reason, and once more when it leaves the queue. `on_quiet` is called
+    after each round's lines, before the loop waits (a printer flushes there).
     """
     follower.refresh()
-    printed = _emit(follower, out=out, timestamps=timestamps)
+    yield from _events(follower, timestamps=timestamps)
     if not follow:
-        return printed
+        return
     if store is None or clock is None:
         raise ValueError("following needs the job store and a clock")
-    state: dict[str, Any] = {"last_refresh": clock.now(), "final_at": None, "printed": printed, "said": None}
+    state: dict[str, Any] = {"last_refresh": clock.now(), "final_at": None, "said": None}
 
     def tell_status(job: Job) -> None:
         """A queued job's reason, once per change; the state it leaves the queue for, once."""
@@ -348,8 +381,8 @@ def print_logs(
             on_status(printable(f"job {job.id} is {job.status.value} ({job.reason})", newlines=False))
             state["said"] = (job.status, job.version, "")
 
-    def poll() -> bool:
-        """One round: True when the job is final and its streams are drained."""
+    def check() -> None:
+        """The record's state, and the group listed again when it is time (or the job just ended)."""
         job = store.get(follower.job_id)
         if job is not None:
             tell_status(job)
@@ -362,26 +395,42 @@ def print_logs(
         if just_final or (now - state["last_refresh"]).total_seconds() >= settings.refresh:
             follower.refresh()
             state["last_refresh"] = now
-        new = _emit(follower, out=out, timestamps=timestamps)
-        state["printed"] += new
-        final_at = state["final_at"]
-        if final_at is not None and new == 0 and (now - final_at).total_seconds() >= settings.grace:
-            # Quiet since the grace ran out: done, unless one last listing finds a stream
-            # the agent created late (then it is read before the end).
-            return follower.refresh() == 0
-        return False
 
     while True:
-        if patient(poll, clock=clock, wait=settings.poll, on_warning=follower.on_warning):
-            return int(state["printed"])
+        patient(check, clock=clock, wait=settings.poll, on_warning=follower.on_warning)
+        new = yield from _patient_events(follower, timestamps=timestamps, clock=clock, wait=settings.poll)
+        on_quiet()
+        final_at = state["final_at"]
+        quiet = final_at is not None and new == 0 and (clock.now() - final_at).total_seconds() >= settings.grace
+        # Quiet since the grace ran out: done, unless one last listing finds a stream the
+        # agent created late (then it is read before the end).
+        if quiet and patient(follower.refresh, clock=clock, wait=settings.poll, on_warning=follower.on_warning) == 0:
+            return
         clock.sleep(max(settings.poll, settings.per_stream_call * len(follower.cursors)))
 
 
-def _emit(follower: LogFollower, *, out: TextIO, timestamps: bool) -> int:
-    count = 0
+def _events(follower: LogFollower, *, timestamps: bool) -> Iterator[list[str]]:
     for tagged in follower.read_new():
-        for line in format_event(tagged.event, label=tagged.label, timestamps=timestamps):
-            out.write(line + "\n")
-        count += 1
-    out.flush()
-    return count
+        yield format_event(tagged.event, label=tagged.label, timestamps=timestamps)
+
+
+def _patient_events(
+    follower: LogFollower, *, timestamps: bool, clock: FollowClock, wait: float, attempts: int = 10
+) -> Generator[list[str], None, int]:
+    """One round of new events, read again after `wait` seconds while reading fails retryably
+    (`attempts` times at most: a follow loop runs for hours); returns how many there were.
+    A cursor moves on only once its page is out, so a retried round repeats no event it yielded
+    past a whole page, and loses none."""
+    count = 0
+    for attempt in range(1, attempts + 1):
+        try:
+            for lines in _events(follower, timestamps=timestamps):
+                yield lines
+                count += 1
+            return count
+        except RetryableError as exc:
+            if attempt == attempts:
+                raise
+            follower.on_warning(f"{exc}; trying again in {wait:g} s ({attempt} of {attempts - 1})")
+            clock.sleep(wait)
+    raise AssertionError("unreachable")  # pragma: no cover
