@@ -79,7 +79,10 @@ from squall.core.spec.limits import (
 )
 from squall.core.spec.model import (
     CancelCommand,
+    EarlyStopping,
     JobSpec,
+    Objective,
+    ParameterRange,
     Placement,
     QuantityViews,
     Replica,
@@ -105,7 +108,9 @@ from squall.core.spec.sweep import (
     expand_sweep,
     format_parameter,
     grid_point,
+    sweep_points,
     trial_indices,
+    with_parameters,
 )
 
 __all__ = [
@@ -157,8 +162,11 @@ __all__ = [
     "TRIAL_SUFFIX",
     "CancelCommand",
     "Command",
+    "EarlyStopping",
     "Issue",
     "JobSpec",
+    "Objective",
+    "ParameterRange",
     "Placement",
     "QuantityViews",
     "Replica",
@@ -187,5 +195,7 @@ __all__ = [
     "parse_spec",
     "recorded",
     "service_name",
+    "sweep_points",
     "trial_indices",
+    "with_parameters",
 ]

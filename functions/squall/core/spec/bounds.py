@@ -82,6 +82,10 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# Tags of the branches of a sweep parameter (model.SweepParameter), left out of field paths.
+PARAMETER_KINDS = ("<list>", "<range>")
+
+
 def _path(loc: Sequence[str | int]) -> str:
     path = ""
     for item in loc:
@@ -162,6 +166,8 @@ def validation_issues(exc: ValidationError) -> list[Issue]:
             message = "is required"
         elif error["type"] not in ("value_error", "assertion_error"):
             message = _in_our_words(error["type"], error.get("ctx") or {}, message)
+        # A sweep parameter is a list or a range (model.SweepParameter): the branch is no field.
+        loc = tuple(item for item in loc if item not in PARAMETER_KINDS)
         if "[key]" in loc:
             message = f"not an allowed key: {message}"
             loc = tuple(item for item in loc if item != "[key]")

@@ -60,6 +60,13 @@ MAX_SWEEP_PARAMETERS = 10
 MAX_SWEEP_VALUES = 100  # per parameter
 MAX_SWEEP_VALUE_LENGTH = 1024  # as formatted into "--name=value" and SQUALL_PARAM_<NAME>
 MAX_PARAMETER_NAME_LENGTH = 64
+# A range's bounds (and step); whole numbers this large are still exact as floats.
+MAX_RANGE_MAGNITUDE = 1e15
+# Values of a range with a step (a grid indexes them; random and tpe draw one of them).
+MAX_RANGE_VALUES = 1_000_000
+# An objective's metric: a name as trials report it (core/metrics.py NAME, the same pattern).
+METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,63}", re.ASCII)
+MAX_METRIC_STEP = 10**15  # core/metrics.py MAX_STEP
 # What one message may create in Kubernetes at once: a Job per replica, a Service per
 # replica when distributed, times the sweep trials that start together. The submit
 # function creates these within its timeout, ten messages to a batch.

@@ -6,6 +6,7 @@ host paths or host networking.
 
 from __future__ import annotations
 
+import decimal
 import functools
 import math
 import re
@@ -18,11 +19,14 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainValidator,
     SerializerFunctionWrapHandler,
     StrictInt,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -248,18 +252,138 @@ def _sweep_value(value: Any) -> bool | int | float | str:
 SweepValue = Annotated[bool | int | float | str, PlainValidator(_sweep_value)]
 
 
+def _range_bound(value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    if not math.isfinite(value) or abs(value) > limits.MAX_RANGE_MAGNITUDE:
+        raise ValueError(
+            f"must be a finite number from -{limits.MAX_RANGE_MAGNITUDE:g} to {limits.MAX_RANGE_MAGNITUDE:g}"
+        )
+    return value
+
+
+RangeBound = Annotated[int | float, PlainValidator(_range_bound)]
+
+
+class ParameterRange(_Model):
+    """A parameter's values from `min` to `max`: every value (log: spread by its logarithm), or every
+    `step` from `min`. Whole numbers when `min`, `max` and `step` are all whole numbers."""
+
+    min: RangeBound
+    max: RangeBound
+    log: bool = False
+    step: RangeBound | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> ParameterRange:
+        if self.max <= self.min:
+            raise ValueError(
+                f"max ({self.max}) must be greater than min ({self.min}): the range is "
+                + ("empty" if self.max == self.min else "inverted")
+            )
+        if self.log and self.min <= 0:
+            raise ValueError(f"log needs min greater than 0, got {self.min}")
+        if self.step is not None:
+            if self.log:
+                raise ValueError("a range takes log or step, not both")
+            if self.step <= 0:
+                raise ValueError(f"step must be greater than 0, got {self.step}")
+            if self.size() > limits.MAX_RANGE_VALUES:
+                raise ValueError(
+                    f"gives {self.size()} values with step {self.step}; at most {limits.MAX_RANGE_VALUES}: "
+                    "take a larger step"
+                )
+        return self
+
+    @property
+    def is_int(self) -> bool:
+        return all(
+            isinstance(v, int) for v in (self.min, self.max, self.step if self.step is not None else 1)
+        )
+
+    @property
+    def discrete(self) -> bool:
+        """Whether its values can be counted: whole numbers, or a step."""
+        return self.is_int or self.step is not None
+
+    def size(self) -> int:
+        """How many values it has (discrete ranges only): `min`, then every `step` up to `max`."""
+        step = self.step if self.step is not None else 1
+        return int(_decimal(self.max - self.min) / _decimal(step) + _EPSILON) + 1
+
+    def value(self, index: int) -> int | float:
+        """Its index-th value (discrete ranges only), exact to the digits of min and step."""
+        step = self.step if self.step is not None else 1
+        if self.is_int:
+            return int(self.min) + index * int(step)
+        return float(_decimal(self.min) + index * _decimal(step))
+
+
+def _decimal(value: float) -> decimal.Decimal:
+    # repr is the shortest text that reads back as the float: 0.1 stays 0.1, not 0.1000000000000000055...
+    return decimal.Decimal(repr(value))
+
+
+# (max - min) / step a hair under a whole number counts as that number (0.3 / 0.1).
+_EPSILON = decimal.Decimal("1e-9")
+
+
+def _parameter_kind(value: Any) -> str:
+    return "<range>" if isinstance(value, dict | ParameterRange) else "<list>"
+
+
+def _not_a_parameter(value: Any) -> Any:
+    if not isinstance(value, list | dict | ParameterRange):
+        raise ValueError("must be a list of values or a range {min, max} (with log: true or a step)")
+    return value
+
+
+SweepParameter = Annotated[
+    Annotated[list[SweepValue], Field(min_length=1, max_length=limits.MAX_SWEEP_VALUES), Tag("<list>")]
+    | Annotated[ParameterRange, Tag("<range>")],
+    Discriminator(_parameter_kind),
+    BeforeValidator(_not_a_parameter),
+]
+
+
+class Objective(_Model):
+    """The metric a sweep's trials are ranked by (reported in `squall-metric` lines) and its goal."""
+
+    metric: str
+    goal: Literal["maximize", "minimize"]
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str) -> str:
+        if not limits.METRIC_NAME.fullmatch(value):
+            raise ValueError(
+                "must be a metric name as trials report it: a letter, digit or '_', then at most "
+                "63 letters, digits or '_./-' (such as 'eval/score')"
+            )
+        return value
+
+
+class EarlyStopping(_Model):
+    """Median stopping: a running trial whose objective at its latest step (at least minSteps) is worse
+    than the median of the finished trials' at that step stops there."""
+
+    rule: Literal["median"] = "median"
+    min_steps: Annotated[int, between(0, limits.MAX_METRIC_STEP)]
+    min_trials: Annotated[int, between(1, limits.MAX_SWEEP_TRIALS)] = 3
+
+
 class Sweep(_Model):
-    parameters: dict[
-        str, Annotated[list[SweepValue], Field(min_length=1, max_length=limits.MAX_SWEEP_VALUES)]
-    ] = Field(min_length=1, max_length=limits.MAX_SWEEP_PARAMETERS)
-    strategy: Literal["grid", "random"] = "grid"
+    parameters: dict[str, SweepParameter] = Field(min_length=1, max_length=limits.MAX_SWEEP_PARAMETERS)
+    strategy: Literal["grid", "random", "tpe"] = "grid"
     max_trials: Annotated[int, between(1, limits.MAX_SWEEP_TRIALS)] = 16
     parallelism: Annotated[int, between(1, limits.MAX_SWEEP_TRIALS)] = 4
     seed: Annotated[int, between(-(2**63), 2**63 - 1)] = 0
+    objective: Objective | None = None
+    early_stopping: EarlyStopping | None = None
 
     @field_validator("parameters")
     @classmethod
-    def _parameters(cls, value: dict[str, list[SweepValue]]) -> dict[str, list[SweepValue]]:
+    def _parameters(cls, value: dict[str, SweepParameter]) -> dict[str, SweepParameter]:
         env_names: dict[str, str] = {}
         for name in value:
             if len(name) > limits.MAX_PARAMETER_NAME_LENGTH or not limits.ENV_NAME.fullmatch(name):
@@ -288,11 +412,36 @@ class Sweep(_Model):
     def _parallelism(self) -> Sweep:
         if self.parallelism > self.max_trials:
             raise ValueError("parallelism must not exceed maxTrials")
+        if self.strategy == "grid":
+            for name, values in self.parameters.items():
+                if isinstance(values, ParameterRange) and not values.discrete:
+                    raise _field_error(
+                        ("parameters", name),
+                        "grid needs a step for a range of non-whole numbers "
+                        "(or strategy random or tpe, which sample it)",
+                    )
+        needs = "strategy tpe" if self.strategy == "tpe" else "earlyStopping" if self.early_stopping else None
+        if needs is not None and self.objective is None:
+            raise _field_error(
+                ("objective",), f"{needs} needs an objective: {{metric: <name>, goal: maximize|minimize}}"
+            )
+        if self.early_stopping is not None and self.early_stopping.min_trials >= self.max_trials:
+            raise _field_error(
+                ("earlyStopping", "minTrials"),
+                f"must be less than maxTrials ({self.max_trials}): else no trial could ever be stopped",
+            )
         return self
 
+    @property
+    def discrete(self) -> bool:
+        """Whether every parameter's values can be counted (a grid of them can be indexed)."""
+        return all(not isinstance(v, ParameterRange) or v.discrete for v in self.parameters.values())
+
     def combinations(self) -> int:
-        """How many points the grid has (it is never built: see expand_sweep)."""
-        return math.prod(len(values) for values in self.parameters.values())
+        """How many points the grid has (it is never built: see expand_sweep); discrete sweeps only."""
+        return math.prod(
+            v.size() if isinstance(v, ParameterRange) else len(v) for v in self.parameters.values()
+        )
 
 
 class ReplicaType(StrEnum):
