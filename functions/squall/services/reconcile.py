@@ -46,6 +46,7 @@ from squall.planner.kube import ParseCache
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
 from squall.services.costs import JobCosting, RunPrices
 from squall.services.intake import Intake, update_job
+from squall.services.metrics import MetricsCollector, MetricsReport
 from squall.services.quiet import Quiet
 from squall.services.serving import ServingReconciler, ServingReport
 from squall.services.sweeps import SweepCheck
@@ -72,6 +73,7 @@ class ReconcileReport:
     # clusters whose lists could not be read this run: their jobs were left as they were
     unreachable_clusters: list[str] = field(default_factory=list)
     serving: ServingReport | None = None  # None: this runtime has no model services
+    metrics: MetricsReport | None = None  # None: this runtime reads no metric lines
 
 
 @dataclass
@@ -115,6 +117,7 @@ class Reconciler:
     memory: ReconcileMemory = field(default_factory=ReconcileMemory)
     serving: ServingReconciler | None = None
     costs: JobCosting | None = None  # jobs' costs (None: not counted)
+    collector: MetricsCollector | None = None  # running jobs' metric lines (None: not read)
     _graces: list[datetime] = field(default_factory=list)
     _located: dict[str, str] = field(default_factory=dict)  # this run's cluster of each job observed
     _prices: RunPrices = field(init=False)  # this run's pods of each job observed, to price jobs
@@ -152,6 +155,8 @@ class Reconciler:
         running = self.store.list_by_status(JobStatus.RUNNING, limit=MAX_ACTIVE_JOBS)
         active = queued + running
         reachable = self._read_clusters(report)
+        if self.collector is not None:  # every check, a quiet one too: lines come without objects changing
+            report.metrics = self.collector.collect(j for j in running if j.cluster in reachable)
         memory = self.memory
         if not (len(active) == len(memory.active[0]) and all(map(operator.is_, active, memory.active[0]))):
             # Else the very records again (a store that hands out what it holds): as read.
@@ -606,6 +611,8 @@ class Reconciler:
             Metric.JOBS_SUCCEEDED if job.status is JobStatus.SUCCEEDED else Metric.JOBS_FAILED, 1
         )
         logger.info("job finished", job_id=job.id, status=job.status.value, reason=job.reason)
+        if self.collector is not None and job.started_at is not None and not job.is_sweep:
+            self.collector.final(job)  # what it printed last, read before its objects go
         # Its objects are in the cluster its record names (one observed this run, for a
         # record without one); a job still in the queue has none. A sweep has none either.
         where = job.cluster or self._located.get(job.id)

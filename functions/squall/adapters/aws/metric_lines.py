@@ -53,7 +53,7 @@ class LogStreamMissing(NotFoundError):
 
 
 @dataclass(frozen=True)
-class _Cursor:
+class _ReadCursor:
     time: int | None = None
     ids: tuple[str, ...] = ()
     token: str | None = None
@@ -68,23 +68,23 @@ class _Cursor:
             doc |= {"k": self.token, "s": self.start, "h": self.streams}
         text = json.dumps(doc, separators=(",", ":"))
         if len(text) > MAX_CURSOR_CHARS:  # a token CloudWatch made too long to keep: go on from the time
-            return _Cursor(time=self.time, ids=self.ids).text()
+            return _ReadCursor(time=self.time, ids=self.ids).text()
         return text
 
 
-def _read_cursor(text: str | None) -> _Cursor:
+def _read_cursor(text: str | None) -> _ReadCursor:
     """The cursor a record holds; a fresh one for none, or for text that is not one of ours."""
     if not text:
-        return _Cursor()
+        return _ReadCursor()
     try:
         doc = json.loads(text)
     except ValueError:
-        return _Cursor()
+        return _ReadCursor()
     if not isinstance(doc, dict):
-        return _Cursor()
+        return _ReadCursor()
     time, start = doc.get("t"), doc.get("s")
     ids, token, streams = doc.get("i"), doc.get("k"), doc.get("h")
-    return _Cursor(
+    return _ReadCursor(
         time=time if _is_int(time) else None,
         ids=tuple(i for i in ids[:MAX_IDS] if isinstance(i, str)) if isinstance(ids, list) else (),
         token=token if isinstance(token, str) and _is_int(start) and isinstance(streams, str) else None,
@@ -158,17 +158,25 @@ def event_lines(message: str) -> list[str]:
 class CloudWatchMetricLines:
     """MetricLines on CloudWatch Logs: the job's pods from its cluster, its lines from the cluster's log group.
 
-    `logs_client(cluster)` is the `logs` client of the cluster's region.
+    `logs_client(cluster)` is the `logs` client of the cluster's region; `log_group_of(cluster)`
+    its application log group (core/logstreams.py's, unless a runtime keeps its own).
     """
 
-    def __init__(self, *, clusters: Mapping[str, Cluster], logs_client: Callable[[str], Any]) -> None:
+    def __init__(
+        self,
+        *,
+        clusters: Mapping[str, Cluster],
+        logs_client: Callable[[str], Any],
+        log_group_of: Callable[[str], str] = log_group,
+    ) -> None:
         self._clusters = clusters
         self._logs_client = logs_client
+        self._log_group_of = log_group_of
 
     def read(self, job: Job, *, cursor: str | None, limit: int) -> MetricLinesPage:
         if job.cluster is None or job.cluster not in self._clusters or not job.namespace:
             return MetricLinesPage(lines=(), cursor=cursor)
-        group = log_group(job.cluster)
+        group = self._log_group_of(job.cluster)
         pods = self._clusters[job.cluster].list_pods(namespace=job.namespace, job_id=job.id)
         names, unnamed = container_streams(pods)
         client = self._logs_client(job.cluster)
@@ -187,7 +195,7 @@ class CloudWatchMetricLines:
         return self._filter(client, group, existing[:MAX_STREAM_NAMES], _read_cursor(cursor), limit)
 
     def _filter(
-        self, client: Any, group: str, names: list[str], cursor: _Cursor, limit: int
+        self, client: Any, group: str, names: list[str], cursor: _ReadCursor, limit: int
     ) -> MetricLinesPage:
         digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
         params: dict[str, Any] = {
@@ -231,7 +239,7 @@ class CloudWatchMetricLines:
             # More events at one millisecond than the cursor keeps: go on after it.
             time, ids = (time or 0) + 1, []
         token = response.get("nextToken")
-        after = _Cursor(
+        after = _ReadCursor(
             time=time,
             ids=tuple(ids),
             token=token if isinstance(token, str) else None,
