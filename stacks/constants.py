@@ -149,7 +149,8 @@ SETTINGS_NEEDED: dict[str, tuple[str, ...]] = {
     LIFECYCLE: ("node_groups", "policy", "clusters", "launch_hook_name", "terminate_hook_name"),
     DRAIN: ("node_groups", "policy", "clusters", "launch_hook_name", "terminate_hook_name"),
     # Reconcile creates a model service's objects again when its Deployment is gone.
-    RECONCILE: ("teams", "namespaces", "allowed_registries", "policy", "clusters", "serving"),
+    # Its groups price a starting job's pods (a job's rate) and place model services.
+    RECONCILE: ("teams", "namespaces", "allowed_registries", "policy", "clusters", "serving", "node_groups"),
 }
 
 # -- events ---------------------------------------------------------------------------

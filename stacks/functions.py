@@ -41,6 +41,7 @@ from aws_cdk import aws_sqs as sqs
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
+from squall.core.prices import PRICE_LIST_REGION
 from squall.core.settings import ClusterSettings, ServingSettings
 from stacks import constants
 from stacks.artifacts import bucket_arn
@@ -67,6 +68,10 @@ AUTOSCALING_SIZING_ACTIONS = (
     "autoscaling:TerminateInstanceInAutoScalingGroup",
     "autoscaling:SetInstanceProtection",
 )
+# Groups with priceFrom ec2: the scale check asks EC2 their prices (services/prices.py).
+# Neither action takes a resource; the Price List API answers in us-east-1.
+SPOT_PRICE_ACTIONS = ("ec2:DescribeSpotPriceHistory",)
+PRICE_LIST_ACTIONS = ("pricing:GetProducts",)
 # A drain looks up why Auto Scaling terminated the instance (service/lifecycle.py).
 ACTIVITY_DESCRIBE_ACTIONS = ("autoscaling:DescribeScalingActivities",)
 LIFECYCLE_ACTIONS = (
@@ -161,6 +166,14 @@ class SquallFunctions(Construct):
             conditions=in_squall_regions,
         )
         self._allow(scale, actions=AUTOSCALING_SIZING_ACTIONS, resources=group_arns, conditions=squall_tagged)
+        if any(g.price_from == "ec2" for g in config.node_groups):
+            self._allow(scale, actions=SPOT_PRICE_ACTIONS, resources=["*"], conditions=in_squall_regions)
+            self._allow(
+                scale,
+                actions=PRICE_LIST_ACTIONS,
+                resources=["*"],
+                conditions={"StringEquals": {"aws:RequestedRegion": [PRICE_LIST_REGION]}},
+            )
         for function in (lifecycle, drain):
             self._allow(function, actions=LIFECYCLE_ACTIONS, resources=group_arns, conditions=squall_tagged)
             self._allow(
@@ -531,7 +544,8 @@ def _suppress_scoped_wildcards(function: lambda_.Function) -> None:
                 reason=(
                     "Resource '*' only for actions that support no resource-level permissions: "
                     "Auto Scaling and EC2 Describe calls (limited to Squall's regions by "
-                    "aws:RequestedRegion), X-Ray PutTraceSegments/PutTelemetryRecords, and the "
+                    "aws:RequestedRegion), the Price List API's GetProducts (limited to us-east-1, "
+                    "where it answers), X-Ray PutTraceSegments/PutTelemetryRecords, and the "
                     "network-interface actions Lambda needs in a VPC."
                 ),
                 applies_to=["Resource::*"],

@@ -22,6 +22,7 @@ from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.core.job_outputs import LogPage, LogStreamInfo, StoredObject
 from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.core.metrics import JobMetrics, MetricLinesPage
+from squall.core.prices import PriceSnapshot
 from squall.core.queue import QueueEntry
 from squall.core.serving import ModelService, ServiceEvent, ServiceStatus
 from squall.planner import GroupHealth, Node, NodeGroup, Pod
@@ -255,6 +256,33 @@ class MetricLines(Protocol):
         `cursor` (None: from the start), in the order printed, and the cursor after them (the same
         one when there is nothing new). One bounded call, whatever the job printed."""
         ...
+
+
+class PriceBook(Protocol):
+    """EC2's current prices of an instance type in a region (adapters/aws/prices.py).
+
+    None when EC2 lists no such price; RetryableError or PermanentError when it cannot be
+    asked now (throttled, denied, unreachable).
+    """
+
+    def spot_price(self, *, region: str, instance_type: str, zones: Sequence[str] = ()) -> float | None:
+        """Dollars per hour of a Linux spot instance: the highest of the current prices of
+        `zones` (every zone of the region when empty), since a group may launch in any."""
+        ...
+
+    def on_demand_price(self, *, region: str, instance_type: str) -> float | None:
+        """Dollars per hour of a Linux on-demand instance on shared tenancy."""
+        ...
+
+
+class PriceRecords(Protocol):
+    """Where the last prices asked of EC2 are kept, so that a cold function finds them."""
+
+    def load(self) -> PriceSnapshot | None:
+        """The last snapshot saved; None when there is none (or it cannot be read as one)."""
+        ...
+
+    def save(self, snapshot: PriceSnapshot) -> None: ...
 
 
 class JobReader(Protocol):

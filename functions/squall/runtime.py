@@ -32,6 +32,7 @@ from squall.adapters.aws.identity import ClusterEndpoint
 from squall.core.drain import DrainPolicy
 from squall.core.errors import RetryableError, SquallError
 from squall.core.jobs import Job, JobEvent
+from squall.core.prices import PRICE_LIST_REGION
 from squall.core.resources import DRAIN, FUNCTIONS
 from squall.core.settings import ClusterSettings, Settings
 from squall.core.telemetry import SERVICE
@@ -47,6 +48,8 @@ from squall.ports import (
     KubeObject,
     MetricsSink,
     ModelServiceStore,
+    PriceBook,
+    PriceRecords,
     SavedModels,
     ScaleRequests,
     ScaleState,
@@ -56,6 +59,7 @@ from squall.services.costs import FleetCostMeter, JobCosting, TeamSpend
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.lifecycle_hooks import LifecycleConfig, LifecycleService
 from squall.services.preemption import CheckpointReader, Preempter, ReportedCheckpoints
+from squall.services.prices import GroupPrices
 from squall.services.reconcile import ReconcileMemory, Reconciler
 from squall.services.scale import ParsedObjects, ScaleConfig, Scaler
 from squall.services.serving import ModelServing, ServingMemory, ServingReconciler
@@ -73,6 +77,7 @@ _FIRST_CALL_MODULES = (
     "squall.adapters.aws.eventbridge",
     "squall.adapters.aws.job_store",
     "squall.adapters.aws.model_service_store",
+    "squall.adapters.aws.prices",
     "squall.adapters.aws.saved_models",
     "squall.adapters.aws.scale_state",
     "squall.adapters.kubernetes.cluster",
@@ -107,6 +112,10 @@ class Services:
     cost_ledger: CostLedger | None = None
     # when running jobs last checkpointed (preemption chooses by it); None: as their records say
     checkpoints: CheckpointReader | None = None
+    # EC2's prices for groups with priceFrom ec2 (asked by the scale check only), and where the
+    # last ones are kept; without records, every group keeps its configured prices
+    price_book: PriceBook | None = None
+    price_records: PriceRecords | None = None
 
     @property
     def model_serving(self) -> ModelServing | None:
@@ -134,6 +143,13 @@ class Services:
             dataclasses.replace(group, cluster=self.settings.group_cluster(raw))
             for group, raw in zip(groups, self.settings.node_groups, strict=True)
         ]
+
+    @functools.cached_property
+    def group_prices(self) -> GroupPrices | None:
+        """The groups' refreshed prices, kept by this process; None when no group asks for them."""
+        if self.price_records is None or all(g.price_from != "ec2" for g in self.node_groups):
+            return None
+        return GroupPrices(records=self.price_records, clock=self.clock, book=self.price_book)
 
     @functools.cached_property
     def scale_config(self) -> ScaleConfig:
@@ -173,6 +189,7 @@ class Services:
             if self.cost_ledger is not None
             else None,
             preempter=self.preempter,
+            prices=self.group_prices,
         )
 
     @property
@@ -261,7 +278,11 @@ class Services:
             intake=intake,
             memory=self.reconcile_memory,
             costs=JobCosting(
-                groups=self.node_groups, ledger=self.cost_ledger, history=self.store, metrics=self.metrics
+                # a starting job's rate at the prices the scale check last kept (refreshed from EC2)
+                groups=self.group_prices.known(self.node_groups) if self.group_prices else self.node_groups,
+                ledger=self.cost_ledger,
+                history=self.store,
+                metrics=self.metrics,
             ),
             serving=ServingReconciler(serving=intake.serving, clock=self.clock, memory=self.serving_memory)
             if intake.serving is not None
@@ -413,6 +434,7 @@ def _from_environment(metrics: Any | None) -> Services:
     from squall.adapters.aws.identity import IamPrincipals, resolve_submitters
     from squall.adapters.aws.job_store import DynamoJobStore
     from squall.adapters.aws.model_service_store import DynamoModelServiceStore
+    from squall.adapters.aws.prices import DynamoPriceRecords, Ec2PriceBook
     from squall.adapters.aws.s3_objects import S3ObjectReader
     from squall.adapters.aws.saved_models import S3SavedModels
     from squall.adapters.aws.scale_state import DynamoScaleState
@@ -480,6 +502,11 @@ def _from_environment(metrics: Any | None) -> Services:
         saved_models=S3SavedModels(session.client("s3")),
         cost_ledger=DynamoCostLedger(dynamodb, settings.table_name),
         checkpoints=ReportedCheckpoints(objects=S3ObjectReader(session.client("s3"))).latest,
+        # Clients made on the first price asked: the Price List API answers in us-east-1.
+        price_book=Ec2PriceBook(
+            lambda region: regional("ec2", region), pricing=lambda: regional("pricing", PRICE_LIST_REGION)
+        ),
+        price_records=DynamoPriceRecords(dynamodb, settings.table_name),
     )
 
 

@@ -41,6 +41,8 @@ def full_context() -> dict[str, Any]:
             "minSize": 0,
             "maxSize": 8,
             "spot": True,
+            # its prices from EC2's price APIs (the scale function may ask them)
+            "priceFrom": "ec2",
         }
     )
     context["capacity"][REMOTE] = {

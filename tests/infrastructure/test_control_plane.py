@@ -306,8 +306,9 @@ def test_each_function_reads_its_own_settings_file_from_the_asset(
         if handler in ("submit", "reconcile"):
             assert settings.teams == {"research": "team-research", "vision": "team-vision"}
             assert settings.namespaces == ["team-research", "team-vision"]
-            # submit places a model service where a group can grow for it; reconcile plans nothing
-            assert ("node_groups" in content) is (handler == "submit")
+            # submit places a model service where a group can grow for it; reconcile prices a
+            # starting job's pods by their nodes' groups (a job's rate, which budgets count)
+            assert "node_groups" in content
         if handler == "submit":
             assert settings.submitters == {"research": [SUBMITTER_ROLE, SUBMITTER_USER, SUBMITTER_ID]}
             assert settings.event_bus_name == "default"

@@ -72,6 +72,7 @@ from squall.local.lambda_events import (
     scheduled_event,
     sqs_event,
 )
+from squall.local.prices import InMemoryPriceRecords, local_price_book
 from squall.planner.admission import TeamShare
 from squall.planner.offline import parse_groups
 from squall.services.preemption import CheckpointReader
@@ -264,6 +265,9 @@ class LocalRuntime:
             saved_models=backend.saved_models,
             cost_ledger=backend.cost_ledger,
             checkpoints=checkpoints,
+            # groups with priceFrom ec2: their configured prices, refreshed without a network
+            price_book=local_price_book(settings.node_groups),
+            price_records=InMemoryPriceRecords(),
         )
         self.lifecycle_results: list[dict[str, Any]] = []
         self.scale_results: list[dict[str, Any]] = []

@@ -60,6 +60,7 @@ CLUSTER_NAME_WORDS = (
     "a cluster's name (a letter or digit, then letters, digits, '-' and '_', 1 to 100 of them)"
 )
 ASG_NAME = re.compile(r"[\w.+=@/-]{1,255}", re.ASCII)  # what an ARN's autoScalingGroupName can hold
+PRICE_FROM = re.compile("config|ec2")  # NodeGroup.price_from: the configured prices, or EC2's
 _Value = TypeVar("_Value")
 
 
@@ -575,6 +576,7 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
     on_demand_price = fields_.number("onDemandPricePerHour")
     boot_time = fields_.parsed("bootTime", _boot_time, default=DEFAULT_BOOT_TIME)
     spot = fields_.boolean("spot")
+    price_from = fields_.text("priceFrom", pattern=PRICE_FROM, what="config or ec2") or "config"
     asg_name = fields_.text("asgName", pattern=ASG_NAME, what="an Auto Scaling group name") or name
     cluster_name = CLUSTER_NAME_WORDS
     cluster = fields_.text("cluster", pattern=CLUSTER_NAME, what=cluster_name)
@@ -611,6 +613,7 @@ def _parse_group(fields_: Fields) -> tuple[NodeGroup, GroupHealth] | None:
         cluster=cluster,
         boot_time=boot_time or DEFAULT_BOOT_TIME,  # None only with an error, above
         on_demand_price_per_hour=on_demand_price,
+        price_from=price_from,
     )
     return group, health
 

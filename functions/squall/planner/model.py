@@ -21,6 +21,8 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 TOLERATION_OPERATORS = frozenset({"Equal", "Exists"})
 SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+# Where a node group's prices come from (NodeGroup.price_from).
+PRICE_SOURCES = ("config", "ec2")
 
 # A resource vector as the hot loops use it: (cpu millicores, memory bytes, gpus, pods).
 Vector = tuple[int, int, int, int]
@@ -244,6 +246,9 @@ class NodeGroup:
     boot_time: timedelta = timedelta(minutes=5)
     # The on-demand price of its instance type (spot savings are counted against it); None: price_per_hour.
     on_demand_price_per_hour: float | None = None
+    # Where its prices come from: "config" (the two above as written) or "ec2" (refreshed from
+    # EC2's price APIs by services/prices.py, the written ones kept for when they cannot answer).
+    price_from: str = "config"
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_size <= self.max_size:
@@ -252,6 +257,8 @@ class NodeGroup:
             )
         if self.desired < 0:
             raise ValueError(f"group {self.name}: desired must not be negative")
+        if self.price_from not in PRICE_SOURCES:
+            raise ValueError(f"group {self.name}: price_from must be one of {', '.join(PRICE_SOURCES)}")
 
     def template_labels(self) -> dict[str, str]:
         """The labels a new node will carry: declared ones plus those AWS always sets

@@ -54,6 +54,7 @@ from squall.services.admission import AdmissionMemory, Admitter, job_failed, not
 from squall.services.decision_record import shrunk_to_fit
 from squall.services.intake import Change, update_job
 from squall.services.preemption import Preempter
+from squall.services.prices import GroupPrices
 from squall.services.quiet import Quiet
 from squall.services.scale_plan import (
     StrandedGang,
@@ -196,6 +197,8 @@ class Scaler:
     cost_meter: CostMeter | None = None
     # takes room from running jobs far below a job that cannot be admitted (policy preemption); None: never
     preempter: Preempter | None = None
+    # the groups' prices refreshed from EC2 (groups with priceFrom ec2); None: as configured
+    prices: GroupPrices | None = None
     holder: str = field(default_factory=lambda: uuid.uuid4().hex)
     parsed: ParsedObjects = field(default_factory=ParsedObjects)
     # the clusters this check could not reach (their lists failed now)
@@ -300,7 +303,9 @@ class Scaler:
         pods = self._pods({name: lists[1] for name, lists in read.items()})
         self._listed_jobs = {name: lists[2] for name, lists in read.items()}
         groups = []
-        for ref, template in self.config.group_refs:
+        # At their prices now: budgets, packing and the cost meter all see the same ones.
+        templates = self.prices.refreshed(self.config.groups) if self.prices is not None else self.config.groups
+        for (ref, _), template in zip(self.config.group_refs, templates, strict=True):
             if self.cluster_of(template) in self._unreachable:
                 # Its cluster's nodes cannot be seen: nothing is planned for its groups now
                 # (no scale-down of nodes it cannot see, no scale-up for gangs it cannot start).
@@ -356,7 +361,8 @@ class Scaler:
     ) -> tuple[object, ...]:
         """The fleet and group health as this check saw them (the cluster's objects are the parse caches')."""
         fleet = tuple(
-            (g.name, g.region, g.desired, g.min_size, g.max_size, g.instances, g.failures) for g in groups
+            (g.name, g.region, g.desired, g.min_size, g.max_size, g.instances, g.failures, g.price_per_hour)
+            for g in groups
         )
         return (fleet, tuple(sorted(health.items())))
 
