@@ -72,6 +72,7 @@ from squall.local.lambda_events import (
     scheduled_event,
     sqs_event,
 )
+from squall.local.metric_lines import local_metric_lines
 from squall.local.prices import InMemoryPriceRecords, local_price_book
 from squall.planner.admission import TeamShare
 from squall.planner.offline import parse_groups
@@ -435,6 +436,10 @@ class LocalRuntime:
                 capacity=capacity,
                 submitters=submitters,
                 checkpoints=checkpoints,
+            )
+            # reconcile reads the jobs' metric lines: the real pods' from the endpoint's log group
+            local.services.metric_lines = local_metric_lines(
+                real_pods=runner is not None, resources=local_resources, clusters=made
             )
             runtime.install(local.services)
             try:
