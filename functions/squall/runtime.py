@@ -32,7 +32,6 @@ from squall.adapters.aws.identity import ClusterEndpoint
 from squall.core.drain import DrainPolicy
 from squall.core.errors import RetryableError, SquallError
 from squall.core.jobs import Job, JobEvent
-from squall.core.prices import PRICE_LIST_REGION
 from squall.core.resources import DRAIN, FUNCTIONS
 from squall.core.settings import ClusterSettings, Settings
 from squall.core.telemetry import SERVICE
@@ -522,10 +521,7 @@ def _from_environment(metrics: Any | None) -> Services:
             clusters=clusters,
             logs_client=lambda name: regional("logs", cluster_regions.get(name) or session.region_name),
         ),
-        # Clients made on the first price asked: the Price List API answers in us-east-1.
-        price_book=Ec2PriceBook(
-            lambda region: regional("ec2", region), pricing=lambda: regional("pricing", PRICE_LIST_REGION)
-        ),
+        price_book=Ec2PriceBook.in_session(session),  # its clients made on the first price asked
         price_records=DynamoPriceRecords(dynamodb, settings.table_name),
     )
 
