@@ -166,3 +166,29 @@ def test_sweep_results_rank_the_trials_by_what_they_reported(local: LocalRuntime
         CommandError, match="job sdk-sweep-t000 is not a sweep \\(a trial of sweep sdk-sweep\\)"
     ):
         sdk.sweep_results("sdk-sweep-t000")
+
+
+def test_the_command_is_built_on_the_client(
+    local: LocalRuntime, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from squall.cli.client import Client
+
+    # given: every Client method the job commands use, counted as it runs
+    used: list[str] = []
+    for name in ("send", "get", "find", "events", "jobs", "cancel"):
+        method = getattr(Client, name)
+
+        def counted(self: Any, *args: Any, _name: str = name, _method: Any = method, **kwargs: Any) -> Any:
+            used.append(_name)
+            return _method(self, *args, **kwargs)
+
+        monkeypatch.setattr(Client, name, counted)
+    Path("job.json").write_text(json.dumps(JOB))
+    # when
+    assert main(["submit", "job.json", "--json"]) == 0
+    job_id = json.loads(capsys.readouterr().out)["jobId"]
+    local.run(until=lambda rt: rt.store.get(job_id) is not None, limit=timedelta(minutes=1))
+    for argv in (["status", job_id], ["list"], ["describe", job_id], ["cancel", job_id]):
+        assert main(argv) == 0
+    # then
+    assert used[0] == "send" and {"get", "jobs", "find", "events", "cancel"} <= set(used)
