@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from squall.core.asg_events import DrainStepMessage
-from squall.core.costs import FleetAccrual, GroupOverhead, JobCharge, TeamMonth
+from squall.core.costs import FleetAccrual, GroupOverhead, JobCharge, OverheadCauses, TeamMonth
 from squall.core.drain import DrainRecord
 from squall.core.fleet_refs import GroupRef, LifecycleAction
 from squall.core.job_outputs import LogPage, LogStreamInfo, StoredObject
@@ -232,16 +232,26 @@ class CostLedger(Protocol):
         the stored accrual is no longer `previous` (nothing added)."""
         ...
 
-    def overhead(self, *, since: datetime) -> list[GroupOverhead]: ...
+    def overhead(self, *, since: datetime) -> list[GroupOverhead]:
+        """Each group's overhead per month from `since`'s month on: a row per team that caused
+        some (`team`), and one for the unattributed rest (`team` None)."""
+        ...
 
 
 class CostMeter(Protocol):
     """Counts what the fleet costs between scale checks: what no job held is overhead (services/costs.py)."""
 
     def accrue(
-        self, *, nodes: Sequence[Node], pods: Sequence[Pod], groups: Sequence[NodeGroup], now: datetime
+        self,
+        *,
+        nodes: Sequence[Node],
+        pods: Sequence[Pod],
+        groups: Sequence[NodeGroup],
+        now: datetime,
+        causes: OverheadCauses | None = None,
     ) -> None:
-        """Add the fleet's cost since the last call, as these nodes, pods and groups stood then."""
+        """Add the fleet's cost since the last call, as these nodes, pods and groups stood then;
+        `causes` tells whose part of the overhead is whose (None: all of it unattributed)."""
         ...
 
 

@@ -90,3 +90,58 @@ def test_more_overhead_rows_than_one_transaction_holds_are_all_added(ledger: Any
         previous=first, accrual=FleetAccrual(at=T0 + timedelta(minutes=1), rates={}), overhead=rows
     )
     assert sum(r.dollars for r in ledger.overhead(since=T0)) == 150.0
+
+
+def test_overhead_is_kept_per_team_that_caused_it_and_the_accrual_keeps_who_caused_what(ledger: Any) -> None:
+    first = FleetAccrual(
+        at=T0,
+        rates={"p3": 12.0, "g5": 4.0},
+        caused={"p3": {"research": 8.0, "vision": 1.5}},
+        buyers={"p3": {"research": 1.0, "vision": 0.25, "": 0.5}},
+    )
+    assert ledger.accrue(previous=None, accrual=first, overhead=[]) is True
+    assert ledger.last_accrual() == first, "a cold meter charges the next interval as this one saw it"
+    rows = [
+        GroupOverhead(group="p3", month="2026-04", dollars=4.0, team="research"),
+        GroupOverhead(group="p3", month="2026-04", dollars=0.75, team="vision"),
+        GroupOverhead(group="p3", month="2026-04", dollars=1.25),
+        GroupOverhead(group="g5", month="2026-04", dollars=2.0),
+    ]
+    second = FleetAccrual(at=T0 + timedelta(minutes=30), rates={})
+    assert ledger.accrue(previous=first, accrual=second, overhead=rows) is True
+    assert ledger.accrue(previous=second, accrual=FleetAccrual(at=T0 + timedelta(hours=1), rates={}),
+                         overhead=rows[:1])  # fmt: skip
+    found = {(r.group, r.team): r.dollars for r in ledger.overhead(since=T0)}
+    assert found == {
+        ("p3", "research"): 8.0,
+        ("p3", "vision"): 0.75,
+        ("p3", None): 1.25,
+        ("g5", None): 2.0,
+    }
+
+
+def test_overhead_and_an_accrual_written_before_teams_were_told_apart_read_as_unattributed(
+    jobs_table: Any,
+) -> None:
+    # given the items an earlier version wrote: no team in the key, an accrual with rates only
+    jobs_table.put_item(
+        TableName="jobs",
+        Item={"pk": {"S": "OVERHEAD"}, "sk": {"S": "2026-04#p3"}, "dollars": {"N": "7.25"}},
+    )
+    jobs_table.put_item(
+        TableName="jobs",
+        Item={
+            "pk": {"S": "OVERHEAD#ACCRUAL"},
+            "sk": {"S": "ACCRUAL"},
+            "at": {"S": T0.isoformat()},
+            "rates": {"S": '{"p3": 12.0}'},
+        },
+    )
+    ledger = DynamoCostLedger(jobs_table, "jobs")
+    assert ledger.overhead(since=T0) == [GroupOverhead(group="p3", month="2026-04", dollars=7.25, team=None)]
+    assert ledger.last_accrual() == FleetAccrual(at=T0, rates={"p3": 12.0}, caused={}, buyers={})
+    # and the next accrual goes on from it
+    later = FleetAccrual(at=T0 + timedelta(minutes=1), rates={}, caused={"p3": {"research": 1.0}})
+    added = [GroupOverhead(group="p3", month="2026-04", dollars=0.2, team="research")]
+    assert ledger.accrue(previous=ledger.last_accrual(), accrual=later, overhead=added) is True
+    assert {(r.team, r.dollars) for r in ledger.overhead(since=T0)} == {(None, 7.25), ("research", 0.2)}

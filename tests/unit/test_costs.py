@@ -12,7 +12,7 @@ from squall.core import costs
 from squall.core.costs import FleetAccrual, JobRate, UnpricedError
 from squall.core.jobs import Job, JobEvent, JobStatus
 from squall.planner import GroupInstance, Node, NodeGroup, Pod, Resources
-from squall.planner.model import INSTANCE_TYPE_LABEL
+from squall.planner.model import INSTANCE_TYPE_LABEL, Policy
 
 T0 = datetime(2026, 3, 31, 23, 0, tzinfo=UTC)
 GIB = 1024**3
@@ -195,6 +195,212 @@ def test_overhead_between_two_checks_is_split_at_the_month_boundary() -> None:
         ("p3", "2026-04", 12.0),
     ]
     assert costs.overhead_between(last, last.at) == []
+
+
+# ---- whose overhead ----------------------------------------------------------
+
+TEAMS = {"r-1": "research", "r-2": "research", "v-1": "vision", "old": "research", "s-1": "speech"}
+
+
+def causes(demand: list[Pod] | None = None, **policy: timedelta) -> costs.OverheadCauses:
+    return costs.OverheadCauses(team_of=lambda: TEAMS, demand=demand, policy=Policy(**policy))
+
+
+def booting(*launched: timedelta) -> tuple[GroupInstance, ...]:
+    """Instances launched this long before T0, with no node yet."""
+    return tuple(
+        GroupInstance(instance_id=f"i-{n}", lifecycle_state="Pending", launch_time=T0 - ago)
+        for n, ago in enumerate(launched)
+    )
+
+
+def waiting(name: str, *, job: str | None, gpu: int, region: str | None = None) -> Pod:
+    return Pod(
+        namespace="team-a",
+        name=name,
+        requests=Resources(cpu=1000, gpu=gpu),
+        job_id=job,
+        node_selector={REGION_LABEL: region} if region else {},
+    )
+
+
+def caused(accrual: FleetAccrual) -> dict[str, dict[str, float]]:
+    return {group: {t: round(v, 6) for t, v in teams.items()} for group, teams in accrual.caused.items()}
+
+
+def test_booting_capacity_goes_to_the_teams_whose_waiting_pods_fit_it_by_the_share_they_ask() -> None:
+    # given two booting p3 instances ($24/h) and the demand the plan places
+    p3 = group(instances=booting(timedelta(minutes=2), timedelta(minutes=3)))
+    demand = [
+        waiting("r-1-0", job="r-1", gpu=4),  # a whole node
+        waiting("r-2-0", job="r-2", gpu=1),
+        waiting("v-1-0", job="v-1", gpu=2),
+        waiting("v-1-1", job="v-1", gpu=1),
+        waiting("x-0", job="unknown", gpu=1),  # no team known for it: its part stays unattributed
+        waiting("far", job="s-1", gpu=1, region="eu-west-1"),  # fits no p3 node: not its buyer
+        waiting("big", job="s-1", gpu=8),  # larger than a p3 node: not its buyer either
+        waiting("cpu", job="s-1", gpu=0),  # asks no GPU of a GPU node: nothing
+    ]
+    accrual = costs.attribute_overhead(nodes=[], pods=[], groups=[p3], now=T0, causes=causes(demand))
+    # then $24/h is split by the GPUs asked: research 5, vision 3, unknown 1 (of 9)
+    assert accrual.rates == {"p3": pytest.approx(24.0)}
+    assert caused(accrual) == {"p3": {"research": round(24 * 5 / 9, 6), "vision": round(24 * 3 / 9, 6)}}
+    assert accrual.buyers == {"p3": {"research": 1.25, "vision": 0.75, costs.OTHERS: 0.25}}
+    # and the interval to the next check is charged so: per team, and the unattributed rest
+    rows = costs.overhead_between(accrual, T0 + timedelta(minutes=30))
+    assert [(r.team, round(r.dollars, 6)) for r in rows] == [
+        ("research", round(12 * 5 / 9, 6)),
+        ("vision", round(12 * 3 / 9, 6)),
+        (None, round(12 * 1 / 9, 6)),
+    ]
+    assert sum(r.dollars for r in rows) == pytest.approx(12.0)
+
+
+def test_pending_job_pods_in_the_cluster_are_buyers_too_and_a_node_not_up_yet_is_booting() -> None:
+    # given a node registered but not Ready yet, launched a minute ago, and a pod waiting for it
+    p3 = group(instances=booting(timedelta(minutes=1)))
+    nodes = [node("n1", of=p3, instance_id="i-0", ready=False)]
+    pods = [pod("v-1-0", on=None, gpu=4, job="v-1")]
+    accrual = costs.attribute_overhead(nodes=nodes, pods=pods, groups=[p3], now=T0, causes=causes([]))
+    assert caused(accrual) == {"p3": {"vision": 12.0}}
+
+
+def test_booting_past_the_provision_timeout_draining_and_partly_used_nodes_are_unattributed() -> None:
+    p3 = group(instances=booting(timedelta(minutes=20)))  # past the 10 minutes: a failure, nobody's
+    nodes = [
+        node("part", of=p3),
+        node("cordoned", of=p3, unschedulable=True),
+        node("late", of=p3, ready=False, created_at=T0 - timedelta(minutes=30)),
+    ]
+    pods = [
+        pod("a", on="part", gpu=2, job="r-1"),
+        Pod(namespace="team-a", name="done", job_id="v-1", node_name="cordoned", phase="Succeeded",
+            requests=Resources(gpu=4), finished_at=T0 - timedelta(minutes=1)),
+    ]  # fmt: skip
+    demand = [waiting("r-2-0", job="r-2", gpu=4)]
+    accrual = costs.attribute_overhead(nodes=nodes, pods=pods, groups=[p3], now=T0, causes=causes(demand))
+    assert accrual.rates == {"p3": pytest.approx(6 + 12 + 12 + 12)}
+    assert accrual.caused == {}
+
+
+def test_an_empty_node_is_kept_warm_for_the_team_whose_job_ended_on_it_last_a_while() -> None:
+    p3 = group()
+    nodes = [node("n1", of=p3), node("n2", of=p3), node("n3", of=p3)]
+
+    def ended(name: str, job: str, on: str, ago: timedelta) -> Pod:
+        return Pod(namespace="team-a", name=name, job_id=job, node_name=on, phase="Succeeded",
+                   requests=Resources(gpu=4), finished_at=T0 - ago)  # fmt: skip
+
+    pods = [
+        ended("old-0", "old", "n1", timedelta(minutes=8)),
+        ended("v-1-0", "v-1", "n1", timedelta(minutes=3)),  # the last to end on n1
+        ended("r-1-0", "r-1", "n2", timedelta(minutes=12)),  # past the 10 minutes: nobody's now
+        ended("x-0", "gone", "n3", timedelta(minutes=1)),  # a job no team is known for
+    ]
+    accrual = costs.attribute_overhead(nodes=nodes, pods=pods, groups=[p3], now=T0, causes=causes())
+    assert accrual.rates == {"p3": pytest.approx(36.0)}
+    assert caused(accrual) == {"p3": {"vision": 12.0}}
+    # a longer idle threshold keeps n2 warm for research as well
+    longer = costs.attribute_overhead(
+        nodes=nodes, pods=pods, groups=[p3], now=T0, causes=causes(idle_threshold=timedelta(minutes=15))
+    )
+    assert caused(longer) == {"p3": {"research": 12.0, "vision": 12.0}}
+
+
+def test_a_node_that_empties_is_kept_warm_for_the_team_that_last_held_it_as_the_process_remembers() -> None:
+    p3 = group()
+    memory = costs.OverheadMemory()
+    remembering = costs.OverheadCauses(team_of=lambda: TEAMS, demand=[], memory=memory)
+    nodes = [node("n1", of=p3), node("n2", of=p3)]
+
+    def check(at: timedelta, pods: list[Pod], listed: list[Node] = nodes) -> dict[str, dict[str, float]]:
+        accrual = costs.attribute_overhead(
+            nodes=listed, pods=pods, groups=[p3], now=T0 + at, causes=remembering
+        )
+        return caused(accrual)
+
+    # given research's job on n1 and vision's on half of n2
+    assert (
+        check(timedelta(0), [pod("a", on="n1", gpu=4, job="r-1"), pod("b", on="n2", gpu=2, job="v-1")]) == {}
+    )
+    # when both end (their objects deleted: no pod is left to say whose they were)
+    assert check(timedelta(minutes=1), []) == {"p3": {"research": 12.0, "vision": 12.0}}
+    # then each node stays its last holder's until the idle threshold has passed since it emptied
+    assert check(timedelta(minutes=10, seconds=59), []) == {"p3": {"research": 12.0, "vision": 12.0}}
+    assert check(timedelta(minutes=11), []) == {}
+    assert memory.holders == {}
+    # and a node no longer listed is forgotten
+    check(timedelta(minutes=12), [pod("c", on="n1", gpu=4, job="s-1")])
+    check(timedelta(minutes=13), [], listed=nodes[1:])
+    assert memory.holders == {}
+
+
+def test_an_empty_node_kept_warm_for_no_one_is_there_for_the_pods_waiting_for_room() -> None:
+    p3 = group()
+    # a Ready node no job has held (just arrived, or idle long): research's job will start on it
+    accrual = costs.attribute_overhead(
+        nodes=[node("n1", of=p3)], pods=[], groups=[p3], now=T0,
+        causes=causes([waiting("r-1-0", job="r-1", gpu=2)]),
+    )  # fmt: skip
+    assert caused(accrual) == {"p3": {"research": 12.0}}
+    # with nothing waiting it is nobody's
+    idle = costs.attribute_overhead(
+        nodes=[node("n1", of=p3)], pods=[], groups=[p3], now=T0, causes=causes([])
+    )
+    assert idle.caused == {} and idle.rates == {"p3": 12.0}
+
+
+def test_a_check_that_plans_nothing_new_keeps_the_last_buyers_and_no_causes_attribute_nothing() -> None:
+    p3 = group(instances=booting(timedelta(minutes=1)))
+    last = FleetAccrual(at=T0 - timedelta(minutes=1), rates={"p3": 12.0}, buyers={"p3": {"speech": 2.0}})
+    quiet = costs.attribute_overhead(nodes=[], pods=[], groups=[p3], now=T0, causes=causes(None), last=last)
+    assert caused(quiet) == {"p3": {"speech": 12.0}} and quiet.buyers == {"p3": {"speech": 2.0}}
+    blind = costs.attribute_overhead(nodes=[], pods=[], groups=[p3], now=T0, causes=None, last=last)
+    assert blind.caused == {} and blind.buyers == {} and blind.rates == {"p3": pytest.approx(12.0)}
+
+
+def test_teams_are_asked_for_only_when_a_team_is_wanted() -> None:
+    asked: list[int] = []
+
+    def team_of() -> dict[str, str]:
+        asked.append(1)
+        return TEAMS
+
+    p3 = group()
+    nodes, busy = [node("n1", of=p3)], [pod("a", on="n1", gpu=4, job="r-1")]
+    demand = [waiting("r-2-0", job="r-2", gpu=4)]
+    # no memory of holders, the fleet busy: no team is wanted
+    blind = costs.OverheadCauses(team_of=team_of, demand=demand)
+    accrual = costs.attribute_overhead(nodes=nodes, pods=busy, groups=[p3], now=T0, causes=blind)
+    assert accrual.caused == {} and asked == []
+    # with a memory: the holder of a node is looked up when it is new to it, and only then
+    memory = costs.OverheadMemory()
+    remembering = costs.OverheadCauses(team_of=team_of, demand=demand, memory=memory)
+    for minute in range(3):
+        at = T0 + timedelta(minutes=minute)
+        costs.attribute_overhead(nodes=nodes, pods=busy, groups=[p3], now=at, causes=remembering)
+    assert asked == [1] and memory.holders == {"n1": costs.Holder("r-1", "research")}
+
+
+def test_at_most_so_many_teams_per_group_are_named_the_rest_is_unattributed() -> None:
+    many = {f"j-{n}": f"team-{n:02d}" for n in range(costs.MAX_TEAMS_PER_GROUP + 5)}
+    p3 = group(instances=booting(timedelta(minutes=1)))
+    demand = [waiting(f"p-{n}", job=job_id, gpu=1 + (n % 2)) for n, job_id in enumerate(many)]
+    accrual = costs.attribute_overhead(
+        nodes=[], pods=[], groups=[p3], now=T0,
+        causes=costs.OverheadCauses(team_of=lambda: many, demand=demand),
+    )  # fmt: skip
+    named = accrual.caused["p3"]
+    assert len(named) == costs.MAX_TEAMS_PER_GROUP
+    assert all(many[f"j-{n}"] in named for n in range(1, 25, 2)), "those that asked the most are named"
+    assert sum(named.values()) < 12.0
+    assert len(accrual.buyers["p3"]) == costs.MAX_TEAMS_PER_GROUP + 1  # and OTHERS
+
+
+def test_overhead_between_never_charges_teams_more_than_the_groups_rate() -> None:
+    last = FleetAccrual(at=T0, rates={"p3": 10.0}, caused={"p3": {"a": 6.0, "b": 6.0}})
+    rows = costs.overhead_between(last, T0 + timedelta(hours=1))
+    assert [(r.team, r.dollars) for r in rows] == [("a", 6.0), ("b", 4.0)]
 
 
 # ---- a job's cost ------------------------------------------------------------

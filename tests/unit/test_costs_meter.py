@@ -1,5 +1,6 @@
-"""services/costs.py: the overhead meter goes on where the last check left off, team spend
-this month, and a job's cost fields as its runs start and stop (in-memory ledger and store)."""
+"""services/costs.py: the overhead meter goes on where the last check left off (per team that
+caused some, the rest unattributed), team spend this month, and a job's cost fields as its
+runs start and stop (in-memory ledger and store)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from squall.core.costs import JobCharge, JobRate, UnpricedError
+from squall.core.costs import JobCharge, JobRate, OverheadCauses, UnpricedError
 from squall.core.jobs import JobStatus, new_job, transition
 from squall.core.telemetry import RecordingMetrics
 from squall.local.clock import VirtualClock
 from squall.local.cost_ledger import InMemoryCostLedger
 from squall.local.memory import InMemoryJobStore
+from squall.planner import GroupInstance, Pod, Resources
 from squall.services.costs import FleetCostMeter, JobCosting, TeamSpend, run_start, unpriced
 from tests.unit.test_costs import group, node, pod
 
@@ -52,6 +54,31 @@ def test_a_check_whose_clock_is_behind_the_last_one_counts_nothing() -> None:
     cost_meter.accrue(nodes=[node("n1", of=p3)], pods=[], groups=[p3], now=T0 - timedelta(minutes=1))
     last = ledger.last_accrual()
     assert last is not None and last.at == T0 and ledger.overhead(since=T0) == []
+
+
+def test_the_overhead_a_team_caused_is_counted_as_its_own_and_the_rest_unattributed() -> None:
+    cost_meter, ledger, metrics = meter()
+    # given a draining node and one booting instance bought for research's queued job
+    p3 = group(instances=(GroupInstance(instance_id="i-9", lifecycle_state="Pending", launch_time=T0),))
+    nodes = [node("n1", of=p3, unschedulable=True)]
+    teams = {"r-1": "research"}
+    demand = [Pod(namespace="team-research", name="r-1-0", requests=Resources(gpu=4), job_id="r-1")]
+    cost_meter.accrue(
+        nodes=nodes, pods=[], groups=[p3], now=T0,
+        causes=OverheadCauses(team_of=lambda: teams, demand=demand),
+    )  # fmt: skip
+    # when the next check, one that plans nothing new, comes 5 minutes later
+    cost_meter.accrue(
+        nodes=nodes, pods=[], groups=[p3], now=T0 + timedelta(minutes=5),
+        causes=OverheadCauses(team_of=lambda: teams),
+    )  # fmt: skip
+    # then the booting half is research's, the draining node nobody's
+    rows = {(r.group, r.team): r.dollars for r in ledger.overhead(since=T0)}
+    assert rows == {("p3", "research"): pytest.approx(1.0), ("p3", None): pytest.approx(1.0)}
+    assert metrics.total("OverheadCost") == pytest.approx(2.0), "the group's metric counts both"
+    # and the quiet check kept the last plan's buyers for the next interval
+    last = ledger.last_accrual()
+    assert last is not None and last.caused == {"p3": {"research": pytest.approx(12.0)}}
 
 
 def running_job(store: InMemoryJobStore, job_id: str, *, team: str, at: datetime, rate: float) -> None:

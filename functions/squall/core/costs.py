@@ -7,7 +7,9 @@ its on-demand price, its spot savings rate. A job's rate is its pods' sum, recor
 on its record when it starts; its cost is that rate times its run time, plus what its
 earlier runs cost (kept across a requeue). What no job held of the fleet between two
 scale checks (booting, idle and draining nodes, the unheld part of partly used ones)
-is its group's overhead: job costs and overhead add up to the fleet's cost.
+is its group's overhead: job costs and overhead add up to the fleet's cost. Part of it is
+put down to the team that caused it (`attribute_overhead` says how); the rest is
+unattributed.
 
 The ledger keeps these per team and UTC calendar month (the records below); budgets
 read a team's month to date.
@@ -15,18 +17,28 @@ read a team's month to date.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from squall.conventions import NODE_GROUP_LABEL
 from squall.core.jobs import Job, JobEvent, JobStatus
-from squall.planner import Node, NodeGroup, Pod
+from squall.planner import Node, NodeGroup, Pod, Resources
+from squall.planner.demand import PodShape, shape_of
+from squall.planner.fit import blocking_taints
+from squall.planner.model import Policy
 
 HOUR_SECONDS = 3600.0
 # Instances in these Auto Scaling states are gone or going: no longer billed as booting.
 _GONE_PREFIXES = ("Terminat", "Detach", "Standby", "EnteringStandby", "Warmed:")
+# A group's overhead is put down to at most this many teams (those that caused the most);
+# the rest is unattributed, so an accrual and the ledger's rows stay bounded however many
+# teams' jobs wait.
+MAX_TEAMS_PER_GROUP = 20
+# In a group's buyers: the waiting pods of teams beyond MAX_TEAMS_PER_GROUP, or of jobs no
+# team is known for (their share of the booting overhead is unattributed).
+OTHERS = ""
 
 
 class UnpricedError(ValueError):
@@ -55,11 +67,13 @@ class TeamMonth:
 
 @dataclass(frozen=True, slots=True)
 class GroupOverhead:
-    """What no job held of one node group's instances in one month."""
+    """What no job held of one node group's instances in one month: the part one team caused
+    (`team`), or the unattributed part (`team` None)."""
 
     group: str
     month: str
     dollars: float = 0.0
+    team: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +90,56 @@ class JobCharge:
 
 @dataclass(frozen=True, slots=True)
 class FleetAccrual:
-    """Where the overhead meter left off: when, and each group's overhead rate then ($/h)."""
+    """Where the overhead meter left off: when, and each group's overhead rate then ($/h).
+
+    `caused`: group -> team -> the part of the group's rate that team caused (the rest is
+    unattributed). `buyers`: group -> team -> the node shares its waiting pods asked of the
+    group's booting instances then (OTHERS: of no team told apart), for a check that finds
+    nothing changed and so plans nothing new (attribute_overhead).
+    """
 
     at: datetime
     rates: Mapping[str, float]
+    caused: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    buyers: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The job that held the most of a node when it was last busy, its team ("": not known),
+    and since when the node has been empty (None: it is busy)."""
+
+    job_id: str
+    team: str
+    empty_since: datetime | None = None
+
+
+@dataclass(slots=True)
+class OverheadMemory:
+    """What earlier checks of this process saw: node -> its Holder. Kept one per process (a
+    warm function keeps it); a cold one knows no node's last holder until it sees the node
+    busy (or a pod that ended on it). Bounded by the nodes listed."""
+
+    holders: dict[str, Holder] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OverheadCauses:
+    """What a scale check knows of who caused the overhead (attribute_overhead).
+
+    `team_of`: job id -> team, of the jobs the check read (queued, running and finished
+    ones); called at most once, and only when a team is wanted. `demand`: the waiting pods
+    the check's plan places beyond the pending pods listed (admission's demand: queued jobs'
+    pods); None: the plan is the last check's (nothing changed), so are the buyers.
+    `policy`: its provision timeout says how long an instance counts as booting, its idle
+    threshold how long an empty node is kept warm for the job that last ran on it.
+    `memory`: the process's OverheadMemory (None: no node's last holder is known).
+    """
+
+    team_of: Callable[[], Mapping[str, str]]
+    demand: Sequence[Pod] | None = None
+    policy: Policy = field(default_factory=Policy)
+    memory: OverheadMemory | None = None
 
 
 # ---- months ----------------------------------------------------------------
@@ -218,47 +278,282 @@ def overhead_rates(
     instance with no node yet (booting) counts whole. Groups without a price, and nodes
     of no group, are left out: nothing can say what they cost.
     """
-    index = NodeGroups(groups)
-    owners = {node.name: index.of(node) for node in nodes}
-    held: dict[str, float] = {}
-    by_name = {node.name: node for node in nodes}
-    for pod in pods:
-        if pod.job_id is None or not pod.is_active or pod.node_name not in by_name:
+    return _Unheld.of(nodes=nodes, pods=pods, groups=groups).rates
+
+
+def attribute_overhead(
+    *,
+    nodes: Sequence[Node],
+    pods: Sequence[Pod],
+    groups: Sequence[NodeGroup],
+    now: datetime,
+    causes: OverheadCauses | None,
+    last: FleetAccrual | None = None,
+) -> FleetAccrual:
+    """The accrual at `now`: each group's overhead rate (overhead_rates), and who caused it.
+
+    - An empty node (Ready, schedulable, no job's pod on it) is kept warm for the job that
+      held the most of it last (a pod of it that ended there, else the process's memory of
+      its holders): its cost goes to that job's team until the idle threshold has passed
+      since it became empty (since that pod ended, or Squall found it empty).
+    - Capacity waiting for pods (an instance launched less than the provision timeout ago
+      whose node is not up yet: none, not Ready, or its GPUs not advertised; and an empty
+      node kept warm for no one) is there for the pods that wait: its cost goes to their
+      teams in proportion to the share of one of the group's nodes that each team's waiting
+      pods that fit the group ask for (by GPUs on a GPU group, else the larger of CPU and
+      memory). The waiting pods are the plan's: job pods pending in the cluster and
+      `causes.demand`; a pod whose team is not known keeps its part unattributed. A check
+      that plans nothing new (`causes.demand` None) keeps the last accrual's buyers.
+    - The rest (the unheld part of partly used nodes, draining and cordoned nodes,
+      instances past the provision timeout, capacity no waiting pod fits) is unattributed.
+      So is everything when `causes` is None.
+
+    At most MAX_TEAMS_PER_GROUP teams per group, those that caused the most. Bounded:
+    one pass over nodes and pods, then over pod shapes times groups with waiting capacity.
+    """
+    unheld = _Unheld.of(nodes=nodes, pods=pods, groups=groups, now=now, causes=causes)
+    if causes is None:
+        return FleetAccrual(at=now, rates=unheld.rates)
+    teams = _Teams(causes.team_of)
+    warm = _keep_warm(unheld, now=now, causes=causes, teams=teams)
+    if not unheld.arriving:
+        buyers: dict[str, dict[str, float]] = {}
+    elif causes.demand is None:
+        before = last.buyers if last is not None else {}
+        buyers = {name: dict(before[name]) for name in unheld.arriving if name in before}
+    else:
+        waiting = [p for p in pods if p.job_id is not None and p.is_pending]
+        waiting.extend(causes.demand)
+        buyers = _buyers(waiting, [g for g in groups if g.name in unheld.arriving], teams)
+    caused: dict[str, dict[str, float]] = {}
+    for name, dollars in unheld.arriving.items():
+        weights = buyers.get(name, {})
+        total = sum(weights.values())
+        if total <= 0:
             continue
-        node = by_name[pod.node_name]
-        held[node.name] = held.get(node.name, 0.0) + pod_share(pod, node, owners[node.name])
-    rates: dict[str, float] = {}
-    seen_instances: set[str] = set()
-    for node in nodes:
-        group = owners[node.name]
-        if group is None or group.price_per_hour is None:
-            continue
-        if node.instance_id:
-            seen_instances.add(node.instance_id)
-        unheld = max(0.0, 1.0 - held.get(node.name, 0.0))
-        rates[group.name] = rates.get(group.name, 0.0) + unheld * group.price_per_hour
+        mine = caused.setdefault(name, {})
+        for team, weight in weights.items():
+            if team != OTHERS and weight > 0:
+                mine[team] = mine.get(team, 0.0) + dollars * weight / total
+    for (name, team), dollars in warm.items():
+        mine = caused.setdefault(name, {})
+        mine[team] = mine.get(team, 0.0) + dollars
+    return FleetAccrual(
+        at=now,
+        rates=unheld.rates,
+        caused={name: _largest(by_team) for name, by_team in caused.items() if by_team},
+        buyers=buyers,
+    )
+
+
+@dataclass(slots=True)
+class _EmptyNode:
+    group: str
+    dollars: float
+    since: datetime | None  # when Squall found it empty (its squall.io/empty-since stamp)
+
+
+@dataclass(slots=True)
+class _Unheld:
+    """One pass over the fleet: each group's unheld rate, and (with causes) the capacity that
+    waits for pods (group -> $/h), the empty nodes, and who holds or last held each node."""
+
+    rates: dict[str, float] = field(default_factory=dict)
+    arriving: dict[str, float] = field(default_factory=dict)
+    empty: dict[str, _EmptyNode] = field(default_factory=dict)  # node -> its group, $/h, since
+    # busy node -> the job whose pod holds the most of it (kept only with a memory of holders)
+    holders: dict[str, str] = field(default_factory=dict)
+    ended: dict[str, tuple[datetime, str]] = field(default_factory=dict)  # node -> last job pod to end
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        nodes: Sequence[Node],
+        pods: Iterable[Pod],
+        groups: Sequence[NodeGroup],
+        now: datetime | None = None,
+        causes: OverheadCauses | None = None,
+    ) -> _Unheld:
+        found = cls()
+        index = NodeGroups(groups)
+        owners = {node.name: index.of(node) for node in nodes}
+        by_name = {node.name: node for node in nodes}
+        held: dict[str, float] = {}
+        remember = causes is not None and causes.memory is not None
+        most: dict[str, float] = {}  # node -> the largest share one pod holds (of found.holders' job)
+        for pod in pods:
+            job_id = pod.job_id
+            if job_id is None or pod.node_name not in by_name:
+                continue
+            node = by_name[pod.node_name]
+            if pod.is_active:
+                share = pod_share(pod, node, owners[node.name])
+                held[node.name] = held.get(node.name, 0.0) + share
+                if remember and share > most.get(node.name, -1.0):
+                    most[node.name], found.holders[node.name] = share, job_id
+            elif causes is not None and pod.finished_at is not None:
+                last = found.ended.get(node.name)
+                if last is None or pod.finished_at > last[0]:
+                    found.ended[node.name] = (pod.finished_at, job_id)
+        launched: dict[str, datetime] | None = None  # instance id -> launch time, made when wanted
+        seen_instances: set[str] = set()
+        for node in nodes:
+            group = owners[node.name]
+            if group is None or group.price_per_hour is None:
+                continue
+            if node.instance_id:
+                seen_instances.add(node.instance_id)
+            dollars = max(0.0, 1.0 - held.get(node.name, 0.0)) * group.price_per_hour
+            found.rates[group.name] = found.rates.get(group.name, 0.0) + dollars
+            if causes is None or now is None or dollars <= 0:
+                continue
+            if not node.ready or (group.allocatable.gpu > 0 and node.allocatable.gpu == 0):
+                if launched is None:
+                    launched = {i.instance_id: i.launch_time for g in groups for i in g.instances}
+                since = launched.get(node.instance_id or "") or node.created_at
+                if since is not None and now - since < causes.policy.provision_timeout:
+                    found.arriving[group.name] = found.arriving.get(group.name, 0.0) + dollars
+            elif node.name not in held and not node.unschedulable:
+                found.empty[node.name] = _EmptyNode(group=group.name, dollars=dollars, since=node.empty_since)
+        for group in groups:
+            if group.price_per_hour is None:
+                continue
+            booting = [
+                i
+                for i in group.instances
+                if i.instance_id not in seen_instances and not i.lifecycle_state.startswith(_GONE_PREFIXES)
+            ]
+            if booting:
+                found.rates[group.name] = (
+                    found.rates.get(group.name, 0.0) + len(booting) * group.price_per_hour
+                )
+            if causes is None or now is None:
+                continue
+            young = sum(1 for i in booting if now - i.launch_time < causes.policy.provision_timeout)
+            if young:
+                found.arriving[group.name] = (
+                    found.arriving.get(group.name, 0.0) + young * group.price_per_hour
+                )
+        return found
+
+
+def _keep_warm(
+    unheld: _Unheld, *, now: datetime, causes: OverheadCauses, teams: _Teams
+) -> dict[tuple[str, str], float]:
+    """(group, team) -> $/h of empty nodes kept warm for that team; the other empty nodes join
+    the capacity waiting for pods. Brings the memory of holders up to date."""
+    remembered = causes.memory.holders if causes.memory is not None else {}
+    holders: dict[str, Holder] = {}
+    for name, job_id in unheld.holders.items():
+        known = remembered.get(name)
+        same = known is not None and known.job_id == job_id and known.empty_since is None
+        holders[name] = known if same and known is not None else Holder(job_id, teams.of(job_id) or "")
+    warm: dict[tuple[str, str], float] = {}
+    for name, empty in unheld.empty.items():
+        ended = unheld.ended.get(name)
+        last = Holder(ended[1], teams.of(ended[1]) or "", ended[0]) if ended else remembered.get(name)
+        if last is not None:
+            since = last.empty_since or empty.since or now
+            if now - since < causes.policy.idle_threshold:
+                holders[name] = Holder(last.job_id, last.team, since)
+                if last.team:
+                    key = (empty.group, last.team)
+                    warm[key] = warm.get(key, 0.0) + empty.dollars
+                continue  # kept warm (for a team not known: unattributed)
+        unheld.arriving[empty.group] = unheld.arriving.get(empty.group, 0.0) + empty.dollars
+    if causes.memory is not None:
+        causes.memory.holders = holders  # of listed nodes only: a node no longer listed is forgotten
+    return warm
+
+
+class _Teams:
+    """Job id -> team, asked of the check once, and only when a team is wanted."""
+
+    def __init__(self, read: Callable[[], Mapping[str, str]]) -> None:
+        self._read = read
+        self._teams: Mapping[str, str] | None = None
+
+    def of(self, job_id: str) -> str | None:
+        if self._teams is None:
+            self._teams = self._read()
+        return self._teams.get(job_id) or None
+
+
+def _buyers(
+    waiting: Iterable[Pod], groups: Sequence[NodeGroup], teams: _Teams
+) -> dict[str, dict[str, float]]:
+    """Per group: team -> the node shares its waiting pods that fit the group ask of it."""
+    interned: dict[tuple[object, ...], PodShape] = {}
+    counts: dict[tuple[PodShape, str], int] = {}
+    for pod in waiting:
+        key = (shape_of(pod, interned), teams.of(pod.job_id or "") or OTHERS)
+        counts[key] = counts.get(key, 0) + 1
+    buyers: dict[str, dict[str, float]] = {}
     for group in groups:
-        if group.price_per_hour is None:
-            continue
-        booting = sum(
-            1
-            for i in group.instances
-            if i.instance_id not in seen_instances and not i.lifecycle_state.startswith(_GONE_PREFIXES)
-        )
-        if booting:
-            rates[group.name] = rates.get(group.name, 0.0) + booting * group.price_per_hour
-    return rates
+        labels = group.template_labels()
+        taints = blocking_taints(group.taints, ignore_transient=True)
+        capacity = group.allocatable
+        shares: dict[PodShape, float | None] = {}
+        weights: dict[str, float] = {}
+        for (shape, team), count in counts.items():
+            if shape not in shares:
+                shares[shape] = (
+                    _template_share(shape, capacity)
+                    if shape.placement_mismatch(labels, taints) is None
+                    else None
+                )
+            share = shares[shape]
+            if share:
+                weights[team] = weights.get(team, 0.0) + share * count
+        if weights:
+            buyers[group.name] = _largest(weights, others=True)
+    return buyers
+
+
+def _template_share(shape: PodShape, capacity: Resources) -> float | None:
+    """The share of one of the group's new nodes a pod of this shape asks for; None: it does not fit one."""
+    cpu, memory, gpu, _ = shape.request
+    if cpu > capacity.cpu or memory > capacity.memory or gpu > capacity.gpu:
+        return None
+    if capacity.gpu > 0:
+        return gpu / capacity.gpu
+    return max(
+        cpu / capacity.cpu if capacity.cpu else 0.0, memory / capacity.memory if capacity.memory else 0.0
+    )
+
+
+def _largest(by_team: Mapping[str, float], *, others: bool = False) -> dict[str, float]:
+    """The MAX_TEAMS_PER_GROUP teams with the most; with `others`, the rest summed under OTHERS."""
+    ranked = sorted(((t, v) for t, v in by_team.items() if t != OTHERS), key=lambda tv: (-tv[1], tv[0]))
+    kept = dict(ranked[:MAX_TEAMS_PER_GROUP])
+    if others:
+        rest = by_team.get(OTHERS, 0.0) + sum(v for _, v in ranked[MAX_TEAMS_PER_GROUP:])
+        if rest > 0:
+            kept[OTHERS] = rest
+    return kept
 
 
 def overhead_between(last: FleetAccrual, now: datetime) -> list[GroupOverhead]:
-    """The overhead from `last.at` to `now` at the rates of `last`, split by month."""
+    """The overhead from `last.at` to `now` at the rates of `last`, split by month, each
+    group's into the part each team caused and the unattributed rest."""
     if now <= last.at:
         return []
     found: list[GroupOverhead] = []
     for month, seconds in split_by_month(last.at, now):
+        hours = seconds / HOUR_SECONDS
         for group, rate in sorted(last.rates.items()):
-            if rate > 0:
-                found.append(GroupOverhead(group=group, month=month, dollars=rate * seconds / HOUR_SECONDS))
+            if rate <= 0:
+                continue
+            attributed = 0.0
+            for team, caused in sorted(last.caused.get(group, {}).items()):
+                caused = min(caused, rate - attributed)
+                if caused > 0:
+                    found.append(GroupOverhead(group=group, month=month, dollars=caused * hours, team=team))
+                    attributed += caused
+            rest = rate - attributed
+            if rest > rate * 1e-9:
+                found.append(GroupOverhead(group=group, month=month, dollars=rest * hours))
     return found
 
 

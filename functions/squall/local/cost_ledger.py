@@ -19,7 +19,8 @@ class InMemoryCostLedger:
         self._lock = threading.Lock()
         self._months: dict[tuple[str, str], TeamMonth] = {}  # (month, team) -> totals
         self._costed: dict[str, JobCharge] = {}
-        self._overhead: dict[tuple[str, str], float] = {}  # (month, group) -> dollars
+        # (month, group, team) -> dollars; team "": unattributed
+        self._overhead: dict[tuple[str, str, str], float] = {}
         self._accrual: FleetAccrual | None = None
         self.next_error: Exception | None = None
 
@@ -76,7 +77,7 @@ class InMemoryCostLedger:
             self._accrual = accrual
             for row in overhead:
                 if row.dollars > 0:
-                    key = (row.month, row.group)
+                    key = (row.month, row.group, row.team or "")
                     self._overhead[key] = self._overhead.get(key, 0.0) + row.dollars
             return True
 
@@ -85,7 +86,7 @@ class InMemoryCostLedger:
             self._fail_if_told()
             first = month_key(since)
             return [
-                GroupOverhead(group=group, month=month, dollars=dollars)
-                for (month, group), dollars in sorted(self._overhead.items())
+                GroupOverhead(group=group, month=month, dollars=dollars, team=team or None)
+                for (month, group, team), dollars in sorted(self._overhead.items())
                 if month >= first
             ]

@@ -18,7 +18,10 @@
 - ``costs``: that fleet cost split (see `cost_stats`): ``jobs``, the sum of the job
   records' ``cost``; ``overhead``, the fleet's cost less that sum (what no job held:
   booting, idle and draining nodes, the unheld part of partly used ones); ``fleet``, the
-  ``cost`` above; ``byTeam``, each team's jobs' dollars.
+  ``cost`` above; ``byTeam``, each team's jobs' dollars. Where the run's cost ledger was
+  read (a simulation's), ``overheadByTeam`` (team -> the overhead it caused) and
+  ``overheadUnattributed``: ``overhead`` split in the proportions the ledger put down to
+  each team (core/costs.py attribute_overhead), so the two add up to ``overhead``.
 - ``peakNodes``: region -> the most nodes that region had at once.
 - ``clusters``: cluster -> ``peakNodes`` (the most nodes it had at once) and
   ``peakGpusBusy`` (the most GPUs its pods held at once).
@@ -61,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from squall.conventions import JOB_ID_LABEL
+from squall.core.costs import GroupOverhead
 from squall.core.jobs import Job, JobEvent, Reason, is_terminal
 from squall.core.telemetry import Metric, RecordingMetrics
 from squall.local.cluster import SimulatedCluster
@@ -422,18 +426,44 @@ def estimate_stats(jobs: Iterable[Job]) -> dict[str, float | int | None]:
     }
 
 
-def cost_stats(jobs: Iterable[Job], *, fleet: float) -> dict[str, Any]:
-    """jobs, overhead, fleet and byTeam in dollars (to the cent); sweep parents left out, their trials counted."""
+def cost_stats(
+    jobs: Iterable[Job], *, fleet: float, overhead: Sequence[GroupOverhead] | None = None
+) -> dict[str, Any]:
+    """jobs, overhead, fleet and byTeam in dollars (to the cent); sweep parents left out, their trials counted.
+
+    With the ledger's `overhead` rows, also overheadByTeam and overheadUnattributed (overhead_split).
+    """
     by_team: dict[str, float] = {}
     for job in jobs:
         if job.cost is not None and not job.is_sweep:
             by_team[job.team] = by_team.get(job.team, 0.0) + job.cost
     held, total = round(sum(by_team.values(), 0.0), 2), round(fleet, 2)
-    return {
+    stats: dict[str, Any] = {
         "jobs": held,
         "overhead": round(total - held, 2),  # of the rounded two, so that the three add up to the cent
         "fleet": total,
         "byTeam": {team: round(dollars, 2) for team, dollars in sorted(by_team.items())},
+    }
+    if overhead is not None:
+        stats |= overhead_split(stats["overhead"], overhead)
+    return stats
+
+
+def overhead_split(overhead: float, rows: Sequence[GroupOverhead]) -> dict[str, Any]:
+    """overheadByTeam and overheadUnattributed: `overhead` (the fleet's cost less the jobs', as
+    the recorder integrated it) in the proportions the ledger's rows put down to each team (the
+    meter counts at its checks, so its own sum differs a little); to the cent, adding up."""
+    counted = sum(row.dollars for row in rows)
+    caused: dict[str, float] = {}
+    for row in rows:
+        if row.team is not None:
+            caused[row.team] = caused.get(row.team, 0.0) + row.dollars
+    if counted <= 0 or overhead <= 0:
+        return {"overheadByTeam": {}, "overheadUnattributed": overhead}
+    by_team = {team: round(overhead * dollars / counted, 2) for team, dollars in sorted(caused.items())}
+    return {
+        "overheadByTeam": by_team,
+        "overheadUnattributed": round(overhead - sum(by_team.values()), 2),
     }
 
 
@@ -566,6 +596,7 @@ def build_summary(
     fleet: LocalFleet | None,
     checks: Invariants,
     gangs_released: int = 0,
+    overhead: Sequence[GroupOverhead] | None = None,  # the run's cost ledger's rows (cost_stats)
 ) -> dict[str, Any]:
     waits = queue_waits(jobs)
     hooks = hook_stats(fleet)
@@ -578,7 +609,7 @@ def build_summary(
             "idle": round(recorder.gpu_idle_seconds / 3600, 2),
         },
         "cost": round(recorder.cost, 2),
-        "costs": cost_stats(jobs, fleet=recorder.cost),
+        "costs": cost_stats(jobs, fleet=recorder.cost, overhead=overhead),
         "peakNodes": dict(sorted(recorder.peak_nodes.items())),
         "clusters": recorder.cluster_peaks(),
         "scaleUps": int(metrics.total(Metric.SCALE_UPS)),

@@ -14,7 +14,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall.core import costs
-from squall.core.costs import FleetAccrual, JobRate, UnpricedError
+from squall.core.costs import JobRate, OverheadCauses, UnpricedError
 from squall.core.errors import MAX_ERROR_TEXT, SquallError
 from squall.core.jobs import Job, JobStatus
 from squall.core.telemetry import SERVICE, Metric
@@ -27,28 +27,35 @@ logger = Logger(service=SERVICE, child=True)
 
 @dataclass
 class FleetCostMeter:
-    """The scale check's CostMeter: what no job held of the fleet since the last check, per group.
+    """The scale check's CostMeter: what no job held of the fleet since the last check, per group
+    and per team that caused it (core/costs.py attribute_overhead), the rest unattributed.
 
-    The interval since the last accrual is counted at the rates the fleet had then (each
-    check measures what holds until the next). The last accrual's time and rates are kept
-    in the ledger, so a cold Lambda goes on where the last one left off; the very first
-    call only records them.
+    The interval since the last accrual is counted at the rates, and the attribution, the
+    fleet had then (each check measures what holds until the next). The last accrual is
+    kept in the ledger, so a cold Lambda goes on where the last one left off; the very
+    first call only records it.
     """
 
     ledger: CostLedger
     metrics: MetricsSink
 
     def accrue(
-        self, *, nodes: Sequence[Node], pods: Sequence[Pod], groups: Sequence[NodeGroup], now: datetime
+        self,
+        *,
+        nodes: Sequence[Node],
+        pods: Sequence[Pod],
+        groups: Sequence[NodeGroup],
+        now: datetime,
+        causes: OverheadCauses | None = None,
     ) -> None:
-        rates = costs.overhead_rates(nodes=nodes, pods=pods, groups=groups)
         previous = self.ledger.last_accrual()
         if previous is not None and now <= previous.at:
             return  # a check whose clock is behind the last one's: nothing to count
+        accrual = costs.attribute_overhead(
+            nodes=nodes, pods=pods, groups=groups, now=now, causes=causes, last=previous
+        )
         overhead = costs.overhead_between(previous, now) if previous is not None else []
-        if not self.ledger.accrue(
-            previous=previous, accrual=FleetAccrual(at=now, rates=rates), overhead=overhead
-        ):
+        if not self.ledger.accrue(previous=previous, accrual=accrual, overhead=overhead):
             logger.info("overhead counted by another check already")
             return
         by_group: dict[str, float] = {}

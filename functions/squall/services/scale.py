@@ -21,6 +21,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from squall.conventions import CORDONED_AT_ANNOTATION, EMPTY_SINCE_ANNOTATION, TERMINATION_REASON_ANNOTATION
+from squall.core.costs import OverheadCauses, OverheadMemory
 from squall.core.errors import MAX_ERROR_TEXT, NotFoundError, SquallError
 from squall.core.jobs import JobStatus, Reason, reason_code, transition
 from squall.core.telemetry import SERVICE, Metric
@@ -133,6 +134,7 @@ class ParsedObjects:
     # the clusters the latest check could not reach
     unreachable: frozenset[str] = frozenset()
     admission: AdmissionMemory = field(default_factory=AdmissionMemory)
+    overhead: OverheadMemory = field(default_factory=OverheadMemory)  # who last held each node
     # Set by a check that changed nothing: the fleet and health it saw, and the planner's
     # next timer (until when that stays the plan).
     quiet: Quiet | None = None
@@ -426,14 +428,17 @@ class Scaler:
 
     def _check(self, *, trigger: str, now: datetime) -> ScaleResult:
         groups, health, nodes, pods = self._observe(now)
-        self._accrue(nodes=nodes, pods=pods, groups=groups, now=now)
         admitter = self.admitter
         if not self.parsed.admission.ratios_loaded:
             admitter.load_ratios(self._latest_decision(now))
         jobs = admitter.read_queue(self._listed_jobs)
+        # Whose overhead is whose (costs.py): the teams of the jobs read, the demand the plan places.
+        teams, memory = (lambda: {j.job_id: j.team for j in jobs}), self.parsed.overhead
+        causes = OverheadCauses(team_of=teams, policy=self.config.policy, memory=memory)
         seen = self._fingerprint(groups, health)
         quiet = self.parsed.quiet
         if quiet is not None and quiet.holds(seen, now) and not self._inputs_changed(admitter):
+            self._accrue(nodes=nodes, pods=pods, groups=groups, now=now, causes=causes)
             self._emit_pending(pods)
             logger.info("nothing changed since the last check and no timer is due", trigger=trigger)
             return ScaleResult(acted=False, skipped=["nothing changed since the last check, no timer due"])
@@ -444,6 +449,8 @@ class Scaler:
         admission = admitter.decide(
             jobs=jobs, nodes=nodes, pods=pods, groups=groups, now=now, inventory=inventory
         )
+        causes = dataclasses.replace(causes, demand=admission.demand)
+        self._accrue(nodes=nodes, pods=pods, groups=groups, now=now, causes=causes)
         decided = self._plan(
             nodes=nodes,
             pods=pods,
@@ -501,13 +508,19 @@ class Scaler:
         return result
 
     def _accrue(
-        self, *, nodes: Sequence[Node], pods: Sequence[Pod], groups: Sequence[NodeGroup], now: datetime
+        self,
+        *,
+        nodes: Sequence[Node],
+        pods: Sequence[Pod],
+        groups: Sequence[NodeGroup],
+        now: datetime,
+        causes: OverheadCauses,
     ) -> None:
         """Count the fleet's cost since the last check (a check that ends early counts it too)."""
         if self.cost_meter is None or self.config.dry_run:
             return
         try:
-            self.cost_meter.accrue(nodes=nodes, pods=pods, groups=groups, now=now)
+            self.cost_meter.accrue(nodes=nodes, pods=pods, groups=groups, now=now, causes=causes)
         except SquallError as exc:  # the costs are counted at the next check, over the longer span
             logger.warning("the fleet's cost could not be counted", error=str(exc)[:MAX_ERROR_TEXT])
 

@@ -2,8 +2,14 @@
 
 - team month: pk=SPEND     sk=<YYYY-MM>#<team>   jobs, gpuHours, dollars, spotSavings (ADDed)
 - costed:     pk=COSTED#<job id>  sk=COSTED      month, dollars: the job's cost is in its team's month
-- overhead:   pk=OVERHEAD  sk=<YYYY-MM>#<group>  dollars (ADDed)
-- accrual:    pk=OVERHEAD#ACCRUAL  sk=ACCRUAL    at (ISO 8601), rates (JSON: group -> $/h)
+- overhead:   pk=OVERHEAD  sk=<YYYY-MM>#<group>  dollars (ADDed): the unattributed part
+              pk=OVERHEAD  sk=<YYYY-MM>#<group>#<team>  dollars (ADDed): the part a team caused
+- accrual:    pk=OVERHEAD#ACCRUAL  sk=ACCRUAL    at (ISO 8601), rates (JSON: group -> $/h),
+              caused (JSON: group -> team -> $/h), buyers (JSON: group -> team -> node shares)
+
+Neither group names nor team names hold "#". Overhead written before teams were told
+apart has no team in its key: it reads as unattributed, as it was. An accrual without
+`caused` or `buyers` reads as having none.
 
 Every team's months are in one partition, so `squall costs` and a budget's month to
 date are one Query each, never a scan. A job's cost is added in one transaction with
@@ -17,7 +23,7 @@ interval twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -146,7 +152,10 @@ class DynamoCostLedger:
         values = from_item(item)
         rates = json.loads(values.get("rates") or "{}")
         return FleetAccrual(
-            at=datetime.fromisoformat(values["at"]), rates={k: float(v) for k, v in rates.items()}
+            at=datetime.fromisoformat(values["at"]),
+            rates={k: float(v) for k, v in rates.items()},
+            caused=_by_group(values.get("caused")),
+            buyers=_by_group(values.get("buyers")),
         )
 
     def accrue(
@@ -175,6 +184,8 @@ class DynamoCostLedger:
                         **ACCRUAL_KEY,
                         "at": iso(accrual.at),
                         "rates": json.dumps({k: round(v, 6) for k, v in sorted(accrual.rates.items())}),
+                        "caused": _json_by_group(accrual.caused),
+                        "buyers": _json_by_group(accrual.buyers),
                     }
                 ),
                 **condition,
@@ -200,17 +211,19 @@ class DynamoCostLedger:
         )
 
     def _overhead_update(self, row: GroupOverhead) -> dict[str, Any]:
+        sk = f"{row.month}#{row.group}" if row.team is None else f"{row.month}#{row.group}#{row.team}"
         return {
             "Update": {
                 "TableName": self._table,
-                "Key": to_item({"pk": OVERHEAD_PARTITION, "sk": f"{row.month}#{row.group}"}),
+                "Key": to_item({"pk": OVERHEAD_PARTITION, "sk": sk}),
                 "UpdateExpression": "ADD dollars :dollars",
                 "ExpressionAttributeValues": to_item({":dollars": _number(row.dollars)}),
             }
         }
 
     def overhead(self, *, since: datetime) -> list[GroupOverhead]:
-        """Each group's overhead per month from `since`'s month on, oldest first."""
+        """Each group's overhead per month from `since`'s month on, oldest first: a row per team
+        that caused some, and the unattributed rest (`team` None)."""
         found = []
         for item in query_pages(
             "read the fleet's overhead",
@@ -221,6 +234,32 @@ class DynamoCostLedger:
             ExpressionAttributeValues=to_item({":pk": OVERHEAD_PARTITION, ":since": month_key(since)}),
         ):
             values = from_item(item)
-            month, _, group = str(values["sk"]).partition("#")
-            found.append(GroupOverhead(group=group, month=month, dollars=float(values.get("dollars", 0))))
+            month, _, rest = str(values["sk"]).partition("#")
+            group, _, team = rest.partition("#")
+            found.append(
+                GroupOverhead(
+                    group=group, month=month, dollars=float(values.get("dollars", 0)), team=team or None
+                )
+            )
         return found
+
+
+def _json_by_group(values: Mapping[str, Mapping[str, float]]) -> str:
+    return json.dumps(
+        {group: {k: round(v, 6) for k, v in sorted(inner.items())} for group, inner in sorted(values.items())}
+    )
+
+
+def _by_group(text: object) -> dict[str, dict[str, float]]:
+    """group -> name -> number, as _json_by_group wrote it; anything else reads as none."""
+    try:
+        values = json.loads(text) if isinstance(text, str) else {}
+    except ValueError:
+        return {}
+    if not isinstance(values, dict):
+        return {}
+    return {
+        str(group): {str(k): float(v) for k, v in inner.items() if isinstance(v, int | float)}
+        for group, inner in values.items()
+        if isinstance(inner, dict)
+    }

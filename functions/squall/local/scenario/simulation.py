@@ -215,6 +215,7 @@ class Simulation:
                 fleet=local.fleet,
                 checks=checks,
                 gangs_released=gangs_released(jobs, events=local.events),
+                overhead=ledger.overhead(since=plan.start) if (ledger := local.backend.cost_ledger) else None,
             ) | {
                 "virtualSeconds": int(clock.elapsed.total_seconds()),
                 "wallSeconds": round(time.monotonic() - started, 2),
@@ -361,9 +362,6 @@ class Simulation:
             if spec is not None and spec.sweep
             else [job_id]
         )
-        if submission.objective is not None:
-            # What its trainer (each trial's, for a sweep: they are found by their sweep) reports.
-            local.simulated_metrics.set_objective(job_id, submission.objective)
         # Its pods behave alike in whichever cluster admission places it.
         checkpoint_every = getattr(submission, "checkpoint_every", None)
         for cluster in self.clusters.values():
