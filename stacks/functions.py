@@ -49,6 +49,7 @@ from stacks.config import IAM_PRINCIPAL_ARN, SquallConfig, VpcConfig, settings_o
 from stacks.lifecycle import HookSettings
 from stacks.packaging import lambda_code, staged_source
 from stacks.queues import JobQueues
+from stacks.researchers import log_group_arn
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
@@ -72,6 +73,9 @@ AUTOSCALING_SIZING_ACTIONS = (
 # Neither action takes a resource; the Price List API answers in us-east-1.
 SPOT_PRICE_ACTIONS = ("ec2:DescribeSpotPriceHistory",)
 PRICE_LIST_ACTIONS = ("pricing:GetProducts",)
+# Reconcile reads running jobs' squall-metric lines (adapters/aws/metric_lines.py) in the
+# clusters' application log groups; IAM authorises both on the group.
+METRIC_LINES_ACTIONS = ("logs:FilterLogEvents", "logs:DescribeLogStreams")
 # A drain looks up why Auto Scaling terminated the instance (service/lifecycle.py).
 ACTIVITY_DESCRIBE_ACTIONS = ("autoscaling:DescribeScalingActivities",)
 LIFECYCLE_ACTIONS = (
@@ -193,6 +197,15 @@ class SquallFunctions(Construct):
         ]
         for function in self.by_handler.values():
             self._allow(function, actions=["eks:DescribeCluster"], resources=described)
+
+        # Reconcile reads running jobs' metric lines in each cluster's application log group (in
+        # the cluster's region); no other group. ":*" names the same group, as older examples write it.
+        groups = [log_group_arn(self, cluster) for cluster in config.clusters]
+        self._allow(
+            self.by_handler[constants.RECONCILE],
+            actions=METRIC_LINES_ACTIONS,
+            resources=[arn for group in groups for arn in (group, f"{group}:*")],
+        )
 
         # The submit function resolves the teams' submitter ARNs to unique ids.
         principals = sorted({arn for team in config.team_configs.values() for arn in team.submitter_arns})
@@ -568,6 +581,19 @@ def _suppress_scoped_wildcards(function: lambda_.Function) -> None:
                     "key needs a wildcard; the file name pins it to SavedModels."
                 ),
                 applies_to=[RegexAppliesTo(regex=r"/^Resource::.*\/teams\/\*\/saved_model\.pb$/")],
+            ),
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason=(
+                    "Reconcile reads running jobs' metric lines with FilterLogEvents and "
+                    "DescribeLogStreams, which IAM authorises on the log group: each cluster's "
+                    "application log group only, also written <group ARN>:* (the same group)."
+                ),
+                applies_to=[
+                    RegexAppliesTo(
+                        regex=r"/^Resource::.*:log-group:\/aws\/containerinsights\/.+\/application:\*$/"
+                    )
+                ],
             ),
             NagPackSuppression(
                 id="AwsSolutions-IAM5",

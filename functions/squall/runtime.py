@@ -32,7 +32,6 @@ from squall.adapters.aws.identity import ClusterEndpoint
 from squall.core.drain import DrainPolicy
 from squall.core.errors import RetryableError, SquallError
 from squall.core.jobs import Job, JobEvent
-from squall.core.prices import PRICE_LIST_REGION
 from squall.core.resources import DRAIN, FUNCTIONS
 from squall.core.settings import ClusterSettings, Settings
 from squall.core.telemetry import SERVICE
@@ -46,6 +45,7 @@ from squall.ports import (
     Fleet,
     JobStore,
     KubeObject,
+    MetricLines,
     MetricsSink,
     ModelServiceStore,
     PriceBook,
@@ -58,6 +58,7 @@ from squall.ports import (
 from squall.services.costs import FleetCostMeter, JobCosting, TeamSpend
 from squall.services.intake import Intake, IntakeConfig
 from squall.services.lifecycle_hooks import LifecycleConfig, LifecycleService
+from squall.services.metrics import MetricsCollector
 from squall.services.preemption import CheckpointReader, Preempter, ReportedCheckpoints
 from squall.services.prices import GroupPrices
 from squall.services.reconcile import ReconcileMemory, Reconciler
@@ -76,6 +77,7 @@ _FIRST_CALL_MODULES = (
     "squall.adapters.aws.drain_store",
     "squall.adapters.aws.eventbridge",
     "squall.adapters.aws.job_store",
+    "squall.adapters.aws.metric_lines",
     "squall.adapters.aws.model_service_store",
     "squall.adapters.aws.prices",
     "squall.adapters.aws.saved_models",
@@ -112,6 +114,8 @@ class Services:
     cost_ledger: CostLedger | None = None
     # when running jobs last checkpointed (preemption chooses by it); None: as their records say
     checkpoints: CheckpointReader | None = None
+    # where running jobs' squall-metric lines are read (reconcile's collector); None: not read
+    metric_lines: MetricLines | None = None
     # EC2's prices for groups with priceFrom ec2 (asked by the scale check only), and where the
     # last ones are kept; without records, every group keeps its configured prices
     price_book: PriceBook | None = None
@@ -277,6 +281,7 @@ class Services:
             metrics=self.metrics,
             intake=intake,
             memory=self.reconcile_memory,
+            collector=self.metrics_collector,
             costs=JobCosting(
                 # a starting job's rate at the prices the scale check last kept (refreshed from EC2)
                 groups=self.group_prices.known(self.node_groups) if self.group_prices else self.node_groups,
@@ -293,6 +298,13 @@ class Services:
     def reconcile_memory(self) -> ReconcileMemory:
         """What the last reconcile run of this process read (a quiet run ends after its reads)."""
         return ReconcileMemory()
+
+    @functools.cached_property
+    def metrics_collector(self) -> MetricsCollector | None:
+        """Reads running jobs' metric lines in each reconcile check (which it read last kept by this process)."""
+        if self.metric_lines is None:
+            return None
+        return MetricsCollector(store=self.store, lines=self.metric_lines)
 
     @functools.cached_property
     def serving_memory(self) -> ServingMemory:
@@ -433,6 +445,7 @@ def _from_environment(metrics: Any | None) -> Services:
     from squall.adapters.aws.eventbridge import EventBridgeScaleRequests
     from squall.adapters.aws.identity import IamPrincipals, resolve_submitters
     from squall.adapters.aws.job_store import DynamoJobStore
+    from squall.adapters.aws.metric_lines import CloudWatchMetricLines
     from squall.adapters.aws.model_service_store import DynamoModelServiceStore
     from squall.adapters.aws.prices import DynamoPriceRecords, Ec2PriceBook
     from squall.adapters.aws.s3_objects import S3ObjectReader
@@ -464,6 +477,7 @@ def _from_environment(metrics: Any | None) -> Services:
         return cluster
 
     clusters: dict[str, ServingCluster] = {}
+    cluster_regions = {c.name: c.region for c in settings.clusters}
     for configured in settings.clusters:
         try:
             clusters[configured.name] = built(configured)
@@ -502,10 +516,12 @@ def _from_environment(metrics: Any | None) -> Services:
         saved_models=S3SavedModels(session.client("s3")),
         cost_ledger=DynamoCostLedger(dynamodb, settings.table_name),
         checkpoints=ReportedCheckpoints(objects=S3ObjectReader(session.client("s3"))).latest,
-        # Clients made on the first price asked: the Price List API answers in us-east-1.
-        price_book=Ec2PriceBook(
-            lambda region: regional("ec2", region), pricing=lambda: regional("pricing", PRICE_LIST_REGION)
+        # each cluster's application log group is in the cluster's region
+        metric_lines=CloudWatchMetricLines(
+            clusters=clusters,
+            logs_client=lambda name: regional("logs", cluster_regions.get(name) or session.region_name),
         ),
+        price_book=Ec2PriceBook.in_session(session),  # its clients made on the first price asked
         price_records=DynamoPriceRecords(dynamodb, settings.table_name),
     )
 

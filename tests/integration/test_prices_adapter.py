@@ -17,6 +17,7 @@ from moto import mock_aws
 from squall.adapters.aws.prices import (
     MAX_PRICING_PAGES,
     MAX_SPOT_PAGES,
+    PRICE_CALLS,
     PRICING_PAGE_SIZE,
     SPOT_PAGE_SIZE,
     DynamoPriceRecords,
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.timeout(60)
 REGION = "us-west-2"
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 P4D = "p4d.24xlarge"
+ANY_PARAMS = None  # Stubber: the request is not checked
 
 
 def _client(service: str, region: str = REGION) -> Any:
@@ -213,6 +215,30 @@ def test_the_price_list_is_read_only_so_many_pages() -> None:
 )
 def test_a_price_list_item_gives_its_prices_or_none_whatever_it_holds(item: object, prices: list[float]) -> None:
     assert on_demand_prices(item) == pytest.approx(prices)
+
+
+def test_a_book_of_a_session_makes_its_own_clients_on_the_first_price_asked() -> None:
+    made: list[tuple[str, str, Any]] = []
+    ec2, pricing = _client("ec2"), _client("pricing", "us-east-1")
+
+    class Session:
+        def client(self, service: str, *, region_name: str, config: Any) -> Any:
+            made.append((service, region_name, config))
+            return ec2 if service == "ec2" else pricing
+
+    book = Ec2PriceBook.in_session(Session())
+    assert made == []
+    with Stubber(ec2) as ec2_stub, Stubber(pricing) as pricing_stub:
+        for _ in range(2):
+            ec2_stub.add_response("describe_spot_price_history", {"SpotPriceHistory": []}, ANY_PARAMS)
+            pricing_stub.add_response("get_products", {"PriceList": []}, ANY_PARAMS)
+            book.spot_price(region=REGION, instance_type=P4D)
+            book.on_demand_price(region=REGION, instance_type=P4D)
+    # one client each, the Price List API's in us-east-1, with short timeouts and one retry
+    assert [(service, region) for service, region, _ in made] == [("ec2", REGION), ("pricing", "us-east-1")]
+    assert all(config is PRICE_CALLS for _, _, config in made)
+    assert (PRICE_CALLS.connect_timeout, PRICE_CALLS.read_timeout) == (3, 10)
+    assert PRICE_CALLS.retries == {"max_attempts": 2, "mode": "standard"}
 
 
 # ---- errors: Squall's only ---------------------------------------------------------------------

@@ -66,3 +66,31 @@ def test_a_job_is_costed_at_the_configured_price_otherwise(price_from: str | Non
     assert job.cost == pytest.approx(CONFIGURED * _hours(job), rel=1e-6)
     book = local.services.price_book
     assert isinstance(book, LocalPriceBook) and book.calls == []
+
+
+@pytest.mark.parametrize(("price_from", "held"), [("ec2", True), ("config", False)])
+def test_admission_holds_a_job_to_its_budget_at_the_price_the_scale_check_refreshed(
+    price_from: str, held: bool
+) -> None:
+    # given a $400 monthly budget, and a whole-node job that may run 24 h (its default maxRuntime):
+    # $293.76 at the configured $12.24 an hour, $480 at the $20 EC2 lists now
+    group = {**P3_USW2, "pricePerHour": CONFIGURED, "priceFrom": price_from}
+    with LocalRuntime.start(backend="memory", node_groups=[group], budgets={"research": 400.0}) as local:
+        book = local.services.price_book
+        assert isinstance(book, LocalPriceBook)
+        book.on_demand[("us-west-2", "p3.8xlarge")] = 20.0
+        # when it is submitted and the scale check runs
+        local.send(gan_job("gan-1"))
+        local.run(
+            until=lambda rt: (j := rt.store.get("gan-1")) is not None
+            and (j.reason == "BudgetExceeded" or j.status is JobStatus.RUNNING),
+            step=timedelta(seconds=30),
+            limit=timedelta(minutes=30),
+        )
+        job = local.store.get("gan-1")
+    # then admission prices its worst case as the refreshed group says: held, or running
+    assert job is not None
+    if held:
+        assert (job.status, job.reason) == (JobStatus.QUEUED, "BudgetExceeded")
+    else:
+        assert job.status is JobStatus.RUNNING

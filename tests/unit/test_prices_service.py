@@ -11,7 +11,7 @@ from squall.local.clock import VirtualClock
 from squall.local.prices import InMemoryPriceRecords, LocalPriceBook
 from squall.planner import NodeGroup
 from squall.planner.inputs import read_node_groups
-from squall.services.prices import READ_INTERVAL, GroupPrices
+from squall.services.prices import READ_INTERVAL, REFRESH_BUDGET, GroupPrices
 from tests.groups import gpu_group
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -84,30 +84,48 @@ def test_prices_are_asked_again_only_an_hour_later() -> None:
     assert len(book.calls) == 6 and records.saves == 2
 
 
-def test_a_failed_refresh_keeps_the_last_prices_and_tries_again_sooner() -> None:
+def test_a_throttled_refresh_keeps_the_last_prices_asks_no_more_and_tries_again_sooner() -> None:
     book = _book()
     service, records, clock = _prices(book)
     groups = _groups()
     service.refreshed(groups)
-    # when an hour later EC2 throttles one call
+    # when an hour later EC2 throttles the first call
     clock.advance(REFRESH_INTERVAL)
     book.on_demand[P3] = 9.0
     book.spot[G5] = 2.9
     book.next_error = RetryableError("Throttling: Rate exceeded")
     priced = service.refreshed(groups)
-    # then the check goes on: the price whose call failed (the first: p3's on-demand) is the
-    # last one known, the others are new
-    assert book.calls[3] == ("on-demand", "us-west-2", "p3.2xlarge")
-    assert _rates(priced) == [(3.5, None), (2.9, 6.0)]
+    # then the check goes on at the last prices known, and nothing more is asked now
+    assert _rates(priced) == [(3.5, None), (1.7, 6.0)]
+    assert len(book.calls) == 4
     assert records.snapshot is not None and records.snapshot.failed
     # and it is asked again five minutes later, not an hour
-    calls = len(book.calls)
     clock.advance(RETRY_INTERVAL - timedelta(seconds=1))
     service.refreshed(groups)
-    assert len(book.calls) == calls
+    assert len(book.calls) == 4
     clock.advance(timedelta(seconds=1))
     assert _rates(service.refreshed(groups)) == [(9.0, None), (2.9, 6.0)]
     assert records.snapshot is not None and not records.snapshot.failed
+
+
+def test_a_refresh_stops_asking_when_its_time_is_spent() -> None:
+    clock = VirtualClock(START)
+
+    class SlowBook(LocalPriceBook):
+        """Each answer takes 15 seconds."""
+
+        def _called(self, kind: str, region: str, instance_type: str) -> None:
+            super()._called(kind, region, instance_type)
+            clock.advance(timedelta(seconds=15))
+
+    book = SlowBook(on_demand={P3: 3.5, G5: 6.0}, spot={G5: 1.7})
+    service, records, _ = _prices(book, clock=clock)
+    priced = service.refreshed(_groups())
+    # two answers fit in REFRESH_BUDGET (20 s): the third price is left for the retry
+    assert timedelta(seconds=20) == REFRESH_BUDGET
+    assert len(book.calls) == 2
+    assert _rates(priced) == [(3.5, None), (2.0, 6.0)]
+    assert records.snapshot is not None and records.snapshot.failed
 
 
 def test_without_any_answer_the_configured_prices_stand() -> None:

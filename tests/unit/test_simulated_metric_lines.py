@@ -17,6 +17,9 @@ from squall.local.cluster.metrics import (
     SyntheticObjective,
     trial_parameters,
 )
+from squall.local.metric_lines import SimulatedFirst, local_metric_lines
+from squall.services.metrics import NoMetricLines
+from tests.fakes.metric_lines import FakeMetricLines
 from tests.job_records import job_record
 from tests.unit.local.sim import CPU_NODE, NS, job_manifest, only_pod
 
@@ -211,3 +214,24 @@ def test_median_stopping_sees_trials_ordered_by_their_parameters_at_a_given_step
     at_end = [OBJECTIVE.curve(p, 1000) for p in params]
 
     assert at_300 == sorted(at_300, reverse=True) and at_end == sorted(at_end, reverse=True)
+
+
+def test_the_local_runtime_reads_simulated_lines_for_jobs_with_an_objective_and_logs_for_the_rest() -> None:
+    clock = VirtualClock()
+    cluster = running(clock, "sweep-1-t000", run_for=timedelta(hours=1))
+    simulated = SimulatedMetricLines({"local": cluster})
+    simulated.set_objective("sweep-1", OBJECTIVE)
+    logged = FakeMetricLines()
+    logged.print("real-pod-job", "squall-metric eval/score=0.5 step=10")
+    lines = local_metric_lines(real_pods=False, resources=None, clusters={}, simulated=simulated)
+    both = SimulatedFirst(simulated=simulated, logged=logged)
+    clock.advance(timedelta(minutes=30))
+    cluster.advance()
+    a_trial = trial("sweep-1-t000", clock)
+    a_real_job = job_record("real-pod-job", status=JobStatus.RUNNING, reason="Started", at=clock.now())
+
+    assert len(lines.read(a_trial, cursor=None, limit=100).lines) == 5  # steps 100..500
+    assert lines.read(a_real_job, cursor=None, limit=100).lines == ()  # no log group: nothing
+    assert both.read(a_real_job, cursor=None, limit=100).lines == ("squall-metric eval/score=0.5 step=10",)
+    assert logged.read_ids() == ["real-pod-job"]  # the trial's lines were never asked of the logs
+    assert isinstance(local_metric_lines(real_pods=False, resources=None, clusters={}), NoMetricLines)

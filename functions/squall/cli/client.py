@@ -131,7 +131,9 @@ class Client:
         from squall.local import control
 
         try:
-            environment = control.environment(state_dir=control.state_dir(str(state_dir) if state_dir else None))
+            environment = control.environment(
+                state_dir=control.state_dir(str(state_dir) if state_dir else None)
+            )
         except control.ControlError as exc:
             raise CommandError(str(exc), code=EXIT_FAILED) from exc
         return cls(environment=environment, clock=clock)
@@ -191,7 +193,9 @@ class Client:
         job_id = checked.id or derive_job_id(checked, message_id=message_id)
         return Submission(job_id=job_id, message_id=message_id, code=upload, replaced_code_uri=replaced)
 
-    def submit(self, spec: Mapping[str, Any] | JobSpec | str | Path, *, code: str | Path | None = None) -> str:
+    def submit(
+        self, spec: Mapping[str, Any] | JobSpec | str | Path, *, code: str | Path | None = None
+    ) -> str:
         """Send a job spec (or a sweep's) to the jobs queue; its job id.
 
         `code`: a directory packed (less VCS files, caches and what DIR/.squallignore lists),
@@ -367,7 +371,12 @@ class Client:
             on_warning=on_status,
         )
         events = log_events(
-            follower, timestamps=timestamps, follow=follow, store=self.store, clock=self.clock, on_status=on_status
+            follower,
+            timestamps=timestamps,
+            follow=follow,
+            store=self.store,
+            clock=self.clock,
+            on_status=on_status,
         )
         try:
             for lines in events:
@@ -404,13 +413,21 @@ class Client:
         each trial's parameters, objective value, state, run time, GPU-hours and cost, and the
         best trial. `unreported` says when the sweep has an objective no trial reported."""
         from squall.core.experiments import rank_trials
+        from squall.core.spec import SpecError
 
         parent = self.get(sweep_id)
         if not parent.is_sweep:
             where = f" (a trial of sweep {parent.parent_id})" if parent.parent_id else ""
             raise CommandError(f"job {parent.id} is not a sweep{where}", code=EXIT_FAILED)
         trials = [trial for trial in (self.find(tid) for tid in parent.trial_ids) if trial is not None]
-        return rank_trials(parent, trials, now=self.clock.now())
+        try:
+            return rank_trials(parent, trials, now=self.clock.now())
+        except SpecError as exc:  # a record written by another Squall, say
+            raise CommandError(
+                f"sweep {parent.id}: its recorded spec does not load, so its objective is unknown: "
+                + "; ".join(f"{issue.field}: {issue.message}" for issue in exc.issues[:3]),
+                code=EXIT_FAILED,
+            ) from exc
 
     def queue(self, *, team: str | None = None) -> QueueSnapshot:
         """The queue in admission order with reasons and start estimates, as the latest scale check

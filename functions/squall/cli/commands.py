@@ -200,7 +200,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     client = Client()
     sent = client.send(args.file, code=args.code)
     if sent.replaced_code_uri is not None and not args.json:
-        print(f"{args.file}: codeUri {sent.replaced_code_uri} is replaced by --code {args.code}", file=sys.stderr)
+        print(
+            f"{args.file}: codeUri {sent.replaced_code_uri} is replaced by --code {args.code}",
+            file=sys.stderr,
+        )
     if sent.code is not None and not args.json:
         code = sent.code
         what = (
@@ -214,7 +217,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
             f"code sha256 {code.sha256}: {what} ({code.uri}; {counted(code.files, 'file')}, "
             f"{code.bytes:,} bytes packed, {code.ignored} ignored)"
         )
-    summary = {"jobId": sent.job_id, "messageId": sent.message_id} | (sent.code.as_json() if sent.code else {})
+    summary = {"jobId": sent.job_id, "messageId": sent.message_id} | (
+        sent.code.as_json() if sent.code else {}
+    )
     print(json.dumps(summary) if args.json else f"submitted {sent.job_id}", flush=True)
     if not args.watch:
         return EXIT_OK
@@ -241,6 +246,7 @@ def _job_dict(job: Any) -> dict[str, Any]:
         "retries": f"{job.retries_used}/{job.max_retries}",
         "parentId": job.parent_id,
         "trials": list(job.trial_ids),
+        "bestTrial": job.best_trial,  # a sweep's best trial so far (its objective's), kept by reconcile
         "errors": list(job.errors),
         # What admission reads (a `list --status QUEUED --json` file is `squall plan --queue`'s input)
         # and where it placed the job (null while it waits).
@@ -314,6 +320,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         model_service_history,
         print_history,
     )
+    from squall.cli.sweeps import best_trial_line, metrics_dict
 
     client = _client()
     job = client.find(args.id)
@@ -332,10 +339,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
             ],
             "queue": place,
             "modelService": history_dict(*served) if served is not None else None,
+            "metrics": metrics_dict(job),
         }
         print(json.dumps(body))
         return EXIT_OK
-    for line in describe_lines(job, events, place=place, unread=unread):
+    for line in describe_lines(job, events, place=place, unread=unread, best=best_trial_line(client, job)):
         print(line)
     if served is not None:
         print_history(*served, out=sys.stdout)
@@ -343,10 +351,13 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def describe_lines(
-    job: Any, events: Sequence[Any], *, place: dict[str, Any] | None, unread: str
+    job: Any, events: Sequence[Any], *, place: dict[str, Any] | None, unread: str, best: str = ""
 ) -> list[str]:
-    """`squall describe` of a job, for people: its state, needs, where it runs, what it cost, its
-    history, and while it waits its place in the queue and when it will start."""
+    """`squall describe` of a job, for people: its state, needs, where it runs, what it cost, what
+    it reported (its metrics; a sweep's `best` trial line), its history, and while it waits its
+    place in the queue and when it will start."""
+    from squall.cli.sweeps import metric_lines
+
     lines = [
         f"{one_line(job.id)}  {job.status.value}  ({one_line(job.reason)})",
         f"  team {one_line(job.team)}, namespace {one_line(job.namespace or '-')}, {job_needs(job)}, "
@@ -356,6 +367,9 @@ def describe_lines(
         lines.append(f"  {where}")
     if cost := job_cost(job):
         lines.append(f"  {cost}")
+    if best:
+        lines.append(best)
+    lines.extend(metric_lines(job))
     lines.extend(
         f"  error {one_line(error.get('field'))}: {one_line(error.get('message'))}" for error in job.errors
     )
@@ -490,6 +504,9 @@ def parser() -> argparse.ArgumentParser:
     from squall.cli.serving import add_serving_commands
 
     add_serving_commands(sub)
+    from squall.cli.sweeps import add_sweep_command
+
+    add_sweep_command(sub)
     from squall.cli.costs import add_costs_parser
 
     add_costs_parser(sub)

@@ -67,7 +67,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from exc
     printed = 0
     for line in client.logs(
-        args.id, follow=args.follow, replica=args.replica, since=since, timestamps=args.timestamps, on_status=say
+        args.id,
+        follow=args.follow,
+        replica=args.replica,
+        since=since,
+        timestamps=args.timestamps,
+        on_status=say,
     ):
         sys.stdout.write(line + "\n")
         printed += 1
@@ -115,7 +120,7 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
 
     store = deployment.job_store()
     job = _job(store, args.id)
-    sources = job_sources(job)
+    sources = job_sources(job, runs=trial_runs(store, job))
     if not sources:
         raise CommandError(
             f"job {job.id} names no s3:// checkpointUri or outputUri: there are no TensorBoard files to copy",
@@ -163,6 +168,21 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), code=EXIT_FAILED) from exc
     except OSError as exc:  # the local directory, not S3 (whose errors are Squall's already)
         raise CommandError(f"{dest}: cannot write the copy there: {exc}", code=EXIT_FAILED) from exc
+
+
+def trial_runs(store: Any, job: Job) -> dict[str, str]:
+    """A sweep's trial id -> its TensorBoard run's folder, named by its parameters (a trial whose
+    record is missing, or a tpe trial whose parameters are not chosen yet, keeps its id)."""
+    from squall.cli.follow.tensorboard import run_name
+    from squall.core.experiments import trial_parameters
+
+    runs: dict[str, str] = {}
+    for trial_id in job.trial_ids:
+        trial: Job | None = store.get(trial_id)
+        parameters = trial_parameters(trial) if trial is not None else {}
+        if parameters:
+            runs[trial_id] = run_name(trial_id, sweep_id=job.id, parameters=parameters)
+    return runs
 
 
 # ---- registration ----

@@ -85,6 +85,7 @@ class Reason(StrEnum):
     ADMITTED = "Admitted"
     # a sweep's trial stopped by its early stopping rule (it ends SUCCEEDED)
     EARLY_STOPPED = "EarlyStopped"
+    BEST_TRIAL = "BestTrial"  # a sweep's best trial changed (a note: the sweep's state stays)
 
 
 def is_terminal(status: JobStatus) -> bool:

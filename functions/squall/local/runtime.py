@@ -61,6 +61,7 @@ from squall.local.aws import (
 from squall.local.backends import Backend, memory_backend, moto_backend
 from squall.local.clock import VirtualClock
 from squall.local.cluster import DEFAULT_CLUSTER_NAME, SimulatedCluster
+from squall.local.cluster.metrics import SimulatedMetricLines
 from squall.local.cluster.pods import PodRunner
 from squall.local.drain_queue import InMemoryDrainQueue, QueuedStep
 from squall.local.fleet import FleetHooks, LocalFleet, RegionCapacity
@@ -72,6 +73,7 @@ from squall.local.lambda_events import (
     scheduled_event,
     sqs_event,
 )
+from squall.local.metric_lines import local_metric_lines
 from squall.local.prices import InMemoryPriceRecords, local_price_book
 from squall.planner.admission import TeamShare
 from squall.planner.offline import parse_groups
@@ -249,6 +251,9 @@ class LocalRuntime:
                 else None,
             )
         self.drain_queue = InMemoryDrainQueue(clock)
+        # What the simulated trainers print (local/cluster/metrics.py): a job whose objective is
+        # set here reports squall-metric lines from it, as a real trainer would.
+        self.simulated_metrics = SimulatedMetricLines(self.clusters)
         self.services = runtime.Services(
             settings=settings,
             clock=clock,
@@ -435,6 +440,13 @@ class LocalRuntime:
                 capacity=capacity,
                 submitters=submitters,
                 checkpoints=checkpoints,
+            )
+            # reconcile reads the jobs' metric lines: the real pods' from the endpoint's log group
+            local.services.metric_lines = local_metric_lines(
+                real_pods=runner is not None,
+                resources=local_resources,
+                clusters=made,
+                simulated=local.simulated_metrics,
             )
             runtime.install(local.services)
             try:

@@ -34,6 +34,7 @@ from squall.core import manifests
 from squall.core.errors import ConflictError, DuplicateJobError, ItemTooLargeError, PermanentError
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal, new_job, note, transition
 from squall.core.queue import queue_shape
+from squall.core.search import choose_parameters
 from squall.core.serving import (
     CLEARED_OBSERVATIONS,
     LIVE,
@@ -56,8 +57,10 @@ from squall.core.spec import (
     decode_body,
     derive_job_id,
     expand_sweep,
+    format_parameter,
     parse_message,
     recorded,
+    with_parameters,
 )
 from squall.core.telemetry import SERVICE, Metric
 from squall.ports import Clock, Cluster, JobStore, MetricsSink
@@ -258,6 +261,10 @@ class Intake:
         parallelism = spec.sweep.parallelism if spec.sweep else len(trials)
         for number, (trial_id, trial_spec) in enumerate(trials):
             start_now = number < parallelism
+            if start_now and spec.sweep is not None and spec.sweep.strategy == "tpe":
+                # The first trials start at once: chosen from no history (the same on a redelivery).
+                values = choose_parameters(spec.sweep, (), number=number)
+                trial_spec = with_parameters(trial_spec, values, args=trial_spec.args)
             trial, trial_event = new_job(
                 job_id=trial_id,
                 name=trial_spec.name,
@@ -287,11 +294,15 @@ class Intake:
                 self.waiting.append(trial_id)
 
     def enqueue(self, job: Job, spec: JobSpec) -> Job | None:
-        """Put a waiting trial in the queue (its slot came): its record says Submitted, with its shape.
+        """Put a waiting trial in the queue (its slot came): its record says Submitted, with its shape
+        and `spec` (a tpe trial's, with the parameters chosen for it now).
 
-        Returns the stored job, or None when it was in the queue or done already.
+        Returns the stored job, or None when it was in the queue or done already: only the
+        move out of WaitingForTrialSlot records a spec, so a trial is never chosen twice.
         """
         shape = job.queue_shape or queue_shape(spec, job_id=job.id, namespace=job.namespace)
+        chosen: dict[str, Any] = recorded(spec)
+        parameters = ", ".join(f"{k}={format_parameter(v)}" for k, v in (spec.trial_parameters or {}).items())
         queued = update_job(
             self.store,
             job,
@@ -303,9 +314,11 @@ class Intake:
                     to=JobStatus.QUEUED,
                     reason=Reason.SUBMITTED,
                     at=self.clock.now(),
-                    message=f"a trial slot of {current.parent_id} is free",
+                    message=f"a trial slot of {current.parent_id} is free"
+                    + (f"; parameters {parameters}"[:MAX_EVENT_MESSAGE] if chosen != current.spec else ""),
                     queue_shape=shape,
                     priority=spec.priority,
+                    spec=chosen,
                 )
             ),
         )

@@ -6,8 +6,10 @@ again, keeps the answers in the PriceRecords (a cold function finds them there) 
 returns the groups at those prices, so that admission's budgets, the planner's packing
 and the fleet's cost meter see one price. Reconcile, which records a starting job's rate,
 asks `known`: the prices the scale check last kept, read again at most every five minutes
-(at every call while none are kept yet), never EC2. A failed call or a store that cannot be read or written is a warning: the
-groups keep the last known prices, or the configured ones.
+(at every call while none are kept yet), never EC2. A failed call or a store that cannot
+be read or written is a warning: the groups keep the last known prices, or the configured
+ones. A refresh stops at the first call that is throttled or cannot reach EC2, and after
+REFRESH_BUDGET: the check goes on.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import datetime, timedelta
 from aws_lambda_powertools import Logger
 
 from squall.core import prices
-from squall.core.errors import MAX_ERROR_TEXT, SquallError
+from squall.core.errors import MAX_ERROR_TEXT, RetryableError, SquallError
 from squall.core.prices import PriceKey, PriceSnapshot
 from squall.core.telemetry import SERVICE
 from squall.planner import NodeGroup
@@ -29,6 +31,8 @@ logger = Logger(service=SERVICE, child=True)
 
 # How stale the prices a reader (reconcile) holds may be before it reads the stored ones again.
 READ_INTERVAL = timedelta(minutes=5)
+# The most a refresh may add to a scale check: prices not asked by then are asked at the retry.
+REFRESH_BUDGET = timedelta(seconds=20)
 
 
 @dataclass
@@ -83,15 +87,24 @@ class GroupPrices:
         on_demand: dict[PriceKey, float | None] = {}
         spot: dict[PriceKey, float | None] = {}
         failed: list[tuple[str, PriceKey]] = []
+        # Throttled or unreachable, or out of time: the rest would fare no better now, and the
+        # check must go on. What is not asked keeps its last price, asked again RETRY_INTERVAL later.
+        deadline = self.clock.now() + REFRESH_BUDGET
+        stopped = False
         for key, wants_spot in keys.items():
             region, instance_type = key
             for kind in ("on-demand", "spot") if wants_spot else ("on-demand",):
+                if stopped or self.clock.now() >= deadline:
+                    stopped = True
+                    failed.append((kind, key))
+                    continue
                 try:
                     if kind == "spot":
                         spot[key] = book.spot_price(region=region, instance_type=instance_type)
                     else:
                         on_demand[key] = book.on_demand_price(region=region, instance_type=instance_type)
                 except (SquallError, ValueError) as exc:
+                    stopped = isinstance(exc, RetryableError)
                     failed.append((kind, key))
                     logger.warning(
                         "price not refreshed",
@@ -99,6 +112,7 @@ class GroupPrices:
                         region=region,
                         instance_type=instance_type,
                         error=str(exc)[:MAX_ERROR_TEXT],
+                        rest_left_for_later=stopped,
                     )
         snapshot = prices.merged(self._snapshot, at=now, on_demand=on_demand, spot=spot, failed=failed)
         self._snapshot = snapshot

@@ -167,7 +167,11 @@ class Reconciler:
             tuple((name, memory.jobs[name].generation, memory.pods[name].generation) for name in reachable),
             tuple(report.unreachable_clusters),
         )
-        if memory.quiet is not None and memory.quiet.holds(seen, self.clock.now()):
+        # A trial's new metrics may stop it early or name a new best: its sweep is checked again.
+        reported = report.metrics is not None and any(
+            j.parent_id is not None and j.id in report.metrics.written for j in running
+        )
+        if memory.quiet is not None and not reported and memory.quiet.holds(seen, self.clock.now()):
             self._gauges(queued, running)
             return report
         self._graces, self._located = [], {}

@@ -9,7 +9,8 @@
   pre-installed software, capacity status Used: the hourly USD price of its OnDemand
   terms (the highest, when more than one product matches).
 
-Every call is bounded (pages and items per call, bytes per price list item) and every
+Every call is bounded (pages and items per call, bytes per price list item, short timeouts
+and one retry for the clients `in_session` makes) and every
 botocore error leaves as a Squall error (adapters/aws/errors.py): RetryableError for
 throttling and transport trouble, PermanentError for the rest (an access denied, an
 instance type EC2 does not know). An answer that holds no usable price is None.
@@ -25,10 +26,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from botocore.config import Config
+
 from squall.adapters.aws import errors
 from squall.adapters.aws.job_store import call_dynamodb, iso, read_item, to_item
 from squall.core.errors import PermanentError
-from squall.core.prices import MAX_PRICE_PER_HOUR, PriceSnapshot, snapshot_from_text, valid_price
+from squall.core.prices import (
+    MAX_PRICE_PER_HOUR,
+    PRICE_LIST_REGION,
+    PriceSnapshot,
+    snapshot_from_text,
+    valid_price,
+)
 from squall.ports import PriceBook, PriceRecords
 
 __all__ = ["DynamoPriceRecords", "Ec2PriceBook", "PriceBook", "PriceRecords"]
@@ -44,6 +53,8 @@ MAX_PRICING_PAGES = 3
 MAX_PRICE_ITEM_BYTES = 256_000
 PRICING_SERVICE_CODE = "AmazonEC2"
 PRICES_KEY = {"pk": "PRICES", "sk": "LATEST"}
+# A price that cannot be asked now must not hold up the scale check: short timeouts, one retry.
+PRICE_CALLS = Config(connect_timeout=3, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"})
 
 
 class Ec2PriceBook:
@@ -63,6 +74,19 @@ class Ec2PriceBook:
         self._ec2_clients = ec2_clients
         self._pricing = pricing
         self._clock = clock
+
+    @classmethod
+    def in_session(cls, session: Any) -> Ec2PriceBook:
+        """The book over clients of its own from a boto3 session (PRICE_CALLS), made on the
+        first price asked: EC2's in each region, the Price List API's in PRICE_LIST_REGION."""
+        clients: dict[tuple[str, str], Any] = {}
+
+        def client(service: str, region: str) -> Any:
+            if (service, region) not in clients:
+                clients[(service, region)] = session.client(service, region_name=region, config=PRICE_CALLS)
+            return clients[(service, region)]
+
+        return cls(lambda region: client("ec2", region), pricing=lambda: client("pricing", PRICE_LIST_REGION))
 
     def spot_price(self, *, region: str, instance_type: str, zones: Sequence[str] = ()) -> float | None:
         now = self._clock()

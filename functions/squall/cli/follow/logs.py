@@ -401,10 +401,16 @@ def log_events(
         new = yield from _patient_events(follower, timestamps=timestamps, clock=clock, wait=settings.poll)
         on_quiet()
         final_at = state["final_at"]
-        quiet = final_at is not None and new == 0 and (clock.now() - final_at).total_seconds() >= settings.grace
+        quiet = (
+            final_at is not None and new == 0 and (clock.now() - final_at).total_seconds() >= settings.grace
+        )
         # Quiet since the grace ran out: done, unless one last listing finds a stream the
         # agent created late (then it is read before the end).
-        if quiet and patient(follower.refresh, clock=clock, wait=settings.poll, on_warning=follower.on_warning) == 0:
+        if (
+            quiet
+            and patient(follower.refresh, clock=clock, wait=settings.poll, on_warning=follower.on_warning)
+            == 0
+        ):
             return
         clock.sleep(max(settings.poll, settings.per_stream_call * len(follower.cursors)))
 

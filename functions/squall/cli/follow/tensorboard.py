@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -75,8 +76,35 @@ class Source:
         return f"s3://{self.bucket}/{self.prefix}"
 
 
-def job_sources(job: Job) -> list[Source]:
-    """Where the job's (or each trial's) TensorBoard files may be, by the trainer's convention."""
+RUN_NAME_CHARS = re.compile(r"[^A-Za-z0-9._=+,-]")
+RUN_NAME_MAX = 200  # characters (ASCII only): well within a file system's 255 bytes a name
+
+
+def run_name(trial_id: str, *, sweep_id: str, parameters: Mapping[str, Any]) -> str:
+    """A sweep trial's folder, so TensorBoard names its run by its parameters: `t003_lr=0.001_batch=64`.
+
+    Parameter names and values are a spec's text: anything but letters, digits and `._=+,-`
+    becomes `_`, so a value cannot make a path, a hidden name or a control sequence; the
+    trial's own part of its id comes first, so two trials never share a folder.
+    """
+    own = trial_id[len(sweep_id) + 1 :] if trial_id.startswith(f"{sweep_id}-") else trial_id
+    parts = [own or trial_id, *(f"{name}={_run_value(value)}" for name, value in parameters.items())]
+    name = RUN_NAME_CHARS.sub("_", "_".join(parts))[:RUN_NAME_MAX]
+    if safe_relative(name) is None or name.startswith("."):  # cannot be, as the characters are; kept safe
+        return RUN_NAME_CHARS.sub("_", trial_id)
+    return name
+
+
+def _run_value(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def job_sources(job: Job, *, runs: Mapping[str, str] | None = None) -> list[Source]:
+    """Where the job's (or each trial's) TensorBoard files may be, by the trainer's convention.
+
+    `runs`: a sweep's trial id -> its folder (`run_name`); a trial it does not name keeps its id.
+    """
+    runs = runs or {}
     spec = job.spec or {}
     uris = [(spec.get("checkpointUri"), PurePosixPath()), (spec.get("outputUri"), PurePosixPath("output"))]
     ids = job.trial_ids or (job.id,)
@@ -95,7 +123,7 @@ def job_sources(job: Job) -> list[Source]:
             if (bucket, prefix) in seen:
                 continue
             seen.add((bucket, prefix))
-            local = (PurePosixPath(run_id) / folder) if job.trial_ids else folder
+            local = (PurePosixPath(runs.get(run_id, run_id)) / folder) if job.trial_ids else folder
             sources.append(Source(bucket=bucket, prefix=prefix, local=local))
     return sources
 

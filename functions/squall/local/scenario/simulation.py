@@ -362,6 +362,9 @@ class Simulation:
             if spec is not None and spec.sweep
             else [job_id]
         )
+        if submission.objective is not None:
+            # What its trainer (each trial's, for a sweep: they are found by their sweep) reports.
+            local.simulated_metrics.set_objective(job_id, submission.objective)
         # Its pods behave alike in whichever cluster admission places it.
         checkpoint_every = getattr(submission, "checkpoint_every", None)
         for cluster in self.clusters.values():
