@@ -31,10 +31,11 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal, Protocol
+from typing import Literal
 
 from squall.core.jobs import Job
 from squall.core.metrics import METRIC_PREFIX, MetricLinesPage
+from squall.local.cluster.simulated import SimulatedCluster
 
 Goal = Literal["maximize", "minimize"]
 # A parameter that is no number where its optimum is one (or <= 0 on a log scale): this far off.
@@ -137,12 +138,6 @@ class SyntheticObjective:
         return random.Random(f"{self.seed}:{key}:{step}:{what}").gauss(0.0, self.noise)
 
 
-class TrainerProgress(Protocol):
-    """What a simulated cluster says of a job's trainer (SimulatedCluster.trainer_progress)."""
-
-    def trainer_progress(self, job_id: str) -> tuple[timedelta, timedelta] | None: ...
-
-
 class SimulatedMetricLines:
     """The MetricLines port over simulated clusters: each job's lines from its objective.
 
@@ -153,7 +148,7 @@ class SimulatedMetricLines:
 
     def __init__(
         self,
-        clusters: Mapping[str, TrainerProgress],
+        clusters: Mapping[str, SimulatedCluster],
         *,
         default: SyntheticObjective | None = None,
     ) -> None:
