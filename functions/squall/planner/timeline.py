@@ -150,8 +150,11 @@ class _Site:
     # Step time -> the slots with a step there: a search moving its start from one time to
     # the next looks again only at the slots whose room in its window changed.
     at: dict[float, list[Slot]] = field(default_factory=dict)
+    log: list[Slot] = field(default_factory=list)  # the slots in the order their room changed
 
     def note(self, made: Iterable[float], slot: Slot) -> None:
+        """The slot's room changed (and these step times are new to it)."""
+        self.log.append(slot)
         for t in made:
             on = self.at.get(t)
             if on is None:
@@ -160,20 +163,24 @@ class _Site:
             else:
                 on.append(slot)
 
-    def changed(self, start: float, end: float, later: float, later_end: float) -> dict[int, Slot]:
-        """The slots whose room over [start, end) may differ from theirs over [later, later_end)
-        (later > start, windows of one length): those with a step in (start, later] (the step
-        the window starts in moved) or in [end, later_end) (steps the window now reaches)."""
+    def changed(
+        self, window: tuple[float, float], other: tuple[float, float], found: dict[int, Slot]
+    ) -> None:
+        """Add to `found` the slots whose room over one window ([start, end)) may differ from theirs
+        over the other: those with a step between the two starts (the step each starts in differs)
+        or between the two ends (steps one reaches and the other does not)."""
         times, at = self.times, self.at
-        found: dict[int, Slot] = {}
+        (start, end), (other_start, other_end) = window, other
         for low, high in (
-            (bisect.bisect_right(times, start), bisect.bisect_right(times, later)),
-            (bisect.bisect_left(times, end), bisect.bisect_left(times, later_end)),
+            (
+                bisect.bisect_right(times, min(start, other_start)),
+                bisect.bisect_right(times, max(start, other_start)),
+            ),
+            (bisect.bisect_left(times, min(end, other_end)), bisect.bisect_left(times, max(end, other_end))),
         ):
             for i in range(low, high):
                 for slot in at[times[i]]:
                     found[id(slot)] = slot
-        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +218,10 @@ class Timeline:
         self.site_order = sorted(self._sites, key=lambda s: (rank.get(s, len(rank)), s))
         self._fitting: dict[tuple[PodShape, str], list[Slot]] = {}
         self._places: dict[tuple[PodShape, str], dict[int, int]] = {}  # id(slot) -> its place in _fitting's
+        # (shape, site) -> the last window a search counted: (start, end), how many pods each slot
+        # held over it, their sum, and how far the site's log of changes was then. The next search
+        # for the shape starts from it, counting again only what changed since or differs between windows.
+        self._counted: dict[tuple[PodShape, str], tuple[tuple[float, float], list[int], int, int]] = {}
         # Searches start no earlier than a job alike (same pods, no shorter) found last time:
         # room only ever gets taken, so it cannot start earlier either.
         self._found: dict[tuple[tuple[int, int], ...], list[tuple[float, float]]] = {}
@@ -384,26 +395,37 @@ class Timeline:
         starts are tried and the same booking found as by `_fit_one` at each."""
         shape, count = part
         request = shape.request
+        key = (shape, site)
         slots = self._slots_for(shape, site)
-        places = self._places[(shape, site)]
+        places = self._places[key]
         where = self._sites[site]
+        counted = self._counted.get(key)
+        window = (0.0, 0.0)
         counts: list[int] = []
         total = 0
-        previous = previous_end = 0.0
         for start in candidates:
             if start >= before:
-                return None
+                break
             end = start + duration
-            if not counts:
+            again: dict[int, Slot] = {}
+            if counted is not None:
+                window, counts, total, seen = counted
+                for slot in where.log[seen:]:
+                    again[id(slot)] = slot
+                counted = None
+            if counts:
+                where.changed(window, (start, end), again)
+            if not counts or len(again) > len(slots):
                 counts = [slot.fits(start, end, request) for slot in slots]
                 total = sum(counts)
             else:
-                for key, slot in where.changed(previous, previous_end, start, end).items():
-                    place = places.get(key)
+                for slot_id, slot in again.items():
+                    place = places.get(slot_id)
                     if place is not None:
                         fits = slot.fits(start, end, request)
                         total += fits - counts[place]
                         counts[place] = fits
+            window = (start, end)
             if total >= count:
                 left = count
                 placed: list[tuple[Slot, Vector, int]] = []
@@ -414,8 +436,10 @@ class Timeline:
                         left -= take
                         if not left:
                             break
+                self._counted[key] = (window, counts, total, len(where.log))
                 return Booking(site=site, start=start, end=end, placed=tuple(placed))
-            previous, previous_end = start, end
+        if counts:
+            self._counted[key] = (window, counts, total, len(where.log))
         return None
 
     def _fit_one(self, part: tuple[PodShape, int], start: float, end: float, site: str) -> Booking | None:
