@@ -77,6 +77,16 @@ def test_a_range_bound_that_is_no_usable_number_is_refused(bound: Any, words: st
     assert found[0][0] == "sweep.parameters.p.min" and words in found[0][1]
 
 
+def test_a_number_yaml_read_as_text_says_how_to_write_it() -> None:
+    found = issues({"parameters": {"p": {"min": "1e-4", "max": 0.1, "log": True}}, "strategy": "random"})
+    assert found == [
+        (
+            "sweep.parameters.p.min",
+            "must be a number, not the text '1e-4' (in YAML write 1e-4 as 1.0e-4 or 0.0001)",
+        )
+    ]
+
+
 def test_an_unknown_range_field_is_refused() -> None:
     found = issues({"parameters": {"p": {"min": 1, "max": 2, "logarithmic": True}}, "strategy": "random"})
     assert found == [("sweep.parameters.p.logarithmic", found[0][1])] and "unknown field" in found[0][1]

@@ -67,6 +67,7 @@ MAX_RANGE_VALUES = 1_000_000
 # An objective's metric: a name as trials report it (core/metrics.py NAME, the same pattern).
 METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,63}", re.ASCII)
 MAX_METRIC_STEP = 10**15  # core/metrics.py MAX_STEP
+NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 # What one message may create in Kubernetes at once: a Job per replica, a Service per
 # replica when distributed, times the sweep trials that start together. The submit
 # function creates these within its timeout, ten messages to a batch.

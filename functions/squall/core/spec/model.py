@@ -253,6 +253,11 @@ SweepValue = Annotated[bool | int | float | str, PlainValidator(_sweep_value)]
 
 
 def _range_bound(value: Any) -> int | float:
+    if isinstance(value, str) and limits.NUMBER_TEXT.fullmatch(value.strip()[:64]):
+        # YAML 1.1 reads 1e-4 (no '.') as text: the common slip in a learning-rate range.
+        raise ValueError(
+            f"must be a number, not the text {value[:64]!r} (in YAML write 1e-4 as 1.0e-4 or 0.0001)"
+        )
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError("must be a number")
     if not math.isfinite(value) or abs(value) > limits.MAX_RANGE_MAGNITUDE:
