@@ -3,8 +3,10 @@
 Offline: `validate`, `render`, `plan`, `demo`. Against AWS (whatever endpoint the
 environment points boto3 at — the local one in the demo): `submit` (with `--code DIR`
 through the artifacts bucket, SQUALL_ARTIFACTS_BUCKET), `status`,
-`list`, `describe`, `queue`, `cancel`; the model services' commands (`serve`, `services`,
-`unserve`, `predict`) are in cli/serving.py. Exit codes: 0 ok, 1 not found or failed, 2 bad input.
+`list`, `describe`, `queue`, `cancel`; `sweep` is in cli/sweeps.py, the model services'
+commands (`serve`, `services`, `unserve`, `predict`) in cli/serving.py. The commands against
+the deployment call the Python SDK (cli/client.py `Client`) and print what it returns.
+Exit codes: 0 ok, 1 not found or failed, 2 bad input.
 """
 
 from __future__ import annotations
