@@ -115,12 +115,18 @@ def rank(results: Sequence[TrialResult], goal: Goal | None) -> list[TrialResult]
 def rank_trials(parent: Job, trials: Sequence[Job], *, now: datetime) -> SweepResults:
     """The sweep's trials ranked by its objective, and its best trial (SpecError: a parent
     record whose spec does not load)."""
-    objective = sweep_objective(parent)
+    return results_of(parent.id, trials, objective=sweep_objective(parent), now=now)
+
+
+def results_of(
+    sweep_id: str, trials: Sequence[Job], *, objective: Objective | None, now: datetime
+) -> SweepResults:
+    """rank_trials for a caller that has the sweep's objective at hand."""
     goal = objective.goal if objective is not None else None
     ranked = rank([trial_result(t, objective, now=now) for t in trials], goal)
     best = next((r for r in ranked if r.value is not None and r.status not in _NEVER_BEST), None)
     return SweepResults(
-        sweep_id=parent.id,
+        sweep_id=sweep_id,
         objective_metric=objective.metric if objective is not None else None,
         goal=goal,
         trials=tuple(ranked),

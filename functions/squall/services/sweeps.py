@@ -31,7 +31,7 @@ from datetime import datetime
 
 from aws_lambda_powertools import Logger
 
-from squall.core.experiments import SweepResults, TrialResult, median_stop, objective_series, rank_trials
+from squall.core.experiments import SweepResults, TrialResult, median_stop, objective_series, results_of
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal, note
 from squall.core.search import choose_parameters, observed_trials, trial_number
 from squall.core.spec import JobSpec, Sweep, load_spec, with_parameters
@@ -74,7 +74,8 @@ class SweepCheck:
         sweep = spec.sweep
         if sweep is not None and sweep.early_stopping is not None:
             trials = self._stop_early(sweep, trials)
-        results = rank_trials(parent, trials, now=self.clock.now())
+        objective = sweep.objective if sweep is not None else None
+        results = results_of(parent.id, trials, objective=objective, now=self.clock.now())
         if trials and all(is_terminal(t.status) for t in trials):
             succeeded = sum(1 for t in trials if t.status is JobStatus.SUCCEEDED)
             stopped = sum(1 for t in trials if t.reason == Reason.EARLY_STOPPED)
