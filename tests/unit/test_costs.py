@@ -335,6 +335,37 @@ def test_a_node_that_empties_is_kept_warm_for_the_team_that_last_held_it_as_the_
     assert memory.holders == {}
 
 
+def test_a_check_that_plans_nothing_new_on_the_same_fleet_repeats_the_last_accrual_until_the_time_moves_it() -> (
+    None
+):
+    # given an instance booting for research since 5 minutes before T0 (it counts so until T0+5m)
+    p3 = group(instances=booting(timedelta(minutes=5)))
+    nodes: list[Node] = []
+    pods: list[Pod] = []
+    memory = costs.OverheadMemory()
+    first = costs.attribute_overhead(
+        nodes=nodes, pods=pods, groups=[p3], now=T0,
+        causes=costs.OverheadCauses(team_of=lambda: TEAMS, demand=[waiting("r-1-0", job="r-1", gpu=4)], memory=memory),
+    )  # fmt: skip
+    assert caused(first) == {"p3": {"research": 12.0}}
+    quiet = costs.OverheadCauses(team_of=lambda: TEAMS, memory=memory)
+
+    def again(at: timedelta, last: FleetAccrual) -> FleetAccrual:
+        return costs.attribute_overhead(
+            nodes=nodes, pods=pods, groups=[p3], now=T0 + at, causes=quiet, last=last
+        )
+
+    # when quiet checks see the very same objects: the same accrual, not made again
+    second = again(timedelta(minutes=2), first)
+    assert second.at == T0 + timedelta(minutes=2) and second.rates is first.rates
+    assert caused(second) == {"p3": {"research": 12.0}}
+    # and a ledger that holds another accrual than this process's last has it made again
+    assert again(timedelta(minutes=3), first).rates is not first.rates
+    # then once the instance passes the provision timeout, it is made again: nobody's now
+    later = again(timedelta(minutes=5), memory.accrual or first)
+    assert later.caused == {} and later.rates == {"p3": pytest.approx(12.0)}
+
+
 def test_an_empty_node_kept_warm_for_no_one_is_there_for_the_pods_waiting_for_room() -> None:
     p3 = group()
     # a Ready node no job has held (just arrived, or idle long): research's job will start on it

@@ -17,6 +17,7 @@ read a team's month to date.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -121,6 +122,17 @@ class OverheadMemory:
     busy (or a pod that ended on it). Bounded by the nodes listed."""
 
     holders: dict[str, Holder] = field(default_factory=dict)
+    # The pods and nodes the busy nodes' holders were last read from, and those holders: a
+    # check that lists the very same objects again (most do) reads them from here.
+    pods: Sequence[Pod] = ()
+    nodes: Sequence[Node] = ()
+    busy: dict[str, Holder] = field(default_factory=dict)
+    # The last accrual made of those pods and nodes and of `groups`, and until when it holds
+    # (the first booting instance or node to pass the provision timeout, kept-warm node to
+    # pass the idle threshold): a check that plans nothing new before then repeats it.
+    groups: Sequence[NodeGroup] = ()
+    accrual: FleetAccrual | None = None
+    holds_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -311,11 +323,26 @@ def attribute_overhead(
     At most MAX_TEAMS_PER_GROUP teams per group, those that caused the most. Bounded:
     one pass over nodes and pods, then over pod shapes times groups with waiting capacity.
     """
-    unheld = _Unheld.of(nodes=nodes, pods=pods, groups=groups, now=now, causes=causes)
+    memory = causes.memory if causes is not None else None
+    seen = memory is not None and _same(memory.pods, pods) and _same(memory.nodes, nodes)
+    if seen and memory is not None and causes is not None and causes.demand is None:
+        kept = memory.accrual
+        if (
+            kept is not None
+            and last is not None
+            and last.at == kept.at  # what this process counted last is what the ledger holds
+            and _same(memory.groups, groups)
+            and (memory.holds_until is None or now < memory.holds_until)
+        ):
+            memory.accrual = FleetAccrual(at=now, rates=kept.rates, caused=kept.caused, buyers=kept.buyers)
+            return memory.accrual
+    unheld = _Unheld.of(
+        nodes=nodes, pods=pods, groups=groups, now=now, causes=causes, holders=memory is not None and not seen
+    )
     if causes is None:
         return FleetAccrual(at=now, rates=unheld.rates)
     teams = _Teams(causes.team_of)
-    warm = _keep_warm(unheld, now=now, causes=causes, teams=teams)
+    warm = _keep_warm(unheld, now=now, causes=causes, teams=teams, seen=seen)
     if not unheld.arriving:
         buyers: dict[str, dict[str, float]] = {}
     elif causes.demand is None:
@@ -338,19 +365,16 @@ def attribute_overhead(
     for (name, team), dollars in warm.items():
         mine = caused.setdefault(name, {})
         mine[team] = mine.get(team, 0.0) + dollars
-    return FleetAccrual(
+    accrual = FleetAccrual(
         at=now,
         rates=unheld.rates,
         caused={name: _largest(by_team) for name, by_team in caused.items() if by_team},
         buyers=buyers,
     )
-
-
-@dataclass(slots=True)
-class _EmptyNode:
-    group: str
-    dollars: float
-    since: datetime | None  # when Squall found it empty (its squall.io/empty-since stamp)
+    if memory is not None:
+        memory.pods, memory.nodes, memory.groups = pods, nodes, groups
+        memory.accrual, memory.holds_until = accrual, unheld.holds_until
+    return accrual
 
 
 @dataclass(slots=True)
@@ -360,10 +384,17 @@ class _Unheld:
 
     rates: dict[str, float] = field(default_factory=dict)
     arriving: dict[str, float] = field(default_factory=dict)
-    empty: dict[str, _EmptyNode] = field(default_factory=dict)  # node -> its group, $/h, since
-    # busy node -> the job whose pod holds the most of it (kept only with a memory of holders)
+    # empty node -> its group, $/h, and when Squall found it empty (its squall.io/empty-since)
+    empty: dict[str, tuple[str, float, datetime | None]] = field(default_factory=dict)
+    # busy node -> the job whose pod holds the most of it (with `holders` only)
     holders: dict[str, str] = field(default_factory=dict)
     ended: dict[str, tuple[datetime, str]] = field(default_factory=dict)  # node -> last job pod to end
+    # when the first of what counts by the time (booting, kept warm) stops counting so
+    holds_until: datetime | None = None
+
+    def until(self, at: datetime) -> None:
+        if self.holds_until is None or at < self.holds_until:
+            self.holds_until = at
 
     @classmethod
     def of(
@@ -374,13 +405,13 @@ class _Unheld:
         groups: Sequence[NodeGroup],
         now: datetime | None = None,
         causes: OverheadCauses | None = None,
+        holders: bool = False,
     ) -> _Unheld:
         found = cls()
         index = NodeGroups(groups)
         owners = {node.name: index.of(node) for node in nodes}
         by_name = {node.name: node for node in nodes}
         held: dict[str, float] = {}
-        remember = causes is not None and causes.memory is not None
         most: dict[str, float] = {}  # node -> the largest share one pod holds (of found.holders' job)
         for pod in pods:
             job_id = pod.job_id
@@ -390,7 +421,7 @@ class _Unheld:
             if pod.is_active:
                 share = pod_share(pod, node, owners[node.name])
                 held[node.name] = held.get(node.name, 0.0) + share
-                if remember and share > most.get(node.name, -1.0):
+                if holders and share > most.get(node.name, -1.0):
                     most[node.name], found.holders[node.name] = share, job_id
             elif causes is not None and pod.finished_at is not None:
                 last = found.ended.get(node.name)
@@ -414,8 +445,9 @@ class _Unheld:
                 since = launched.get(node.instance_id or "") or node.created_at
                 if since is not None and now - since < causes.policy.provision_timeout:
                     found.arriving[group.name] = found.arriving.get(group.name, 0.0) + dollars
+                    found.until(since + causes.policy.provision_timeout)
             elif node.name not in held and not node.unschedulable:
-                found.empty[node.name] = _EmptyNode(group=group.name, dollars=dollars, since=node.empty_since)
+                found.empty[node.name] = (group.name, dollars, node.empty_since)
         for group in groups:
             if group.price_per_hour is None:
                 continue
@@ -428,42 +460,51 @@ class _Unheld:
                 found.rates[group.name] = (
                     found.rates.get(group.name, 0.0) + len(booting) * group.price_per_hour
                 )
-            if causes is None or now is None:
+            if not booting or causes is None or now is None:
                 continue
-            young = sum(1 for i in booting if now - i.launch_time < causes.policy.provision_timeout)
+            timeout = causes.policy.provision_timeout
+            young = [i.launch_time + timeout for i in booting if now - i.launch_time < timeout]
             if young:
+                found.until(min(young))
                 found.arriving[group.name] = (
-                    found.arriving.get(group.name, 0.0) + young * group.price_per_hour
+                    found.arriving.get(group.name, 0.0) + len(young) * group.price_per_hour
                 )
         return found
 
 
 def _keep_warm(
-    unheld: _Unheld, *, now: datetime, causes: OverheadCauses, teams: _Teams
+    unheld: _Unheld, *, now: datetime, causes: OverheadCauses, teams: _Teams, seen: bool
 ) -> dict[tuple[str, str], float]:
     """(group, team) -> $/h of empty nodes kept warm for that team; the other empty nodes join
-    the capacity waiting for pods. Brings the memory of holders up to date."""
-    remembered = causes.memory.holders if causes.memory is not None else {}
-    holders: dict[str, Holder] = {}
-    for name, job_id in unheld.holders.items():
-        known = remembered.get(name)
-        same = known is not None and known.job_id == job_id and known.empty_since is None
-        holders[name] = known if same and known is not None else Holder(job_id, teams.of(job_id) or "")
+    the capacity waiting for pods. Brings the memory of holders up to date (`seen`: the
+    pods and nodes are the very ones it last read the busy nodes' holders from)."""
+    memory = causes.memory
+    remembered = memory.holders if memory is not None else {}
+    if seen and memory is not None:
+        busy = memory.busy
+    else:
+        busy = {}
+        for name, job_id in unheld.holders.items():
+            known = remembered.get(name)
+            same = known is not None and known.job_id == job_id and known.empty_since is None
+            busy[name] = known if same and known is not None else Holder(job_id, teams.of(job_id) or "")
+    holders = dict(busy)
     warm: dict[tuple[str, str], float] = {}
-    for name, empty in unheld.empty.items():
+    threshold = causes.policy.idle_threshold
+    for name, (group, dollars, stamped) in unheld.empty.items():
         ended = unheld.ended.get(name)
         last = Holder(ended[1], teams.of(ended[1]) or "", ended[0]) if ended else remembered.get(name)
         if last is not None:
-            since = last.empty_since or empty.since or now
-            if now - since < causes.policy.idle_threshold:
-                holders[name] = Holder(last.job_id, last.team, since)
+            since = last.empty_since or stamped or now
+            if now - since < threshold:
+                unheld.until(since + threshold)
+                holders[name] = last if last.empty_since == since else Holder(last.job_id, last.team, since)
                 if last.team:
-                    key = (empty.group, last.team)
-                    warm[key] = warm.get(key, 0.0) + empty.dollars
+                    warm[group, last.team] = warm.get((group, last.team), 0.0) + dollars
                 continue  # kept warm (for a team not known: unattributed)
-        unheld.arriving[empty.group] = unheld.arriving.get(empty.group, 0.0) + empty.dollars
-    if causes.memory is not None:
-        causes.memory.holders = holders  # of listed nodes only: a node no longer listed is forgotten
+        unheld.arriving[group] = unheld.arriving.get(group, 0.0) + dollars
+    if memory is not None:
+        memory.holders, memory.busy = holders, busy  # of listed nodes only: others are forgotten
     return warm
 
 
@@ -478,6 +519,11 @@ class _Teams:
         if self._teams is None:
             self._teams = self._read()
         return self._teams.get(job_id) or None
+
+
+def _same(these: Sequence[object], those: Sequence[object]) -> bool:
+    """The very same objects in the same order (at C speed)."""
+    return len(these) == len(those) and all(map(operator.is_, these, those))
 
 
 def _buyers(
