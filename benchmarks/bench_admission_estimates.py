@@ -3,7 +3,9 @@
 The snapshot: bench_planner's 2,000 ready nodes (40 groups in 3 regions), whose busy
 pods are running jobs that declared a maxRuntime (1 hour to 3 days) and started
 within it, as the scale check reads them (unsuspended replica Jobs with their
-activeDeadlineSeconds and startTime); and bench_admission's queue of 10,000 suspended
+activeDeadlineSeconds and startTime; each busy pod named `<its Job>-<suffix>`, as the Job
+controller names them, so admission finds every running Job's pod); and bench_admission's
+queue of 10,000 suspended
 jobs (four teams, priorities 30-90, 1 to 64 GPUs), each declaring a limit as users do
 (1h, 2h, 4h, 8h, 1d or 3d). Two fleets: as bench_planner has it (groups may grow to 400
 nodes, so most of the queue is bought for), and full (every group at its max size: the
@@ -106,7 +108,9 @@ def full(scenario: Scenario) -> Scenario:
     return replace(scenario, groups=groups)
 
 
-def measure(case: Scenario, jobs: list[ReplicaJob], teams: dict[str, TeamShare], runs: int) -> dict[str, Any]:
+def measure(
+    case: Scenario, jobs: list[ReplicaJob], teams: dict[str, TeamShare], runs: int
+) -> dict[bool, Any]:
     """admit() off and on, in turns; each one's medians (wall, CPU) and its last plan."""
     running = [p for p in case.pods if not p.is_pending]
     # Every team's jobs run half their declared limit: likelyStart's profile differs from startsBy's.
