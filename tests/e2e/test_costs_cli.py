@@ -67,7 +67,7 @@ def test_costs_prints_each_teams_months_the_overhead_it_caused_the_unattributed_
     assert costs("--since", "30d") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("costs from 2026-03 ")
-    assert lines[1].split() == "TEAM MONTH JOBS GPU-HOURS DOLLARS SPOT SAVINGS OVERHEAD".split()
+    assert lines[1].split() == ["TEAM", "MONTH", "JOBS", "GPU-HOURS", "DOLLARS", "SPOT", "SAVINGS", "OVERHEAD"]
     assert [line.split() for line in lines[2:]] == [
         ["research", "2026-03", "1", "4.0", "$100.00", "$1.00", "$0.00"],
         ["research", "2026-04", "2", "8.0", "$1,244.50", "$2.00", "$3.50"],

@@ -61,8 +61,8 @@ from squall.cli.prediction import TensorError, decode_tensor, tensor_shape
 from squall.local.servable import (
     DEFAULT_SIGNATURE,
     BadRequest,
-    NotFound,
     Servable,
+    ServableNotFound,
     check_names,
     check_shape,
     first_line,
@@ -116,9 +116,9 @@ class ModelState:
 
     def check_version(self, name: str, version: int | None) -> None:
         if name != self.name:
-            raise NotFound(f"Could not find any versions of model {name}")
+            raise ServableNotFound(f"Could not find any versions of model {name}")
         if version is not None and version != self.version:
-            raise NotFound(f"Could not find version {version} of model {name}")
+            raise ServableNotFound(f"Could not find version {version} of model {name}")
 
     def servable(self, name: str, version: int | None) -> Servable:
         self.check_version(name, version)
@@ -126,7 +126,7 @@ class ModelState:
             servable = self._servable
         if servable is None:
             which = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
-            raise NotFound(f"Servable not found for request: {which} (the model is still loading)")
+            raise ServableNotFound(f"Servable not found for request: {which} (the model is still loading)")
         return servable
 
     def status(self, name: str, version: int | None) -> dict[str, Any]:
@@ -311,9 +311,9 @@ def _handler(
         def _route(self) -> tuple[str, int | None, str | None]:
             match = _PATH.match(self.path.split("?", 1)[0])
             if match is None:
-                raise NotFound(f"Malformed request: {self.command} {self.path[:200]}")
+                raise ServableNotFound(f"Malformed request: {self.command} {self.path[:200]}")
             if match["label"] is not None:
-                raise NotFound(f"Unrecognized servable version label: {match['label']}")
+                raise ServableNotFound(f"Unrecognized servable version label: {match['label']}")
             version = int(match["version"]) if match["version"] is not None else None
             return match["name"], version, match["suffix"]
 
@@ -323,7 +323,7 @@ def _handler(
             if suffix is None:
                 return 200, model.status(name, version)
             if suffix != "/metadata":
-                raise NotFound(f"Malformed request: {self.command} {self.path[:200]}")
+                raise ServableNotFound(f"Malformed request: {self.command} {self.path[:200]}")
             from google.protobuf import json_format
 
             signature_map, _ = model.metadata(name, version)
@@ -342,7 +342,7 @@ def _handler(
                 model.servable(name, version)
                 raise BadRequest(f"{suffix[1:]} is not supported by the local stand-in; use :predict")
             if suffix != ":predict":
-                raise NotFound(f"Malformed request: {self.command} {self.path[:200]}")
+                raise ServableNotFound(f"Malformed request: {self.command} {self.path[:200]}")
             servable = model.servable(name, version)
             body = self._body()
             with slots:  # the model's work: at most `threads` requests at once
@@ -399,7 +399,7 @@ def _handler(
                 code, payload = route()
             except BadRequest as exc:
                 code, payload = 400, {"error": str(exc)}
-            except NotFound as exc:
+            except ServableNotFound as exc:
                 code, payload = 404, {"error": str(exc)}
             except Exception as exc:  # a bug or TensorFlow failing: the client hears, the server goes on
                 print(
@@ -443,7 +443,7 @@ def _grpc_servicers(model: ModelState) -> tuple[Any, Any]:
 
     def version_of(spec: Any) -> int | None:
         if spec.version_label:
-            raise NotFound(f"Unrecognized servable version label: {spec.version_label}")
+            raise ServableNotFound(f"Unrecognized servable version label: {spec.version_label}")
         return int(spec.version.value) if spec.HasField("version") else None
 
     def guarded(context: Any, call: Callable[[], Any]) -> Any:
@@ -451,7 +451,7 @@ def _grpc_servicers(model: ModelState) -> tuple[Any, Any]:
             return call()
         except BadRequest as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except NotFound as exc:
+        except ServableNotFound as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except Exception as exc:
             if isinstance(exc, grpc.RpcError):

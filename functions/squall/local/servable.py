@@ -25,7 +25,7 @@ class BadRequest(ValueError):
     """A request that does not fit the model: HTTP 400, gRPC INVALID_ARGUMENT."""
 
 
-class NotFound(LookupError):
+class ServableNotFound(LookupError):
     """Another model, version or path: HTTP 404, gRPC NOT_FOUND."""
 
 

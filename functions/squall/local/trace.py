@@ -48,11 +48,11 @@ from squall.local.runtime import DEFAULT_REGISTRIES, ClusterEntry
 from squall.local.scenario import (
     ClusterModel,
     EndModel,
+    PlannedSubmission,
     RegionModel,
     ScenarioError,
     ScenarioPlan,
     StrictModel,
-    Submission,
     load_document,
     read_clusters,
     read_policy_settings,
@@ -555,7 +555,7 @@ def trace_plan(rows: Sequence[TraceRow], config: Configuration, *, name: str = "
         raise ScenarioError(shown, source=name)
     registry = DEFAULT_REGISTRIES[0]
     submissions = [
-        Submission(
+        PlannedSubmission(
             at=timedelta(seconds=row.submit_s),
             body=json.dumps(job_spec(row, registry=registry, max_run=config.policy.max_runtime_limit)),
             job_id=row.job_id,

@@ -35,8 +35,8 @@ from squall.local.scenario.models import (
     validation_errors,
 )
 from squall.local.scenario.plan import (
+    PlannedSubmission,
     ScenarioPlan,
-    Submission,
     compile_scenario,
     load_document,
     load_scenario,
@@ -68,6 +68,7 @@ __all__ = [
     "InstanceLost",
     "KubernetesMethod",
     "LiveView",
+    "PlannedSubmission",
     "RegionModel",
     "RegionOutage",
     "ScenarioError",
@@ -78,7 +79,6 @@ __all__ = [
     "Span",
     "SpotReclaim",
     "StrictModel",
-    "Submission",
     "TerminateNode",
     "Throttle",
     "compile_scenario",

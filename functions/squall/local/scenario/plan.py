@@ -48,7 +48,7 @@ from squall.planner.inputs import (
 
 
 @dataclass(frozen=True)
-class Submission:
+class PlannedSubmission:
     """One message for the jobs queue, and how its job's pods behave."""
 
     at: timedelta
@@ -73,7 +73,7 @@ class ScenarioPlan:
     policy: PolicySettings
     teams: dict[str, str]
     registries: list[str]
-    submissions: list[Submission]
+    submissions: list[PlannedSubmission]
     faults: list[Any] = field(default_factory=list)  # Fault models, by time
     end: EndModel = field(default_factory=EndModel)
     speed: float | None = None  # virtual seconds per wall second; None: as fast as possible
@@ -304,8 +304,8 @@ def _check_places(model: ScenarioModel, groups: list[NodeGroup], errors: list[st
 
 def _submissions(
     model: ScenarioModel, *, base: Path, rules: _Rules, rng: random.Random, errors: list[str]
-) -> list[Submission]:
-    submissions: list[Submission] = []
+) -> list[PlannedSubmission]:
+    submissions: list[PlannedSubmission] = []
     accepted_ids: set[str] = set()
     for index, arrival in enumerate(model.arrivals):
         where = f"arrivals[{index}]"
@@ -339,10 +339,10 @@ def _submissions(
 
 def _copies(
     arrival: ArrivalModel, bodies: list[tuple[str, JobSpec | None]], model: ScenarioModel, rng: random.Random
-) -> Iterator[Submission]:
+) -> Iterator[PlannedSubmission]:
     for number, (body, spec) in enumerate(bodies):
         fails = arrival.failure_probability > 0 and rng.random() < arrival.failure_probability
-        yield Submission(
+        yield PlannedSubmission(
             at=arrival.at + number * arrival.every,
             body=body,
             expect=arrival.expect,

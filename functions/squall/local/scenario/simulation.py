@@ -49,7 +49,7 @@ from squall.local.scenario.models import (
     _NodeSelector,
     format_span,
 )
-from squall.local.scenario.plan import ScenarioPlan, Submission
+from squall.local.scenario.plan import PlannedSubmission, ScenarioPlan
 from squall.local.summary import (
     Invariants,
     JobRow,
@@ -343,7 +343,7 @@ class Simulation:
 
     # ---- arrivals and faults ------------------------------------------------------------------
 
-    def _send(self, submission: Submission, local: LocalRuntime) -> None:
+    def _send(self, submission: PlannedSubmission, local: LocalRuntime) -> None:
         message_id = local.send(submission.body, sender=submission.sender)
         if submission.deliver_twice:
             local.deliver_twice.add(message_id)
