@@ -71,6 +71,9 @@ LIVE_ALIAS = "live"
 # Provided by the Lambda Python runtime: bundling it would add ~100 MB unzipped
 # and slow every cold start for nothing.
 RUNTIME_PROVIDED_DISTRIBUTIONS = frozenset({"boto3", "botocore", "s3transfer"})
+# Pulled in by optuna for its database storage only (Squall's studies are rebuilt in memory
+# from the trial records): ~33 MB unzipped that would take the asset near Lambda's 250 MB.
+UNUSED_DISTRIBUTIONS = frozenset({"sqlalchemy", "alembic", "mako"})
 # arm64 (Graviton) costs less per GB-second; every dependency ships aarch64 wheels.
 PIP_PLATFORM = "manylinux2014_aarch64"
 PYTHON_VERSION = "3.12"

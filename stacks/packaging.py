@@ -169,16 +169,18 @@ def compile_command(*, python: str, target: str) -> list[str]:
 
 
 def remove_runtime_provided(output: Path) -> None:
-    """Drop what the runtime provides even when a dependency pulled it in.
+    """Drop what the runtime provides even when a dependency pulled it in, and what no
+    function imports (UNUSED_DISTRIBUTIONS).
 
     aws-xray-sdk requires botocore; a bundled botocore would shadow the runtime's
     and pair the runtime's boto3 with a botocore it was not released with.
     """
-    for name in constants.RUNTIME_PROVIDED_DISTRIBUTIONS:
-        module = name.replace("-", "_")
-        for path in [output / module, *output.glob(f"{module}-*.dist-info")]:
-            if path.is_dir():
-                shutil.rmtree(path)
+    names = {n.replace("-", "_") for n in constants.RUNTIME_PROVIDED_DISTRIBUTIONS | constants.UNUSED_DISTRIBUTIONS}
+    for path in sorted(output.iterdir()) if output.is_dir() else []:
+        name = path.name.lower()
+        module = name.split("-", 1)[0] if name.endswith(".dist-info") else name
+        if path.is_dir() and module in names:
+            shutil.rmtree(path)
 
 
 def _excluded(relative: str) -> bool:
