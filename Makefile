@@ -9,11 +9,17 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[local,worker,dev]'
+	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[local,worker,console,dev]'
 	# TensorFlow Serving's gRPC API (squall predict --grpc, the local model server). Its
 	# package requires `tensorflow`, which would install beside tensorflow-cpu over the
 	# same files; its generated modules need only tensorflow-cpu's protos and grpcio.
 	$(BIN)/python -m pip install --quiet --progress-bar off --no-deps 'tensorflow-serving-api==2.21.0'
+	# The console's browser tests drive Debian's Chromium through its chromedriver: install both
+	# where missing (as root, or with sudo when it needs no password); nothing downloads a browser build.
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif sudo -n true 2>/dev/null; then SUDO=sudo; else \
+	    echo "chromium and chromedriver are missing and cannot be installed without root: the browser tests will be skipped"; exit 0; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -512,6 +512,9 @@ def parser() -> argparse.ArgumentParser:
     from squall.cli.costs import add_costs_parser
 
     add_costs_parser(sub)
+    from squall.console.command import add_console_command
+
+    add_console_command(sub)
     return root
 
 
