@@ -10,3 +10,8 @@ blueprint = Blueprint("jobs", __name__, url_prefix="/jobs")
 @blueprint.get("")
 def page() -> str:
     return render_template("jobs.html")
+
+
+@blueprint.get("/<job_id>")
+def job(job_id: str) -> str:
+    return render_template("jobs.html")

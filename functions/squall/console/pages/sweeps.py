@@ -10,3 +10,8 @@ blueprint = Blueprint("sweeps", __name__, url_prefix="/sweeps")
 @blueprint.get("")
 def page() -> str:
     return render_template("sweeps.html")
+
+
+@blueprint.get("/<sweep_id>")
+def sweep(sweep_id: str) -> str:
+    return render_template("sweeps.html")
