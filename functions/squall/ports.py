@@ -174,6 +174,22 @@ class JobStore(Protocol):
         """Jobs in one state, oldest submission first."""
         ...
 
+    def page_by_status(
+        self,
+        status: JobStatus,
+        *,
+        read: int,
+        after: Mapping[str, str] | None = None,
+        team: str | None = None,
+        name: str | None = None,
+        newest_first: bool = False,
+    ) -> tuple[list[Job], dict[str, str] | None]:
+        """One page of the status index: at most `read` jobs in `status` are read (from the key
+        `after`), and those of `team` whose name contains `name` kept; with the key the next page
+        starts after (None: the state has no more). A page may keep none and still have a next key.
+        """
+        ...
+
     def set_estimates(
         self, job_id: str, *, starts_by: datetime | None, likely_start: datetime | None
     ) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -250,6 +250,45 @@ class Client:
         """The jobs in `status` (None: in each state), at most `limit` per state."""
         statuses = list(JobStatus) if status is None else [JobStatus(status)]
         return [job for s in statuses for job in self.store.list_by_status(s, limit=limit)]
+
+    def jobs_page(
+        self,
+        *,
+        states: Sequence[JobStatus] | None = None,
+        team: str | None = None,
+        name: str | None = None,
+        after: tuple[JobStatus, Mapping[str, str] | None] | None = None,
+        size: int = 50,
+        most_read: int = 500,
+    ) -> tuple[list[Job], tuple[JobStatus, dict[str, str] | None] | None]:
+        """A page of jobs: at most `size`, of `team` (None: any) whose name contains `name`, in
+        `states` one after another (None: every state, QUEUED and RUNNING first), newest
+        submission first within a state; and where the next page starts, (state, the status
+        index's key to go on after, None: that state's start), None when there is no more.
+
+        `after` is where this page starts (a page's own answer). The status index is read
+        page by page and never past `most_read` jobs, however few the filter keeps: a page
+        may hold fewer than `size` and still have a next one.
+        """
+        order = list(states) if states else list(JobStatus)
+        state, key = after if after is not None else (order[0], None)
+        if state not in order:
+            raise CommandError(f"after: a page of {state.value} jobs, which this list does not show")
+        index, read = order.index(state), 0
+        jobs: list[Job] = []
+        while True:
+            budget = min(size - len(jobs), most_read - read)
+            found, key = self.store.page_by_status(
+                order[index], read=budget, after=key, team=team, name=name, newest_first=True
+            )
+            jobs.extend(found)
+            read += budget
+            if key is None:
+                index += 1
+                if index == len(order):
+                    return jobs, None
+            if len(jobs) >= size or read >= most_read:
+                return jobs, (order[index], key)
 
     def wait(
         self,

@@ -244,6 +244,38 @@ class InMemoryJobStore(RecordStore[Job, JobEvent, JobStatus]):
     def list_all(self, *, limit: int = 100_000) -> list[Job]:
         return self._records.list_all(limit=limit)
 
+    def page_by_status(
+        self,
+        status: JobStatus,
+        *,
+        read: int,
+        after: Mapping[str, str] | None = None,
+        team: str | None = None,
+        name: str | None = None,
+        newest_first: bool = False,
+    ) -> tuple[list[Job], dict[str, str] | None]:
+        """The status index read as the DynamoDB adapter's Query reads it: `read` entries from
+        the key `after` (its gsi1sk: `<submittedAt>#<id>`), then the filter."""
+        if read <= 0:
+            raise ValueError(f"read: expected at least 1 item, got {read}")
+        entries = self._records._index[status]  # read only: the index as its writes keep it
+        mark = None
+        if after is not None:
+            since, _, job_id = after["gsi1sk"].partition("#")
+            mark = (datetime.fromisoformat(since), job_id)
+        if newest_first:
+            end = len(entries) if mark is None else bisect.bisect_left(entries, mark)
+            chosen, more = entries[max(end - read, 0) : end][::-1], end > read
+        else:
+            start = 0 if mark is None else bisect.bisect_right(entries, mark)
+            chosen, more = entries[start : start + read], start + read < len(entries)
+        jobs = [job for job in (self._records.get(key) for _, key in chosen) if job is not None]
+        kept = [job for job in jobs if (team is None or job.team == team) and (not name or name in job.name)]
+        if not more or not jobs:
+            return kept, None
+        last = jobs[-1]
+        return kept, {k: str(v) for k, v in job_values(last).items() if k in ("pk", "sk", "gsi1pk", "gsi1sk")}
+
 
 def check_item_size(what: str, size: int) -> None:
     if size > MAX_ITEM_BYTES:

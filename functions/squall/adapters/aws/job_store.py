@@ -619,6 +619,48 @@ class DynamoJobStore:
         )
         return [job_from_item(i) for i in items]
 
+    def page_by_status(
+        self,
+        status: JobStatus,
+        *,
+        read: int,
+        after: Mapping[str, str] | None = None,
+        team: str | None = None,
+        name: str | None = None,
+        newest_first: bool = False,
+    ) -> tuple[list[Job], dict[str, str] | None]:
+        """One Query of the status index: Limit `read` (items read, before the filter), from
+        ExclusiveStartKey `after`, `team` and `name` (a substring, case as written) as a
+        FilterExpression; its LastEvaluatedKey as plain strings."""
+        if read <= 0:
+            raise ValueError(f"read: expected at least 1 item, got {read}")
+        params: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": "status-index",
+            "KeyConditionExpression": "gsi1pk = :status",
+            "Limit": read,
+            "ScanIndexForward": not newest_first,
+        }
+        values: dict[str, Any] = {":status": f"STATUS#{status.value}"}
+        names: dict[str, str] = {}
+        filters = []
+        if team is not None:
+            filters.append("#team = :team")
+            names["#team"], values[":team"] = "team", team
+        if name:
+            filters.append("contains(#name, :name)")
+            names["#name"], values[":name"] = "name", name
+        if filters:
+            params["FilterExpression"] = " AND ".join(filters)
+            params["ExpressionAttributeNames"] = names
+        params["ExpressionAttributeValues"] = to_item(values)
+        if after is not None:
+            params["ExclusiveStartKey"] = to_item(dict(after))
+        response = call_dynamodb(f"list {status.value} jobs (a page)", lambda: self._client.query(**params))
+        jobs = [job_from_item(item) for item in response.get("Items", [])]
+        last = response.get("LastEvaluatedKey")
+        return jobs, ({k: str(v) for k, v in from_item(last).items()} if last else None)
+
     def queue(self, *, placed: bool = False, limit: int = 200_000) -> list[QueueEntry]:
         """The queue index's QUEUE (or PLACED) partition, oldest submission first: a paged query."""
         partition = PLACED_PARTITION if placed else QUEUE_PARTITION
