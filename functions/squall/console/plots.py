@@ -145,14 +145,13 @@ def number(value: object) -> float | None:
 
 
 def categorical(axis: PlotAxis, trials: Sequence[PlotTrial]) -> tuple[str, ...]:
-    """The axis's categories: those it names, else (when some value is no number) every value
-    the trials took, in their order; () for a numeric axis."""
-    if axis.categories:
-        return axis.categories
+    """The axis's categories: those it names and then any other value a trial took, or (when
+    it names none and some value is no number) every value the trials took, in their order;
+    () for a numeric axis."""
     values = [t.parameters[axis.name] for t in trials if axis.name in t.parameters]
-    if all(number(v) is not None or _non_finite(v) for v in values):
+    if not axis.categories and all(number(v) is not None or _non_finite(v) for v in values):
         return ()
-    return tuple(dict.fromkeys(str(v) for v in values))
+    return tuple(dict.fromkeys([*axis.categories, *(str(v) for v in values)]))
 
 
 def _non_finite(value: object) -> bool:

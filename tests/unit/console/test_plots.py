@@ -80,6 +80,12 @@ def test_text_values_make_a_categorical_axis_in_the_order_the_trials_took_them()
     assert place("sgd") == 25 and place("adam") == 75 and place("rmsprop") is None
 
 
+def test_named_categories_come_first_and_a_value_outside_them_still_has_a_place() -> None:
+    trials = [trial("a", 0.1, opt="sgd"), trial("b", 0.2, opt="rmsprop")]
+    _, ticks, _ = axis_place(PlotAxis("opt", categories=("adam", "sgd")), trials, start=0, end=90)
+    assert [t.label for t in ticks] == ["adam", "sgd", "rmsprop"]
+
+
 def test_parallel_coordinates_draw_one_polyline_per_trial_through_each_axis_and_the_objective() -> None:
     trials = [
         trial("t0", 0.9, lr=0.001, dropout=0.1, opt="adam"),

@@ -1,17 +1,266 @@
-"""The sweeps page. (Skeleton: built by its own change.)"""
+"""The sweeps pages: every sweep with its objective, trials done and best value; one sweep's
+trials ranked as `squall sweep` ranks them, with a chart of its parameters against the objective.
+
+The list reads the jobs table's status index one state at a time (`Client.store
+.list_by_status`), at most SCAN_LIMIT jobs of each state, and keeps the sweeps among them
+(a job with trials): the table has no index of sweeps alone, so a deployment with more
+jobs in a state than that shows the first SCAN_LIMIT of them read, and the page says so.
+`?state=` narrows it to one state; `?after=` is the count of sweeps already shown. Each
+row reads the sweep's best trial (one item), and an active sweep's trials (at most its
+maxTrials) to count those done. A sweep's page is `Client.sweep_results` (the ranking
+of core/experiments.py) and each early-stopped trial's history, for the reason it stopped.
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint, render_template
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Blueprint, render_template, request
+
+from squall.cli.errors import CommandError, NotFound
+from squall.cli.human import dollars
+from squall.cli.sweeps import best_line, early_stopped, metric_words, run_time, state_words
+from squall.cli.text import one_line
+from squall.console.context import current
+from squall.console.plots import ParallelChart, PlotAxis, PlotTrial, ScatterChart, parallel, scatter
+from squall.core.experiments import SweepResults, TrialResult, sweep_objective, trial_result
+from squall.core.jobs import Job, JobStatus, Reason, is_terminal
+from squall.core.spec import ParameterRange, SpecError, Sweep, load_spec
 
 blueprint = Blueprint("sweeps", __name__, url_prefix="/sweeps")
+
+# Jobs read from the status index per state for the list (the table has no index of sweeps).
+SCAN_LIMIT = 1000
+# The list's states, in this order, when no `?state=` picks one (a rejected job has no trials).
+LISTED_STATES = (
+    JobStatus.RUNNING,
+    JobStatus.QUEUED,
+    JobStatus.SUCCEEDED,
+    JobStatus.FAILED,
+    JobStatus.CANCELLED,
+)
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    id: str
+    name: str
+    team: str
+    state: str
+    reason: str
+    objective: str  # "eval/score (maximize)"; "" for none
+    done: int
+    total: int
+    best_id: str
+    best_value: str
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    rank: int | None
+    id: str
+    state: str
+    value: str
+    run_time: str
+    gpu_hours: str
+    cost: str
+    parameters: tuple[str, ...]  # one cell per parameter column
+    stopped: bool
+    stopped_why: str
+    best: bool
 
 
 @blueprint.get("")
 def page() -> str:
-    return render_template("sweeps.html")
+    context = current()
+    states = _states(request.args.get("state"))
+    after = _after(request.args.get("after"))
+    sweeps: list[Job] = []
+    cut: list[str] = []
+    for state in states:
+        jobs = context.client.store.list_by_status(state, limit=SCAN_LIMIT)
+        if len(jobs) >= SCAN_LIMIT:
+            cut.append(state.value)
+        # newest first within a state: the index gives them oldest first
+        sweeps += sorted((j for j in jobs if j.is_sweep), key=lambda j: (j.submitted_at, j.id), reverse=True)
+    shown = sweeps[after : after + context.page_size]
+    more = len(sweeps) > after + len(shown)
+    args = {"state": request.args["state"]} if request.args.get("state") else {}
+    if after:
+        args["after"] = str(after)
+    return render_template(
+        "sweeps.html",
+        rows=[_row(job) for job in shown],
+        states=[s.value for s in JobStatus],
+        state=request.args.get("state", ""),
+        cut=cut,
+        scan_limit=SCAN_LIMIT,
+        first=after + 1,
+        cursor=str(after + len(shown)) if more else None,
+        args=args,
+    )
 
 
 @blueprint.get("/<sweep_id>")
 def sweep(sweep_id: str) -> str:
-    return render_template("sweeps.html")
+    client = current().client
+    parent = client.get(sweep_id)
+    if not parent.is_sweep:
+        where = f" (a trial of sweep {parent.parent_id})" if parent.parent_id else ""
+        raise NotFound(f"job {sweep_id} is not a sweep{where}")
+    results = client.sweep_results(sweep_id)
+    definition = _definition(parent)
+    names = _parameter_names(definition, results.trials)
+    why = {t.id: _stopped_why(t.id) for t in results.trials if early_stopped(t)}
+    rows = trial_rows(results, names=names, stopped_why=why)
+    chart = sweep_chart(results, axes=_axes(definition, names))
+    return render_template(
+        "sweep.html",
+        job=parent,
+        results=results,
+        sweep=definition,
+        names=[one_line(n) for n in names],
+        rows=rows,
+        best=best_line(results),
+        chart=chart,
+        scatter=chart if isinstance(chart, ScatterChart) else None,
+        parallel=chart if isinstance(chart, ParallelChart) else None,
+        stopped=len(why),
+    )
+
+
+# ---- what the pages show, from records ----
+
+
+def trial_rows(
+    results: SweepResults, *, names: Sequence[str], stopped_why: Mapping[str, str]
+) -> list[TrialRow]:
+    """The table of `squall sweep`, a column per parameter: ranked trials first (rank shown only
+    for a trial that reported the objective), then the others in trial order."""
+    best = results.best.id if results.best is not None else None
+    return [
+        TrialRow(
+            rank=rank if trial.value is not None else None,
+            id=trial.id,
+            state=state_words(trial),
+            value=metric_words(trial),
+            run_time=run_time(trial.run_seconds),
+            gpu_hours=f"{trial.gpu_hours:,.2f}" if trial.gpu_hours is not None else "-",
+            cost=dollars(trial.cost) if trial.cost is not None else "-",
+            parameters=tuple(_cell(trial.parameters[n]) if n in trial.parameters else "-" for n in names),
+            stopped=early_stopped(trial),
+            stopped_why=stopped_why.get(trial.id, ""),
+            best=trial.id == best,
+        )
+        for rank, trial in enumerate(results.trials, start=1)
+    ]
+
+
+def sweep_chart(results: SweepResults, *, axes: Sequence[PlotAxis]) -> ScatterChart | ParallelChart | None:
+    """A scatter for one parameter, parallel coordinates for several; None without an objective."""
+    if results.objective_metric is None or not axes:
+        return None
+    best = results.best.id if results.best is not None else None
+    trials = [
+        PlotTrial(
+            name=t.id, parameters=t.parameters, value=t.value, stopped=early_stopped(t), best=t.id == best
+        )
+        for t in results.trials
+    ]
+    if len(axes) == 1:
+        return scatter(trials, axes[0], objective=results.objective_metric)
+    return parallel(trials, axes, objective=results.objective_metric)
+
+
+def _definition(parent: Job) -> Sweep | None:
+    try:
+        return load_spec(parent.spec).sweep
+    except SpecError:  # sweep_results has said so already; kept for a record that changed since
+        return None
+
+
+def _parameter_names(definition: Sweep | None, trials: Sequence[TrialResult]) -> list[str]:
+    """The sweep's parameters in its spec's order, then any other a trial's record holds."""
+    names = list(definition.parameters) if definition is not None else []
+    for trial in trials:
+        names += [n for n in trial.parameters if n not in names]
+    return names
+
+
+def _axes(definition: Sweep | None, names: Sequence[str]) -> list[PlotAxis]:
+    axes: list[PlotAxis] = []
+    for name in names:
+        values = definition.parameters.get(name) if definition is not None else None
+        if isinstance(values, ParameterRange):
+            axes.append(PlotAxis(name, log=values.log, domain=(float(values.min), float(values.max))))
+        elif isinstance(values, list) and any(isinstance(v, str | bool) for v in values):
+            axes.append(PlotAxis(name, categories=tuple(dict.fromkeys(str(v) for v in values))))
+        else:
+            axes.append(PlotAxis(name))
+    return axes
+
+
+def _stopped_why(trial_id: str) -> str:
+    """The message of the event that stopped a trial early (the median rule's numbers)."""
+    events = current().client.events(trial_id)
+    stop = next((e for e in reversed(events) if str(e.reason).startswith(Reason.EARLY_STOPPED)), None)
+    return one_line(stop.message) if stop is not None and stop.message else ""
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float) and not isinstance(value, bool):
+        return f"{value:.6g}"
+    return one_line(value)
+
+
+def _row(job: Job) -> SweepRow:
+    client = current().client
+    try:
+        objective = sweep_objective(job)
+    except SpecError:
+        objective = None
+    if is_terminal(job.status):
+        done = len(job.trial_ids)  # a sweep ends once each of its trials has
+    else:
+        done = sum(
+            1 for t in (client.find(tid) for tid in job.trial_ids) if t is not None and is_terminal(t.status)
+        )
+    best_value = ""
+    if job.best_trial:
+        trial = client.find(job.best_trial)
+        if trial is not None:
+            best_value = metric_words(trial_result(trial, objective, now=current().now()))
+    return SweepRow(
+        id=job.id,
+        name=job.name,
+        team=job.team,
+        state=job.status.value,
+        reason=one_line(job.reason),
+        objective=f"{objective.metric} ({objective.goal})" if objective is not None else "",
+        done=done,
+        total=len(job.trial_ids),
+        best_id=job.best_trial or "",
+        best_value=best_value,
+    )
+
+
+def _states(value: str | None) -> tuple[JobStatus, ...]:
+    if not value:
+        return LISTED_STATES
+    try:
+        return (JobStatus(value),)
+    except ValueError:
+        allowed = ", ".join(s.value for s in JobStatus)
+        raise CommandError(f"state: expected one of {allowed}, got {value[:40]!r}") from None
+
+
+def _after(value: str | None) -> int:
+    if value is None or value == "":
+        return 0
+    if not value.isascii() or not value.isdigit() or len(value) > 9:
+        raise CommandError(
+            f"after: expected the count of sweeps already shown (a whole number), got {value[:40]!r}"
+        )
+    return int(value)
