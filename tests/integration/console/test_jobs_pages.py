@@ -4,13 +4,22 @@ page at a time with a cursor read back strictly, and job-supplied text shown as 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from html import escape
 
+import boto3
 import pytest
 
+from squall.cli.follow.logs import replica_names
+from squall.cli.human import job_cost
 from squall.core.jobs import JobStatus, new_job
+from squall.core.logstreams import ContainerStream
+from squall.core.metrics import JobMetrics, MetricPoint, MetricSeries, merge
+from tests.e2e.helpers_runtime import IMAGE
 from tests.integration.console.conftest import Console
 
 pytestmark = pytest.mark.timeout(240)
@@ -157,3 +166,155 @@ def test_job_supplied_text_is_shown_as_text(console: Console) -> None:
     # the filters echo what was typed, escaped too
     echoed = console.browser.text("/jobs?" + "name=%22%3E%3Cimg%20src%3Dx%3E")
     assert "<img src=x>" not in echoed and 'value="&#34;&gt;&lt;img src=x&gt;"' in echoed
+
+
+# ---- a job's page ----
+
+SMALL_JOB = {
+    "name": "console-job",
+    "team": "research",
+    "image": IMAGE,
+    "resources": {"cpu": "4", "memory": "16Gi", "gpu": 1},
+    "maxRuntime": "2h",
+}
+
+
+def put_lines(console: Console, job_id: str, lines: list[str], *, later: float = 0) -> None:
+    """Lines of the job's first replica, where the cluster's log agent puts them: `later` seconds
+    after now in real time (CloudWatch takes no event older than 14 days, and the runtime's
+    virtual clock may be further back)."""
+    at = datetime.now(UTC) + timedelta(seconds=later)
+    job = console.sdk.get(job_id)
+    replica = replica_names(job)[0]
+    stream = ContainerStream(
+        host="ip-10-0-1-7", pod=f"{job_id}-{replica}-xk2q9", namespace=job.namespace,
+        container="trainer", container_id="ab12",
+    ).name  # fmt: skip
+    logs = boto3.client("logs")
+    group = console.runtime.resources.log_group
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_stream(logGroupName=group, logStreamName=stream)
+    events = [{"timestamp": int(at.timestamp() * 1000) + i, "message": text} for i, text in enumerate(lines)]
+    answer = logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
+    assert "rejectedLogEventsInfo" not in answer
+
+
+def pre_lines(page: str) -> list[str]:
+    found = re.search(r'<pre class="logs" id="logs"[^>]*>(.*?)</pre>', page, re.S)
+    assert found is not None
+    return found.group(1).splitlines()
+
+
+def data_attribute(page: str, name: str) -> str:
+    found = re.search(rf'<pre class="logs"[^>]* data-{name}="([^"]*)"', page)
+    assert found is not None
+    return found.group(1)
+
+
+def test_a_job_followed_to_succeeded_shows_its_events_logs_metrics_and_cost(console: Console) -> None:
+    # given: a job run to its end, what it printed and the metrics reconcile kept of it
+    job_id = console.sdk.submit(SMALL_JOB)
+    job = console.sdk.wait(job_id, timeout=4 * 3600, poll=30, wait_for_record=60)
+    assert job.status is JobStatus.SUCCEEDED
+    put_lines(console, job_id, ["epoch 1", "squall-metric train/loss=0.9 step=1"])
+    lines = [f"squall-metric train/loss={1 / step:.3f} step={step}" for step in range(1, 40)]
+    assert console.runtime.store.set_metrics(job_id, merge(None, lines, cursor=None))
+    # when
+    page = console.browser.text(f"/jobs/{job_id}")
+    # then: its facts, its whole history with reasons, its cost as `squall describe` writes it
+    assert f"<h1>Job {job_id} " in page and "SUCCEEDED" in page
+    for event in console.sdk.events(job_id):
+        assert f'<td class="reason">{escape(event.reason)}</td>' in page
+    assert escape(job_cost(console.sdk.get(job_id)) or "nothing counted yet") in page
+    assert escape(IMAGE) in page and "1 GPU" in page
+    # its output, complete: no live tail follows a final job
+    assert pre_lines(page) == ["[worker-0] epoch 1", "[worker-0] squall-metric train/loss=0.9 step=1"]
+    assert data_attribute(page, "final") == "true" and 'src="/static/job.js"' in page
+    # its metric as a chart: one polyline of its 39 points
+    chart = re.search(r'<h3>train/loss</h3>.*?<polyline points="([^"]+)"', page, re.S)
+    assert chart is not None and len(chart.group(1).split()) == 39
+    # a SUCCEEDED job can be served; with no s3:// URIs, TensorBoard says why it cannot start
+    assert f'href="/services/serve?job={job_id}"' in page
+    started = console.browser.post(f"/jobs/{job_id}/tensorboard")
+    assert started.status_code == 303
+    page = console.browser.text(f"/jobs/{job_id}")
+    assert "TensorBoard cannot start: job " in page and "names no s3:// checkpointUri or outputUri" in page
+
+
+def test_a_running_jobs_output_is_followed_by_its_cursor_until_it_ends(console: Console) -> None:
+    # given: a job that runs for ten minutes, and its first lines
+    job_id = "tail-1"
+    console.runtime.cluster.set_behaviour(job_id, run_for=timedelta(minutes=10))
+    console.sdk.submit({**SMALL_JOB, "id": job_id})
+    for _ in range(60):
+        console.step(10)
+        if (found := console.sdk.find(job_id)) is not None and found.status is JobStatus.RUNNING:
+            break
+    put_lines(console, job_id, ["first"])
+    page = console.browser.text(f"/jobs/{job_id}")
+    assert pre_lines(page)[-1].endswith("first") and data_attribute(page, "final") == "false"
+    after = data_attribute(page, "after")
+    # when: more lines, read from the page's cursor
+    put_lines(console, job_id, ["second", "<script>alert(1)</script>"], later=1)
+    response = console.browser.get(f"/jobs/{job_id}/logs.json", query_string={"after": after})
+    # then: only the new lines, as text for job.js to append with textContent
+    assert response.status_code == 200 and response.mimetype == "application/json"
+    body = response.get_json()
+    assert [line.split("] ", 1)[1] for line in body["lines"]] == ["second", "<script>alert(1)</script>"]
+    assert body["final"] is False and body["status"] == "RUNNING" and body["after"] != after
+    again = console.browser.get(f"/jobs/{job_id}/logs.json", query_string={"after": body["after"]})
+    assert again.get_json()["lines"] == []
+    # once the job has ended (and the log agent's grace passed), the tail says it is final
+    console.sdk.wait(job_id, timeout=3600, poll=30)
+    console.step(30)
+    last = console.browser.get(f"/jobs/{job_id}/logs.json", query_string={"after": body["after"]}).get_json()
+    assert last["final"] is True and last["status"] == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("after", ["%%%", cursor(["a"]), cursor({"stream": 3}), "A" * 20_000])
+def test_a_hostile_log_cursor_is_refused_naming_after(console: Console, after: str) -> None:
+    record(console, "logs-1")
+    response = console.browser.get("/jobs/logs-1/logs.json", query_string={"after": after})
+    assert response.status_code == 400 and "after: not a log cursor" in response.get_data(as_text=True)
+
+
+def test_an_unknown_job_is_a_404_naming_it(console: Console) -> None:
+    for path in ("/jobs/no-such-job", "/jobs/no-such-job/logs.json"):
+        response = console.browser.get(path)
+        assert response.status_code == 404 and "no job no-such-job" in response.get_data(as_text=True)
+
+
+def test_a_hostile_name_log_line_and_metric_name_show_as_text(
+    console: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: a job whose record, output and metrics carry markup
+    job_id = "hostile-2"
+    console.runtime.cluster.set_behaviour(job_id, run_for=timedelta(minutes=10))
+    console.sdk.submit({**SMALL_JOB, "id": job_id})
+    for _ in range(60):
+        console.step(10)
+        if (found := console.sdk.find(job_id)) is not None and found.status is JobStatus.RUNNING:
+            break
+    put_lines(console, job_id, list(HOSTILE))
+    point = MetricPoint(step=1, value=0.5)
+    hostile_metrics = JobMetrics(
+        series={
+            name: MetricSeries(last=point, min=point, max=point, history=(point,), count=1)
+            for name in HOSTILE
+        }
+    )
+    # (the record keeps only well-formed names: a page is still to escape any it is handed)
+    read = console.sdk.get
+    monkeypatch.setattr(console.sdk, "get", lambda wanted: replace(read(wanted), metrics=hostile_metrics))
+    record(console, "hostile-3", name=HOSTILE[0], reason=HOSTILE[1])
+    # when
+    pages = [console.browser.text(f"/jobs/{job_id}"), console.browser.text("/jobs/hostile-3")]
+    # then: the text is there, escaped, and no markup of it
+    for page in pages:
+        assert "<script>alert(1)</script>" not in page and "<img src=x" not in page
+    assert (
+        "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[0]
+        and "&lt;img src=x onerror=alert(1)&gt;" in pages[0]
+    )
+    assert "<h3>&lt;script&gt;alert(1)&lt;/script&gt;</h3>" in pages[0]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[1] and "&#34;&gt;&lt;img" in pages[1]
