@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 from squall.console.charts import PALETTE, Scale, Tick, extent, number_label
 
+# Labels drawn on a chart are cut to this many characters (the whole name is in the chart's <title>s and the table).
+AXIS_LABEL_CHARS = 24
+CATEGORY_LABEL_CHARS = 12
 # A finished trial, one stopped early, the best one: how each is drawn.
 TRIAL_COLOUR = PALETTE[0]
 STOPPED_COLOUR = "#8c959f"
@@ -62,7 +65,7 @@ class ScatterChart:
     right: int
     top: int
     bottom: int
-    x_label: str
+    x_label: str  # the parameter's name, cut to AXIS_LABEL_CHARS
     y_label: str
     log_x: bool
     marks: tuple[Mark, ...]
@@ -74,6 +77,7 @@ class ScatterChart:
 @dataclass(frozen=True)
 class ParallelAxis:
     name: str
+    label: str  # the name, cut to AXIS_LABEL_CHARS
     x: float
     log: bool
     ticks: tuple[Tick, ...]  # `at` is the pixel height on this axis
@@ -137,6 +141,11 @@ class LogScale:
         return tuple(Tick(self(v), number_label(v)) for v in powers)
 
 
+def cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit` - 1 characters and an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 def number(value: object) -> float | None:
     """A parameter's value as a finite number; None for text, a bool, NaN or an infinity."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -167,7 +176,7 @@ def axis_place(
     if categories:
         step = (end - start) / len(categories)
         at = {name: round(start + (i + 0.5) * step, 1) for i, name in enumerate(categories)}
-        ticks = tuple(Tick(at[name], name) for name in categories)
+        ticks = tuple(Tick(at[name], cut(name, CATEGORY_LABEL_CHARS)) for name in categories)
         return (lambda value: at.get(str(value))), ticks, False
     values = [v for v in (number(t.parameters.get(axis.name)) for t in trials) if v is not None]
     bounds = list(axis.domain) if axis.domain is not None else []
@@ -228,8 +237,8 @@ def scatter(
         right=right,
         top=top,
         bottom=bottom,
-        x_label=axis.name,
-        y_label=objective,
+        x_label=cut(axis.name, AXIS_LABEL_CHARS),
+        y_label=cut(objective, AXIS_LABEL_CHARS),
         log_x=log,
         marks=tuple(marks),
         x_ticks=x_ticks,
@@ -259,9 +268,10 @@ def parallel(
         placed.append((axis, place, ticks, log))
     y_scale = objective_scale(trials, start=low, end=high)
     drawn: list[ParallelAxis] = [
-        ParallelAxis(axis.name, x, log, ticks) for (axis, _, ticks, log), x in zip(placed, xs, strict=False)
+        ParallelAxis(axis.name, cut(axis.name, AXIS_LABEL_CHARS), x, log, ticks)
+        for (axis, _, ticks, log), x in zip(placed, xs, strict=False)
     ]
-    drawn.append(ParallelAxis(objective, xs[-1], False, y_scale.ticks()))
+    drawn.append(ParallelAxis(objective, cut(objective, AXIS_LABEL_CHARS), xs[-1], False, y_scale.ticks()))
     lines: list[TrialLine] = []
     for trial in trials:
         value = number(trial.value)

@@ -127,3 +127,12 @@ def test_bars_stack_each_rows_amounts_on_one_scale() -> None:
     assert [(s.x, s.width) for s in second.segments] == [(0, 50)]
     assert third.segments == () and third.total == 0
     assert first.total == 400
+
+
+def test_long_names_and_categories_are_cut_on_the_chart_and_kept_whole_as_the_axis_name() -> None:
+    long = "a_parameter_with_a_very_long_name"
+    trials = [trial("t0", 0.5, **{long: "a-category-name-too-long", "x": 1.0})]
+    chart = parallel(trials, [PlotAxis(long), PlotAxis("x")], objective="score")
+    assert chart.axes[0].name == long and chart.axes[0].label == long[:23] + "\u2026"
+    assert [t.label for t in chart.axes[0].ticks] == ["a-category-\u2026"]
+    assert len(chart.lines) == 1
