@@ -79,11 +79,12 @@ def test_the_costs_page_shows_each_teams_months_overhead_and_totals_as_squall_co
     assert "Jobs $1,364.50 + overhead $12.25 = <strong>$1,376.75</strong>" in page
     # a bar per row: research's month this month is the longest, stacked jobs then overhead caused
     bars = re.findall(r'<svg width="330"[^>]*aria-label="([^"]*)">(.*?)</svg>', page, flags=re.S)
-    assert len(bars) == 5
+    assert len(bars) == 5 + 3  # and spot savings: each team's month that saved some
     research = next(body for label, body in bars if label == f"research {this}: $1,247.50")
     widths = [float(w) for w in re.findall(r'width="([\d.]+)"', research)]
     assert widths[0] + widths[1] == pytest.approx(320, abs=0.2)
     assert f"(unattributed) {this}: $7.25" in [label for label, _ in bars]
+    assert f"research {this}: $2.00" in [label for label, _ in bars[5:]]
     # the hostile team name: text everywhere, never markup
     assert "<script>alert(1)</script>" not in page and "<img src=x" not in page
 

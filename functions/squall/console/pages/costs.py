@@ -35,6 +35,7 @@ blueprint = Blueprint("costs", __name__, url_prefix="/costs")
 DEFAULT_SINCE = "30d"
 # The bars' parts: what a team's finished jobs cost, the overhead it caused, the overhead no team caused.
 COLOURS = {"jobs": "#0969da", "overhead caused": "#bf8700", "overhead unattributed": "#8c959f"}
+SAVINGS_COLOURS = {"spot savings": "#1a7f37"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ def page() -> str:
         unattributed=UNATTRIBUTED_ROW,
         bars=cost_bars(months, overhead),
         colours=COLOURS,
+        savings=savings_bars(months),
+        savings_colours=SAVINGS_COLOURS,
         jobs=dollars(jobs),
         overhead=dollars(extra),
         total=dollars(jobs + extra),
@@ -97,6 +100,19 @@ def cost_bars(months: Sequence[TeamMonth], overhead: Sequence[GroupOverhead]) ->
     return [
         CostBar(team=team, month=month, bar=bar, amount=dollars(bar.total))
         for (team, month, _), bar in zip(keyed, drawn, strict=True)
+    ]
+
+
+def savings_bars(months: Sequence[TeamMonth]) -> list[CostBar]:
+    """A bar per team's month that spot capacity saved money in (against on-demand prices)."""
+    saved = [row for row in months if row.spot_savings > 0]
+    drawn = bars(
+        [(f"{row.team} {row.month}", [("spot savings", row.spot_savings)]) for row in saved],
+        colours=SAVINGS_COLOURS,
+    )
+    return [
+        CostBar(team=row.team, month=row.month, bar=bar, amount=dollars(bar.total))
+        for row, bar in zip(saved, drawn, strict=True)
     ]
 
 
