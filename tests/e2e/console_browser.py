@@ -95,10 +95,11 @@ def screenshot(driver: Any, name: str) -> Path:
     """The whole page as out/console/<name>.png."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
-    width = int(driver.get_window_size()["width"])
-    if height > driver.get_window_size()["height"]:
-        driver.set_window_size(width, min(height + 120, 4000))
+    page_height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    viewport = int(driver.execute_script("return window.innerHeight"))
+    if page_height > viewport:  # the whole page: the window grown by what its viewport lacks
+        size = driver.get_window_size()
+        driver.set_window_size(size["width"], min(size["height"] + page_height - viewport, 4000))
     try:
         driver.save_screenshot(str(path))
     finally:

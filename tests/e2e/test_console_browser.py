@@ -181,10 +181,13 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
 
         # the scenario's jobs: the three waiting behind the first, in the order they came
         queue = texts["queue"]
-        assert [queue.index(j) for j in ("burst-2", "burst-3", "burst-4")] == sorted(
-            queue.index(j) for j in ("burst-2", "burst-3", "burst-4")
-        )
+        waiting = [queue.index(job_id) for job_id in ("burst-2", "burst-3", "burst-4")]
+        assert waiting == sorted(waiting)
         assert "vision" in queue and "research" in queue
+        for job_id in BURSTS:
+            assert job_id in texts["jobs"], job_id
+        assert SWEEP_ID in texts["sweeps"]
+        assert f"Job {FOLLOWED}" in texts["job"] and "QUEUED" in texts["job"]
 
         # another site, open in the same browser, tries to cancel a queued job and to read a page
         cancel_path = f"/jobs/{TARGET}/cancel"
@@ -207,14 +210,36 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
             screenshot(driver, "cross-origin-refused")
         assert sdk.get(TARGET).status is JobStatus.QUEUED  # not cancelled
 
-        # then the bursts are let go, one after another, and the sweep's trials report their scores
+        # then the bursts are let go, one after another: the followed job's page comes to say SUCCEEDED
         release.write_text("go")
+
+        def state_shown() -> str:
+            open_page(driver, urls["job"])
+            return str(driver.find_element(By.CSS_SELECTOR, "h1 span").text)
+
+        assert wait_for(lambda: state_shown() == "SUCCEEDED", seconds=180, every=1.0)
+        assert not console_errors(driver)
+        assert "Completed" in str(driver.find_element(By.TAG_NAME, "body").text)
+        screenshot(driver, "job-succeeded")
         assert wait_for(lambda: status_of(sdk, TARGET) is JobStatus.SUCCEEDED, seconds=180)
-        assert wait_for(lambda: status_of(sdk, SWEEP_ID) is JobStatus.SUCCEEDED, seconds=180)
-        for page in ("job", "sweep"):
-            open_page(driver, urls[page])
-            assert not console_errors(driver), page
-            screenshot(driver, f"{page}-done")
+
+        # the sweep's trials report their scores: its page draws a mark for each
+        def marks() -> list[Any]:
+            if status_of(sdk, SWEEP_ID) is not JobStatus.SUCCEEDED:
+                return []
+            open_page(driver, urls["sweep"])
+            found = driver.find_elements(
+                By.CSS_SELECTOR, ".sweep-chart svg .trial-mark, .sweep-chart svg .trial-line"
+            )
+            return list(found) if len(found) == len(TRIALS) else []
+
+        drawn = wait_for(marks, seconds=180, every=1.0)
+        assert len(drawn) == len(TRIALS)
+        assert not console_errors(driver)
+        titles = {str(mark.find_element(By.TAG_NAME, "title").get_attribute("textContent")) for mark in drawn}
+        assert {title.split(" ")[0] for title in titles} == set(TRIALS)
+        assert any("(best)" in title for title in titles)
+        screenshot(driver, "sweep-done")
 
     # without the token: the refusal page (a fresh browser, no cookie)
     with ConsoleProcess(local.state_dir) as console, chromium() as driver:
