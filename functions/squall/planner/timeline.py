@@ -109,20 +109,24 @@ class Slot:
             last, new = self._at(end)
             if new:
                 made.append(end)
+        d0, d1, d2, d3 = times * delta[0], times * delta[1], times * delta[2], times * delta[3]
+        frees = self.frees
         for i in range(first, last):
-            self.frees[i] = _plus(self.frees[i], delta, times)
+            f = frees[i]
+            frees[i] = (f[0] + d0, f[1] + d1, f[2] + d2, f[3] + d3)
         return made
 
     def fits(self, start: float, end: float, request: Vector) -> int:
         """How many pods of `request` fit here for all of [start, end)."""
-        times = self.times
         if start < self.up_at:
             return 0
+        times = self.times
         i = bisect.bisect_right(times, start) - 1
         frees = self.frees
         count = _fit(frees[i], request)
+        last = len(times)
         i += 1
-        while count and i < len(times) and times[i] < end:
+        while count and i < last and times[i] < end:
             more = _fit(frees[i], request)
             if more < count:
                 count = more
@@ -131,15 +135,39 @@ class Slot:
 
 
 def _fit(free: Vector, request: Vector) -> int:
-    """fit_count, written out: this runs millions of times a check on a long queue."""
+    """fit_count, written out (one resource after another, no loop): this runs millions of
+    times a check on a long queue."""
     count = _NO_LIMIT
-    for have, need in zip(free, request, strict=True):
-        if need > 0:
-            if have < need:
-                return 0
-            many = have // need
-            if many < count:
-                count = many
+    need = request[0]
+    if need > 0:
+        have = free[0]
+        if have < need:
+            return 0
+        count = have // need
+    need = request[1]
+    if need > 0:
+        have = free[1]
+        if have < need:
+            return 0
+        many = have // need
+        if many < count:
+            count = many
+    need = request[2]
+    if need > 0:
+        have = free[2]
+        if have < need:
+            return 0
+        many = have // need
+        if many < count:
+            count = many
+    need = request[3]
+    if need > 0:
+        have = free[3]
+        if have < need:
+            return 0
+        many = have // need
+        if many < count:
+            count = many
     return count
 
 
@@ -171,16 +199,17 @@ class _Site:
         or between the two ends (steps one reaches and the other does not)."""
         times, at = self.times, self.at
         (start, end), (other_start, other_end) = window, other
-        for low, high in (
-            (
-                bisect.bisect_right(times, min(start, other_start)),
-                bisect.bisect_right(times, max(start, other_start)),
-            ),
-            (bisect.bisect_left(times, min(end, other_end)), bisect.bisect_left(times, max(end, other_end))),
-        ):
-            for i in range(low, high):
-                for slot in at[times[i]]:
-                    found[id(slot)] = slot
+        if other_start < start:
+            start, other_start = other_start, start
+        if other_end < end:
+            end, other_end = other_end, end
+        # the steps in (start, other_start], then those in [end, other_end)
+        for i in range(bisect.bisect_right(times, start), bisect.bisect_right(times, other_start)):
+            for slot in at[times[i]]:
+                found[id(slot)] = slot
+        for i in range(bisect.bisect_left(times, end), bisect.bisect_left(times, other_end)):
+            for slot in at[times[i]]:
+                found[id(slot)] = slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +239,21 @@ class Timeline:
 
     def __init__(self, slots: Iterable[Slot], *, site_order: Sequence[str] = ()) -> None:
         self._sites: dict[str, _Site] = {}
-        for slot in slots:
-            site = self._sites.setdefault(slot.site, _Site(slots=[]))
+        for slot in slots:  # each slot noted (_Site.note), the step times sorted once at the end
+            site = self._sites.get(slot.site)
+            if site is None:
+                site = self._sites[slot.site] = _Site(slots=[])
             site.slots.append(slot)
-            site.note(slot.times, slot)
+            site.log.append(slot)
+            at = site.at
+            for t in slot.times:
+                on = at.get(t)
+                if on is None:
+                    at[t] = [slot]
+                else:
+                    on.append(slot)
+        for site in self._sites.values():
+            site.times = sorted(site.at)
         rank = {name: i for i, name in enumerate(site_order)}
         self.site_order = sorted(self._sites, key=lambda s: (rank.get(s, len(rank)), s))
         self._fitting: dict[tuple[PodShape, str], list[Slot]] = {}
@@ -537,9 +577,12 @@ class _Useful:
         """What placement reads of a node: nodes of one kind fit the same shapes."""
         return (size, taints, *(labels.get(key) for key in self._keys))
 
-    def __call__(self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> bool:
+    def __call__(
+        self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]
+    ) -> tuple[bool, tuple[object, ...] | None]:
+        """(Whether any shape could fit it, its kind); no shapes given: (True, None), its own kind."""
         if self._shapes is None:
-            return True
+            return True, None
         kind = self.kind(size, labels, taints)
         answer = self._known.get(kind)
         if answer is None:
@@ -548,7 +591,7 @@ class _Useful:
                 and shape.placement_mismatch(labels, taints) is None
                 for shape in self._shapes
             )
-        return answer
+        return answer, kind
 
 
 def timelines_of(
@@ -580,9 +623,11 @@ def timelines_of(
     for up in inventory.nodes_up():
         node = up.view.node
         size = node.allocatable.vector()
-        if up.cordoned or not useful(size, node.labels, up.taints):
+        if up.cordoned:
             continue
-        kind = useful.kind(size, node.labels, up.taints) if shapes is not None else None
+        fits, kind = useful(size, node.labels, up.taints)
+        if not fits:
+            continue
         kinds.append((node.name, up.view.region, node.labels, up.taints, up.free, 0.0, size, kind))
         up_now.add(node.name)
     for view in inventory.groups.values():
@@ -592,7 +637,8 @@ def timelines_of(
         labels = group.template_labels()
         taints = blocking_taints(group.taints, ignore_transient=True)
         free = group.allocatable.vector()
-        if not useful(free, labels, taints):
+        fits, kind = useful(free, labels, taints)
+        if not fits:
             continue
         boot = group.boot_time.total_seconds()
         coming = [
@@ -601,7 +647,6 @@ def timelines_of(
             if i.status is InstanceStatus.BOOTING
         ]
         coming += [boot] * max(0, group.max_size - view.size)
-        kind = useful.kind(free, labels, taints) if shapes is not None else None
         for number, at in enumerate(sorted(coming)[:MAX_NODES_TO_COME]):
             kinds.append((f"{group.name}#{number}", where, labels, taints, free, at, free, kind))
     for kind in kinds:
@@ -617,17 +662,7 @@ def timelines_of(
     timelines = []
     for job_ends in ends:
         slots = [
-            Slot(
-                name=name,
-                site=where,
-                labels=labels,
-                taints=taints,
-                times=[at],
-                frees=[free],
-                up_at=at,
-                size=size,
-                kind=kind,
-            )
+            Slot(name, where, labels, taints, [at], [free], at, size, kind)  # Slot's fields in order
             for name, where, labels, taints, free, at, size, kind in kinds
         ]
         by_name = {slot.name: slot for slot in slots if slot.up_at == 0.0 and slot.name in up_now}
