@@ -74,8 +74,10 @@ def decode_cursor(text: str | None) -> dict[str, str]:
 @dataclass
 class _Notes:
     said: list[str] = field(default_factory=list)
+    cut: bool = False  # a stream had more pages than a pass reads (LogFollower said so)
 
     def __call__(self, text: str) -> None:
+        self.cut = self.cut or "pages in one pass" in text
         if text not in self.said and len(self.said) < 20:
             self.said.append(text)
 
@@ -123,4 +125,11 @@ def read_tail(client: Any, job: Job, *, after: dict[str, str], most: int, now: d
     if not follower.cursors:
         notes(f"no log streams of job {job.id} yet")
     tokens = {name: c.token for name, c in follower.cursors.items() if c.token} if follower.cursors else after
-    return Tail(tuple(kept), encode_cursor(tokens), final, tuple(notes.said), dropped=read - len(kept))
+    # A final job whose output is longer than a pass is not done: the next passes read the rest.
+    return Tail(
+        tuple(kept),
+        encode_cursor(tokens),
+        final and not notes.cut,
+        tuple(notes.said),
+        dropped=read - len(kept),
+    )

@@ -318,3 +318,33 @@ def test_a_hostile_name_log_line_and_metric_name_show_as_text(
     )
     assert "<h3>&lt;script&gt;alert(1)&lt;/script&gt;</h3>" in pages[0]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[1] and "&#34;&gt;&lt;img" in pages[1]
+
+
+def test_a_final_jobs_output_longer_than_a_pass_is_read_on_until_its_end(
+    console: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from squall.adapters.aws import logs
+    from squall.console import job_logs
+
+    # given: passes of one page of two events, and a finished job that printed five lines
+    monkeypatch.setattr(logs, "EVENTS_PAGE", 2)
+    monkeypatch.setattr(job_logs, "MAX_PAGES", 1)
+    job_id = console.sdk.submit(SMALL_JOB)
+    assert (
+        console.sdk.wait(job_id, timeout=4 * 3600, poll=30, wait_for_record=60).status is JobStatus.SUCCEEDED
+    )
+    console.step(60)
+    put_lines(console, job_id, [f"line {i}" for i in range(5)])
+    # when: the page, then the tail from its cursor until it says the output is complete
+    page = console.browser.text(f"/jobs/{job_id}")
+    seen = [line.split("] ", 1)[1] for line in pre_lines(page)]
+    assert data_attribute(page, "final") == "false" and "pages in one pass" in page
+    after = data_attribute(page, "after")
+    for _ in range(5):
+        body = console.browser.get(f"/jobs/{job_id}/logs.json", query_string={"after": after}).get_json()
+        seen += [line.split("] ", 1)[1] for line in body["lines"]]
+        after = body["after"]
+        if body["final"]:
+            break
+    # then: every line once, in order
+    assert seen == [f"line {i}" for i in range(5)] and body["final"] is True
