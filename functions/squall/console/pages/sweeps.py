@@ -1,14 +1,15 @@
 """The sweeps pages: every sweep with its objective, trials done and best value; one sweep's
 trials ranked as `squall sweep` ranks them, with a chart of its parameters against the objective.
 
-The list reads the jobs table's status index one state at a time (`Client.store
-.list_by_status`), at most SCAN_LIMIT jobs of each state, and keeps the sweeps among them
-(a job with trials): the table has no index of sweeps alone, so a deployment with more
-jobs in a state than that shows the first SCAN_LIMIT of them read, and the page says so.
-`?state=` narrows it to one state; `?after=` is the count of sweeps already shown. Each
-row reads the sweep's best trial (one item), and an active sweep's trials (at most its
-maxTrials) to count those done. A sweep's page is `Client.sweep_results` (the ranking
-of core/experiments.py) and each early-stopped trial's history, for the reason it stopped.
+The list reads as the jobs list does (Client.jobs_page: the status index page by page, newest
+submission first within a state, `?team=` as its filter, the same strict cursor) and keeps the
+sweeps (jobs with trials): the table has no index of sweeps alone, so each request reads at
+most MOST_READ jobs, asking each time for no more jobs than sweeps still wanted (so a page
+never passes over a sweep it does not show), and a page may hold fewer sweeps than it could
+and still have a next one. With no `?state=` it shows RUNNING, QUEUED, then the ended states.
+Each row reads the sweep's best trial (one item), and an active sweep's trials (at most its
+maxTrials) to count those done. A sweep's page is `Client.sweep_results` (the ranking of
+core/experiments.py) and each early-stopped trial's history, for the reason it stopped.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from typing import Any
 
 from flask import Blueprint, render_template, request
 
-from squall.cli.errors import CommandError, NotFound
+from squall.cli.errors import NotFound
 from squall.cli.human import dollars
 from squall.cli.sweeps import best_line, early_stopped, metric_words, run_time, state_words
 from squall.cli.text import one_line
 from squall.console.context import current
+from squall.console.pages.jobs import decode_cursor, encode_cursor, state_argument, text_argument
 from squall.console.plots import ParallelChart, PlotAxis, PlotTrial, ScatterChart, parallel, scatter
 from squall.core.experiments import SweepResults, TrialResult, sweep_objective, trial_result
 from squall.core.jobs import Job, JobStatus, Reason, is_terminal
@@ -31,8 +33,8 @@ from squall.core.spec import ParameterRange, SpecError, Sweep, load_spec
 
 blueprint = Blueprint("sweeps", __name__, url_prefix="/sweeps")
 
-# Jobs read from the status index per state for the list (the table has no index of sweeps).
-SCAN_LIMIT = 1000
+# Jobs read from the status index per request for the list (the table has no index of sweeps).
+MOST_READ = 1000
 # The list's states, in this order, when no `?state=` picks one (a rejected job has no trials).
 LISTED_STATES = (
     JobStatus.RUNNING,
@@ -75,32 +77,41 @@ class TrialRow:
 @blueprint.get("")
 def page() -> str:
     context = current()
-    states = _states(request.args.get("state"))
-    after = _after(request.args.get("after"))
-    sweeps: list[Job] = []
-    cut: list[str] = []
-    for state in states:
-        jobs = context.client.store.list_by_status(state, limit=SCAN_LIMIT)
-        if len(jobs) >= SCAN_LIMIT:
-            cut.append(state.value)
-        # newest first within a state: the index gives them oldest first
-        sweeps += sorted((j for j in jobs if j.is_sweep), key=lambda j: (j.submitted_at, j.id), reverse=True)
-    shown = sweeps[after : after + context.page_size]
-    more = len(sweeps) > after + len(shown)
-    args = {"state": request.args["state"]} if request.args.get("state") else {}
-    if after:
-        args["after"] = str(after)
+    state = state_argument(request.args.get("state"))
+    team = text_argument("team", request.args.get("team"))
+    states = [state] if state is not None else list(LISTED_STATES)
+    after = request.args.get("after")
+    cursor = decode_cursor(after, states=states) if after else None
+    sweeps, following = sweeps_page(states=states, team=team, after=cursor, size=context.page_size)
     return render_template(
         "sweeps.html",
-        rows=[_row(job) for job in shown],
+        rows=[_row(job) for job in sweeps],
         states=[s.value for s in JobStatus],
-        state=request.args.get("state", ""),
-        cut=cut,
-        scan_limit=SCAN_LIMIT,
-        first=after + 1,
-        cursor=str(after + len(shown)) if more else None,
-        args=args,
+        state=state.value if state else "",
+        team=team or "",
+        cursor=encode_cursor(*following) if following is not None else None,
+        args={k: v for k, v in (("state", request.args.get("state")), ("team", team), ("after", after)) if v},
     )
+
+
+def sweeps_page(
+    *,
+    states: Sequence[JobStatus],
+    team: str | None,
+    after: tuple[JobStatus, dict[str, str] | None] | None,
+    size: int,
+) -> tuple[list[Job], tuple[JobStatus, dict[str, str] | None] | None]:
+    """At most `size` sweeps from `after` on, and where the next page starts (None: no more)."""
+    client = current().client
+    sweeps: list[Job] = []
+    read = 0
+    while True:
+        wanted = min(size - len(sweeps), MOST_READ - read)
+        jobs, after = client.jobs_page(states=states, team=team, after=after, size=wanted, most_read=wanted)
+        read += wanted
+        sweeps += [job for job in jobs if job.is_sweep]
+        if after is None or len(sweeps) >= size or read >= MOST_READ:
+            return sweeps, after
 
 
 @blueprint.get("/<sweep_id>")
@@ -244,23 +255,3 @@ def _row(job: Job) -> SweepRow:
         best_id=job.best_trial or "",
         best_value=best_value,
     )
-
-
-def _states(value: str | None) -> tuple[JobStatus, ...]:
-    if not value:
-        return LISTED_STATES
-    try:
-        return (JobStatus(value),)
-    except ValueError:
-        allowed = ", ".join(s.value for s in JobStatus)
-        raise CommandError(f"state: expected one of {allowed}, got {value[:40]!r}") from None
-
-
-def _after(value: str | None) -> int:
-    if value is None or value == "":
-        return 0
-    if not value.isascii() or not value.isdigit() or len(value) > 9:
-        raise CommandError(
-            f"after: expected the count of sweeps already shown (a whole number), got {value[:40]!r}"
-        )
-    return int(value)
