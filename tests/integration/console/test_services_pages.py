@@ -99,6 +99,8 @@ def test_a_trained_job_is_served_listed_shown_and_unserved_from_the_console(
     response = browser.post("/services/serve", {"job": job_id, "name": "digits", "replicas": "1", "gpu": "1"})
     assert response.status_code == 303, response.get_data(as_text=True)[:2000]
     assert response.headers["Location"] == "/services/digits?requested=1"
+    assert "Serve requested for digits" in browser.text("/services/digits?requested=1")  # before its record
+    assert browser.get("/services/digits").status_code == 404
     # then the submit function takes the request and the service is recorded, then served
     until(
         console,
@@ -273,6 +275,10 @@ def test_a_hostile_reason_and_message_are_shown_as_text(console: Console) -> Non
     for path in ("/services", "/services?state=FAILED", "/services/digits"):
         page = console.browser.text(path)
         assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page, path
+    # a hostile name in the address is refused, and named as text
+    response = console.browser.get("/services/%3Cscript%3Ealert(1)")
+    page = response.get_data(as_text=True)
+    assert response.status_code == 400 and "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
 
 
 def test_the_list_pages_through_the_states_with_a_cursor(console: Console) -> None:
