@@ -4,9 +4,9 @@ trials ranked as `squall sweep` ranks them, with a chart of its parameters again
 The list reads as the jobs list does (Client.jobs_page: the status index page by page, newest
 submission first within a state, `?team=` as its filter, the same strict cursor) and keeps the
 sweeps (jobs with trials): the table has no index of sweeps alone, so each request reads at
-most MOST_READ jobs, asking each time for no more jobs than sweeps still wanted (so a page
-never passes over a sweep it does not show), and a page may hold fewer sweeps than it could
-and still have a next one. With no `?state=` it shows RUNNING, QUEUED, then the ended states.
+most MOST_READ jobs, CHUNK at a time (a chunk with more sweeps than the page wants is read
+again up to its last sweep shown, so that the cursor passes over none), and a page may hold
+fewer sweeps than it could and still have a next one. With no `?state=` it shows RUNNING, QUEUED, then the ended states.
 Each row reads the sweep's best trial (one item), and an active sweep's trials (at most its
 maxTrials) to count those done. A sweep's page is `Client.sweep_results` (the ranking of
 core/experiments.py) and each early-stopped trial's history, for the reason it stopped.
@@ -33,8 +33,10 @@ from squall.core.spec import ParameterRange, SpecError, Sweep, load_spec
 
 blueprint = Blueprint("sweeps", __name__, url_prefix="/sweeps")
 
-# Jobs read from the status index per request for the list (the table has no index of sweeps).
-MOST_READ = 1000
+# Jobs read from the status index per request for the list (the table has no index of sweeps),
+# CHUNK at a time.
+MOST_READ = 500
+CHUNK = 250
 # The list's states, in this order, when no `?state=` picks one (a rejected job has no trials).
 LISTED_STATES = (
     JobStatus.RUNNING,
@@ -101,15 +103,28 @@ def sweeps_page(
     after: tuple[JobStatus, dict[str, str] | None] | None,
     size: int,
 ) -> tuple[list[Job], tuple[JobStatus, dict[str, str] | None] | None]:
-    """At most `size` sweeps from `after` on, and where the next page starts (None: no more)."""
+    """At most `size` sweeps from `after` on, and where the next page starts (None: no more).
+
+    Jobs are read CHUNK at a time; a chunk that holds more sweeps than the page still wants
+    is read again only up to the last sweep shown, for a cursor that passes over no sweep.
+    """
     client = current().client
     sweeps: list[Job] = []
     read = 0
     while True:
-        wanted = min(size - len(sweeps), MOST_READ - read)
-        jobs, after = client.jobs_page(states=states, team=team, after=after, size=wanted, most_read=wanted)
-        read += wanted
-        sweeps += [job for job in jobs if job.is_sweep]
+        chunk = min(CHUNK, MOST_READ - read)
+        jobs, following = client.jobs_page(states=states, team=team, after=after, size=chunk, most_read=chunk)
+        read += chunk
+        found = [job for job in jobs if job.is_sweep]
+        wanted = size - len(sweeps)
+        if len(found) > wanted:
+            upto = jobs.index(found[wanted - 1]) + 1
+            jobs, following = client.jobs_page(
+                states=states, team=team, after=after, size=upto, most_read=chunk
+            )
+            found = [job for job in jobs if job.is_sweep][:wanted]
+        sweeps += found
+        after = following
         if after is None or len(sweeps) >= size or read >= MOST_READ:
             return sweeps, after
 
