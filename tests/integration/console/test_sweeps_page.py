@@ -243,3 +243,13 @@ def test_an_unknown_id_or_a_job_that_is_no_sweep_is_a_404_naming_it(console: Con
     response = console.browser.get(f"/sweeps/{ids[0]}")
     assert response.status_code == 404
     assert f"job {ids[0]} is not a sweep (a trial of sweep {SWEEP})" in response.get_data(as_text=True)
+
+
+def test_an_active_sweeps_trials_are_counted_within_the_requests_reads(
+    console: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorded_sweep(console)  # running, its 3 trials ended
+    assert "3 / 3" in console.browser.text("/sweeps")
+    monkeypatch.setattr(sweeps, "TRIALS_READ", 2)
+    page = console.browser.text("/sweeps")
+    assert "3 / 3" not in page and 'title="not counted on this page">?</span> / 3' in page

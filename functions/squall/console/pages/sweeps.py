@@ -7,8 +7,8 @@ sweeps (jobs with trials): the table has no index of sweeps alone, so each reque
 most MOST_READ jobs, CHUNK at a time (a chunk with more sweeps than the page wants is read
 again up to its last sweep shown, so that the cursor passes over none), and a page may hold
 fewer sweeps than it could and still have a next one. With no `?state=` it shows RUNNING, QUEUED, then the ended states.
-Each row reads the sweep's best trial (one item), and an active sweep's trials (at most its
-maxTrials) to count those done. A sweep's page is `Client.sweep_results` (the ranking of
+Each row reads the sweep's best trial (one item), and an active sweep's trials to count
+those done (at most TRIALS_READ trials a request; past them a row shows only the total). A sweep's page is `Client.sweep_results` (the ranking of
 core/experiments.py) and each early-stopped trial's history, for the reason it stopped.
 """
 
@@ -37,6 +37,8 @@ blueprint = Blueprint("sweeps", __name__, url_prefix="/sweeps")
 # CHUNK at a time.
 MOST_READ = 500
 CHUNK = 250
+# Trials read a request to count an active sweep's trials done.
+TRIALS_READ = 500
 # The list's states, in this order, when no `?state=` picks one (a rejected job has no trials).
 LISTED_STATES = (
     JobStatus.RUNNING,
@@ -55,7 +57,7 @@ class SweepRow:
     state: str
     reason: str
     objective: str  # "eval/score (maximize)"; "" for none
-    done: int
+    done: int | None  # None: not counted (the request's trial reads were spent)
     total: int
     best_id: str
     best_value: str
@@ -87,7 +89,7 @@ def page() -> str:
     sweeps, following = sweeps_page(states=states, team=team, after=cursor, size=context.page_size)
     return render_template(
         "sweeps.html",
-        rows=[_row(job) for job in sweeps],
+        rows=sweep_rows(sweeps),
         states=[s.value for s in JobStatus],
         state=state.value if state else "",
         team=team or "",
@@ -241,18 +243,31 @@ def _cell(value: Any) -> str:
     return one_line(value)
 
 
-def _row(job: Job) -> SweepRow:
+def sweep_rows(jobs: Sequence[Job]) -> list[SweepRow]:
+    """A row per sweep; an active sweep's trials are read to count those done, at most
+    TRIALS_READ of them a request (an ended sweep's trials have all ended)."""
+    budget = TRIALS_READ
+    rows = []
+    for job in jobs:
+        count = not is_terminal(job.status) and len(job.trial_ids) <= budget
+        if count:
+            budget -= len(job.trial_ids)
+        rows.append(_row(job, count=count))
+    return rows
+
+
+def _row(job: Job, *, count: bool) -> SweepRow:
     client = current().client
     try:
         objective = sweep_objective(job)
     except SpecError:
         objective = None
+    done: int | None = None
     if is_terminal(job.status):
         done = len(job.trial_ids)  # a sweep ends once each of its trials has
-    else:
-        done = sum(
-            1 for t in (client.find(tid) for tid in job.trial_ids) if t is not None and is_terminal(t.status)
-        )
+    elif count:
+        trials = (client.find(tid) for tid in job.trial_ids)
+        done = sum(1 for t in trials if t is not None and is_terminal(t.status))
     best_value = ""
     if job.best_trial:
         trial = client.find(job.best_trial)
