@@ -66,8 +66,8 @@ def free_port() -> int:
 class TensorBoards:
     """The console's TensorBoard processes, one per job."""
 
-    def __init__(self, *, folder: Path, command: Command = squall_tensorboard) -> None:
-        self.folder = folder
+    def __init__(self, *, folder: Path | None = None, command: Command = squall_tensorboard) -> None:
+        self.folder = folder  # None: a temporary folder, made when the first one starts
         self.command = command
         self._boards: dict[str, Board] = {}
         self._lock = threading.Lock()
@@ -108,6 +108,8 @@ class TensorBoards:
             return board
 
     def _launch(self, job_id: str) -> Board:
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="squall-console-tensorboard-"))
         folder = self.folder / _folder_name(job_id)
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -155,9 +157,7 @@ def boards(app: Flask) -> TensorBoards:
     """The app's TensorBoards, made on first use (and stopped when the console's process ends)."""
     found = app.extensions.get(EXTENSION)
     if found is None:
-        found = app.extensions[EXTENSION] = TensorBoards(
-            folder=Path(tempfile.mkdtemp(prefix="squall-console-tensorboard-"))
-        )
+        found = app.extensions[EXTENSION] = TensorBoards()
         atexit.register(found.stop_all)
     board: TensorBoards = found
     return board
