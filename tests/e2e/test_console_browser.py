@@ -60,6 +60,7 @@ GROUPS = {
 BURSTS = {"burst-1": "research", "burst-2": "vision", "burst-3": "research", "burst-4": "vision"}
 FOLLOWED = "burst-2"  # followed to SUCCEEDED on its page
 TARGET = "burst-3"  # what the other site's form tries to cancel
+CANCELLED = "burst-4"  # what the console's own confirmation page cancels
 SWEEP_ID = "lr-sweep"
 TRIALS = [f"{SWEEP_ID}-t00{n}" for n in range(3)]
 # A trial: its score rises with the steps to a height set by its learning rate (best near 1e-3).
@@ -186,7 +187,6 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
         assert "vision" in queue and "research" in queue
         for job_id in BURSTS:
             assert job_id in texts["jobs"], job_id
-        assert SWEEP_ID in texts["sweeps"]
         assert f"Job {FOLLOWED}" in texts["job"] and "QUEUED" in texts["job"]
 
         # another site, open in the same browser, tries to cancel a queued job and to read a page
@@ -209,6 +209,15 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
             assert driver.title.startswith("Refused") and "another site" in refused, refused
             screenshot(driver, "cross-origin-refused")
         assert sdk.get(TARGET).status is JobStatus.QUEUED  # not cancelled
+
+        # the console's own confirmation page can cancel a job (so the refusal above is the guard's)
+        open_page(driver, f"{base}/jobs/{CANCELLED}/cancel")
+        assert CANCELLED in driver.title, driver.title
+        screenshot(driver, "cancel-confirm")
+        driver.find_element(By.CSS_SELECTOR, "form.action button[type=submit]").click()
+        assert wait_for(lambda: driver.current_url.startswith(f"{base}/jobs/{CANCELLED}"), seconds=30)
+        assert not console_errors(driver)
+        assert wait_for(lambda: status_of(sdk, CANCELLED) is JobStatus.CANCELLED, seconds=120)
 
         # then the bursts are let go, one after another: the followed job's page comes to say SUCCEEDED
         release.write_text("go")
@@ -240,6 +249,9 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
         assert {title.split(" ")[0] for title in titles} == set(TRIALS)
         assert any("(best)" in title for title in titles)
         screenshot(driver, "sweep-done")
+        # and the sweeps list shows it among the succeeded ones
+        assert SWEEP_ID in open_page(driver, f"{base}/sweeps?state=SUCCEEDED")
+        assert not console_errors(driver)
 
     # without the token: the refusal page (a fresh browser, no cookie)
     with ConsoleProcess(local.state_dir) as console, chromium() as driver:
