@@ -249,6 +249,15 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
         assert {title.split(" ")[0] for title in titles} == set(TRIALS)
         assert any("(best)" in title for title in titles)
         screenshot(driver, "sweep-done")
+        # a trial's page charts the metrics its process printed, and shows its output
+        best = next(title.split(" ")[0] for title in titles if "(best)" in title)
+        open_page(driver, f"{base}/jobs/{best}")
+        assert not console_errors(driver)
+        charted = {str(h.text) for h in driver.find_elements(By.CSS_SELECTOR, ".charts h3")}
+        assert {"eval/score", "train/loss"} <= charted, charted
+        assert driver.find_elements(By.CSS_SELECTOR, ".charts svg polyline")
+        assert "squall-metric step=100" in str(driver.find_element(By.ID, "logs").text)
+        screenshot(driver, "trial")
         # and the sweeps list shows it among the succeeded ones
         assert SWEEP_ID in open_page(driver, f"{base}/sweeps?state=SUCCEEDED")
         assert not console_errors(driver)
