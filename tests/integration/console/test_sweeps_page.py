@@ -253,3 +253,16 @@ def test_an_active_sweeps_trials_are_counted_within_the_requests_reads(
     monkeypatch.setattr(sweeps, "TRIALS_READ", 2)
     page = console.browser.text("/sweeps")
     assert "3 / 3" not in page and 'title="not counted on this page">?</span> / 3' in page
+
+
+def test_every_state_is_listed_past_the_empty_ones(console: Console) -> None:
+    recorded_sweep(console)
+    store = console.runtime.store
+    running = store.get(SWEEP)
+    ended, event = transition(
+        running, to=JobStatus.SUCCEEDED, reason="TrialsFinished", at=console.runtime.clock.now()
+    )
+    store.save(ended, event)
+    # RUNNING and QUEUED, read first, hold no sweep (nor any job): the page goes on to SUCCEEDED
+    page = console.browser.text("/sweeps")
+    assert f'href="/sweeps/{SWEEP}"' in page and "SUCCEEDED" in page

@@ -113,10 +113,12 @@ def sweeps_page(
     client = current().client
     sweeps: list[Job] = []
     read = 0
-    while True:
+    # A call that meets a state's end goes on in the next one; an empty state reads nothing.
+    for _ in range(MOST_READ // CHUNK + len(states)):
         chunk = min(CHUNK, MOST_READ - read)
         jobs, following = client.jobs_page(states=states, team=team, after=after, size=chunk, most_read=chunk)
-        read += chunk
+        # without a team every job read is kept; with one, the filter may have read a whole chunk
+        read += len(jobs) if team is None else chunk
         found = [job for job in jobs if job.is_sweep]
         wanted = size - len(sweeps)
         if len(found) > wanted:
@@ -128,7 +130,8 @@ def sweeps_page(
         sweeps += found
         after = following
         if after is None or len(sweeps) >= size or read >= MOST_READ:
-            return sweeps, after
+            break
+    return sweeps, after
 
 
 @blueprint.get("/<sweep_id>")
