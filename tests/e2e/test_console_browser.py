@@ -187,6 +187,7 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
         assert "vision" in queue and "research" in queue
         for job_id in BURSTS:
             assert job_id in texts["jobs"], job_id
+        assert SWEEP_ID in texts["sweeps"]
         assert f"Job {FOLLOWED}" in texts["job"] and "QUEUED" in texts["job"]
 
         # another site, open in the same browser, tries to cancel a queued job and to read a page
@@ -258,9 +259,10 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
         assert driver.find_elements(By.CSS_SELECTOR, ".charts svg polyline")
         assert "squall-metric step=100" in str(driver.find_element(By.ID, "logs").text)
         screenshot(driver, "trial")
-        # and the sweeps list shows it among the succeeded ones
-        assert SWEEP_ID in open_page(driver, f"{base}/sweeps?state=SUCCEEDED")
-        assert not console_errors(driver)
+        # and the sweeps list shows it, as every sweep, and among the succeeded ones
+        for listed in (f"{base}/sweeps", f"{base}/sweeps?state=SUCCEEDED"):
+            assert SWEEP_ID in open_page(driver, listed), listed
+            assert not console_errors(driver)
 
     # without the token: the refusal page (a fresh browser, no cookie)
     with ConsoleProcess(local.state_dir) as console, chromium() as driver:
