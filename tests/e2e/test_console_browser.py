@@ -2,12 +2,16 @@
 
 A user's session: `squall local up` (a GPU group of one 4-GPU node, a CPU group), four 4-GPU
 jobs of two teams that hold their node until the test lets them go (so three queue behind the
-first), a random sweep of three trials whose processes print squall-metric lines, and
-`squall console --local --allow-actions` opened at the URL it printed. Each page loads with no
-error in the browser's console (a Content-Security-Policy violation is one) and shows the
-scenario; a job is followed on its page to SUCCEEDED; the sweep page draws its chart; a page
-of another origin can neither cancel a job through the console nor read a page of it; and the
-console without its token shows the refusal page. Every page is saved to out/console/<page>.png.
+first), a random sweep of three trials whose processes print squall-metric lines, the
+quickstart's trainer run for a few steps (its SavedModel exported), and `squall console
+--local --allow-actions` opened at the URL it printed. Each page loads with no error in the
+browser's console (a Content-Security-Policy violation is one) and shows the scenario; a page
+of another origin can neither cancel a job through the console nor read a page of it, while
+the console's own confirmation page cancels one; a job is followed on its page to SUCCEEDED;
+the sweep page draws a mark per trial and a trial's page charts its metrics; the trained
+model is served through the console and answers a predict request sent from its page; and
+the console without its token shows the refusal page. Every page is saved to
+out/console/<page>.png.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 import boto3
 import pytest
+import yaml
 
 from squall.cli import main
 from squall.cli.client import Client
@@ -34,7 +39,7 @@ from tests.e2e.console_browser import (
     screenshot,
     wait_for,
 )
-from tests.e2e.test_local_up import Local, free_port, parse_exports
+from tests.e2e.test_local_up import ROOT, Local, free_port, parse_exports
 
 pytestmark = [
     pytest.mark.timeout(420),
@@ -90,6 +95,11 @@ SWEEP = {
         "objective": {"metric": "eval/score", "goal": "maximize"},
     },
 }
+# A model trained for real (the quickstart's example as one replica, a few steps), then served.
+SERVED = "served-gan"
+EXAMPLE = ROOT / "examples" / "local-distributed.yaml"
+CODE = ROOT / "worker_images" / "tf_trainer"
+LATENT_DIM = 8  # the example's --latent-dim: what the served model takes
 PAGES = ("queue", "jobs", "job", "sweeps", "sweep", "capacity", "costs", "services")
 NAVIGATION = ("Queue", "Jobs", "Sweeps", "Capacity", "Costs", "Model services")
 
@@ -126,6 +136,19 @@ def local(
         control.down(state_dir=state.state_dir, timeout=20)
 
 
+def trainer(path: Path) -> Path:
+    """The quickstart's example with one replica and the fewest steps (as tests/e2e/test_serve_predict.py)."""
+    body = yaml.safe_load(EXAMPLE.read_text())
+    args = list(body["args"])
+    for flag, value in (("--steps", 4), ("--checkpoint-every", 2), ("--log-every", 2), ("--image-every", 4)):
+        args[args.index(flag) + 1] = str(value)
+    args[args.index("--eval-samples") + 1] = "16"
+    assert args[args.index("--latent-dim") + 1] == str(LATENT_DIM)
+    body = {key: value for key, value in body.items() if key != "replicas"}
+    path.write_text(yaml.safe_dump(body | {"id": SERVED, "args": args, "retries": 0}))
+    return path
+
+
 def status_of(sdk: Client, job_id: str) -> JobStatus | None:
     """The job's state, or None before its record is written (a submission goes through the queue)."""
     job = sdk.find(job_id)
@@ -147,6 +170,7 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
     for job_id, team in BURSTS.items():
         assert sdk.submit(burst(job_id, team, release)) == job_id
     assert sdk.submit(SWEEP) == SWEEP_ID
+    assert main(["submit", str(trainer(tmp_path / "trainer.yaml")), "--code", str(CODE)]) == 0
     # the first burst holds the only GPU node; the others wait in the queue
     assert wait_for(lambda: status_of(sdk, "burst-1") is JobStatus.RUNNING, seconds=120)
     assert {status_of(sdk, j) for j in BURSTS if j != "burst-1"} == {JobStatus.QUEUED}
@@ -263,6 +287,34 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
         for listed in (f"{base}/sweeps", f"{base}/sweeps?state=SUCCEEDED"):
             assert SWEEP_ID in open_page(driver, listed), listed
             assert not console_errors(driver)
+
+        # the trained model: served through the console's confirmation, then asked for a prediction
+        assert wait_for(lambda: status_of(sdk, SERVED) is JobStatus.SUCCEEDED, seconds=300), status_of(
+            sdk, SERVED
+        )
+        open_page(driver, f"{base}/services/serve?job={SERVED}")
+        assert not console_errors(driver)
+        screenshot(driver, "serve-confirm")
+        driver.find_element(By.CSS_SELECTOR, "form.service-serve button[type=submit]").click()
+
+        def serving() -> bool:
+            text = open_page(driver, f"{base}/services/{SERVED}")
+            return "SERVING" in text and "no endpoints yet" not in text
+
+        assert wait_for(serving, seconds=300, every=2.0)
+        assert not console_errors(driver)
+        box = driver.find_element(By.ID, "instances")
+        box.clear()
+        box.send_keys(json.dumps([[0.1] * LATENT_DIM, [-0.2] * LATENT_DIM]))
+        driver.find_element(By.CSS_SELECTOR, "form.service-predict button[type=submit]").click()
+        answer = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "pre.service-answer"), seconds=60)
+        assert answer and "predictions" in answer[0].text, driver.find_element(By.TAG_NAME, "body").text
+        assert not console_errors(driver)
+        screenshot(driver, "service")
+        listed = open_page(driver, urls["services"])
+        assert SERVED in listed and "SERVING" in listed
+        assert not console_errors(driver)
+        screenshot(driver, "services-serving")
 
     # without the token: the refusal page (a fresh browser, no cookie)
     with ConsoleProcess(local.state_dir) as console, chromium() as driver:
