@@ -173,7 +173,9 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
     assert main(["submit", str(trainer(tmp_path / "trainer.yaml")), "--code", str(CODE)]) == 0
     # the first burst holds the only GPU node; the others wait in the queue
     assert wait_for(lambda: status_of(sdk, "burst-1") is JobStatus.RUNNING, seconds=120)
-    assert {status_of(sdk, j) for j in BURSTS if j != "burst-1"} == {JobStatus.QUEUED}
+    assert wait_for(
+        lambda: {status_of(sdk, j) for j in BURSTS if j != "burst-1"} == {JobStatus.QUEUED}, seconds=60
+    )
 
     with ConsoleProcess(local.state_dir, "--allow-actions") as console, chromium() as driver:
         assert console.mode.startswith("actions allowed")
