@@ -214,6 +214,7 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
         for job_id in BURSTS:
             assert job_id in texts["jobs"], job_id
         assert SWEEP_ID in texts["sweeps"]
+        assert "us-west-2" in texts["capacity"] and "Waiting in the latest check" in texts["capacity"]
         assert f"Job {FOLLOWED}" in texts["job"] and "QUEUED" in texts["job"]
 
         # another site, open in the same browser, tries to cancel a queued job and to read a page
@@ -258,6 +259,16 @@ def test_the_console_in_a_browser_over_a_running_scenario(local: Local, tmp_path
         assert "Completed" in str(driver.find_element(By.TAG_NAME, "body").text)
         screenshot(driver, "job-succeeded")
         assert wait_for(lambda: status_of(sdk, TARGET) is JobStatus.SUCCEEDED, seconds=180)
+        # the ended bursts' money, per team (a job counts in the ledger once it has ended)
+
+        def costs_of_both() -> str:
+            text = open_page(driver, urls["costs"])
+            return text if "vision" in text else ""
+
+        costs = wait_for(costs_of_both, seconds=60)
+        assert "research" in costs and "vision" in costs and "total" in costs, costs
+        assert not console_errors(driver)
+        screenshot(driver, "costs-done")
 
         # the sweep's trials report their scores: its page draws a mark for each
         def marks() -> list[Any]:
