@@ -62,9 +62,9 @@ class Slot:
     frees: list[Vector]
     up_at: float = 0.0  # when it is up: 0 for a node up now
     size: Vector = (0, 0, 0, 0)  # the most it ever has free (its allocatable): a pod larger never fits
-    # What placement reads of it (size, taints, the labels pods look at): slots of one kind
-    # fit the same pods. None: its own kind.
-    kind: tuple[object, ...] | None = None
+    # What placement reads of it (size, taints, the labels pods look at), numbered: slots of
+    # one kind fit the same pods. None: its own kind.
+    kind: int | None = None
 
     @classmethod
     def up(
@@ -282,16 +282,18 @@ class Timeline:
         slots = self._fitting.get(key)
         if slots is None:
             request = shape.request
-            kinds: dict[object, bool] = {}
+            kinds: dict[int, bool] = {}
             slots = []
             for s in self._sites[site].slots:
-                kind = s.kind if s.kind is not None else id(s)
-                fits = kinds.get(kind)
+                kind = s.kind
+                fits = kinds.get(kind) if kind is not None else None
                 if fits is None:
-                    fits = kinds[kind] = (
+                    fits = (
                         all(need <= most for need, most in zip(request, s.size, strict=True))
                         and shape.placement_mismatch(s.labels, s.taints) is None
                     )
+                    if kind is not None:
+                        kinds[kind] = fits
                 if fits:
                     slots.append(s)
             self._fitting[key] = slots
@@ -572,6 +574,7 @@ class _Useful:
             keys |= shape.label_keys()
         self._keys = sorted(keys)
         self._known: dict[tuple[object, ...], bool] = {}
+        self._numbers: dict[tuple[object, ...], int] = {}
 
     def kind(self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> tuple[object, ...]:
         """What placement reads of a node: nodes of one kind fit the same shapes."""
@@ -593,6 +596,15 @@ class _Useful:
             )
         return answer, kind
 
+    def number(self, kind: tuple[object, ...] | None) -> int | None:
+        """The kind's number (a slot compares and hashes it at each search): None for None."""
+        if kind is None:
+            return None
+        found = self._numbers.get(kind)
+        if found is None:
+            found = self._numbers[kind] = len(self._numbers)
+        return found
+
 
 def timelines_of(
     *,
@@ -612,11 +624,7 @@ def timelines_of(
     on them), and with `shapes` (the queue's), so are nodes and groups none of them could
     ever fit: they would only cost each search a look. The fleet is read once for all.
     """
-    kinds: list[
-        tuple[
-            str, str, Mapping[str, str], tuple[Taint, ...], Vector, float, Vector, tuple[object, ...] | None
-        ]
-    ] = []
+    kinds: list[tuple[str, str, Mapping[str, str], tuple[Taint, ...], Vector, float, Vector, int | None]] = []
     preference: dict[str, int] = {}
     useful = _Useful(shapes)
     up_now: set[str] = set()
@@ -628,7 +636,9 @@ def timelines_of(
         fits, kind = useful(size, node.labels, up.taints)
         if not fits:
             continue
-        kinds.append((node.name, up.view.region, node.labels, up.taints, up.free, 0.0, size, kind))
+        kinds.append(
+            (node.name, up.view.region, node.labels, up.taints, up.free, 0.0, size, useful.number(kind))
+        )
         up_now.add(node.name)
     for view in inventory.groups.values():
         group = view.group
@@ -640,6 +650,7 @@ def timelines_of(
         fits, kind = useful(free, labels, taints)
         if not fits:
             continue
+        number = useful.number(kind)
         boot = group.boot_time.total_seconds()
         coming = [
             max(0.0, (i.instance.launch_time - now).total_seconds() + boot)
@@ -647,8 +658,8 @@ def timelines_of(
             if i.status is InstanceStatus.BOOTING
         ]
         coming += [boot] * max(0, group.max_size - view.size)
-        for number, at in enumerate(sorted(coming)[:MAX_NODES_TO_COME]):
-            kinds.append((f"{group.name}#{number}", where, labels, taints, free, at, free, kind))
+        for count, at in enumerate(sorted(coming)[:MAX_NODES_TO_COME]):
+            kinds.append((f"{group.name}#{count}", where, labels, taints, free, at, free, number))
     for kind in kinds:
         preference.setdefault(kind[1], 1 << 30)
     order = sites_in_order(preference)
