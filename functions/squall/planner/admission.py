@@ -113,7 +113,7 @@ class _Gathered:
     incomplete: set[str]
     by_id: dict[str, _Prepared]  # the queued jobs
     key_counts: Counter[tuple[tuple[int, int], ...]]
-    shape_counts: Counter[PodShape]
+    shape_counts: Counter[PodShape]  # queued pods of each shape
     bands: dict[int, dict[str, list[QueuedJob]]]  # priority -> team -> its jobs in order
     totals: dict[str, tuple[int, int]]  # team -> (queued jobs, their GPUs)
     # What a check reads of the admitted jobs, kept with `admitted` (so a check costs
@@ -179,7 +179,8 @@ class _Gathered:
         job = prepared.job
         self.by_id[job.job_id] = prepared
         self.key_counts[prepared.key] += 1
-        self.shape_counts.update(prepared.by_shape.keys())
+        for shape, pods in prepared.by_shape.items():
+            self.shape_counts[shape] += len(pods)
         count, gpus = self.totals.get(job.team, (0, 0))
         self.totals[job.team] = (count + 1, gpus + job.gpus)
         in_order = self.bands.setdefault(job.priority, {}).setdefault(job.team, [])
@@ -189,8 +190,8 @@ class _Gathered:
         prepared = self.by_id.pop(job_id)
         job = prepared.job
         _decrement(self.key_counts, prepared.key)
-        for shape in prepared.by_shape:
-            _decrement(self.shape_counts, shape)
+        for shape, pods in prepared.by_shape.items():
+            _decrement(self.shape_counts, shape, len(pods))
         count, gpus = self.totals[job.team]
         if count == 1:
             del self.totals[job.team]
@@ -212,11 +213,11 @@ class _Gathered:
 _K = TypeVar("_K")
 
 
-def _decrement(counts: Counter[_K], key: _K) -> None:
-    if counts[key] <= 1:
+def _decrement(counts: Counter[_K], key: _K, by: int = 1) -> None:
+    if counts[key] <= by:
         del counts[key]
     else:
-        counts[key] -= 1
+        counts[key] -= by
 
 
 @dataclass(frozen=True, slots=True)
@@ -542,6 +543,7 @@ def admit(
                 now=now,
                 run_ratios=run_ratios or {},
                 shapes=shapes_used,
+                queued_pods=gathered.shape_counts,
             )
             first_miss = False
             booked = timing.book(job, by_shape)

@@ -60,10 +60,12 @@ class Timing:
         now: datetime,
         run_ratios: Mapping[str, float],
         shapes: Iterable[PodShape],
+        queued_pods: Mapping[PodShape, int],
     ) -> Timing:
         """The profiles as admission found the fleet: running jobs end by their declared (or
         likely) run time from their start, and admitted jobs whose pods are not bound yet,
-        and those admitted so far in this check, run from now."""
+        and those admitted so far in this check, run from now. `queued_pods`: the queue's
+        pods of each shape, the most that bookings will place on nodes to come."""
         declared_ends: dict[str, float | None] = {}
         likely_ends: dict[str, float | None] = {}
         regions: dict[str, str] = {}
@@ -80,7 +82,12 @@ class Timing:
             declared_ends[job_id] = (began + limit - now).total_seconds()
             likely_ends[job_id] = (began + limit * ratio - now).total_seconds()
         declared, likely = timelines_of(
-            inventory=inventory, pods=pods, now=now, ends=[declared_ends, likely_ends], shapes=shapes
+            inventory=inventory,
+            pods=pods,
+            now=now,
+            ends=[declared_ends, likely_ends],
+            shapes=shapes,
+            to_place=queued_pods,
         )
         timing = cls(
             declared=declared,

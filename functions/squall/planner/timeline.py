@@ -606,6 +606,18 @@ class _Useful:
         return found
 
 
+def _pods_fitting(
+    to_place: Mapping[PodShape, int], size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]
+) -> int:
+    """How many of the pods could each go on an empty node of this size, labels and taints."""
+    return sum(
+        count
+        for shape, count in to_place.items()
+        if all(need <= most for need, most in zip(shape.request, size, strict=True))
+        and shape.placement_mismatch(labels, taints) is None
+    )
+
+
 def timelines_of(
     *,
     inventory: Inventory,
@@ -613,6 +625,7 @@ def timelines_of(
     now: datetime,
     ends: Sequence[Mapping[str, float | None]],
     shapes: Iterable[PodShape] | None = None,
+    to_place: Mapping[PodShape, int] | None = None,
 ) -> list[Timeline]:
     """Profiles of the fleet as it stands, one for each of `ends`: nodes up, with their running
     pods' room coming back at their jobs' ends (job id -> seconds from now; None or absent:
@@ -622,7 +635,10 @@ def timelines_of(
     group's boot time, at least now), and the nodes it may still add up to its max size,
     up after its boot time from now. Cordoned nodes are left out (admission does not place
     on them), and with `shapes` (the queue's), so are nodes and groups none of them could
-    ever fit: they would only cost each search a look. The fleet is read once for all.
+    ever fit: they would only cost each search a look. With `to_place` (the pods of each
+    shape that bookings may place), a group's nodes to come are at most the pods that fit
+    them: a booking takes a group's earliest nodes first, so one more would never be used.
+    The fleet is read once for all.
     """
     kinds: list[tuple[str, str, Mapping[str, str], tuple[Taint, ...], Vector, float, Vector, int | None]] = []
     preference: dict[str, int] = {}
@@ -658,7 +674,12 @@ def timelines_of(
             if i.status is InstanceStatus.BOOTING
         ]
         coming += [boot] * max(0, group.max_size - view.size)
-        for count, at in enumerate(sorted(coming)[:MAX_NODES_TO_COME]):
+        most = (
+            MAX_NODES_TO_COME
+            if to_place is None
+            else min(MAX_NODES_TO_COME, _pods_fitting(to_place, free, labels, taints))
+        )
+        for count, at in enumerate(sorted(coming)[:most]):
             kinds.append((f"{group.name}#{count}", where, labels, taints, free, at, free, number))
     for kind in kinds:
         preference.setdefault(kind[1], 1 << 30)
@@ -672,17 +693,24 @@ def timelines_of(
             on[key] = on.get(key, 0) + 1
     timelines = []
     for job_ends in ends:
-        slots = [
-            Slot(name, where, labels, taints, [at], [free], at, size, kind)  # Slot's fields in order
-            for name, where, labels, taints, free, at, size, kind in kinds
-        ]
-        by_name = {slot.name: slot for slot in slots if slot.up_at == 0.0 and slot.name in up_now}
-        timeline = Timeline(slots, site_order=order)
+        # Node up now -> (time -> the room its running pods give back then).
+        freed: dict[str, dict[float, Vector]] = {}
         for job_id, on in held.items():
             at = seconds_until(job_ends.get(job_id or ""))
             if at == math.inf:
                 continue
             for (name, request), count in on.items():
-                timeline.release(by_name[name], request, count, at)
-        timelines.append(timeline)
+                steps = freed.setdefault(name, {})
+                steps[at] = _plus(steps.get(at, _ZERO), request, count)
+        slots = []
+        for name, where, on_labels, on_taints, free, at, size, number in kinds:
+            times, frees = [at], [free]
+            given_back = freed.get(name) if name in up_now else None
+            if given_back:  # the room comes back in steps, all after now (seconds_until)
+                for t in sorted(given_back):
+                    times.append(t)
+                    frees.append(_plus(frees[-1], given_back[t]))
+            # Slot's fields in order
+            slots.append(Slot(name, where, on_labels, on_taints, times, frees, at, size, number))
+        timelines.append(Timeline(slots, site_order=order))
     return timelines

@@ -207,3 +207,51 @@ def test_past_the_booked_part_of_the_line_no_job_passes_one_that_cannot_start(mo
     # (with the gang out of the way, the short job behind the booked head runs now)
     queue = jobs_of("head", replicas=2, minute=0) + jobs_of("short", runtime="30m", minute=2)
     assert [a.job_id for a in admit_on(groups, busy + queue, [bound]).admitted] == ["short"]
+
+
+def test_a_group_adds_no_more_nodes_to_come_than_the_queued_pods_that_fit_them() -> None:
+    from squall.planner.demand import shape_of
+    from squall.planner.inventory import build_inventory
+
+    # given: an empty group that may grow to 40 nodes, and a queue of three 8-GPU pods
+    fleet = p4d(nodes=0, max_size=40)
+    inventory = build_inventory(nodes=[], pods=[], groups=[fleet], policy=POLICY, now=NOW)
+    shape = shape_of(pod("g", gpu=8), {})
+    half = shape_of(pod("h", gpu=4), {})
+    cpu_only = shape_of(pod("c", gpu=0), {})  # no GPU: it does not tolerate the GPU nodes' taint
+    capped, whole = (
+        timelines_of(inventory=inventory, pods=[], now=NOW, ends=[{}], to_place=to_place)[0]
+        for to_place in ({shape: 3}, None)
+    )
+    assert sum(len(site.slots) for site in capped._sites.values()) == 3
+    assert sum(len(site.slots) for site in whole._sites.values()) == 40
+    # the same start for what the queue holds, and a larger gang finds no room, as it could never be placed
+    ahead = whole.schedule([(shape, 3)], 3600.0, book=False)
+    assert ahead is not None and capped.schedule([(shape, 3)], 3600.0, book=False) == ahead
+    assert capped.schedule([(shape, 4)], 3600.0) is None
+    # pods of every shape that fits the group's nodes count, and only they
+    [both] = timelines_of(
+        inventory=inventory, pods=[], now=NOW, ends=[{}], to_place={shape: 3, half: 2, cpu_only: 7}
+    )
+    assert sum(len(site.slots) for site in both._sites.values()) == 5
+
+
+def test_running_pods_give_their_room_back_in_steps_at_their_jobs_ends() -> None:
+    fleet = p4d(nodes=1)
+    [node] = [node_of(fleet, i.instance_id) for i in fleet.instances]
+    from squall.planner.inventory import build_inventory
+
+    pods = [
+        dataclasses.replace(pod(f"{job}-{i}", gpu=2, job=job, node=node.name), namespace="x")
+        for job in ("a", "b")
+        for i in range(2)
+    ]
+    inventory = build_inventory(nodes=[node], pods=pods, groups=[fleet], policy=POLICY, now=NOW)
+    declared, likely = timelines_of(
+        inventory=inventory, pods=pods, now=NOW, ends=[{"a": 600.0, "b": 1200.0}, {"a": 300.0, "b": 300.0}]
+    )
+    [slot] = [s for site in declared._sites.values() for s in site.slots if s.up_at == 0.0]
+    assert slot.times == [0.0, 600.0, 1200.0]
+    assert [free[2] for free in slot.frees] == [0, 4, 8]
+    [slot] = [s for site in likely._sites.values() for s in site.slots if s.up_at == 0.0]
+    assert slot.times == [0.0, 300.0] and [free[2] for free in slot.frees] == [0, 8]
