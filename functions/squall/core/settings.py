@@ -132,6 +132,7 @@ class PolicySettings(BaseModel):
     scale_check_debounce: timedelta = _DEFAULTS["scale_check_debounce"]
     max_runtime_limit: timedelta = _DEFAULTS["max_runtime_limit"]
     backfill: bool = _DEFAULTS["backfill"]
+    aged_after: timedelta = _DEFAULTS["aged_after"]
     preemption: PreemptionSettings = Field(default_factory=PreemptionSettings)
 
     @model_validator(mode="before")

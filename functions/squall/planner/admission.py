@@ -439,7 +439,11 @@ def admit(
     pricing = Pricing(groups)
     spending: dict[str, float] = {}  # team -> spent, with the worst case of what this check admitted
     held_by_budget: dict[str, int] = {}
-    for job, held in in_admission_order((), in_use=in_use, teams=teams, bands=gathered.bands):
+    # Backfill's guard against starvation: a job waiting longer than this goes ahead of the fair share.
+    aged_before = now - policy.aged_after if policy.backfill else None
+    for job, held in in_admission_order(
+        (), in_use=in_use, teams=teams, bands=gathered.bands, aged_before=aged_before
+    ):
         exhausted = len(failed) == len(every_key) if timing is None else timing.exhausted
         if exhausted and len(waiting) >= MAX_LISTED and budget.spent:
             break  # no job further on can be admitted, reserve or be bought for: counted below

@@ -172,8 +172,9 @@ POLICY_FIELDS = (
     # The longest maxRuntime a job spec may ask for (operator policy).
     PolicyField("maxRuntimeLimit", "max_runtime_limit", timedelta(days=30), True),
     # Admission lets a job use room reserved for the head of the queue when its maxRuntime ends
-    # before the head could start; false: today's rule, nothing passes a reservation.
+    # before the head could start; false: today's rule. agedAfter: planner/queue_order.py.
     PolicyField("backfill", "backfill", True, False),
+    PolicyField("agedAfter", "aged_after", _PLANNER.aged_after, True),
 )
 # Preemption (`preemption: {enabled, minPriorityGap, graceSeconds}`): an object of its own.
 PREEMPTION = "preemption"

@@ -310,12 +310,15 @@ class Policy:
     # Admission lets a job use room kept for one ahead of it when its declared maxRuntime
     # ends before that one's estimated start (planner/timeline.py); False: today's reservations only.
     backfill: bool = True
+    # With backfill, a job that has waited longer than this goes ahead of the fair share in
+    # its priority band, oldest first: backfill's guard against starving a busy team.
+    aged_after: timedelta = timedelta(days=4)
     # Failures older than this no longer back a group off, and a group that has
     # not failed for this long starts again from the base backoff.
     failure_window: timedelta = timedelta(hours=1)
 
     def __post_init__(self) -> None:
-        for name in ("provision_timeout", "backoff_base", "backoff_max", "failure_window"):
+        for name in ("provision_timeout", "backoff_base", "backoff_max", "failure_window", "aged_after"):
             if getattr(self, name) <= timedelta(0):
                 raise ValueError(f"policy {name} must be positive")
         for name in ("idle_threshold", "boot_grace"):

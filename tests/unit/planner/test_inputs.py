@@ -138,7 +138,7 @@ def test_policy_problems_are_named_by_field_all_at_once() -> None:
         "policy.maxScaleDownFraction: expected a number greater than 0 and at most 1, got 0",
         "policy.colour: unknown field (allowed: provisionTimeout, idleThreshold, bootGrace, "
         "maxScaleDownFraction, backoffBase, backoffMax, failureWindow, drainDeadline, drainStepDelay, "
-        "jobTtlAfterFinished, scaleCheckDebounce, maxRuntimeLimit, backfill, preemption)",
+        "jobTtlAfterFinished, scaleCheckDebounce, maxRuntimeLimit, backfill, agedAfter, preemption)",
     ]
     with pytest.raises(InputError, match=r"policy\.backoffMax: must be at least backoffBase"):
         read_policy({"backoffBase": "PT10M", "backoffMax": "PT5M"})

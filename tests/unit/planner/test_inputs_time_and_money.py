@@ -99,6 +99,7 @@ def test_budgets_reach_the_functions_settings_from_the_file(
 def test_backfill_is_on_and_preemption_off_unless_the_policy_says_otherwise() -> None:
     policy = PolicySettings()
     assert policy.backfill is True and policy.planner_policy().backfill is True
+    assert policy.aged_after == policy.planner_policy().aged_after == timedelta(days=4)
     assert policy.preemption == PreemptionSettings(
         enabled=False, min_priority_gap=30, grace=timedelta(seconds=120)
     )
@@ -106,9 +107,14 @@ def test_backfill_is_on_and_preemption_off_unless_the_policy_says_otherwise() ->
 
 def test_the_policy_turns_backfill_off_and_preemption_on_as_cdk_json_writes_them() -> None:
     policy = PolicySettings.model_validate(
-        {"backfill": False, "preemption": {"enabled": True, "minPriorityGap": 50, "graceSeconds": 300}}
+        {
+            "backfill": False,
+            "agedAfter": "P2D",
+            "preemption": {"enabled": True, "minPriorityGap": 50, "graceSeconds": 300},
+        }
     )
     assert policy.planner_policy().backfill is False
+    assert policy.planner_policy().aged_after == timedelta(days=2)
     assert policy.preemption == PreemptionSettings(
         enabled=True, min_priority_gap=50, grace=timedelta(minutes=5)
     )
@@ -129,10 +135,12 @@ def test_backfill_and_preemption_problems_are_named_by_field() -> None:
         read_policy,
         {
             "backfill": "no",
+            "agedAfter": 0,
             "preemption": {"enabled": 1, "minPriorityGap": 101, "graceSeconds": 3601, "victims": 2},
         },
     ) == [
         "policy.backfill: expected true or false, got 'no'",
+        "policy.agedAfter: must be positive, got 0",
         "policy.preemption.enabled: expected true or false, got 1",
         "policy.preemption.minPriorityGap: expected a whole number from 1 to 100, got 101",
         "policy.preemption.graceSeconds: expected a number of seconds from 0 to 3600, got 3601",
