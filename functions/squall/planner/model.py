@@ -312,7 +312,7 @@ class Policy:
     backfill: bool = True
     # With backfill, a job that has waited longer than this goes ahead of the fair share in
     # its priority band, oldest first: backfill's guard against starving a busy team.
-    aged_after: timedelta = timedelta(days=4)
+    aged_after: timedelta = timedelta(days=5)
     # Failures older than this no longer back a group off, and a group that has
     # not failed for this long starts again from the base backoff.
     failure_window: timedelta = timedelta(hours=1)

@@ -99,7 +99,7 @@ def test_budgets_reach_the_functions_settings_from_the_file(
 def test_backfill_is_on_and_preemption_off_unless_the_policy_says_otherwise() -> None:
     policy = PolicySettings()
     assert policy.backfill is True and policy.planner_policy().backfill is True
-    assert policy.aged_after == policy.planner_policy().aged_after == timedelta(days=4)
+    assert policy.aged_after == policy.planner_policy().aged_after == timedelta(days=5)
     assert policy.preemption == PreemptionSettings(
         enabled=False, min_priority_gap=30, grace=timedelta(seconds=120)
     )

@@ -45,17 +45,17 @@ def test_jobs_waiting_past_the_limit_go_ahead_of_the_fair_share_oldest_first() -
     ]
     # fair share alone: the team using least first, the busiest team's old jobs last
     assert order(jobs) == ["c1", "b1", "b2", "a1", "a2"]
-    # aged: those older than four days first, the oldest first, then the fair share
-    assert order(jobs, aged_before=NOW - 4 * DAY) == ["a1", "b1", "a2", "c1", "b2"]
+    # aged: those older than five days first, the oldest first, then the fair share
+    assert order(jobs, aged_before=NOW - 5 * DAY) == ["a1", "b1", "a2", "c1", "b2"]
 
 
 def test_a_busy_teams_old_job_is_admitted_before_a_new_job_of_an_idle_team() -> None:
-    # research runs a job on one of two nodes; its job queued five days ago and vision's
+    # research runs a job on one of two nodes; its job queued six days ago and vision's
     # queued half an hour ago both want the other node
     running = job_objects("r-run", team="research")
     for obj in running:
         obj.update(_patched(obj, "us-west-2"))
-    old = job_objects("r-old", team="research", minute=-5 * 24 * 60)
+    old = job_objects("r-old", team="research", minute=-6 * 24 * 60)
     new = job_objects("v-new", team="vision", minute=30)
     groups = [p4d(nodes=2, max_size=2)]
     result = run(running + old + new, groups=groups)
@@ -63,6 +63,6 @@ def test_a_busy_teams_old_job_is_admitted_before_a_new_job_of_an_idle_team() -> 
     # without backfill, today's rule: the fair share alone
     result = run(running + old + new, groups=groups, policy=dataclasses.replace(POLICY, backfill=False))
     assert admitted(result) == {"v-new": "us-west-2"}
-    # nor before the limit: four days is the default
-    younger = job_objects("r-old", team="research", minute=-3 * 24 * 60)
+    # nor before the limit: five days is the default
+    younger = job_objects("r-old", team="research", minute=-4 * 24 * 60)
     assert admitted(run(running + younger + new, groups=groups)) == {"v-new": "us-west-2"}
