@@ -1,9 +1,10 @@
-"""scenarios/backfill.yaml and scenarios/budgets.yaml end to end, on the memory backend.
+"""scenarios/backfill.yaml, budgets.yaml and aging.yaml end to end, on the memory backend.
 
 The real functions on the simulated cluster and fleet, as `squall local run --scenario` runs
 them: a short job backfills before a reserved gang without delaying it (the gang starts by
 its first startsBy, the estimate made when it was queued), a long one waits; a team stops
-at its monthly budget while another team runs.
+at its monthly budget while another team runs; a busy team's job that has waited past
+`agedAfter` goes ahead of the fair share.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,20 @@ def test_a_team_stops_at_its_budget_while_another_team_runs(scenario: Callable[[
     # what vision spent is what its first job cost: half an hour of a $32 node
     cost = jobs["vision-1"].cost
     assert cost is not None and 14 <= cost <= 18
+
+
+def test_a_busy_teams_job_that_waited_past_aged_after_goes_ahead_of_the_fair_share(
+    scenario: Callable[[str], Outcome],
+) -> None:
+    outcome = scenario("aging")
+    assert outcome.result.summary["functionErrors"] == {}
+    jobs = outcome.jobs
+    assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
+    old, research_run, research_next = (jobs[j] for j in ("vision-old", "research-run", "research-next"))
+    assert old.started_at and research_run.finished_at and research_next.started_at
+    # both waited when research's run freed its node (vision held 8 GPUs, research none):
+    # the fair share alone would have started research's; vision's, waiting for six days, went first
+    assert research_next.submitted_at < research_run.finished_at
+    assert old.started_at < research_next.started_at
+    assert old.started_at - old.submitted_at > timedelta(days=5)
+    assert research_next.started_at - old.started_at >= timedelta(hours=12)
