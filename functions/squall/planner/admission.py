@@ -439,8 +439,7 @@ def admit(
     pricing = Pricing(groups)
     spending: dict[str, float] = {}  # team -> spent, with the worst case of what this check admitted
     held_by_budget: dict[str, int] = {}
-    # Backfill's guard against starvation: a job waiting longer than this goes ahead of the fair share.
-    aged_before = now - policy.aged_after if policy.backfill else None
+    aged_before = _aged_before(now, policy)
     for job, held in in_admission_order(
         (), in_use=in_use, teams=teams, bands=gathered.bands, aged_before=aged_before
     ):
@@ -610,6 +609,16 @@ def admit(
         queued=queued_by_team,
         held_by_budget=held_by_budget,
     )
+
+
+def _aged_before(now: datetime, policy: Policy) -> datetime | None:
+    """Backfill's guard against starvation: jobs submitted before this go ahead of the fair share."""
+    if not policy.backfill:
+        return None
+    try:
+        return now - policy.aged_after
+    except OverflowError:  # before the first year: no job has waited that long
+        return None
 
 
 def _least_request(shapes: Iterable[PodShape]) -> Vector | None:

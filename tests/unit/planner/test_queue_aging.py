@@ -66,3 +66,14 @@ def test_a_busy_teams_old_job_is_admitted_before_a_new_job_of_an_idle_team() -> 
     # nor before the limit: five days is the default
     younger = job_objects("r-old", team="research", minute=-4 * 24 * 60)
     assert admitted(run(running + younger + new, groups=groups)) == {"v-new": "us-west-2"}
+
+
+def test_a_limit_longer_than_the_calendar_ages_no_job_and_admits_as_the_fair_share() -> None:
+    running = job_objects("r-run", team="research")
+    for obj in running:
+        obj.update(_patched(obj, "us-west-2"))
+    old = job_objects("r-old", team="research", minute=-6 * 24 * 60)
+    new = job_objects("v-new", team="vision", minute=30)
+    policy = dataclasses.replace(POLICY, aged_after=timedelta(days=9_999_999))  # as cdk.json may say
+    result = run(running + old + new, groups=[p4d(nodes=2, max_size=2)], policy=policy)
+    assert admitted(result) == {"v-new": "us-west-2"}
