@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
+from squall.planner.model import Policy
 from squall.planner.queue_order import in_admission_order
 from squall.planner.queue_types import QueuedJob
 
@@ -49,31 +50,27 @@ def test_jobs_waiting_past_the_limit_go_ahead_of_the_fair_share_oldest_first() -
     assert order(jobs, aged_before=NOW - 5 * DAY) == ["a1", "b1", "a2", "c1", "b2"]
 
 
-def test_a_busy_teams_old_job_is_admitted_before_a_new_job_of_an_idle_team() -> None:
-    # research runs a job on one of two nodes; its job queued six days ago and vision's
-    # queued half an hour ago both want the other node
+def first_admitted(*, waited_days: int, policy: Policy = POLICY) -> dict[str, str]:
+    """research runs a job on one of two nodes; its job queued `waited_days` ago and vision's
+    queued half an hour ago both want the other node: which is admitted."""
     running = job_objects("r-run", team="research")
     for obj in running:
         obj.update(_patched(obj, "us-west-2"))
-    old = job_objects("r-old", team="research", minute=-6 * 24 * 60)
+    old = job_objects("r-old", team="research", minute=-waited_days * 24 * 60)
     new = job_objects("v-new", team="vision", minute=30)
-    groups = [p4d(nodes=2, max_size=2)]
-    result = run(running + old + new, groups=groups)
-    assert admitted(result) == {"r-old": "us-west-2"}
+    return admitted(run(running + old + new, groups=[p4d(nodes=2, max_size=2)], policy=policy))
+
+
+def test_a_busy_teams_old_job_is_admitted_before_a_new_job_of_an_idle_team() -> None:
+    assert first_admitted(waited_days=6) == {"r-old": "us-west-2"}
     # without backfill, today's rule: the fair share alone
-    result = run(running + old + new, groups=groups, policy=dataclasses.replace(POLICY, backfill=False))
-    assert admitted(result) == {"v-new": "us-west-2"}
+    assert first_admitted(waited_days=6, policy=dataclasses.replace(POLICY, backfill=False)) == {
+        "v-new": "us-west-2"
+    }
     # nor before the limit: five days is the default
-    younger = job_objects("r-old", team="research", minute=-4 * 24 * 60)
-    assert admitted(run(running + younger + new, groups=groups)) == {"v-new": "us-west-2"}
+    assert first_admitted(waited_days=4) == {"v-new": "us-west-2"}
 
 
 def test_a_limit_longer_than_the_calendar_ages_no_job_and_admits_as_the_fair_share() -> None:
-    running = job_objects("r-run", team="research")
-    for obj in running:
-        obj.update(_patched(obj, "us-west-2"))
-    old = job_objects("r-old", team="research", minute=-6 * 24 * 60)
-    new = job_objects("v-new", team="vision", minute=30)
     policy = dataclasses.replace(POLICY, aged_after=timedelta(days=9_999_999))  # as cdk.json may say
-    result = run(running + old + new, groups=[p4d(nodes=2, max_size=2)], policy=policy)
-    assert admitted(result) == {"v-new": "us-west-2"}
+    assert first_admitted(waited_days=6, policy=policy) == {"v-new": "us-west-2"}
