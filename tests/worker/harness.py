@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,7 @@ class TrainerProcess:
     env: dict[str, str]
     stderr: Path
     name: str = "trainer"
+    program: Sequence[str] = (sys.executable, "-m", "trainer")
     process: subprocess.Popen[str] = field(init=False)
     lines: list[str] = field(default_factory=list)
 
@@ -110,7 +112,7 @@ class TrainerProcess:
         # the test waits on stdout could fill up and stall the trainer.
         with self.stderr.open("w") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "trainer", *self.args],
+                [*self.program, *self.args],
                 env=self.env,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
@@ -130,9 +132,23 @@ class TrainerProcess:
         raise AssertionError(f"{self.name} exited {self.process.returncode} first:\n{self.output()}")
 
     def finish(self, timeout: float) -> int:
-        out, _ = self.process.communicate(timeout=timeout)
-        self.lines.append(out)
-        return self.process.returncode
+        """Wait for the exit and keep the rest of stdout.
+
+        The rest is read through the same file object ``wait_for`` iterated:
+        its read-ahead buffer may already hold lines printed before the exit.
+        ``communicate(timeout=...)`` would read the pipe's descriptor directly
+        and lose them.
+        """
+        assert self.process.stdout is not None
+        stdout = self.process.stdout
+        rest: list[str] = []
+        reader = threading.Thread(target=lambda: rest.append(stdout.read()), daemon=True)
+        reader.start()
+        code = self.process.wait(timeout=timeout)
+        reader.join(timeout=timeout)
+        assert rest, f"{self.name} exited {code} but its stdout stayed open"
+        self.lines.append(rest[0])
+        return code
 
     def terminate(self) -> None:
         self.process.send_signal(signal.SIGTERM)
