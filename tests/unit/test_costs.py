@@ -545,3 +545,10 @@ def test_months_and_durations() -> None:
     assert costs.since_duration(T0, "30d") == T0 - timedelta(days=30)
     with pytest.raises(ValueError, match="such as 30d"):
         costs.since_duration(T0, "30x")
+    # a duration longer than the calendar is all of it; digits that are not ASCII are no number
+    assert costs.since_duration(T0, "99999999999d") == datetime.min.replace(tzinfo=UTC)
+    assert costs.month_key(datetime.min.replace(tzinfo=UTC)) == "0001-01"  # before every month kept
+    assert costs.since_duration(T0, "999999999999w") == datetime.min.replace(tzinfo=UTC)
+    for text in ("\u0663d", "\u00b2d", "1" * 13 + "d", "d"):
+        with pytest.raises(ValueError, match="such as 30d"):
+            costs.since_duration(T0, text)

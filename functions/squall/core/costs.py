@@ -159,7 +159,8 @@ class OverheadCauses:
 
 def month_key(at: datetime) -> str:
     """The UTC calendar month of `at`: "YYYY-MM"."""
-    return at.astimezone(UTC).strftime("%Y-%m")
+    utc = at.astimezone(UTC)
+    return f"{utc.year:04d}-{utc.month:02d}"  # strftime's %Y does not pad years before 1000
 
 
 def month_start(at: datetime) -> datetime:
@@ -714,9 +715,19 @@ def month_to_date_of_running(job: Job, *, run_start: datetime | None, now: datet
 
 
 def since_duration(now: datetime, text: str) -> datetime:
-    """`--since 30d` (or 12h, 2w): the time that long before `now`; ValueError otherwise."""
+    """`--since 30d` (or 12h, 2w): the time that long before `now`; ValueError otherwise.
+
+    A duration reaching back past the calendar's first day is taken from that day: all of it.
+    """
     units = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
     number, unit = text[:-1], text[-1:]
-    if unit not in units or not number.isdigit() or int(number) <= 0:
+    if (
+        unit not in units
+        or not (0 < len(number) <= 12 and number.isascii() and number.isdigit())
+        or int(number) <= 0
+    ):
         raise ValueError(f"expected a duration such as 30d, 12h or 2w, got {text[:20]!r}")
-    return now - int(number) * units[unit]
+    try:
+        return now - int(number) * units[unit]
+    except OverflowError:
+        return datetime.min.replace(tzinfo=now.tzinfo)
