@@ -18,7 +18,10 @@ as Slurm's; docs/design.md says what holds).
 
 Bounded work: the caller schedules at most its first jobs in line, and each search looks
 at no more than MAX_CANDIDATES start times per site (later, the job has no estimate
-and reserves nothing). Times are seconds from now, floats; `math.inf`: never.
+and reserves nothing). Alike nodes in a row (a gang's nodes, a group's nodes to come)
+are one slot until a booking sets some of them apart, so a search counts each kind of
+room once, not once per node, and finds what it would node by node. Times are seconds
+from now, floats; `math.inf`: never.
 """
 
 from __future__ import annotations
@@ -51,7 +54,11 @@ def _plus(a: Vector, b: Vector, times: int = 1) -> Vector:
 class Slot:
     """A node's free room over time: `frees[i]` from `times[i]` until `times[i + 1]` (the last for ever).
 
-    Before `up_at` the node is not up (nothing fits); a node up now is up at 0.
+    Before `up_at` the node is not up (nothing fits); a node up now is up at 0. `nodes`
+    such nodes in a row, alike in every respect but their names (the nodes of one gang, a
+    group's nodes to come), are one slot: `times` and `frees` are each node's. A booking
+    on some of them splits the slot (`Timeline._split`), so that a search looks at each
+    kind of room once, not once per node, and still finds what it would node by node.
     """
 
     name: str
@@ -65,6 +72,7 @@ class Slot:
     # What placement reads of it (size, taints, the labels pods look at), numbered: slots of
     # one kind fit the same pods. None: its own kind.
     kind: int | None = None
+    nodes: int = 1
 
     @classmethod
     def up(
@@ -273,7 +281,8 @@ class Timeline:
         self._not_now: dict[tuple[tuple[int, int], ...], float] = {}
 
     def release(self, slot: Slot, request: Vector, count: int, at: float) -> None:
-        """A running pod's room (`count` x `request`) comes back to its node at `at`."""
+        """A running pod's room (`count` x `request`) comes back to its node at `at` (on each of
+        the slot's nodes)."""
         if at != math.inf:
             self._sites[slot.site].note(slot.change(at, math.inf, request, count), slot)
 
@@ -353,8 +362,66 @@ class Timeline:
     def book(self, booking: Booking) -> None:
         self._scheduled = self._scheduled or booking.start > 0
         site = self._sites[booking.site]
+        start, end = booking.start, booking.end
         for slot, request, count in booking.placed:
-            site.note(slot.change(booking.start, booking.end, request, -count), slot)
+            if slot.nodes == 1:
+                site.note(slot.change(start, end, request, -count), slot)
+                continue
+            # As node by node: the first nodes take as many pods as each holds, the next the rest.
+            each = slot.fits(start, end, request)
+            full, rest = divmod(count, each)
+            after: Slot | None = slot
+            if full:
+                after = self._split(slot, full, booking.site) if full < slot.nodes else None
+                site.note(slot.change(start, end, request, -each), slot)
+            if rest and after is not None:  # there is a node after the full ones: count <= each x nodes
+                if after.nodes > 1:
+                    self._split(after, 1, booking.site)
+                site.note(after.change(start, end, request, -rest), after)
+
+    def _split(self, slot: Slot, nodes: int, site_name: str) -> Slot:
+        """Keep the first `nodes` of the slot's nodes in it; the others become a slot right after it
+        (in every list of slots), returned. Searches count both again (the site's log)."""
+        rest = Slot(
+            f"{slot.name}+{nodes}",
+            slot.site,
+            slot.labels,
+            slot.taints,
+            list(slot.times),
+            list(slot.frees),
+            slot.up_at,
+            slot.size,
+            slot.kind,
+            slot.nodes - nodes,
+        )
+        slot.nodes = nodes
+        site = self._sites[site_name]
+        site.slots.insert(site.slots.index(slot) + 1, rest)
+        for t in rest.times:
+            site.at[t].append(rest)
+        site.log.append(slot)
+        site.log.append(rest)
+        for key, slots in self._fitting.items():
+            if key[1] != site_name:
+                continue
+            places = self._places[key]
+            place = places.get(id(slot))
+            if place is None:
+                continue
+            slots.insert(place + 1, rest)
+            self._places[key] = {id(s): i for i, s in enumerate(slots)}
+            counted = self._counted.get(key)
+            if counted is not None:
+                counted[1].insert(place + 1, 0)  # counted again from the log, as a slot that changed
+            if place < self._full_now.get(key, 0):
+                self._full_now[key] += 1  # part of a slot with no room now has none either
+        return rest
+
+    def _singles(self, site_name: str) -> None:
+        """Every slot of the site one node (a gang of several kinds of pod is placed node by node)."""
+        for slot in list(self._sites[site_name].slots):
+            while slot.nodes > 1:
+                slot = self._split(slot, 1, site_name)
 
     def place_now(self, parts: Sequence[tuple[PodShape, int]], duration: float, site: str) -> Booking | None:
         """Book a gang that runs from now (admitted, its pods not bound yet) wherever it fits in its site."""
@@ -364,6 +431,7 @@ class Timeline:
         if len(ordered) == 1:
             booking = self._fit_now(ordered[0], duration, site)
         else:
+            self._singles(site)
             booking = self._fit_at(ordered, 0.0, duration, site)
         if booking is not None:
             self.book(booking)
@@ -380,14 +448,14 @@ class Timeline:
         placed: list[tuple[Slot, Vector, int]] = []
         for index in range(first, len(slots)):
             slot = slots[index]
-            now = slot.fits(0.0, 0.0, request) if slot.up_at <= 0 else 0
+            now = slot.fits(0.0, 0.0, request) * slot.nodes if slot.up_at <= 0 else 0
             if not now:
                 if index == first:
                     first += 1
                 continue
             # Before any booking a node's room only grows with time (releases): what fits now
             # fits for any run from now.
-            fits = slot.fits(0.0, duration, request) if self._scheduled else now
+            fits = slot.fits(0.0, duration, request) * slot.nodes if self._scheduled else now
             if fits:
                 take = fits if fits < left else left
                 placed.append((slot, request, take))
@@ -414,6 +482,7 @@ class Timeline:
             candidates = [floor, *candidates]
         if len(parts) == 1:
             return self._earliest_one(parts[0], duration, site, candidates[:MAX_CANDIDATES], before=before)
+        self._singles(site)
         for tried, start in enumerate(candidates):
             if start >= before or tried >= MAX_CANDIDATES:
                 return None
@@ -458,13 +527,13 @@ class Timeline:
             if counts:
                 where.changed(window, (start, end), again)
             if not counts or len(again) > len(slots):
-                counts = [slot.fits(start, end, request) for slot in slots]
+                counts = [slot.fits(start, end, request) * slot.nodes for slot in slots]
                 total = sum(counts)
             else:
                 for slot_id, slot in again.items():
                     place = places.get(slot_id)
                     if place is not None:
-                        fits = slot.fits(start, end, request)
+                        fits = slot.fits(start, end, request) * slot.nodes
                         total += fits - counts[place]
                         counts[place] = fits
             window = (start, end)
@@ -489,7 +558,7 @@ class Timeline:
         request = shape.request
         placed: list[tuple[Slot, Vector, int]] = []
         for slot in self._slots_for(shape, site):
-            fits = slot.fits(start, end, request)
+            fits = slot.fits(start, end, request) * slot.nodes
             if fits:
                 take = fits if fits < left else left
                 placed.append((slot, request, take))
@@ -578,7 +647,7 @@ class _Useful:
 
     def kind(self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> tuple[object, ...]:
         """What placement reads of a node: nodes of one kind fit the same shapes."""
-        return (size, taints, *(labels.get(key) for key in self._keys))
+        return (size, taints, *map(labels.get, self._keys))
 
     def __call__(
         self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]
@@ -618,6 +687,19 @@ def _pods_fitting(
     )
 
 
+# A node as a profile reads it: name, site, labels, taints, room now, when up, size, kind.
+_Node = tuple[str, str, Mapping[str, str], tuple[Taint, ...], Vector, float, Vector, int | None]
+
+
+@dataclass(slots=True)
+class _Row:
+    """Alike nodes in a row of a site: one slot in every profile, whatever its jobs' ends."""
+
+    first: _Node
+    held: tuple[tuple[str, Vector], ...]  # (job, the room its pods hold on each node), by job
+    nodes: int = 1
+
+
 def timelines_of(
     *,
     inventory: Inventory,
@@ -638,9 +720,10 @@ def timelines_of(
     ever fit: they would only cost each search a look. With `to_place` (the pods of each
     shape that bookings may place), a group's nodes to come are at most the pods that fit
     them: a booking takes a group's earliest nodes first, so one more would never be used.
-    The fleet is read once for all.
+    The fleet is read once for all. Alike nodes in a row of a site, the same kind with the
+    same room over time, are one slot (`Slot.nodes`); with no `shapes`, every node is its own.
     """
-    kinds: list[tuple[str, str, Mapping[str, str], tuple[Taint, ...], Vector, float, Vector, int | None]] = []
+    kinds: list[_Node] = []
     preference: dict[str, int] = {}
     useful = _Useful(shapes)
     up_now: set[str] = set()
@@ -684,33 +767,58 @@ def timelines_of(
     for kind in kinds:
         preference.setdefault(kind[1], 1 << 30)
     order = sites_in_order(preference)
-    # Running pods by job: (node, request) -> how many, for each job with pods on nodes up.
-    held: dict[str | None, dict[tuple[str, Vector], int]] = {}
+    # Node up now -> job -> the room that job's running pods hold on it.
+    holds: dict[str, dict[str, Vector]] = {}
     for pod in pods:
         if pod.is_active and pod.node_name in up_now and pod.job_id is not None:
-            on = held.setdefault(pod.job_id, {})
-            key = (pod.node_name, pod.requests.vector())
-            on[key] = on.get(key, 0) + 1
+            on = holds.setdefault(pod.node_name, {})
+            on[pod.job_id] = _plus(on.get(pod.job_id, _ZERO), pod.requests.vector())
+    # Alike nodes in a row of a site (the same kind, room now, and jobs holding the same room
+    # on each) have the same profile whatever the jobs' ends: worked out once, for all of them.
+    rows: list[_Row] = []
+    last_row: dict[str, _Row] = {}  # site -> its last row so far
+    for entry in kinds:
+        name, where, _, _, free, at, _, number = entry
+        jobs_on = holds.get(name)
+        held = tuple(sorted(jobs_on.items())) if jobs_on else ()
+        previous = last_row.get(where)
+        if previous is not None and number is not None and previous.held == held:
+            _, _, _, _, its_free, its_at, _, its_number = previous.first
+            if (its_number, its_at, its_free) == (number, at, free):
+                previous.nodes += 1
+                continue
+        row = last_row[where] = _Row(entry, held)
+        rows.append(row)
     timelines = []
     for job_ends in ends:
-        # Node up now -> (time -> the room its running pods give back then).
-        freed: dict[str, dict[float, Vector]] = {}
-        for job_id, on in held.items():
-            at = seconds_until(job_ends.get(job_id or ""))
-            if at == math.inf:
-                continue
-            for (name, request), count in on.items():
-                steps = freed.setdefault(name, {})
-                steps[at] = _plus(steps.get(at, _ZERO), request, count)
         slots = []
-        for name, where, on_labels, on_taints, free, at, size, number in kinds:
+        in_a_row: dict[str, Slot] = {}  # site -> its last slot so far
+        for row in rows:
+            name, where, on_labels, on_taints, free, at, size, number = row.first
             times, frees = [at], [free]
-            given_back = freed.get(name) if name in up_now else None
-            if given_back:  # the room comes back in steps, all after now (seconds_until)
+            if row.held:  # the room comes back in steps, all after now (seconds_until)
+                given_back: dict[float, Vector] = {}
+                for job_id, room in row.held:
+                    end = seconds_until(job_ends.get(job_id))
+                    if end != math.inf:
+                        given_back[end] = _plus(given_back.get(end, _ZERO), room)
                 for t in sorted(given_back):
                     times.append(t)
                     frees.append(_plus(frees[-1], given_back[t]))
+            last = in_a_row.get(where)
+            if (
+                last is not None
+                and number is not None
+                and last.kind == number
+                and last.up_at == at
+                and last.times == times
+                and last.frees == frees
+            ):
+                last.nodes += row.nodes  # more nodes like the last of its site: the same slot
+                continue
             # Slot's fields in order
-            slots.append(Slot(name, where, on_labels, on_taints, times, frees, at, size, number))
+            slot = Slot(name, where, on_labels, on_taints, times, frees, at, size, number, row.nodes)
+            in_a_row[where] = slot
+            slots.append(slot)
         timelines.append(Timeline(slots, site_order=order))
     return timelines

@@ -255,3 +255,43 @@ def test_running_pods_give_their_room_back_in_steps_at_their_jobs_ends() -> None
     assert [free[2] for free in slot.frees] == [0, 4, 8]
     [slot] = [s for site in likely._sites.values() for s in site.slots if s.up_at == 0.0]
     assert slot.times == [0.0, 300.0] and [free[2] for free in slot.frees] == [0, 8]
+
+
+def test_alike_nodes_in_a_row_are_one_slot_until_a_booking_sets_some_apart() -> None:
+    from squall.planner.demand import shape_of
+    from squall.planner.inventory import build_inventory
+
+    # given: four idle nodes, the second of them running a pod until its job ends in an hour,
+    # and a group that may add six more
+    fleet = p4d(nodes=4, max_size=10)
+    nodes = [node_of(fleet, i.instance_id) for i in fleet.instances]
+    busy = dataclasses.replace(pod("old-0", gpu=8, job="old", node=nodes[1].name), namespace="x")
+    inventory = build_inventory(nodes=nodes, pods=[busy], groups=[fleet], policy=POLICY, now=NOW)
+    shape = shape_of(pod("g", gpu=8), {})
+    # when the profile is made for the queue's shapes
+    [timeline] = timelines_of(
+        inventory=inventory, pods=[busy], now=NOW, ends=[{"old": 3600.0}], shapes=[shape]
+    )
+    # then alike nodes in a row are one slot: the first, the busy one, the last two, the six to come
+    [site] = timeline._sites.values()
+    assert [(slot.nodes, slot.up_at > 0, len(slot.times)) for slot in site.slots] == [
+        (1, False, 1),
+        (1, False, 2),
+        (2, False, 1),
+        (6, True, 1),
+    ]
+    # when a gang of three books the idle nodes now, and another of two the nodes to come
+    now = timeline.schedule([(shape, 3)], 7200.0)
+    later = timeline.schedule([(shape, 2)], 7200.0)
+    # then as node by node: the first idle node and the last two (the busy one has no room now)
+    # for two hours from now, then the first two nodes to come from their boot, set apart from
+    # the four left alike
+    assert now is not None and now.start == 0.0
+    assert later is not None and later.start == 300.0 and later.waits_for_nodes
+    assert [(slot.nodes, slot.times, [free[2] for free in slot.frees]) for slot in site.slots] == [
+        (1, [0.0, 7200.0], [0, 8]),
+        (1, [0.0, 3600.0], [0, 8]),
+        (2, [0.0, 7200.0], [0, 8]),
+        (2, [300.0, 7500.0], [0, 8]),
+        (4, [300.0], [8]),
+    ]

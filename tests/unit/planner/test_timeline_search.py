@@ -111,3 +111,89 @@ def test_a_later_start_is_found_when_room_frees_beyond_the_first_window() -> Non
     booking = timeline.schedule([(shape, 2)], 3600.0)
     # then: it starts once both are free, at 2 h
     assert booking is not None and booking.start == 7200.0
+
+
+def room_by_node(timeline: Timeline) -> dict[str, list[list[tuple[float, Vector]]]]:
+    """Each site's nodes in order, each node's room as (time, free) steps, a step kept only
+    where the room changes: what is left to book, however the slots hold it."""
+    found: dict[str, list[list[tuple[float, Vector]]]] = {}
+    for name, site in timeline._sites.items():
+        nodes: list[list[tuple[float, Vector]]] = []
+        for slot in site.slots:
+            steps: list[tuple[float, Vector]] = []
+            for t, free in zip(slot.times, slot.frees, strict=True):
+                if not steps or steps[-1][1] != free:
+                    steps.append((t, free))
+            nodes.extend([steps] * slot.nodes)
+        found[name] = nodes
+    return found
+
+
+def node_rows(rows: list[tuple[int, int, float]], *, runs: bool) -> list[Slot]:
+    """Nodes in rows of alike ones (kind: 4 or 8 GPUs, how many, when up), as the profile has
+    them: a slot per row (runs) or a slot per node. Two sites, every other row in the second."""
+    slots = []
+    for index, (gpus, count, up_at) in enumerate(rows):
+        site = "r1" if index % 2 else "r0"
+        for copy in range(1 if runs else count):
+            slot = Slot.up(
+                name=f"n{index}-{copy}",
+                site=site,
+                labels={},
+                taints=(),
+                free=(64_000, 1 << 40, gpus, 110),
+                at=up_at,
+            )
+            slot.kind = gpus
+            slot.nodes = count if runs else 1
+            slots.append(slot)
+    return slots
+
+
+rows = st.lists(
+    st.tuples(st.sampled_from([4, 8]), st.integers(1, 5), st.sampled_from([0.0, 0.0, 300.0, 900.0])),
+    min_size=1,
+    max_size=6,
+)
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["schedule", "schedule", "now", "two kinds now", "two kinds"]),
+        st.sampled_from([1, 2, 3, 4, 8]),
+        st.integers(1, 9),
+        st.sampled_from([600.0, 1800.0, 3600.0, 9000.0]),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=rows, steps=steps)
+def test_alike_nodes_held_as_one_slot_are_booked_as_node_by_node(
+    rows: list[tuple[int, int, float]], steps: list[tuple[str, int, int, float]]
+) -> None:
+    # given the same nodes, in one profile a slot per row of alike nodes, in the other one per node
+    runs = Timeline(node_rows(rows, runs=True), site_order=["r0", "r1"])
+    singles = Timeline(node_rows(rows, runs=False), site_order=["r0", "r1"])
+    for what, gpus, count, duration in steps:
+        parts = [(gpu_shape(gpus), count)]
+        if what.startswith("two kinds"):
+            parts.append((gpu_shape(1), 2))  # a gang of two kinds of pod is placed node by node
+        # when both book the same gang
+        if what.endswith("now"):
+            got = [timeline.place_now(parts, duration, "r0") for timeline in (runs, singles)]
+        else:
+            got = [timeline.schedule(parts, duration) for timeline in (runs, singles)]
+        # then at the same time, in the same site, with as many pods on nodes to come
+        by_runs, by_singles = got
+        assert (by_runs is None) == (by_singles is None)
+        if by_runs is not None and by_singles is not None:
+            assert (by_runs.site, by_runs.start, by_runs.end, by_runs.to_come) == (
+                by_singles.site,
+                by_singles.start,
+                by_singles.end,
+                by_singles.to_come,
+            )
+            assert by_runs.waits_for_nodes == by_singles.waits_for_nodes
+        # and each node is left the same room, node by node
+        assert room_by_node(runs) == room_by_node(singles)
