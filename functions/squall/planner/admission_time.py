@@ -145,7 +145,8 @@ class Timing:
         if booking.start <= 0:
             self.likely.place_now(parts, self._likely_run(job), booking.site)
         elif self.booked <= MAX_LIKELY:
-            self._likely = self.likely.schedule(parts, self._likely_run(job))
+            # in the site its room is reserved in, as it would be booked there node by node
+            self._likely = self.likely.schedule(parts, self._likely_run(job), sites=[booking.site])
         return booking
 
     def estimate(self, booking: Booking | None) -> tuple[datetime | None, datetime | None]:

@@ -295,3 +295,38 @@ def test_alike_nodes_in_a_row_are_one_slot_until_a_booking_sets_some_apart() -> 
         (2, [300.0, 7500.0], [0, 8]),
         (4, [300.0], [8]),
     ]
+
+
+def test_a_likely_start_is_looked_for_in_the_site_the_job_is_booked_in() -> None:
+    from squall.planner.admission_time import Timing
+    from squall.planner.demand import shape_of
+    from squall.planner.queue_types import QueuedJob
+
+    # given one busy 8-GPU node in each of two regions: by declared run times region a's
+    # frees first (4 h against 5 h), by likely ones region b's (1 h against 2 h)
+    def busy_nodes(frees: dict[str, float]) -> Timeline:
+        slots = []
+        for region, at in frees.items():
+            slot = Slot.up(
+                name=region, site=region, labels={}, taints=(), free=(64_000, 1 << 40, 8, 110), at=0.0
+            )
+            slot.change(0.0, at, (64_000, 1 << 40, 8, 110), -1)
+            slots.append(slot)
+        return Timeline(slots, site_order=["a", "b"])
+
+    timing = Timing(
+        declared=busy_nodes({"a": 4 * 3600.0, "b": 5 * 3600.0}),
+        likely=busy_nodes({"a": 2 * 3600.0, "b": 3600.0}),
+        now=NOW,
+        ratios={},
+    )
+    shape = shape_of(pod("g", gpu=8), {})
+    job = QueuedJob(
+        job_id="j", team="research", namespace="x", priority=50, submitted_at=NOW, requeued=False,
+        replicas=(), gpus=8, max_runtime=HOUR,
+    )  # fmt: skip
+    # when it is booked
+    booking = timing.book(job, {shape: [pod("j-0", gpu=8, job="j")]})
+    # then its startsBy is region a's, and so is its likelyStart: where its room is reserved
+    assert booking is not None and booking.site == "a"
+    assert timing.estimate(booking) == (NOW + 4 * HOUR, NOW + 2 * HOUR)
