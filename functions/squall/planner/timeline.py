@@ -360,6 +360,7 @@ class Timeline:
         return best
 
     def book(self, booking: Booking) -> None:
+        """Take the booking's room: one just found, on the profile as it was found on."""
         self._scheduled = self._scheduled or booking.start > 0
         site = self._sites[booking.site]
         start, end = booking.start, booking.end
@@ -369,6 +370,8 @@ class Timeline:
                 continue
             # As node by node: the first nodes take as many pods as each holds, the next the rest.
             each = slot.fits(start, end, request)
+            if not each:
+                raise ValueError(f"booking {count} pods on {slot.name}, which has no room for them now")
             full, rest = divmod(count, each)
             after: Slot | None = slot
             if full:
@@ -396,7 +399,7 @@ class Timeline:
         )
         slot.nodes = nodes
         site = self._sites[site_name]
-        site.slots.insert(site.slots.index(slot) + 1, rest)
+        site.slots.insert(next(i for i, s in enumerate(site.slots) if s is slot) + 1, rest)
         for t in rest.times:
             site.at[t].append(rest)
         site.log.append(slot)
