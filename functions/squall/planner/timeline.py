@@ -97,6 +97,21 @@ class Slot:
             size=size or free,
         )
 
+    def alike(self, name: str, nodes: int) -> Slot:
+        """As many nodes with the same room over time as this slot's, under another name."""
+        return Slot(
+            name,
+            self.site,
+            self.labels,
+            self.taints,
+            list(self.times),
+            list(self.frees),
+            self.up_at,
+            self.size,
+            self.kind,
+            nodes,
+        )
+
     def _at(self, t: float) -> tuple[int, bool]:
         """The index of the step that starts at `t`, made when there is none; and whether it is new."""
         i = bisect.bisect_left(self.times, t)
@@ -385,18 +400,7 @@ class Timeline:
     def _split(self, slot: Slot, nodes: int, site_name: str) -> Slot:
         """Keep the first `nodes` of the slot's nodes in it; the others become a slot right after it
         (in every list of slots), returned. Searches count both again (the site's log)."""
-        rest = Slot(
-            f"{slot.name}+{nodes}",
-            slot.site,
-            slot.labels,
-            slot.taints,
-            list(slot.times),
-            list(slot.frees),
-            slot.up_at,
-            slot.size,
-            slot.kind,
-            slot.nodes - nodes,
-        )
+        rest = slot.alike(f"{slot.name}+{nodes}", slot.nodes - nodes)
         slot.nodes = nodes
         site = self._sites[site_name]
         site.slots.insert(next(i for i, s in enumerate(site.slots) if s is slot) + 1, rest)
@@ -421,10 +425,29 @@ class Timeline:
         return rest
 
     def _singles(self, site_name: str) -> None:
-        """Every slot of the site one node (a gang of several kinds of pod is placed node by node)."""
-        for slot in list(self._sites[site_name].slots):
-            while slot.nodes > 1:
-                slot = self._split(slot, 1, site_name)
+        """Every slot of the site one node (a gang of several kinds of pod is placed node by node):
+        each row's other nodes become slots right after it, every list of slots made again once."""
+        site = self._sites[site_name]
+        copies: dict[int, list[Slot]] = {}
+        for slot in site.slots:
+            if slot.nodes > 1:
+                more = copies[id(slot)] = [slot.alike(f"{slot.name}+{i}", 1) for i in range(1, slot.nodes)]
+                slot.nodes = 1
+                site.log.append(slot)
+                for copy in more:
+                    site.log.append(copy)
+                    for t in copy.times:
+                        site.at[t].append(copy)
+        if not copies:
+            return
+        site.slots = [s for slot in site.slots for s in (slot, *copies.get(id(slot), ()))]
+        for key in [key for key in self._fitting if key[1] == site_name]:
+            slots = self._fitting[key] = [
+                s for slot in self._fitting[key] for s in (slot, *copies.get(id(slot), ()))
+            ]
+            self._places[key] = {id(s): i for i, s in enumerate(slots)}
+            self._counted.pop(key, None)  # counted afresh at its next search
+            self._full_now.pop(key, None)
 
     def place_now(self, parts: Sequence[tuple[PodShape, int]], duration: float, site: str) -> Booking | None:
         """Book a gang that runs from now (admitted, its pods not bound yet) wherever it fits in its site."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from squall.planner.demand import PodShape, shape_of
@@ -169,6 +169,8 @@ steps = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(rows=rows, steps=steps)
+# a row searched for one kind of pod, then split for a gang of two kinds: every list of its slots grows
+@example(rows=[(8, 4, 0.0)], steps=[("schedule", 8, 1, 600.0), ("two kinds now", 8, 2, 600.0)])
 def test_alike_nodes_held_as_one_slot_are_booked_as_node_by_node(
     rows: list[tuple[int, int, float]], steps: list[tuple[str, int, int, float]]
 ) -> None:
