@@ -63,7 +63,7 @@ from squall.planner.planning import rooms_on_nodes_up
 from squall.planner.queue_order import in_admission_order
 from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamBudget, TeamShare
 from squall.planner.sites import split_site
-from squall.planner.timeline import Booking
+from squall.planner.timeline import Booking, FleetMemo
 
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
 MAX_LISTED = 250
@@ -98,6 +98,7 @@ class AdmissionCache:
         tuple[str, int, int, str | None, bool, bool, datetime | None, datetime | None],
         tuple[QueuedJob, Waiting],
     ] = field(default_factory=dict)
+    fleet: FleetMemo = field(default_factory=FleetMemo)  # what the time profiles read of nodes and groups
 
     @property
     def jobs(self) -> dict[str, _Prepared]:
@@ -547,6 +548,7 @@ def admit(
                 run_ratios=run_ratios or {},
                 shapes=shapes_used,
                 queued_pods=gathered.shape_counts,
+                memo=cache.fleet,
             )
             first_miss = False
             booked = timing.book(job, by_shape)

@@ -18,7 +18,7 @@ from squall.planner.demand import PodShape, shape_of
 from squall.planner.inventory import Inventory
 from squall.planner.model import NodeGroup, Pod
 from squall.planner.queue_types import QueuedJob, ReplicaJob
-from squall.planner.timeline import Booking, Timeline, seconds_until, timelines_of
+from squall.planner.timeline import Booking, FleetMemo, Timeline, seconds_until, timelines_of
 
 # Jobs in line booked on the time profile with start estimates, at most; those after them
 # are only tried now, in order (up to the first that cannot start), and have no estimate,
@@ -61,11 +61,13 @@ class Timing:
         run_ratios: Mapping[str, float],
         shapes: Iterable[PodShape],
         queued_pods: Mapping[PodShape, int],
+        memo: FleetMemo | None = None,
     ) -> Timing:
         """The profiles as admission found the fleet: running jobs end by their declared (or
         likely) run time from their start, and admitted jobs whose pods are not bound yet,
         and those admitted so far in this check, run from now. `queued_pods`: the queue's
-        pods of each shape, the most that bookings will place on nodes to come."""
+        pods of each shape, the most that bookings will place on nodes to come. `memo`: what
+        the last check read of the fleet (timeline.FleetMemo)."""
         declared_ends: dict[str, float | None] = {}
         likely_ends: dict[str, float | None] = {}
         regions: dict[str, str] = {}
@@ -88,6 +90,7 @@ class Timing:
             ends=[declared_ends, likely_ends],
             shapes=shapes,
             to_place=queued_pods,
+            memo=memo,
         )
         timing = cls(
             declared=declared,

@@ -35,7 +35,7 @@ from datetime import datetime
 from squall.planner.demand import PodShape
 from squall.planner.fit import blocking_taints, fit_count
 from squall.planner.inventory import InstanceStatus, Inventory
-from squall.planner.model import Pod, Taint, Vector
+from squall.planner.model import Node, NodeGroup, Pod, Taint, Vector
 from squall.planner.sites import site as site_of
 
 # Start times a search tries in one site before it gives up on the job (no estimate).
@@ -659,7 +659,8 @@ class _Useful:
     """Could any of the shapes ever fit a node of this size, labels and taints? (All: no shapes given.)
 
     The answer depends only on the size, the taints and the labels the shapes look at, so
-    it is worked out once for each such kind of node.
+    it is worked out once for each such kind of node, and each kind is numbered (a slot
+    compares and hashes the number at each search).
     """
 
     def __init__(self, shapes: Iterable[PodShape] | None) -> None:
@@ -668,8 +669,7 @@ class _Useful:
         for shape in self._shapes or ():
             keys |= shape.label_keys()
         self._keys = sorted(keys)
-        self._known: dict[tuple[object, ...], bool] = {}
-        self._numbers: dict[tuple[object, ...], int] = {}
+        self._known: dict[tuple[object, ...], tuple[bool, int]] = {}
 
     def kind(self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> tuple[object, ...]:
         """What placement reads of a node: nodes of one kind fit the same shapes."""
@@ -677,28 +677,20 @@ class _Useful:
 
     def __call__(
         self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]
-    ) -> tuple[bool, tuple[object, ...] | None]:
-        """(Whether any shape could fit it, its kind); no shapes given: (True, None), its own kind."""
+    ) -> tuple[bool, int | None]:
+        """(Whether any shape could fit it, its kind's number); no shapes given: (True, None), its own kind."""
         if self._shapes is None:
             return True, None
         kind = self.kind(size, labels, taints)
-        answer = self._known.get(kind)
-        if answer is None:
-            answer = self._known[kind] = any(
+        known = self._known.get(kind)
+        if known is None:
+            fits = any(
                 all(need <= most for need, most in zip(shape.request, size, strict=True))
                 and shape.placement_mismatch(labels, taints) is None
                 for shape in self._shapes
             )
-        return answer, kind
-
-    def number(self, kind: tuple[object, ...] | None) -> int | None:
-        """The kind's number (a slot compares and hashes it at each search): None for None."""
-        if kind is None:
-            return None
-        found = self._numbers.get(kind)
-        if found is None:
-            found = self._numbers[kind] = len(self._numbers)
-        return found
+            known = self._known[kind] = (fits, len(self._known))
+        return known
 
 
 def _pods_fitting(
@@ -711,6 +703,35 @@ def _pods_fitting(
         if all(need <= most for need, most in zip(shape.request, size, strict=True))
         and shape.placement_mismatch(labels, taints) is None
     )
+
+
+# What timelines_of reads of a node (the node, its taints, size, whether any shape could fit it,
+# its kind) and of a group (the group, its site, labels, taints, size, fits, kind).
+_NodeRead = tuple[Node, tuple[Taint, ...], Vector, bool, int | None]
+_GroupRead = tuple[NodeGroup, str, Mapping[str, str], tuple[Taint, ...], Vector, bool, int | None]
+
+
+class FleetMemo:
+    """What `timelines_of` read of each node and group, kept by a caller that profiles the fleet
+    check after check (admission's cache): the parse caches hand back the very same Node and
+    NodeGroup objects while they are unchanged, and with the same shapes in the queue each is
+    read once, not at every check. Purely a memo: the profiles are the same with or without it;
+    it holds the latest call's nodes and groups only."""
+
+    def __init__(self) -> None:
+        self._shapes: frozenset[PodShape] | None = None
+        self._useful: _Useful | None = None
+        self.nodes: dict[int, _NodeRead] = {}  # id(node) ->
+        self.groups: dict[int, _GroupRead] = {}  # id(group) ->
+
+    def useful(self, shapes: Iterable[PodShape] | None) -> _Useful:
+        """The kinds of node for these shapes: the last call's while the shapes are the same
+        (its kind numbers and what was read with them kept), else new."""
+        key = None if shapes is None else frozenset(shapes)
+        if self._useful is None or key is None or key != self._shapes:
+            self._shapes, self._useful = key, _Useful(key)
+            self.nodes, self.groups = {}, {}
+        return self._useful
 
 
 # A node as a profile reads it: name, site, labels, taints, room now, when up, size, kind.
@@ -734,6 +755,7 @@ def timelines_of(
     ends: Sequence[Mapping[str, float | None]],
     shapes: Iterable[PodShape] | None = None,
     to_place: Mapping[PodShape, int] | None = None,
+    memo: FleetMemo | None = None,
 ) -> list[Timeline]:
     """Profiles of the fleet as it stands, one for each of `ends`: nodes up, with their running
     pods' room coming back at their jobs' ends (job id -> seconds from now; None or absent:
@@ -748,48 +770,69 @@ def timelines_of(
     them: a booking takes a group's earliest nodes first, so one more would never be used.
     The fleet is read once for all. Alike nodes in a row of a site, the same kind with the
     same room over time, are one slot (`Slot.nodes`); with no `shapes`, every node is its own.
+    `memo`: kept by a caller that profiles the fleet again and again (see FleetMemo).
     """
     kinds: list[_Node] = []
     preference: dict[str, int] = {}
-    useful = _Useful(shapes)
+    memo = memo if memo is not None else FleetMemo()
+    useful = memo.useful(shapes)
+    pods_fitting: dict[int, int] = {}  # kind -> how many of to_place fit a node of it
     up_now: set[str] = set()
+    nodes_read: dict[int, _NodeRead] = {}
     for up in inventory.nodes_up():
-        node = up.view.node
-        size = node.allocatable.vector()
         if up.cordoned:
             continue
-        fits, kind = useful(size, node.labels, up.taints)
+        node, taints = up.view.node, up.taints
+        read = memo.nodes.get(id(node))
+        if read is None or read[0] is not node or (read[1] is not taints and read[1] != taints):
+            size = node.allocatable.vector()
+            read = (node, taints, size, *useful(size, node.labels, taints))
+        nodes_read[id(node)] = read
+        _, _, size, fits, number = read
         if not fits:
             continue
-        kinds.append(
-            (node.name, up.view.region, node.labels, up.taints, up.free, 0.0, size, useful.number(kind))
-        )
+        kinds.append((node.name, up.view.region, node.labels, taints, up.free, 0.0, size, number))
         up_now.add(node.name)
+    groups_read: dict[int, _GroupRead] = {}
     for view in inventory.groups.values():
         group = view.group
-        where = site_of(group.region, group.cluster)
+        known = memo.groups.get(id(group))
+        if known is None or known[0] is not group:
+            template: Mapping[str, str] = group.template_labels()
+            blocking = blocking_taints(group.taints, ignore_transient=True)
+            size = group.allocatable.vector()
+            where = site_of(group.region, group.cluster)
+            known = (group, where, template, blocking, size, *useful(size, template, blocking))
+        groups_read[id(group)] = known
+        _, where, labels, taints, free, fits, number = known
         preference[where] = min(preference.get(where, group.priority), group.priority)
-        labels = group.template_labels()
-        taints = blocking_taints(group.taints, ignore_transient=True)
-        free = group.allocatable.vector()
-        fits, kind = useful(free, labels, taints)
         if not fits:
             continue
-        number = useful.number(kind)
         boot = group.boot_time.total_seconds()
-        coming = [
-            max(0.0, (i.instance.launch_time - now).total_seconds() + boot)
-            for i in view.instances
-            if i.status is InstanceStatus.BOOTING
-        ]
-        coming += [boot] * max(0, group.max_size - view.size)
-        most = (
-            MAX_NODES_TO_COME
-            if to_place is None
-            else min(MAX_NODES_TO_COME, _pods_fitting(to_place, free, labels, taints))
-        )
-        for count, at in enumerate(sorted(coming)[:most]):
+        most = MAX_NODES_TO_COME
+        if to_place is not None:
+            fitting = pods_fitting.get(number) if number is not None else None
+            if fitting is None:
+                fitting = _pods_fitting(to_place, free, labels, taints)
+                if number is not None:
+                    pods_fitting[number] = fitting
+            most = min(most, fitting)
+        booting: list[float] = []
+        live = 0  # GroupView.live_count, counted in the same pass
+        for i in view.instances:
+            if i.status is not InstanceStatus.GONE:
+                live += 1
+                if i.status is InstanceStatus.BOOTING:
+                    booting.append(max(0.0, (i.instance.launch_time - now).total_seconds() + boot))
+        coming = sorted(booting)
+        to_add = max(0, group.max_size - max(group.desired, live))  # up to its max size (GroupView.size)
+        if coming and coming[-1] > boot:  # launched after now (a clock ahead): in time order
+            coming = sorted(coming + [boot] * to_add)
+        else:  # booted by `boot` from now, as every node it adds is
+            coming += [boot] * min(to_add, max(0, most - len(coming)))
+        for count, at in enumerate(coming[:most]):
             kinds.append((f"{group.name}#{count}", where, labels, taints, free, at, free, number))
+    memo.nodes, memo.groups = nodes_read, groups_read  # those of this fleet only: bounded by it
     for kind in kinds:
         preference.setdefault(kind[1], 1 << 30)
     order = sites_in_order(preference)
@@ -822,7 +865,13 @@ def timelines_of(
         for row in rows:
             name, where, on_labels, on_taints, free, at, size, number = row.first
             times, frees = [at], [free]
-            if row.held:  # the room comes back in steps, all after now (seconds_until)
+            if len(row.held) == 1:  # most nodes: one job's pods, its room back at its end
+                [(job_id, room)] = row.held
+                end = seconds_until(job_ends.get(job_id))
+                if end != math.inf:
+                    times.append(end)
+                    frees.append(_plus(free, room))
+            elif row.held:  # the room comes back in steps, all after now (seconds_until)
                 given_back: dict[float, Vector] = {}
                 for job_id, room in row.held:
                     end = seconds_until(job_ends.get(job_id))

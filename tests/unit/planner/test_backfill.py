@@ -330,3 +330,77 @@ def test_a_likely_start_is_looked_for_in_the_site_the_job_is_booked_in() -> None
     # then its startsBy is region a's, and so is its likelyStart: where its room is reserved
     assert booking is not None and booking.site == "a"
     assert timing.estimate(booking) == (NOW + 4 * HOUR, NOW + 2 * HOUR)
+
+
+def _profile(timeline: Timeline) -> list[tuple[object, ...]]:
+    """A profile's slots as a search sees them (kinds by which slots share one, not by number)."""
+    firsts: dict[int | None, int] = {}
+    return [
+        (
+            name,
+            slot.nodes,
+            slot.up_at,
+            slot.times,
+            slot.frees,
+            firsts.setdefault(slot.kind, i) if slot.kind is not None else None,
+        )
+        for name, site in sorted(timeline._sites.items())
+        for i, slot in enumerate(site.slots)
+    ]
+
+
+def test_a_fleet_memo_reads_a_node_or_group_once_and_profiles_as_a_fresh_read() -> None:
+    from squall.planner.demand import shape_of
+    from squall.planner.inventory import build_inventory
+    from squall.planner.timeline import FleetMemo
+
+    # given: three nodes, one busy for an hour, a group that may add two more, and a memo kept
+    # from one check to the next
+    fleet = p4d(nodes=3, max_size=5)
+    nodes = [node_of(fleet, i.instance_id) for i in fleet.instances]
+    busy = dataclasses.replace(pod("old-0", gpu=8, job="old", node=nodes[1].name), namespace="x")
+    shape = shape_of(pod("g", gpu=8), {})
+    memo = FleetMemo()
+
+    def both(nodes: list[Any], groups: list[NodeGroup], shapes: list[Any]) -> tuple[Any, Any]:
+        inventory = build_inventory(nodes=nodes, pods=[busy], groups=groups, policy=POLICY, now=NOW)
+        kept, fresh = (
+            timelines_of(
+                inventory=inventory, pods=[busy], now=NOW, ends=[{"old": 3600.0}], shapes=shapes, memo=m
+            )[0]
+            for m in (memo, None)
+        )
+        return _profile(kept), _profile(fresh)
+
+    # when the same fleet is profiled twice
+    first = both(nodes, [fleet], [shape])
+    read = dict(memo.nodes)
+    again = both(nodes, [fleet], [shape])
+    # then the nodes were read once, and each profile is what a fresh read makes
+    assert first[0] == first[1] and again[0] == again[1] == first[1]
+    assert all(memo.nodes[key] is entry for key, entry in read.items())
+    # when a node is parsed anew (cordoned by Squall) and the group grows, then the same as fresh
+    cordoned = dataclasses.replace(nodes[0], unschedulable=True, cordoned_by_squall=True)
+    grown = dataclasses.replace(fleet, max_size=7)
+    changed = both([cordoned, *nodes[1:]], [grown], [shape])
+    assert changed[0] == changed[1] != first[1]
+    assert id(nodes[0]) not in memo.nodes  # only the latest fleet's nodes are kept
+    # when the queue's shapes change (a pod that fits no node here), then read afresh for them
+    other = shape_of(pod("c", gpu=0), {})
+    assert both(nodes, [fleet], [shape, other]) == (first[1], first[1])
+
+
+def test_an_instance_launched_after_now_comes_after_the_nodes_a_group_adds() -> None:
+    from squall.planner.inventory import build_inventory
+
+    # given: a group with one instance launched a minute after now (a clock ahead) and room for one more
+    fleet = p4d(nodes=0, max_size=2)
+    fleet = dataclasses.replace(
+        fleet, instances=(instance("i-late", launched=NOW + timedelta(minutes=1)),), desired=1
+    )
+    inventory = build_inventory(nodes=[], pods=[], groups=[fleet], policy=POLICY, now=NOW)
+    # when
+    [timeline] = timelines_of(inventory=inventory, pods=[], now=NOW, ends=[{}])
+    # then the node it adds is up after its boot time, the late instance a minute after that
+    boot = fleet.boot_time.total_seconds()
+    assert [slot.up_at for site in timeline._sites.values() for slot in site.slots] == [boot, boot + 60.0]
