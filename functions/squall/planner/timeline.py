@@ -776,7 +776,7 @@ def timelines_of(
     preference: dict[str, int] = {}
     memo = memo if memo is not None else FleetMemo()
     useful = memo.useful(shapes)
-    pods_fitting: dict[int, int] = {}  # kind -> how many of to_place fit a node of it
+    pods_fitting: dict[int | None, int] = {}  # kind -> how many of to_place fit a node of it
     up_now: set[str] = set()
     nodes_read: dict[int, _NodeRead] = {}
     for up in inventory.nodes_up():
@@ -811,21 +811,16 @@ def timelines_of(
         boot = group.boot_time.total_seconds()
         most = MAX_NODES_TO_COME
         if to_place is not None:
-            fitting = pods_fitting.get(number) if number is not None else None
-            if fitting is None:
-                fitting = _pods_fitting(to_place, free, labels, taints)
-                if number is not None:
-                    pods_fitting[number] = fitting
+            fitting = pods_fitting.get(number)
+            if fitting is None or number is None:  # (None: a kind of its own)
+                fitting = pods_fitting[number] = _pods_fitting(to_place, free, labels, taints)
             most = min(most, fitting)
-        booting: list[float] = []
-        live = 0  # GroupView.live_count, counted in the same pass
-        for i in view.instances:
-            if i.status is not InstanceStatus.GONE:
-                live += 1
-                if i.status is InstanceStatus.BOOTING:
-                    booting.append(max(0.0, (i.instance.launch_time - now).total_seconds() + boot))
-        coming = sorted(booting)
-        to_add = max(0, group.max_size - max(group.desired, live))  # up to its max size (GroupView.size)
+        coming = sorted(
+            max(0.0, (i.instance.launch_time - now).total_seconds() + boot)
+            for i in view.instances
+            if i.status is InstanceStatus.BOOTING
+        )
+        to_add = max(0, group.max_size - view.size)
         if coming and coming[-1] > boot:  # launched after now (a clock ahead): in time order
             coming = sorted(coming + [boot] * to_add)
         else:  # booted by `boot` from now, as every node it adds is
