@@ -47,6 +47,7 @@ from squall.planner.admission_plan import AdmissionPlan, Admitted, Waiting
 from squall.planner.admission_time import Pricing, Timing
 from squall.planner.demand import Gang, PodShape, shape_of
 from squall.planner.demand_budget import MAX_DEMAND_JOBS, CapacityAtMaxSize, DemandBudget, free_by_group
+from squall.planner.fleet_profile import FleetMemo
 from squall.planner.inventory import Inventory, build_inventory
 from squall.planner.model import (
     REGION_LABEL,
@@ -63,7 +64,7 @@ from squall.planner.planning import rooms_on_nodes_up
 from squall.planner.queue_order import in_admission_order
 from squall.planner.queue_types import QueuedJob, ReplicaJob, TeamBudget, TeamShare
 from squall.planner.sites import split_site
-from squall.planner.timeline import Booking, FleetMemo
+from squall.planner.timeline import Booking
 
 # Waiting jobs described one by one (place, reason), head first; the rest are counted.
 MAX_LISTED = 250

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from squall.planner.demand import PodShape, shape_of
+from squall.planner.fleet_profile import FleetMemo, timelines_of
 from squall.planner.inventory import Inventory
 from squall.planner.model import NodeGroup, Pod
 from squall.planner.queue_types import QueuedJob, ReplicaJob
-from squall.planner.timeline import Booking, FleetMemo, Timeline, seconds_until, timelines_of
+from squall.planner.timeline import Booking, Timeline, seconds_until
 
 # Jobs in line booked on the time profile with start estimates, at most; those after them
 # are only tried now, in order (up to the first that cannot start), and have no estimate,
@@ -67,7 +68,7 @@ class Timing:
         likely) run time from their start, and admitted jobs whose pods are not bound yet,
         and those admitted so far in this check, run from now. `queued_pods`: the queue's
         pods of each shape, the most that bookings will place on nodes to come. `memo`: what
-        the last check read of the fleet (timeline.FleetMemo)."""
+        the last check read of the fleet (fleet_profile.FleetMemo)."""
         declared_ends: dict[str, float | None] = {}
         likely_ends: dict[str, float | None] = {}
         regions: dict[str, str] = {}

@@ -14,9 +14,10 @@ from typing import Any
 from squall.core.manifests import admission_patch, render
 from squall.core.spec import JobSpec
 from squall.planner.admission import AdmissionPlan, admit
+from squall.planner.fleet_profile import timelines_of
 from squall.planner.kube import parse_replica_jobs
 from squall.planner.model import NodeGroup, Pod
-from squall.planner.timeline import Slot, Timeline, timelines_of
+from squall.planner.timeline import Slot, Timeline
 
 from .builders import NOW, POLICY, group, instance, node_of, pod, resources
 
@@ -351,8 +352,8 @@ def _profile(timeline: Timeline) -> list[tuple[object, ...]]:
 
 def test_a_fleet_memo_reads_a_node_or_group_once_and_profiles_as_a_fresh_read() -> None:
     from squall.planner.demand import shape_of
+    from squall.planner.fleet_profile import FleetMemo
     from squall.planner.inventory import build_inventory
-    from squall.planner.timeline import FleetMemo
 
     # given: three nodes, one busy for an hour, a group that may add two more, and a memo kept
     # from one check to the next
