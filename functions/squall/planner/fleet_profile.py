@@ -23,6 +23,9 @@ from squall.planner.timeline import NO_ROOM, Slot, Timeline, plus, seconds_until
 # Nodes a group may still add that a profile counts, at most (a gang has at most 82 pods;
 # past them, estimates wait for nodes to free instead: later, never earlier, than the truth).
 MAX_NODES_TO_COME = 96
+# Kinds of node a FleetMemo keeps, at most (a shape selecting a hostname makes every node its
+# own kind, and nodes come and go); past it the memo starts afresh.
+MAX_KINDS = 10_000
 
 
 class _Useful:
@@ -40,6 +43,10 @@ class _Useful:
             keys |= shape.label_keys()
         self._keys = sorted(keys)
         self._known: dict[tuple[object, ...], tuple[bool, int]] = {}
+
+    def __len__(self) -> int:
+        """The kinds of node worked out so far."""
+        return len(self._known)
 
     def kind(self, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> tuple[object, ...]:
         """What placement reads of a node: nodes of one kind fit the same shapes."""
@@ -98,7 +105,7 @@ class FleetMemo:
         """The kinds of node for these shapes: the last call's while the shapes are the same
         (its kind numbers and what was read with them kept), else new."""
         key = None if shapes is None else frozenset(shapes)
-        if self._useful is None or key is None or key != self._shapes:
+        if self._useful is None or key is None or key != self._shapes or len(self._useful) > MAX_KINDS:
             self._shapes, self._useful = key, _Useful(key)
             self.nodes, self.groups = {}, {}
         return self._useful

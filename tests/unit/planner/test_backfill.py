@@ -405,3 +405,20 @@ def test_an_instance_launched_after_now_comes_after_the_nodes_a_group_adds() -> 
     # then the node it adds is up after its boot time, the late instance a minute after that
     boot = fleet.boot_time.total_seconds()
     assert [slot.up_at for site in timeline._sites.values() for slot in site.slots] == [boot, boot + 60.0]
+
+
+def test_a_fleet_memo_starts_afresh_past_its_most_kinds(monkeypatch: Any) -> None:
+    from squall.planner import fleet_profile
+    from squall.planner.demand import shape_of
+
+    # given: a memo that keeps one kind of node at most, and the same queue's shapes at each check
+    monkeypatch.setattr(fleet_profile, "MAX_KINDS", 1)
+    shapes = [shape_of(pod("g", gpu=8), {})]
+    memo = fleet_profile.FleetMemo()
+    useful = memo.useful(shapes)
+    assert memo.useful(shapes) is useful  # kept while it knows no more kinds than that
+    # when nodes of two kinds (sizes) were read with it
+    useful((8000, 1 << 30, 8, 110), {}, ())
+    useful((16000, 1 << 30, 8, 110), {}, ())
+    # then the next check starts afresh (nodes come and go; what it knows stays bounded)
+    assert memo.useful(shapes) is not useful
