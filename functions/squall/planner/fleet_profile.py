@@ -18,7 +18,7 @@ from squall.planner.fit import blocking_taints
 from squall.planner.inventory import InstanceStatus, Inventory
 from squall.planner.model import Node, NodeGroup, Pod, Taint, Vector
 from squall.planner.sites import site as site_of
-from squall.planner.timeline import NO_ROOM, Slot, Timeline, plus, seconds_until, sites_in_order
+from squall.planner.timeline import NO_ROOM, Slot, Timeline, could_fit, plus, seconds_until, sites_in_order
 
 # Nodes a group may still add that a profile counts, at most (a gang has at most 82 pods;
 # past them, estimates wait for nodes to free instead: later, never earlier, than the truth).
@@ -61,11 +61,7 @@ class _Useful:
         kind = self.kind(size, labels, taints)
         known = self._known.get(kind)
         if known is None:
-            fits = any(
-                all(need <= most for need, most in zip(shape.request, size, strict=True))
-                and shape.placement_mismatch(labels, taints) is None
-                for shape in self._shapes
-            )
+            fits = any(could_fit(shape, size, labels, taints) for shape in self._shapes)
             known = self._known[kind] = (fits, len(self._known))
         return known
 
@@ -74,12 +70,7 @@ def _pods_fitting(
     to_place: Mapping[PodShape, int], size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]
 ) -> int:
     """How many of the pods could each go on an empty node of this size, labels and taints."""
-    return sum(
-        count
-        for shape, count in to_place.items()
-        if all(need <= most for need, most in zip(shape.request, size, strict=True))
-        and shape.placement_mismatch(labels, taints) is None
-    )
+    return sum(count for shape, count in to_place.items() if could_fit(shape, size, labels, taints))
 
 
 # What timelines_of reads of a node (the node, its taints, size, whether any shape could fit it,

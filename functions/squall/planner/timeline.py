@@ -155,6 +155,14 @@ class Slot:
         return count
 
 
+def could_fit(shape: PodShape, size: Vector, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> bool:
+    """Whether a pod of the shape fits an empty node of this size, labels and taints."""
+    return (
+        all(need <= most for need, most in zip(shape.request, size, strict=True))
+        and shape.placement_mismatch(labels, taints) is None
+    )
+
+
 def _fit(free: Vector, request: Vector) -> int:
     """fit_count, written out (one resource after another, no loop): this runs millions of
     times a check on a long queue."""
@@ -303,17 +311,13 @@ class Timeline:
         key = (shape, site)
         slots = self._fitting.get(key)
         if slots is None:
-            request = shape.request
             kinds: dict[int, bool] = {}
             slots = []
             for s in self._sites[site].slots:
                 kind = s.kind
                 fits = kinds.get(kind) if kind is not None else None
                 if fits is None:
-                    fits = (
-                        all(need <= most for need, most in zip(request, s.size, strict=True))
-                        and shape.placement_mismatch(s.labels, s.taints) is None
-                    )
+                    fits = could_fit(shape, s.size, s.labels, s.taints)
                     if kind is not None:
                         kinds[kind] = fits
                 if fits:
